@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make demo` and `make test` (see README.md).
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+DATASETS := $(CURDIR)/datasets
+DEMO_ID := demo/cartpole-random-v0
+
+.PHONY: demo test lint typecheck unit bench clean
+
+# Base install: the library alone (what `make demo` needs).
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+# Dev install: every extra the test suite exercises; torch pinned by requirements-dev.txt.
+$(VENV)/.installed-dev: pyproject.toml requirements-dev.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c requirements-dev.txt -r requirements-dev.txt -e '.[dev]'
+	touch $(VENV)/.installed $@
+
+demo: $(VENV)/.installed
+	VCOLLECT_DATASETS_PATH=$(DATASETS) $(BIN)/vcollect collect CartPole-v1 --num-envs 8 --backend subproc \
+		--episodes 500 --seed 0 --dataset $(DEMO_ID) --overwrite
+	VCOLLECT_DATASETS_PATH=$(DATASETS) $(BIN)/vcollect list
+	VCOLLECT_DATASETS_PATH=$(DATASETS) $(BIN)/vcollect show $(DEMO_ID)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check vcollect tests benchmarks examples
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy vcollect
+
+unit: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+test: lint typecheck unit
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python benchmarks/compare.py
+
+clean:
+	rm -rf $(VENV) datasets .pytest_cache .mypy_cache .ruff_cache .benchmarks

@@ -1,0 +1,125 @@
+"""Print a table of steps/s: the raw gymnasium loop, vcollect's Collector on each backend, and peers.
+
+Ratios are taken within one run (the machines are shared and noisy). Usage:
+
+    python benchmarks/compare.py [--steps 200000] [--num-envs 8] [--only raw,dummy,...]
+
+Tianshou's Collector is measured when `tianshou` is importable (it is not a dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+import vcollect
+
+
+def raw_sync_vector_loop(num_envs: int, steps: int) -> float:
+    """gymnasium SyncVectorEnv, SAME_STEP autoreset (every slot a transition), batched random actions."""
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: gym.make("CartPole-v1")] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    rng = np.random.default_rng(0)
+    envs.reset(seed=0)
+    n_batches = steps // num_envs
+    start = time.perf_counter()
+    for _ in range(n_batches):
+        envs.step(rng.integers(0, 2, size=num_envs))
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return n_batches * num_envs / elapsed
+
+
+def collector_speed(envs: vcollect.VectorEnv, steps: int, policy: object = None, store: object = None) -> float:
+    """Steps/s of one ``collect(n_step=steps)`` call after a short warm-up."""
+    with vcollect.Collector(policy, envs, store=store, seed=0) as collector:  # type: ignore[arg-type]
+        collector.collect(n_step=1_000, reset_before_collect=True, random=policy is None)
+        start = time.perf_counter()
+        collector.collect(n_step=steps, random=policy is None)
+        elapsed = time.perf_counter() - start
+    if store is not None:
+        store.close()  # type: ignore[attr-defined]
+    return steps / elapsed
+
+
+def mlp_policy(action_space: gym.Space) -> object:
+    """TorchPolicy with a 4-64-64-2 MLP (the network of the issue's Tianshou DQN comparison)."""
+    import torch
+
+    from vcollect.policies import TorchPolicy
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)
+    )
+    return TorchPolicy(net, action_space)
+
+
+def store_speed(num_envs: int, steps: int) -> float:
+    """Collector (dummy backend) writing every episode into an EpisodeStore in a temporary folder."""
+    from vcollect.store import EpisodeStore
+
+    envs = vcollect.make_vector("CartPole-v1", num_envs)
+    with tempfile.TemporaryDirectory() as root:
+        store = EpisodeStore.create(
+            "bench/cartpole-v0", envs.single_observation_space, envs.single_action_space, root=root
+        )
+        return collector_speed(envs, steps, store=store)
+
+
+def tianshou_speed(num_envs: int, steps: int, backend: str) -> float | None:
+    """Tianshou's Collector with a random policy on the same work, or None if not installed."""
+    try:
+        from benchmarks.tianshou_peer import tianshou_collect_speed
+    except ImportError:
+        return None
+    return tianshou_collect_speed(num_envs, steps, backend)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=200_000)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--only", default="", help="comma-separated row names to run")
+    args = parser.parse_args()
+    n, steps = args.num_envs, args.steps
+    space = gym.make("CartPole-v1").action_space
+
+    rows: dict[str, Callable[[], float | None]] = {
+        "raw": lambda: raw_sync_vector_loop(n, steps),
+        "dummy": lambda: collector_speed(vcollect.make_vector("CartPole-v1", n), steps),
+        "dummy+store": lambda: store_speed(n, steps),
+        "subproc (2 workers)": lambda: collector_speed(
+            vcollect.make_vector("CartPole-v1", n, backend="subproc", num_workers=2), steps
+        ),
+        "dummy+torch mlp": lambda: collector_speed(vcollect.make_vector("CartPole-v1", n), steps // 4, mlp_policy(space)),
+        "tianshou dummy": lambda: tianshou_speed(n, steps // 4, "dummy"),
+        "tianshou subproc": lambda: tianshou_speed(n, steps // 4, "subproc"),
+    }
+    wanted = [name for name in args.only.split(",") if name] or list(rows)
+    results: dict[str, float | None] = {}
+    for name in wanted:
+        results[name] = rows[name]()
+    raw = results.get("raw")
+    table = Table(title=f"CartPole-v1, {n} envs, random policy (steps/s, one run)")
+    table.add_column("what")
+    table.add_column("steps/s", justify="right")
+    table.add_column("x raw loop", justify="right")
+    for name, speed in results.items():
+        if speed is None:
+            table.add_row(name, "not installed", "-")
+        else:
+            table.add_row(name, f"{speed:,.0f}", f"{speed / raw:.2f}" if raw else "-")
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""Tianshou 2.x's Collector on the same work as compare.py (CartPole-v1, N envs), for the ratio table.
+
+Tianshou is not a vcollect dependency; this module imports it lazily and compare.py reports
+"not installed" when the import fails. Run alone: ``python benchmarks/tianshou_peer.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import gymnasium as gym
+
+
+def tianshou_collect_speed(num_envs: int, steps: int, backend: str, policy: str = "random") -> float:
+    """Steps/s of Tianshou's Collector, random actions (``collect(random=True)``) or a DQN MLP policy."""
+    import torch
+    from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv, SubprocVectorEnv
+    from tianshou.utils.net.common import Net
+
+    vector_cls = DummyVectorEnv if backend == "dummy" else SubprocVectorEnv
+    envs = vector_cls([lambda: gym.make("CartPole-v1") for _ in range(num_envs)])
+    torch.manual_seed(0)
+    net = Net(state_shape=4, action_shape=2, hidden_sizes=[64, 64])
+    dqn = DiscreteQLearningPolicy(model=net, action_space=envs.action_space[0])
+    collector = Collector(dqn, envs, VectorReplayBuffer(20_000, num_envs))
+    collector.reset()
+    random = policy == "random"
+    collector.collect(n_step=1_000, random=random)
+    start = time.perf_counter()
+    collector.collect(n_step=steps, random=random)
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return steps / elapsed
+
+
+if __name__ == "__main__":
+    for backend in ("dummy", "subproc"):
+        for policy in ("random", "dqn"):
+            print(backend, policy, f"{tianshou_collect_speed(8, 20_000, backend, policy):,.0f} steps/s")

@@ -1,0 +1,380 @@
+"""Collector: exact counts, carry-over, quotas, seeds, per-env policy state, and every bad input."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, DyingEnv, FailingEnv
+from vcollect import (
+    ActionError,
+    Collector,
+    CollectorStateError,
+    DummyVectorEnv,
+    EnvWorkerError,
+    ObservationError,
+    RandomPolicy,
+    SubprocVectorEnv,
+    VectorRingBuffer,
+    make_vector,
+)
+
+
+@dataclass
+class StoredEpisode:
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    seed: int | None
+    env_id: int
+    options: dict[str, Any] | None
+
+
+class ListStore:
+    """The smallest object the Collector accepts as a store: it keeps copies of every episode."""
+
+    def __init__(self) -> None:
+        self.episodes: list[StoredEpisode] = []
+
+    def write_episode(self, observations, actions, rewards, terminations, truncations, *, seed, env_id,
+                      infos=None, extras=None, metadata=None, options=None) -> None:
+        copy = lambda x: {k: np.array(v) for k, v in x.items()} if isinstance(x, dict) else np.array(x)  # noqa: E731
+        self.episodes.append(
+            StoredEpisode(copy(observations), copy(actions), np.array(rewards), np.array(terminations),
+                          np.array(truncations), seed, env_id, options)
+        )
+
+    def flush(self) -> None:
+        pass
+
+
+def counting_fns(n: int, length: int = 5) -> list:
+    return [lambda: CountingEnv(length) for _ in range(n)]
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+@pytest.mark.parametrize("n_step", [1, 3, 8, 13, 100])
+def test_n_step_collects_exactly_n_transitions(n_step: int) -> None:
+    with Collector(None, counting_fns(8), seed=0) as collector:
+        stats = collector.collect(n_step=n_step, random=True, reset_before_collect=True)
+        assert stats.n_collected_steps == n_step
+        assert len(collector.buffer) == n_step
+        # Every episode that completed is a whole 5-step episode.
+        assert np.all(stats.lens == 5)
+        assert stats.n_collected_episodes == len(stats.returns)
+
+
+@pytest.mark.parametrize(("num_envs", "n_episode"), [(8, 1), (8, 3), (8, 8), (8, 13), (3, 10), (1, 4)])
+def test_n_episode_collects_exactly_n_whole_episodes(num_envs: int, n_episode: int) -> None:
+    store = ListStore()
+    with Collector(None, counting_fns(num_envs, length=7), store=store, seed=1) as collector:
+        stats = collector.collect(n_episode=n_episode, random=True, reset_before_collect=True)
+    assert stats.n_collected_episodes == n_episode
+    assert stats.n_collected_steps == 7 * n_episode
+    assert len(store.episodes) == n_episode
+    per_env = np.bincount([e.env_id for e in store.episodes], minlength=num_envs)
+    # Quota: each env gets n // N episodes or one more.
+    assert per_env.min() >= n_episode // num_envs
+    assert per_env.max() <= n_episode // num_envs + 1
+    for episode in store.episodes:
+        assert len(episode.actions) == 7
+        np.testing.assert_array_equal(episode.observations[:, 0], np.arange(8))
+
+
+def test_n_episode_extra_quota_is_not_biased_to_low_env_ids() -> None:
+    counts = np.zeros(8, dtype=np.int64)
+    store = ListStore()
+    with Collector(None, counting_fns(8, length=2), store=store, seed=3) as collector:
+        collector.reset()
+        for _ in range(40):
+            collector.collect(n_episode=1, random=True)
+    counts += np.bincount([e.env_id for e in store.episodes], minlength=8)
+    assert counts.sum() == 40
+    assert (counts > 0).sum() >= 6, counts
+
+
+def test_unfinished_episodes_carry_over_between_calls() -> None:
+    with Collector(None, counting_fns(1, length=10), seed=0) as collector:
+        collector.reset()
+        first = collector.collect(n_step=4, random=True)
+        second = collector.collect(n_step=4, random=True)
+        third = collector.collect(n_step=4, random=True)
+    assert first.n_collected_episodes == 0 and first.returns_stat is None and first.lens_stat is None
+    assert second.n_collected_episodes == 0
+    assert third.n_collected_episodes == 1
+    # The whole episode counts, including the 8 steps taken in the two earlier calls.
+    assert third.lens.tolist() == [10]
+    assert third.returns.tolist() == [10.0]
+    assert third.lens_stat is not None and third.lens_stat.mean == 10
+
+
+def test_n_episode_finishes_a_carried_over_episode_and_counts_it_whole() -> None:
+    store = ListStore()
+    with Collector(None, counting_fns(2, length=6), store=store, seed=0) as collector:
+        collector.reset()
+        collector.collect(n_step=4, random=True)  # both envs 2 steps into an episode
+        stats = collector.collect(n_episode=2, random=True)
+    assert stats.n_collected_episodes == 2
+    assert stats.lens.tolist() == [6, 6]
+    assert stats.n_collected_steps == 8
+    assert [len(e.actions) for e in store.episodes] == [6, 6]
+
+
+def test_stats_fields_and_str() -> None:
+    with Collector(None, counting_fns(4, length=3), seed=0) as collector:
+        stats = collector.collect(n_episode=6, random=True, reset_before_collect=True)
+    assert stats.returns.tolist() == [3.0] * 6
+    assert stats.lens_stat is not None and stats.lens_stat.min == 3 and stats.lens_stat.max == 3
+    assert stats.returns_stat is not None and stats.returns_stat.std == 0.0
+    assert stats.collect_time > 0 and stats.collect_speed == pytest.approx(18 / stats.collect_time)
+    text = str(stats)
+    assert "18 steps" in text and "6 episodes" in text
+
+
+def test_same_seed_gives_identical_data_on_dummy_and_subprocess() -> None:
+    results = []
+    for backend in ("dummy", "subproc"):
+        store = ListStore()
+        envs = make_vector("CartPole-v1", 4, backend=backend, **({"num_workers": 2} if backend == "subproc" else {}))
+        with Collector(RandomPolicy(envs.single_action_space, seed=5), envs, store=store, seed=42) as collector:
+            collector.reset()
+            collector.collect(n_episode=6)
+            collector.collect(n_step=37, random=True)
+        results.append(store.episodes)
+    dummy, subproc = results
+    assert len(dummy) == len(subproc) >= 6
+    for a, b in zip(dummy, subproc):
+        assert (a.seed, a.env_id) == (b.seed, b.env_id)
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+
+
+def test_stored_seed_and_actions_replay_the_episode() -> None:
+    store = ListStore()
+    with Collector(None, [cartpole] * 3, store=store, seed=9) as collector:
+        collector.collect(n_episode=5, random=True, reset_before_collect=True)
+    for episode in store.episodes:
+        env = cartpole()
+        obs, _ = env.reset(seed=episode.seed)
+        np.testing.assert_array_equal(obs, episode.observations[0])
+        for t, action in enumerate(episode.actions):
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            np.testing.assert_array_equal(obs, episode.observations[t + 1])
+            assert reward == episode.rewards[t]
+            assert terminated == episode.terminations[t] and truncated == episode.truncations[t]
+
+
+def test_episode_longer_than_the_ring_reaches_the_store_whole() -> None:
+    store = ListStore()
+    buffer = VectorRingBuffer(2, 4, CountingEnv(25).observation_space, CountingEnv(25).action_space,
+                              keep_overflow=True)
+    with Collector(None, counting_fns(2, length=25), buffer=buffer, store=store, seed=0) as collector:
+        stats = collector.collect(n_episode=2, random=True, reset_before_collect=True)
+    assert stats.lens.tolist() == [25, 25]
+    for episode in store.episodes:
+        np.testing.assert_array_equal(episode.observations[:, 0], np.arange(26))
+        assert len(episode.actions) == 25 and episode.terminations[-1]
+
+
+def test_pendulum_box_actions_and_truncation() -> None:
+    with Collector(RandomPolicy(gym.make("Pendulum-v1").action_space, seed=0),
+                   [lambda: gym.make("Pendulum-v1")] * 2, seed=0) as collector:
+        stats = collector.collect(n_episode=2, reset_before_collect=True)
+        assert stats.lens.tolist() == [200, 200]
+        batch = collector.buffer.sample(64, np.random.default_rng(0))
+    assert batch["actions"].shape == (64, 1)
+    assert np.all(np.abs(batch["actions"]) <= 2.0)
+    assert batch["truncations"].dtype == bool
+
+
+def test_dict_observation_env_on_subprocesses() -> None:
+    store = ListStore()
+    envs = SubprocVectorEnv([DictObsEnv] * 3, num_workers=2)
+    with Collector(RandomPolicy(envs.single_action_space, seed=0), envs, store=store, seed=0) as collector:
+        stats = collector.collect(n_episode=4, reset_before_collect=True)
+    assert stats.n_collected_episodes == 4
+    space = DictObsEnv().observation_space
+    for episode in store.episodes:
+        assert isinstance(episode.observations, dict)
+        for key in space.spaces:
+            assert len(episode.observations[key]) == len(episode.actions) + 1
+
+
+class StepCountingPolicy:
+    """Recurrent-style stub: state row i counts the steps env i took since its reset."""
+
+    def __init__(self, action_space: gym.Space) -> None:
+        self.action_space = action_space
+        self.seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __call__(self, obs: np.ndarray, state: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        steps = np.zeros(len(obs), dtype=np.int64) if state is None else state
+        # CountingEnv's observation is the step counter, so it must equal the state.
+        self.seen.append((obs[:, 0].astype(np.int64).copy(), steps.copy()))
+        return np.zeros(len(obs), dtype=np.int64), steps + 1
+
+    def reset_state(self, state: np.ndarray, env_ids: np.ndarray) -> np.ndarray:
+        state[env_ids] = 0
+        return state
+
+
+def test_policy_state_is_kept_per_env_and_zeroed_on_reset() -> None:
+    fns = [lambda length=length: CountingEnv(length) for length in (3, 4, 5, 6, 7)]
+    policy = StepCountingPolicy(CountingEnv(3).action_space)
+    with Collector(policy, fns, seed=0) as collector:
+        collector.collect(n_episode=7, reset_before_collect=True)
+        collector.collect(n_step=3)
+    assert len(policy.seen) > 10
+    for obs_steps, state_steps in policy.seen:
+        np.testing.assert_array_equal(obs_steps, state_steps)
+
+
+class FlippingPolicy:
+    def __call__(self, obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:
+        return np.zeros(len(obs), dtype=np.int64), None
+
+    def add_exploration_noise(self, actions: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        return 1 - actions
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_exploration_noise_is_applied_only_when_asked(noise: bool) -> None:
+    with Collector(FlippingPolicy(), counting_fns(2), seed=0, exploration_noise=noise) as collector:
+        collector.collect(n_step=10, reset_before_collect=True)
+        actions = collector.buffer.sample(32, np.random.default_rng(0))["actions"]
+    assert np.all(actions == (1 if noise else 0))
+
+
+def test_reset_options_reach_every_reset_and_the_store() -> None:
+    store = ListStore()
+    with Collector(None, counting_fns(2, length=2), store=store, seed=0) as collector:
+        collector.collect(n_episode=4, random=True, reset_before_collect=True, reset_options={"start": 3})
+    assert [e.options for e in store.episodes] == [{"start": 3}] * 4
+    # CountingEnv starts its counter at options["start"].
+    assert all(e.observations[0, 0] == 3 for e in store.episodes)
+
+
+class RenderCountingEnv(CountingEnv):
+    renders = 0
+
+    def render(self) -> None:
+        RenderCountingEnv.renders += 1
+
+
+def test_render_renders_every_step() -> None:
+    RenderCountingEnv.renders = 0
+    with Collector(None, [lambda: RenderCountingEnv(5)] * 2, seed=0) as collector:
+        collector.collect(n_step=6, random=True, reset_before_collect=True, render=0.0)
+    assert RenderCountingEnv.renders == 6  # 3 vector steps x 2 envs
+
+
+def test_progress_bar_is_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    with Collector(None, counting_fns(2), seed=0) as collector:
+        collector.collect(n_step=20, random=True, reset_before_collect=True, progress=True)
+    assert "20/20" in capsys.readouterr().err
+
+
+def test_single_gymnasium_env_is_accepted() -> None:
+    with Collector(None, gym.make("CartPole-v1"), seed=0) as collector:
+        stats = collector.collect(n_episode=2, random=True, reset_before_collect=True)
+    assert collector.num_envs == 1 and stats.n_collected_episodes == 2
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def test_collect_before_reset_says_what_to_do() -> None:
+    with Collector(None, counting_fns(2), seed=0) as collector, pytest.raises(
+        CollectorStateError, match="reset_before_collect=True"
+    ):
+        collector.collect(n_step=1, random=True)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"n_step": 1, "n_episode": 1}, {"n_step": 0}, {"n_episode": -2}])
+def test_both_neither_or_non_positive_counts_are_rejected(kwargs: dict[str, int]) -> None:
+    with Collector(None, counting_fns(2), seed=0) as collector, pytest.raises(ValueError):
+        collector.collect(random=True, reset_before_collect=True, **kwargs)
+
+
+def test_wrong_number_of_actions_is_a_clear_error() -> None:
+    policy = lambda obs, state=None: (np.zeros(len(obs) + 1, dtype=np.int64), None)  # noqa: E731
+    with Collector(policy, counting_fns(3), seed=0) as collector, pytest.raises(ActionError, match="3 ready envs"):
+        collector.collect(n_step=3, reset_before_collect=True)
+
+
+def test_wrong_action_shape_is_a_clear_error() -> None:
+    space = gym.make("Pendulum-v1").action_space
+    policy = lambda obs, state=None: (np.zeros((len(obs), 2), dtype=np.float32), None)  # noqa: E731
+    with Collector(policy, [lambda: gym.make("Pendulum-v1")] * 2, seed=0) as collector, pytest.raises(
+        ActionError, match=r"expected \(2, 1\)"
+    ):
+        collector.collect(n_step=2, reset_before_collect=True)
+    assert space.shape == (1,)
+
+
+def test_action_outside_the_space_is_a_clear_error() -> None:
+    policy = lambda obs, state=None: (np.full(len(obs), 5, dtype=np.int64), None)  # noqa: E731
+    with Collector(policy, [cartpole] * 2, seed=0) as collector, pytest.raises(ActionError, match="outside"):
+        collector.collect(n_step=2, reset_before_collect=True)
+
+
+def test_policy_not_returning_a_pair_is_a_clear_error() -> None:
+    policy = lambda obs, state=None: np.zeros(len(obs), dtype=np.int64)  # noqa: E731
+    with Collector(policy, [cartpole] * 2, seed=0) as collector, pytest.raises(ActionError, match="actions, state"):
+        collector.collect(n_step=2, reset_before_collect=True)
+
+
+def test_observation_outside_the_space_is_a_clear_error() -> None:
+    with Collector(None, [BadObsEnv] * 2, seed=0) as collector, pytest.raises(
+        ObservationError, match="outside the observation space"
+    ):
+        collector.collect(n_step=10, random=True, reset_before_collect=True)
+
+
+@pytest.mark.parametrize("backend", ["dummy", "subproc"])
+def test_env_raising_in_step_gives_env_worker_error_with_traceback(backend: str) -> None:
+    fns = [lambda: CountingEnv(50), lambda: FailingEnv(fail_step=3)]
+    envs = DummyVectorEnv(fns) if backend == "dummy" else SubprocVectorEnv(fns, num_workers=2)
+    with Collector(None, envs, seed=0) as collector, pytest.raises(EnvWorkerError) as info:
+        collector.collect(n_step=20, random=True, reset_before_collect=True)
+    assert info.value.env_id == 1
+    assert "FailingEnv" in str(info.value) or "fail" in info.value.traceback_text.lower()
+
+
+def test_dead_worker_process_gives_env_worker_error_without_hanging() -> None:
+    envs = SubprocVectorEnv([lambda: CountingEnv(50), lambda: DyingEnv(die_step=2)], num_workers=2)
+    with Collector(None, envs, seed=0) as collector, pytest.raises(EnvWorkerError) as info:
+        collector.collect(n_step=20, random=True, reset_before_collect=True)
+    assert info.value.env_id == 1
+
+
+def test_calls_after_close_are_rejected() -> None:
+    collector = Collector(None, counting_fns(2), seed=0)
+    collector.close()
+    collector.close()  # idempotent
+    with pytest.raises(CollectorStateError, match="closed"):
+        collector.collect(n_step=1, random=True, reset_before_collect=True)
+    with pytest.raises(CollectorStateError):
+        collector.reset()
+
+
+def test_buffer_with_the_wrong_number_of_rings_is_rejected() -> None:
+    env = CountingEnv(3)
+    buffer = VectorRingBuffer(3, 10, env.observation_space, env.action_space)
+    with pytest.raises(ValueError, match="num_envs"):
+        Collector(None, counting_fns(2), buffer=buffer)
+
+
+def test_collect_without_policy_needs_random() -> None:
+    with Collector(None, counting_fns(2), seed=0) as collector, pytest.raises(ValueError, match="random=True"):
+        collector.collect(n_step=1, reset_before_collect=True)

@@ -1,0 +1,406 @@
+"""Tests of VectorRingBuffer against a plain-Python list-of-rows reference."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces as gs
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from vcollect.buffers import EpisodeSlice, VectorRingBuffer
+from vcollect.spaces import flatten_batch, leaves, unflatten_batch
+
+# ------------------------------------------------------------------------------------ configurations
+# Observations are made from a global counter, so every observation is unique and a sampled
+# transition can be matched exactly against the reference.
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    obs_space: gym.Space
+    act_space: gym.Space
+
+    def obs_leaves(self, c: int) -> list[np.ndarray]:
+        if self.name == "plain":
+            return [np.array([c, -c, 0.5 * c, 1.0], np.float32)]
+        return [  # in leaves() order
+            np.array(c, np.int64),  # "u": Discrete(10**9): the unique part
+            np.array(c % 7 - 3, np.int64),  # "t/0": Discrete(7, start=-3)
+            np.array([c % 2, (c // 2) % 2], np.int8),  # "t/1": MultiBinary(2)
+            np.array([c % 3, c % 4], np.int64),  # "t/2": MultiDiscrete([3, 4])
+            np.array([c, -c], np.float64),  # "pos"
+        ]
+
+    def act_leaves(self, a: int) -> list[np.ndarray]:
+        if self.name == "plain":
+            return [np.array(a % 2, np.int64)]
+        return [
+            np.array(a % 3 + 1, np.int64),
+            np.array([a % 2, a % 3], np.int64),
+            np.array([a / 100], np.float32),
+        ]
+
+
+PLAIN = Config("plain", gs.Box(-np.inf, np.inf, (4,), dtype=np.float32), gs.Discrete(2))
+NESTED = Config(
+    "nested",
+    gs.Dict(
+        [
+            ("u", gs.Discrete(10**9)),
+            (
+                "t",
+                gs.Tuple((gs.Discrete(7, start=-3), gs.MultiBinary(2), gs.MultiDiscrete([3, 4]))),
+            ),
+            ("pos", gs.Box(-np.inf, np.inf, (2,), dtype=np.float64)),
+        ]
+    ),
+    gs.Tuple((gs.Discrete(3, start=1), gs.MultiDiscrete([2, 3]), gs.Box(-1.0, 1.0, (1,), dtype=np.float32))),
+)
+
+
+def batch_of(space: gym.Space, rows: list[list[np.ndarray]]) -> Any:
+    """Nested batch (leading axis = len(rows)) from per-row leaf lists."""
+    return unflatten_batch(space, [np.stack([r[i] for r in rows]) for i in range(len(leaves(space)))])
+
+
+# -------------------------------------------------------------------------------------- reference
+
+
+@dataclass
+class Row:
+    obs: list[np.ndarray]
+    step: tuple[list[np.ndarray], float, bool, bool] | None = None
+
+
+@dataclass
+class RefEnv:
+    rows: list[Row] = field(default_factory=list)
+    start: int | None = None  # index in rows of the current episode's first row
+
+
+class Reference:
+    """Every row ever written per env, in order; the ring keeps the last `capacity` of them."""
+
+    def __init__(self, num_envs: int, capacity: int, keep_overflow: bool) -> None:
+        self.capacity, self.keep_overflow = capacity, keep_overflow
+        self.envs = [RefEnv() for _ in range(num_envs)]
+
+    def start(self, env: int, obs: list[np.ndarray]) -> None:
+        ref = self.envs[env]
+        ref.rows.append(Row(obs))
+        ref.start = len(ref.rows) - 1
+
+    def add(
+        self, env: int, act: list[np.ndarray], rew: float, term: bool, trunc: bool, obs: list[np.ndarray]
+    ) -> None:
+        ref = self.envs[env]
+        ref.rows[-1].step = (act, rew, term, trunc)
+        ref.rows.append(Row(obs))
+
+    def in_ring(self, env: int) -> list[Row]:
+        return self.envs[env].rows[-self.capacity :]
+
+    def transitions(self) -> list[tuple[Row, Row]]:
+        out = []
+        for env in range(len(self.envs)):
+            rows = self.in_ring(env)
+            out += [(rows[i], rows[i + 1]) for i in range(len(rows) - 1) if rows[i].step is not None]
+        return out
+
+    def episode(self, env: int) -> tuple[list[Row], bool]:
+        ref = self.envs[env]
+        assert ref.start is not None
+        whole = ref.rows[ref.start :]
+        if self.keep_overflow or len(whole) <= self.capacity:
+            return whole, False
+        return whole[-self.capacity :], True
+
+
+def key(leaf_values: list[np.ndarray]) -> tuple:
+    return tuple(np.asarray(v).tobytes() for v in leaf_values)
+
+
+def check_against_reference(
+    buf: VectorRingBuffer, ref: Reference, cfg: Config, rng: np.random.Generator
+) -> None:
+    transitions = ref.transitions()
+    assert len(buf) == len(transitions)
+    for env, renv in enumerate(ref.envs):
+        if renv.start is None:
+            with pytest.raises(ValueError):
+                buf.episode(env)
+            continue
+        rows, truncated = ref.episode(env)
+        ep = buf.episode(env)
+        assert isinstance(ep, EpisodeSlice)
+        steps = rows[:-1]
+        assert all(r.step is not None for r in steps) and rows[-1].step is None
+        obs = flatten_batch(cfg.obs_space, ep.observations)
+        for i, arr in enumerate(obs):
+            np.testing.assert_array_equal(arr, np.stack([r.obs[i] for r in rows]))
+        acts = flatten_batch(cfg.act_space, ep.actions)
+        for i, arr in enumerate(acts):
+            assert arr.shape[0] == len(steps)
+            if steps:
+                np.testing.assert_array_equal(arr, np.stack([r.step[0][i] for r in steps]))  # type: ignore[index]
+        np.testing.assert_array_equal(ep.rewards, np.array([r.step[1] for r in steps], np.float64))  # type: ignore[index]
+        np.testing.assert_array_equal(ep.terminations, np.array([r.step[2] for r in steps], bool))  # type: ignore[index]
+        np.testing.assert_array_equal(ep.truncations, np.array([r.step[3] for r in steps], bool))  # type: ignore[index]
+        assert ep.rewards.dtype == np.float64 and ep.terminations.dtype == bool
+        assert buf.episode_truncated_in_ring(env) == truncated
+        whole = renv.rows[renv.start :]
+        assert buf.episode_lengths[env] == len(whole) - 1
+        expected_return = 0.0
+        for r in whole[:-1]:
+            expected_return += r.step[1]  # type: ignore[index]
+        assert buf.episode_returns[env] == expected_return
+        last = flatten_batch(cfg.obs_space, buf.last_obs(np.array([env])))
+        assert key([a[0] for a in last]) == key(renv.rows[-1].obs)
+
+    if not transitions:
+        with pytest.raises(ValueError):
+            buf.sample(4, rng)
+        return
+    allowed = {
+        (key(a.obs), key(a.step[0]), a.step[1], a.step[2], a.step[3], key(b.obs))  # type: ignore[index]
+        for a, b in transitions
+    }
+    batch = buf.sample(16, rng)
+    assert set(batch) == {
+        "observations",
+        "actions",
+        "rewards",
+        "next_observations",
+        "terminations",
+        "truncations",
+    }
+    obs = flatten_batch(cfg.obs_space, batch["observations"])
+    nxt = flatten_batch(cfg.obs_space, batch["next_observations"])
+    acts = flatten_batch(cfg.act_space, batch["actions"])
+    for j in range(16):
+        got = (
+            key([a[j] for a in obs]),
+            key([a[j] for a in acts]),
+            batch["rewards"][j],
+            batch["terminations"][j],
+            batch["truncations"][j],
+            key([a[j] for a in nxt]),
+        )
+        assert got in allowed
+
+
+# --------------------------------------------------------------------------------- property test
+
+# Mostly steps, so that episodes often outgrow the tiny rings (several times over) before restarting.
+op = st.tuples(
+    st.sampled_from(["add"] * 24 + ["start"] * 5 + ["reset"]),
+    st.permutations([0, 1, 2]).flatmap(lambda p: st.integers(1, 3).map(lambda k: p[:k])),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.data(),
+    cfg=st.sampled_from([PLAIN, NESTED]),
+    num_envs=st.integers(1, 3),
+    capacity=st.integers(2, 6),
+    keep_overflow=st.booleans(),
+    ops=st.lists(op, min_size=15, max_size=50),
+)
+def test_ring_buffer_matches_list_of_rows_reference(
+    data: st.DataObject, cfg: Config, num_envs: int, capacity: int, keep_overflow: bool, ops: list
+) -> None:
+    buf = VectorRingBuffer(num_envs, capacity, cfg.obs_space, cfg.act_space, keep_overflow=keep_overflow)
+    ref = Reference(num_envs, capacity, keep_overflow)
+    rng = np.random.default_rng(0)
+    counter = longest = 0
+    for kind, ids in ops:
+        ids = [e for e in ids if e < num_envs]
+        if kind == "reset":
+            buf.reset()
+            ref = Reference(num_envs, capacity, keep_overflow)
+            check_against_reference(buf, ref, cfg, rng)
+            continue
+        if kind == "add":
+            ids = [e for e in ids if ref.envs[e].start is not None]
+        if not ids:
+            continue
+        obs_rows = []
+        for _ in ids:
+            counter += 1
+            obs_rows.append(cfg.obs_leaves(counter))
+        if kind == "start":
+            buf.start_episodes(np.array(ids), batch_of(cfg.obs_space, obs_rows))
+            for e, o in zip(ids, obs_rows):
+                ref.start(e, o)
+        else:
+            act_rows = [cfg.act_leaves(data.draw(st.integers(0, 50), label="action")) for _ in ids]
+            rewards = data.draw(
+                st.lists(st.floats(-10, 10, allow_nan=False), min_size=len(ids), max_size=len(ids)), label="r"
+            )
+            terms = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="term")
+            truncs = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="trunc")
+            buf.add(
+                np.array(ids),
+                batch_of(cfg.act_space, act_rows),
+                np.array(rewards, np.float64),
+                np.array(terms, bool),
+                np.array(truncs, bool),
+                batch_of(cfg.obs_space, obs_rows),
+            )
+            for e, a, r, te, tr, o in zip(ids, act_rows, rewards, terms, truncs, obs_rows):
+                ref.add(e, a, r, te, tr, o)
+        check_against_reference(buf, ref, cfg, rng)
+        longest = max(longest, *(len(r.rows) - r.start for r in ref.envs if r.start is not None))
+    event("episode outgrew the ring" if longest > capacity else "episodes fit the ring")
+    event(f"keep_overflow={keep_overflow}, longest episode > 2 rings: {longest > 2 * capacity}")
+
+
+# ------------------------------------------------------------------------------ example-based tests
+
+
+def plain_buffer(num_envs: int = 2, capacity: int = 5, keep_overflow: bool = False) -> VectorRingBuffer:
+    return VectorRingBuffer(num_envs, capacity, PLAIN.obs_space, PLAIN.act_space, keep_overflow=keep_overflow)
+
+
+def step_all(buf: VectorRingBuffer, ids: np.ndarray, value: float, done: bool = False) -> None:
+    k = len(ids)
+    buf.add(
+        ids,
+        np.zeros(k, np.int64),
+        np.full(k, value),
+        np.full(k, done),
+        np.zeros(k, bool),
+        np.full((k, 4), value, np.float32),
+    )
+
+
+def test_invalid_construction() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        plain_buffer(capacity=1)
+    with pytest.raises(ValueError, match="num_envs"):
+        plain_buffer(num_envs=0)
+    with pytest.raises(TypeError):
+        VectorRingBuffer(1, 4, gs.Text(3), gs.Discrete(2))
+
+
+def test_contiguous_episode_is_a_view_and_wrapped_one_a_copy() -> None:
+    buf = plain_buffer(num_envs=1, capacity=5)
+    ids = np.array([0])
+    buf.start_episodes(ids, np.zeros((1, 4), np.float32))
+    step_all(buf, ids, 1.0)
+    step_all(buf, ids, 2.0, done=True)
+    ep = buf.episode(0)
+    assert np.shares_memory(ep.observations, buf._obs[0]) and np.shares_memory(ep.rewards, buf._rew)
+    np.testing.assert_array_equal(ep.observations[:, 0], [0.0, 1.0, 2.0])
+    # The next episode starts in row 3 and wraps after row 4.
+    buf.start_episodes(ids, np.full((1, 4), 10.0, np.float32))
+    step_all(buf, ids, 11.0)
+    step_all(buf, ids, 12.0)
+    ep = buf.episode(0)
+    np.testing.assert_array_equal(ep.observations[:, 0], [10.0, 11.0, 12.0])
+    np.testing.assert_array_equal(ep.rewards, [11.0, 12.0])
+    assert not np.shares_memory(ep.observations, buf._obs[0])
+    assert len(buf) == 3  # row 0 (first step of the first episode) was overwritten by obs 12; row 1 remains
+
+
+def test_keep_overflow_returns_whole_long_episode_and_drops_it_on_restart() -> None:
+    cap = 4
+    buf = plain_buffer(num_envs=2, capacity=cap, keep_overflow=True)
+    short = plain_buffer(num_envs=2, capacity=cap, keep_overflow=False)
+    ids = np.array([1, 0])
+    for b in (buf, short):
+        b.start_episodes(ids, np.zeros((2, 4), np.float32))
+    n = 3 * cap + 2
+    for t in range(1, n + 1):
+        for b in (buf, short):
+            step_all(b, ids, float(t), done=t == n)
+    for env in (0, 1):
+        ep = buf.episode(env)
+        np.testing.assert_array_equal(ep.observations[:, 0], np.arange(n + 1, dtype=np.float32))
+        np.testing.assert_array_equal(ep.rewards, np.arange(1, n + 1, dtype=np.float64))
+        np.testing.assert_array_equal(ep.terminations, np.arange(1, n + 1) == n)
+        assert not buf.episode_truncated_in_ring(env)
+        cut = short.episode(env)
+        np.testing.assert_array_equal(cut.observations[:, 0], np.arange(n + 1 - cap, n + 1, dtype=np.float32))
+        np.testing.assert_array_equal(cut.rewards, np.arange(n + 2 - cap, n + 1, dtype=np.float64))
+        assert short.episode_truncated_in_ring(env)
+        assert buf.episode_lengths[env] == short.episode_lengths[env] == n
+        assert buf.episode_returns[env] == short.episode_returns[env] == sum(range(1, n + 1))
+    assert set(buf._overflow) == {0, 1}
+    buf.start_episodes(np.array([0]), np.full((1, 4), -1.0, np.float32))
+    assert set(buf._overflow) == {1}
+    np.testing.assert_array_equal(buf.episode(0).observations[:, 0], [-1.0])
+    assert buf.episode_lengths[0] == 0 and buf.episode_returns[0] == 0.0
+    assert len(buf.episode(1).rewards) == n  # env 1 keeps its finished episode
+
+
+def test_errors_for_envs_without_episode_and_empty_buffer() -> None:
+    buf = plain_buffer()
+    with pytest.raises(ValueError, match="no episode"):
+        buf.episode(0)
+    with pytest.raises(IndexError):
+        buf.episode(5)
+    with pytest.raises(ValueError, match="no episode"):
+        buf.last_obs(np.array([0]))
+    with pytest.raises(ValueError, match="no transitions"):
+        buf.sample(3, np.random.default_rng(0))
+    buf.start_episodes(np.array([1]), np.ones((1, 4), np.float32))
+    assert len(buf) == 0
+    with pytest.raises(ValueError, match="no transitions"):
+        buf.sample(3, np.random.default_rng(0))
+    step_all(buf, np.array([1]), 2.0)
+    assert len(buf) == 1
+    s = buf.sample(5, np.random.default_rng(0))
+    np.testing.assert_array_equal(s["observations"][:, 0], np.ones(5))
+    np.testing.assert_array_equal(s["next_observations"][:, 0], np.full(5, 2.0))
+    buf.reset()
+    assert len(buf) == 0 and buf.episode_lengths[1] == 0
+    with pytest.raises(ValueError):
+        buf.episode(1)
+
+
+def test_cartpole_episodes_match_a_recorded_rollout() -> None:
+    num_envs, cap = 4, 64
+    envs = [gym.make("CartPole-v1") for _ in range(num_envs)]
+    buf = VectorRingBuffer(num_envs, cap, envs[0].observation_space, envs[0].action_space, keep_overflow=True)
+    rng = np.random.default_rng(3)
+    ids = np.arange(num_envs)
+    first = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
+    buf.start_episodes(ids, first)
+    recorded: list[dict[str, list]] = [{"obs": [first[i]], "act": [], "rew": []} for i in range(num_envs)]
+    finished = 0
+    while finished < 12:
+        acts = rng.integers(0, 2, num_envs)
+        results = [env.step(int(a)) for env, a in zip(envs, acts)]
+        nobs = np.stack([r[0] for r in results])
+        rews = np.array([r[1] for r in results], np.float64)
+        terms = np.array([r[2] for r in results])
+        truncs = np.array([r[3] for r in results])
+        buf.add(ids, acts, rews, terms, truncs, nobs)
+        for i in range(num_envs):
+            recorded[i]["obs"].append(nobs[i])
+            recorded[i]["act"].append(acts[i])
+            recorded[i]["rew"].append(rews[i])
+        done = np.flatnonzero(terms | truncs)
+        for i in done:
+            ep = buf.episode(int(i))
+            np.testing.assert_array_equal(ep.observations, np.stack(recorded[i]["obs"]))
+            np.testing.assert_array_equal(ep.actions, np.array(recorded[i]["act"]))
+            np.testing.assert_array_equal(ep.rewards, np.array(recorded[i]["rew"]))
+            assert ep.terminations[-1] or ep.truncations[-1]
+            assert buf.episode_lengths[i] == len(recorded[i]["act"])
+            finished += 1
+        if done.size:
+            fresh = np.stack([envs[i].reset()[0] for i in done])
+            buf.start_episodes(done, fresh)
+            for j, i in enumerate(done):
+                recorded[i] = {"obs": [fresh[j]], "act": [], "rew": []}
+    for env in envs:
+        env.close()

@@ -1,0 +1,62 @@
+"""vcollect: collect RL experience at the speed of the environments, into datasets nothing loses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vcollect.buffers import VectorRingBuffer
+from vcollect.collector import Collector
+from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
+from vcollect.errors import (
+    ActionError,
+    CollectorStateError,
+    CorruptShardError,
+    DatasetError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    EnvWorkerError,
+    InfoStructureError,
+    InvalidDatasetIdError,
+    ObservationError,
+    SpaceMismatchError,
+    VCollectError,
+)
+from vcollect.policies import Policy, RandomPolicy
+from vcollect.stats import CollectStats, SummaryStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ActionError",
+    "CollectStats",
+    "Collector",
+    "CollectorStateError",
+    "CorruptShardError",
+    "DatasetError",
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "DummyVectorEnv",
+    "EnvWorkerError",
+    "InfoStructureError",
+    "InvalidDatasetIdError",
+    "ObservationError",
+    "Policy",
+    "RandomPolicy",
+    "SpaceMismatchError",
+    "SubprocVectorEnv",
+    "SummaryStats",
+    "TorchPolicy",
+    "VCollectError",
+    "VectorEnv",
+    "VectorRingBuffer",
+    "make_vector",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Import TorchPolicy (and torch) only when it is asked for."""
+    if name == "TorchPolicy":
+        from vcollect.policies import TorchPolicy
+
+        return TorchPolicy
+    raise AttributeError(f"module 'vcollect' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+"""Per-env ring buffers of rows (DESIGN.md section 3), written vectorised over env ids."""
+
+from vcollect.buffers.ring import EpisodeSlice, VectorRingBuffer
+
+__all__ = ["EpisodeSlice", "VectorRingBuffer"]

@@ -1,0 +1,277 @@
+"""VectorRingBuffer: one ring of rows per env id, written vectorised over env ids once per step.
+
+Row layout (DESIGN.md section 3): a row holds an observation and, once the policy acted on it, the
+action, reward, termination and truncation that followed. An episode of T steps is T+1 consecutive
+rows, the last holding only the final observation; consecutive episodes never share a row.
+
+Internally every per-leaf array of shape (num_envs, capacity, ...) is also addressed through a flat
+(num_envs * capacity, ...) view, and each env's position is kept as a flat row index; one 1-D fancy
+index per array is the cheapest numpy write, which keeps ``add`` and ``start_episodes`` at a few
+microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
+
+__all__ = ["EpisodeSlice", "VectorRingBuffer"]
+
+
+@dataclass
+class EpisodeSlice:
+    """One episode's data: T+1 observations and T actions/rewards/flags (nested values batched over time).
+
+    Arrays are views into the buffer when the episode is contiguous in its ring: consume or copy them
+    before the buffer is written again.
+    """
+
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+
+
+@dataclass
+class _Chunk:
+    """Step rows copied out of a ring before being overwritten (keep_overflow=True), in flat leaf form."""
+
+    observations: list[np.ndarray]
+    actions: list[np.ndarray]
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+
+
+class VectorRingBuffer:
+    """Rings of ``capacity`` rows for ``num_envs`` envs holding observations once, episodes contiguous.
+
+    ``start_episodes`` and ``add`` take distinct env ids in ``[0, num_envs)``; they are the per-step
+    hot path and do not re-validate their arguments (``add`` needs a started episode for every id).
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        capacity: int,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        keep_overflow: bool = False,
+    ) -> None:
+        if int(num_envs) < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if int(capacity) < 2:
+            raise ValueError(f"capacity must be >= 2 (an episode step needs two rows), got {capacity}")
+        self.num_envs = n = int(num_envs)
+        self.capacity = c = int(capacity)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.keep_overflow = bool(keep_overflow)
+
+        self._obs_leaves = leaves(observation_space)
+        self._act_leaves = leaves(action_space)
+        self._obs_nested = isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
+        self._act_nested = isinstance(action_space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+        # Storage (num_envs, capacity, ...) and flat (num_envs * capacity, ...) views of it.
+        self._obs = allocate(observation_space, (n, c))
+        self._act = allocate(action_space, (n, c))
+        self._rew = np.zeros((n, c), dtype=np.float64)
+        self._term = np.zeros((n, c), dtype=bool)
+        self._trunc = np.zeros((n, c), dtype=bool)
+        self._has_step = np.zeros((n, c), dtype=bool)
+        self._obs_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._obs, self._obs_leaves)]
+        self._act_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._act, self._act_leaves)]
+        self._rew_flat = self._rew.reshape(-1)
+        self._term_flat = self._term.reshape(-1)
+        self._trunc_flat = self._trunc.reshape(-1)
+        self._has_flat = self._has_step.reshape(-1)
+        # Flat index of the row after each flat row (wrapping inside the env's own ring).
+        self._next_flat = np.arange(1, n * c + 1, dtype=np.intp)
+        self._next_flat[c - 1 :: c] -= c
+
+        self.episode_lengths = np.zeros(n, dtype=np.int64)
+        self.episode_returns = np.zeros(n, dtype=np.float64)
+        self._last_flat = np.zeros(n, dtype=np.intp)  # flat index of each env's latest row
+        self._has_episode = np.zeros(n, dtype=bool)
+        self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
+        self._overflow: dict[int, list[_Chunk]] = {}
+        self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
+        self.reset()
+
+    # ------------------------------------------------------------------------------------------ state
+    def reset(self) -> None:
+        """Forget everything stored: no episodes, no transitions, no overflow."""
+        c = self.capacity
+        self._has_flat.fill(False)
+        self.episode_lengths.fill(0)
+        self.episode_returns.fill(0.0)
+        # The row "before" row 0, so the first start_episodes of an env writes its row 0.
+        self._last_flat[:] = np.arange(self.num_envs, dtype=np.intp) * c + (c - 1)
+        self._has_episode.fill(False)
+        self._spilled.fill(0)
+        self._overflow.clear()
+        self._headroom = c - 1
+
+    def __len__(self) -> int:
+        """Number of transitions (step rows whose next observation is still stored)."""
+        return int(np.count_nonzero(self._has_flat))
+
+    # ---------------------------------------------------------------------------------------- writing
+    def start_episodes(self, env_ids: np.ndarray, obs_batch: Any) -> None:
+        """Write the first observation of a new episode for each env id (the row after its last row)."""
+        env_ids = np.asarray(env_ids)
+        rows = self._next_flat[self._last_flat[env_ids]]
+        obs = flatten_batch(self.observation_space, obs_batch) if self._obs_nested else (obs_batch,)
+        for store, value in zip(self._obs_flat, obs):
+            store[rows] = value
+        self._has_flat[rows] = False
+        self._last_flat[env_ids] = rows
+        self._has_episode[env_ids] = True
+        self.episode_lengths[env_ids] = 0
+        self.episode_returns[env_ids] = 0.0
+        if self.keep_overflow:
+            self._spilled[env_ids] = 0
+            if self._overflow:
+                restarted = np.zeros(self.num_envs, dtype=bool)
+                restarted[env_ids] = True
+                for env in [e for e in self._overflow if restarted[e]]:
+                    del self._overflow[env]
+
+    def add(
+        self,
+        env_ids: np.ndarray,
+        actions: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        next_obs: Any,
+    ) -> None:
+        """Record one step for each env id: action/reward/flags in its current row, next_obs in the next."""
+        env_ids = np.asarray(env_ids)
+        if self.keep_overflow:
+            if self._headroom <= 0:
+                self._spill_full(env_ids)
+            self._headroom -= 1
+        cur = self._last_flat[env_ids]
+        nxt = self._next_flat[cur]
+        acts = flatten_batch(self.action_space, actions) if self._act_nested else (actions,)
+        for store, value in zip(self._act_flat, acts):
+            store[cur] = value
+        self._rew_flat[cur] = rewards
+        self._term_flat[cur] = terminations
+        self._trunc_flat[cur] = truncations
+        self._has_flat[cur] = True
+        obs = flatten_batch(self.observation_space, next_obs) if self._obs_nested else (next_obs,)
+        for store, value in zip(self._obs_flat, obs):
+            store[nxt] = value
+        self._has_flat[nxt] = False
+        self._last_flat[env_ids] = nxt
+        self.episode_lengths[env_ids] += 1
+        self.episode_returns[env_ids] += rewards
+
+    def _spill_full(self, env_ids: np.ndarray) -> None:
+        """Copy aside the step rows of every env in env_ids whose ring is full of its current episode."""
+        c = self.capacity
+        steps_in_ring = self.episode_lengths - self._spilled
+        for env in env_ids[steps_in_ring[env_ids] >= c - 1].tolist():
+            _, steps = self._ring_rows(env, c)
+            # Index arrays so that the reads below are copies, never views into the ring.
+            idx = np.arange(steps.start, steps.stop) if isinstance(steps, slice) else steps
+            self._overflow.setdefault(env, []).append(
+                _Chunk(
+                    [a[idx] for a in self._obs_flat],
+                    [a[idx] for a in self._act_flat],
+                    self._rew_flat[idx],
+                    self._term_flat[idx],
+                    self._trunc_flat[idx],
+                )
+            )
+            self._spilled[env] += c - 1
+        self._headroom = int((c - 1 - (self.episode_lengths - self._spilled)).min())
+
+    # ---------------------------------------------------------------------------------------- reading
+    def _check_env(self, env_id: int) -> int:
+        env = int(env_id)
+        if not 0 <= env < self.num_envs:
+            raise IndexError(f"env id {env_id} out of range [0, {self.num_envs})")
+        if not self._has_episode[env]:
+            raise ValueError(f"env {env} has no episode: call start_episodes first")
+        return env
+
+    def _ring_rows(self, env: int, rows: int) -> tuple[slice | np.ndarray, slice | np.ndarray]:
+        """Flat indices of the env's last ``rows`` rows and of all but the last of them.
+
+        Slices (so reads are views) when the rows are contiguous, index arrays when they wrap.
+        """
+        c = self.capacity
+        last = int(self._last_flat[env])
+        first = last - rows + 1
+        if first >= env * c:
+            return slice(first, last + 1), slice(first, last)
+        idx = env * c + (np.arange(first - env * c, last - env * c + 1) % c)
+        return idx, idx[:-1]
+
+    def episode(self, env_id: int) -> EpisodeSlice:
+        """The current (or just finished) episode of ``env_id``: views when contiguous, else copies.
+
+        With keep_overflow=True it is the whole episode (spilled chunks + ring part); otherwise only the
+        part still in the ring (see :meth:`episode_truncated_in_ring`).
+        """
+        env = self._check_env(env_id)
+        steps_in_ring = int(self.episode_lengths[env] - self._spilled[env])
+        idx, step_idx = self._ring_rows(env, min(steps_in_ring + 1, self.capacity))
+        obs = [a[idx] for a in self._obs_flat]
+        acts = [a[step_idx] for a in self._act_flat]
+        rew, term, trunc = self._rew_flat[step_idx], self._term_flat[step_idx], self._trunc_flat[step_idx]
+        chunks = self._overflow.get(env)
+        if chunks:
+            obs = [np.concatenate([*(ch.observations[i] for ch in chunks), o]) for i, o in enumerate(obs)]
+            acts = [np.concatenate([*(ch.actions[i] for ch in chunks), a]) for i, a in enumerate(acts)]
+            rew = np.concatenate([*(ch.rewards for ch in chunks), rew])
+            term = np.concatenate([*(ch.terminations for ch in chunks), term])
+            trunc = np.concatenate([*(ch.truncations for ch in chunks), trunc])
+        return EpisodeSlice(
+            unflatten_batch(self.observation_space, obs),
+            unflatten_batch(self.action_space, acts),
+            rew,
+            term,
+            trunc,
+        )
+
+    def episode_truncated_in_ring(self, env_id: int) -> bool:
+        """Whether :meth:`episode` lacks the start of the env's episode (too long, keep_overflow=False)."""
+        env = self._check_env(env_id)
+        return int(self.episode_lengths[env] - self._spilled[env]) + 1 > self.capacity
+
+    def last_obs(self, env_ids: np.ndarray) -> Any:
+        """A copy of the latest observation of each env id, batched."""
+        env_ids = np.asarray(env_ids)
+        if not self._has_episode[env_ids].all():
+            missing = env_ids[~self._has_episode[env_ids]].tolist()
+            raise ValueError(f"env ids {missing} have no episode: call start_episodes first")
+        rows = self._last_flat[env_ids]
+        return unflatten_batch(self.observation_space, [a[rows] for a in self._obs_flat])
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, Any]:
+        """``batch_size`` transitions drawn uniformly (with replacement) from those stored."""
+        stored = np.flatnonzero(self._has_flat)
+        if stored.size == 0:
+            raise ValueError("cannot sample from a buffer that holds no transitions")
+        rows = stored[rng.integers(0, stored.size, size=int(batch_size))]
+        nxt = self._next_flat[rows]
+        return {
+            "observations": unflatten_batch(self.observation_space, [a[rows] for a in self._obs_flat]),
+            "actions": unflatten_batch(self.action_space, [a[rows] for a in self._act_flat]),
+            "rewards": self._rew_flat[rows],
+            "next_observations": unflatten_batch(self.observation_space, [a[nxt] for a in self._obs_flat]),
+            "terminations": self._term_flat[rows],
+            "truncations": self._trunc_flat[rows],
+        }

@@ -1,0 +1,384 @@
+"""Collector: drive N environments with a policy for exactly n steps or exactly n episodes.
+
+The loop is the data flow of DESIGN.md section 3: observations of the ready envs go to the policy,
+its actions to ``envs.step(actions, env_ids)``, the results into one ring per env id, and every
+finished episode (one contiguous ring slice) to the store before the env is reset with a seed drawn
+from the collector's generator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from tqdm.auto import tqdm
+
+from vcollect.buffers import VectorRingBuffer
+from vcollect.envs import DummyVectorEnv, VectorEnv
+from vcollect.errors import ActionError, CollectorStateError, ObservationError
+from vcollect.policies import Policy, RandomPolicy
+from vcollect.policy_state import put_state_rows, take_state_rows
+from vcollect.spaces import batch_contains, flatten_batch, leaves
+from vcollect.stats import CollectStats
+
+DEFAULT_BUFFER_ROWS = 20_000
+"""Rows of ring buffer made when none is given, split evenly between the envs."""
+
+SEED_HIGH = 2**31 - 1
+
+
+def as_vector_env(envs: Any) -> VectorEnv:
+    """Accept a VectorEnv, a gymnasium vector env, one gymnasium.Env, or a list of env factories."""
+    if isinstance(envs, VectorEnv):
+        return envs
+    if isinstance(envs, gym.vector.VectorEnv):
+        from vcollect.envs import GymnasiumVectorEnv  # type: ignore[attr-defined]
+
+        return GymnasiumVectorEnv(envs)  # type: ignore[no-any-return]
+    if isinstance(envs, gym.Env):
+        env = envs
+        return DummyVectorEnv([lambda: env])
+    if isinstance(envs, Sequence) and envs and all(callable(fn) for fn in envs):
+        return DummyVectorEnv(list(envs))
+    raise TypeError(
+        "envs must be a vcollect VectorEnv, a gymnasium vector env, a gymnasium.Env or a non-empty "
+        f"list of zero-argument env factories; got {type(envs).__name__}"
+    )
+
+
+class Collector:
+    """Collect exact numbers of steps or episodes from a vector env into per-env ring buffers.
+
+    ``policy`` is called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only.
+    With a ``store`` (an object with ``write_episode(...)``, e.g. ``EpisodeStore``) every completed
+    episode is written whole, with the seed of its reset and its env id. ``seed`` seeds the
+    generator that draws every reset's seed and the actions of ``collect(random=True)``, so the same
+    seed gives bit-identical data on every backend.
+    """
+
+    def __init__(
+        self,
+        policy: Policy | Callable[..., Any] | None,
+        envs: Any,
+        buffer: VectorRingBuffer | None = None,
+        store: Any | None = None,
+        *,
+        seed: int | None = None,
+        exploration_noise: bool = False,
+        validate: bool = True,
+    ) -> None:
+        self.envs: VectorEnv = as_vector_env(envs)
+        self.policy = policy
+        self.num_envs = self.envs.num_envs
+        self.observation_space = self.envs.single_observation_space
+        self.action_space = self.envs.single_action_space
+        if buffer is None:
+            capacity = max(2, DEFAULT_BUFFER_ROWS // self.num_envs)
+            buffer = VectorRingBuffer(
+                self.num_envs,
+                capacity,
+                self.observation_space,
+                self.action_space,
+                keep_overflow=store is not None,
+            )
+        elif buffer.num_envs != self.num_envs:
+            raise ValueError(
+                f"buffer has {buffer.num_envs} env rings but the collector has {self.num_envs} envs; "
+                "make the VectorRingBuffer with num_envs equal to envs.num_envs"
+            )
+        self.buffer = buffer
+        self.store = store
+        self.exploration_noise = exploration_noise
+        self.validate = validate
+        self._rng = np.random.default_rng(seed)
+        self._random_policy = RandomPolicy(self.action_space, seed=self._draw_seed())
+        self._action_leaves = leaves(self.action_space)
+        self._state: Any = None
+        self._needs_reset = np.ones(self.num_envs, dtype=bool)
+        self._seeds: list[int | None] = [None] * self.num_envs
+        self._options: list[dict[str, Any] | None] = [None] * self.num_envs
+        self._was_reset = False
+        self._closed = False
+        self._next_env = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def reset(self, seed: int | None = None, *, reset_buffer: bool = True, options: dict[str, Any] | None = None) -> None:
+        """Reset every env (each with a seed from the generator) and, by default, the buffer.
+
+        ``seed`` re-seeds the collector's generator first. Unfinished episodes are discarded.
+        """
+        self._check_open()
+        if seed is not None:
+            self._rng = np.random.default_rng(seed)
+            self._random_policy = RandomPolicy(self.action_space, seed=self._draw_seed())
+        if reset_buffer:
+            self.buffer.reset()
+        self._state = None
+        self._reset_envs(np.arange(self.num_envs), options)
+        self._was_reset = True
+
+    def close(self) -> None:
+        """Close the envs and flush the store; later calls raise CollectorStateError."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self.store is not None and hasattr(self.store, "flush"):
+                self.store.flush()
+        finally:
+            self.envs.close()
+
+    def __enter__(self) -> Collector:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ collect
+
+    def collect(
+        self,
+        n_step: int | None = None,
+        n_episode: int | None = None,
+        *,
+        random: bool = False,
+        reset_before_collect: bool = False,
+        progress: bool = False,
+        render: float | None = None,
+        reset_options: dict[str, Any] | None = None,
+    ) -> CollectStats:
+        """Collect exactly ``n_step`` transitions or exactly ``n_episode`` whole episodes.
+
+        ``n_step``: the last batch steps only as many envs as still needed; unfinished episodes
+        carry over to the next call. ``n_episode``: each env gets a quota (n // N or one more, the
+        extra ones given to randomly chosen envs), every episode started in the call is finished
+        and kept, and envs that met their quota idle. ``random=True`` samples actions from the
+        action space instead of calling the policy. ``render=t`` renders and sleeps t seconds
+        after each step. ``reset_options`` go to every env reset in this call.
+        """
+        self._check_open()
+        if (n_step is None) == (n_episode is None):
+            raise ValueError("pass exactly one of n_step or n_episode to collect()")
+        target = n_step if n_step is not None else n_episode
+        if not isinstance(target, (int, np.integer)) or isinstance(target, bool) or target < 1:
+            raise ValueError(f"n_step / n_episode must be a positive integer, got {target!r}")
+        if not random and self.policy is None:
+            raise ValueError("this collector has no policy: pass one, or call collect(random=True)")
+        if reset_before_collect:
+            self.reset(options=reset_options)
+        elif not self._was_reset:
+            raise CollectorStateError(
+                "collect() called before any reset: call collector.reset() first or pass "
+                "reset_before_collect=True"
+            )
+
+        start = time.perf_counter()
+        bar = tqdm(total=int(target), unit="step" if n_step is not None else "ep", disable=not progress)
+        returns: list[float] = []
+        lens: list[int] = []
+        try:
+            if n_step is not None:
+                steps = self._collect_steps(int(n_step), random, render, reset_options, bar, returns, lens)
+            else:
+                steps = self._collect_episodes(int(target), random, render, reset_options, bar, returns, lens)
+        finally:
+            bar.close()
+        return CollectStats(
+            n_collected_steps=steps,
+            n_collected_episodes=len(returns),
+            collect_time=time.perf_counter() - start,
+            returns=np.asarray(returns, dtype=np.float64),
+            lens=np.asarray(lens, dtype=np.int64),
+        )
+
+    def _collect_steps(
+        self,
+        n_step: int,
+        random: bool,
+        render: float | None,
+        reset_options: dict[str, Any] | None,
+        bar: tqdm,
+        returns: list[float],
+        lens: list[int],
+    ) -> int:
+        all_ids = np.arange(self.num_envs)
+        self._reset_pending(all_ids, reset_options)
+        collected = 0
+        while collected < n_step:
+            remaining = n_step - collected
+            if remaining >= self.num_envs:
+                ready = all_ids
+            else:
+                # Rotate which envs take the last partial batch so no env id is favoured.
+                ready = np.sort((self._next_env + np.arange(remaining)) % self.num_envs)
+                self._next_env = (self._next_env + remaining) % self.num_envs
+            finished = self._step(ready, random, render, returns, lens)
+            collected += len(ready)
+            bar.update(len(ready))
+            if finished.size:
+                self._reset_envs(finished, reset_options)
+        return collected
+
+    def _collect_episodes(
+        self,
+        n_episode: int,
+        random: bool,
+        render: float | None,
+        reset_options: dict[str, Any] | None,
+        bar: tqdm,
+        returns: list[float],
+        lens: list[int],
+    ) -> int:
+        quota = np.full(self.num_envs, n_episode // self.num_envs, dtype=np.int64)
+        extra = n_episode % self.num_envs
+        if extra:
+            quota[self._rng.choice(self.num_envs, size=extra, replace=False)] += 1
+        self._reset_pending(np.flatnonzero(quota > 0), reset_options)
+        collected = 0
+        while True:
+            ready = np.flatnonzero(quota > 0)
+            if ready.size == 0:
+                return collected
+            finished = self._step(ready, random, render, returns, lens)
+            collected += len(ready)
+            if finished.size:
+                bar.update(finished.size)
+                quota[finished] -= 1
+                again = finished[quota[finished] > 0]
+                if again.size:
+                    self._reset_envs(again, reset_options)
+
+    # ------------------------------------------------------------------ one vector step
+
+    def _step(
+        self,
+        env_ids: np.ndarray,
+        random: bool,
+        render: float | None,
+        returns: list[float],
+        lens: list[int],
+    ) -> np.ndarray:
+        """Act, step and record for ``env_ids``; write finished episodes; return their env ids."""
+        obs = self.buffer.last_obs(env_ids)
+        if random:
+            actions, _ = self._random_policy(obs)
+        else:
+            actions = self._act(obs, env_ids)
+        if self.validate:
+            actions = self._checked_actions(actions, env_ids)
+        next_obs, rewards, terminations, truncations, _infos = self.envs.step(actions, env_ids)
+        if self.validate:
+            problem = batch_contains(self.observation_space, next_obs)
+            if problem is not None:
+                raise ObservationError(
+                    f"envs {env_ids.tolist()} returned an observation outside the observation space "
+                    f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
+                )
+        self.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
+        if render is not None:
+            self.envs.render()
+            time.sleep(render)
+        done = np.logical_or(terminations, truncations)
+        if not done.any():
+            return env_ids[:0]
+        finished = env_ids[done]
+        returns.extend(self.buffer.episode_returns[finished].tolist())
+        lens.extend(self.buffer.episode_lengths[finished].tolist())
+        if self.store is not None:
+            for env_id in finished.tolist():
+                self._write_episode(env_id)
+        self._needs_reset[finished] = True
+        return finished
+
+    def _act(self, obs: Any, env_ids: np.ndarray) -> Any:
+        policy = self.policy
+        assert policy is not None
+        state_in = take_state_rows(self._state, env_ids, self.num_envs)
+        result = policy(obs, state_in)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise ActionError(
+                f"policy {type(policy).__name__} returned {type(result).__name__}; a vcollect policy "
+                "returns (actions, state); wrap a plain function as lambda obs, state: (fn(obs), None)"
+            )
+        actions, state_out = result
+        if state_out is not None:
+            self._state = put_state_rows(self._state, env_ids, state_out, self.num_envs)
+        if self.exploration_noise and hasattr(policy, "add_exploration_noise"):
+            actions = policy.add_exploration_noise(actions, obs)
+        return actions
+
+    def _checked_actions(self, actions: Any, env_ids: np.ndarray) -> Any:
+        if not isinstance(actions, (dict, tuple)):
+            actions = np.asarray(actions)
+        try:
+            flat = flatten_batch(self.action_space, actions)
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise ActionError(
+                f"policy returned actions of structure {type(actions).__name__} that do not match the "
+                f"action space {self.action_space}: {exc}"
+            ) from exc
+        for leaf, array in zip(self._action_leaves, flat):
+            expected = (len(env_ids), *leaf.shape)
+            if np.shape(array) != expected:
+                where = f" at '{leaf.name}'" if leaf.name else ""
+                raise ActionError(
+                    f"policy returned actions of shape {np.shape(array)}{where} for {len(env_ids)} ready envs; "
+                    f"expected {expected} (one action of shape {leaf.shape} per ready env)"
+                )
+        problem = batch_contains(self.action_space, actions)
+        if problem is not None:
+            raise ActionError(
+                f"policy returned actions outside the action space {self.action_space} for envs "
+                f"{env_ids.tolist()}: {problem}"
+            )
+        return actions
+
+    # ------------------------------------------------------------------ resets and the store
+
+    def _reset_pending(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
+        pending = env_ids[self._needs_reset[env_ids]]
+        if pending.size:
+            self._reset_envs(pending, options)
+
+    def _reset_envs(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
+        seeds = self._rng.integers(0, SEED_HIGH, size=len(env_ids)).tolist()
+        obs, _infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
+        if self.validate:
+            problem = batch_contains(self.observation_space, obs)
+            if problem is not None:
+                raise ObservationError(
+                    f"envs {env_ids.tolist()} returned a reset observation outside the observation space "
+                    f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
+                )
+        self.buffer.start_episodes(env_ids, obs)
+        for env_id, seed in zip(env_ids.tolist(), seeds):
+            self._seeds[env_id] = seed
+            self._options[env_id] = options
+        self._needs_reset[env_ids] = False
+        if self._state is not None and hasattr(self.policy, "reset_state"):
+            self._state = self.policy.reset_state(self._state, env_ids)  # type: ignore[union-attr]
+
+    def _write_episode(self, env_id: int) -> None:
+        assert self.store is not None
+        episode = self.buffer.episode(env_id)
+        self.store.write_episode(
+            episode.observations,
+            episode.actions,
+            episode.rewards,
+            episode.terminations,
+            episode.truncations,
+            seed=self._seeds[env_id],
+            env_id=env_id,
+            options=self._options[env_id],
+        )
+
+    def _draw_seed(self) -> int:
+        return int(self._rng.integers(0, SEED_HIGH))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise CollectorStateError("this collector is closed; make a new Collector")

@@ -1,0 +1,481 @@
+"""The VectorEnv protocol and the machinery its backends share.
+
+A backend keeps one row per env id in preallocated arrays (observation leaves, rewards, flags); steps
+and resets write rows, and results are handed out as fresh copies gathered by env id. The async half
+(send/recv, reset_async/recv_reset) is bookkept here with per-env masks; a backend only dispatches
+work and, for out-of-process backends, waits for replies.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Tuple
+from gymnasium.vector.utils import batch_space
+
+from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
+
+__all__ = [
+    "AsyncResetResult",
+    "AsyncStepResult",
+    "BaseVectorEnv",
+    "FixedLayout",
+    "ResetResult",
+    "StepResult",
+    "VectorEnv",
+]
+
+ResetResult: TypeAlias = tuple[Any, list[dict[str, Any]]]
+"""(batched nested observations, one info dict per env id)."""
+StepResult: TypeAlias = tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]
+"""(observations, rewards float64 (k,), terminations bool (k,), truncations bool (k,), infos)."""
+AsyncStepResult: TypeAlias = tuple[Any, np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]], np.ndarray]
+"""A StepResult followed by the env ids (int64) the rows belong to."""
+AsyncResetResult: TypeAlias = tuple[Any, list[dict[str, Any]], np.ndarray]
+"""(observations, infos, env ids) of the resets that finished."""
+
+EnvIds: TypeAlias = "np.ndarray | Sequence[int] | None"
+Seeds: TypeAlias = "int | Sequence[int | None] | None"
+
+
+@runtime_checkable
+class VectorEnv(Protocol):
+    """N environments addressed by env id, stepped or reset in any subset, synchronously or not.
+
+    Backends never autoreset: an env that terminated or truncated stays so until it is reset.
+    """
+
+    num_envs: int
+    single_observation_space: gym.Space
+    single_action_space: gym.Space
+    observation_space: gym.Space
+    action_space: gym.Space
+    closed: bool
+
+    @property
+    def in_flight(self) -> np.ndarray:
+        """Env ids with a step or reset dispatched whose result has not been received yet."""
+        ...
+
+    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
+        """Reset env_ids (all when None) and return their first observations and infos."""
+        ...
+
+    def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
+        """Step env_ids (all when None) with a batch of actions, one row per env id."""
+        ...
+
+    def send(self, actions: Any, env_ids: EnvIds = None) -> None:
+        """Dispatch steps for env_ids without waiting for them."""
+        ...
+
+    def recv(self, min_ready: int = 1, timeout: float | None = None) -> AsyncStepResult:
+        """Return the dispatched steps that are done, once at least min_ready of them are."""
+        ...
+
+    def reset_async(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> None:
+        """Dispatch resets for env_ids without waiting for them."""
+        ...
+
+    def recv_reset(self, min_ready: int = 1, timeout: float | None = None) -> AsyncResetResult:
+        """Return the dispatched resets that are done, once at least min_ready of them are."""
+        ...
+
+    def render(self) -> list[Any] | None:
+        """Render every env; None when no env renders anything."""
+        ...
+
+    def close(self) -> None:
+        """Release the envs (and worker processes); idempotent."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------------
+# Array layout of a (possibly nested) space
+
+
+@dataclass(frozen=True)
+class _LeafSpec:
+    path: tuple[str | int, ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+
+def _leaf_specs(space: gym.Space, path: tuple[str | int, ...] = ()) -> Iterator[_LeafSpec]:
+    if isinstance(space, Dict):
+        for key, sub in space.spaces.items():
+            yield from _leaf_specs(sub, path + (key,))
+    elif isinstance(space, Tuple):
+        for index, sub in enumerate(space.spaces):
+            yield from _leaf_specs(sub, path + (index,))
+    elif isinstance(space, Discrete):
+        yield _LeafSpec(path, (), np.dtype(np.int64))
+    elif isinstance(space, Box | MultiBinary):
+        yield _LeafSpec(path, tuple(space.shape), np.dtype(space.dtype))
+    elif isinstance(space, MultiDiscrete):
+        yield _LeafSpec(path, tuple(space.nvec.shape), np.dtype(space.dtype))
+    else:
+        raise TypeError(
+            f"{type(space).__name__} space has no fixed-shape array layout: vector envs support Box, Discrete, "
+            f"MultiDiscrete, MultiBinary and Dict/Tuple of them (got {space})"
+        )
+
+
+class FixedLayout:
+    """Maps values of a fixed-shape (possibly Dict/Tuple-nested) space to a list of leaf arrays.
+
+    Leaves come depth-first, Dict in space order, Tuple in index order; Discrete is int64 of shape ().
+    Backends store one row per env id in such leaf arrays and gather rows by env id.
+    """
+
+    def __init__(self, space: gym.Space) -> None:
+        self.space = space
+        specs = list(_leaf_specs(space))
+        self.paths = [s.path for s in specs]
+        self.shapes = [s.shape for s in specs]
+        self.dtypes = [s.dtype for s in specs]
+        self.flat = len(specs) == 1 and specs[0].path == ()
+        self._row_copies = [len(shape) > 0 for shape in self.shapes]
+
+    def allocate(self, n: int) -> list[np.ndarray]:
+        """Zero-filled leaf arrays with n rows."""
+        return [np.zeros((n,) + shape, dtype) for shape, dtype in zip(self.shapes, self.dtypes)]
+
+    def nbytes(self, n: int) -> list[int]:
+        """Bytes each leaf needs for n rows."""
+        return [
+            int(np.prod((n,) + shape, dtype=np.int64)) * dtype.itemsize
+            for shape, dtype in zip(self.shapes, self.dtypes)
+        ]
+
+    def flatten(self, value: Any) -> list[Any]:
+        """The leaves of one (or one batched) nested value, in layout order."""
+        if self.flat:
+            return [value]
+        out: list[Any] = []
+        self._flatten(self.space, value, out)
+        return out
+
+    def _flatten(self, space: gym.Space, value: Any, out: list[Any]) -> None:
+        if isinstance(space, Dict):
+            for key, sub in space.spaces.items():
+                self._flatten(sub, value[key], out)
+        elif isinstance(space, Tuple):
+            for index, sub in enumerate(space.spaces):
+                self._flatten(sub, value[index], out)
+        else:
+            out.append(value)
+
+    def unflatten(self, leaves: Sequence[Any]) -> Any:
+        """Rebuild the nested value (dict/tuple) from leaves in layout order."""
+        if self.flat:
+            return leaves[0]
+        return self._unflatten(self.space, iter(leaves))
+
+    def _unflatten(self, space: gym.Space, leaves: Iterator[Any]) -> Any:
+        if isinstance(space, Dict):
+            return {key: self._unflatten(sub, leaves) for key, sub in space.spaces.items()}
+        if isinstance(space, Tuple):
+            return tuple(self._unflatten(sub, leaves) for sub in space.spaces)
+        return next(leaves)
+
+    def write_row(self, arrays: list[np.ndarray], row: int, value: Any) -> None:
+        """Store one value in row `row` (cast to the leaf dtypes); ValueError/KeyError if it does not fit."""
+        if self.flat:
+            arrays[0][row] = value
+            return
+        leaves = self.flatten(value)
+        for array, leaf in zip(arrays, leaves):
+            array[row] = leaf
+
+    def read_row(self, arrays: list[np.ndarray], row: int) -> Any:
+        """One value from row `row`; array leaves are copies, scalar leaves numpy scalars."""
+        if self.flat:
+            return arrays[0][row].copy() if self._row_copies[0] else arrays[0][row]
+        return self.unflatten([a[row].copy() if c else a[row] for a, c in zip(arrays, self._row_copies)])
+
+    def gather(self, arrays: list[np.ndarray], rows: np.ndarray | None) -> Any:
+        """A batch (fresh arrays, never views) of the given rows; all rows when None."""
+        picked = [a.copy() for a in arrays] if rows is None else [a[rows] for a in arrays]
+        return picked[0] if self.flat else self.unflatten(picked)
+
+    def batch_leaves(self, batch: Any, k: int, what: str = "actions") -> list[np.ndarray]:
+        """The leaves of a batch of k values as arrays of the layout dtypes; ActionError if malformed."""
+        try:
+            leaves = self.flatten(batch)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ActionError(f"{what} do not match the structure of {self.space}: {exc!r}") from exc
+        out = []
+        for leaf, path, shape, dtype in zip(leaves, self.paths, self.shapes, self.dtypes):
+            try:
+                array = np.asarray(leaf, dtype=dtype)
+            except (TypeError, ValueError) as exc:
+                raise ActionError(
+                    f"{what} leaf {_path_name(path)!r} cannot be converted to {dtype}: {exc}"
+                ) from exc
+            if array.shape != (k,) + shape:
+                raise ActionError(
+                    f"{what} leaf {_path_name(path)!r} has shape {array.shape}, expected {(k,) + shape} "
+                    f"(one row per env id)"
+                )
+            out.append(array)
+        return out
+
+
+def _path_name(path: tuple[str | int, ...]) -> str:
+    return "/".join(str(p) for p in path) or "<root>"
+
+
+# --------------------------------------------------------------------------------------------------
+# argument normalisation
+
+
+def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> np.ndarray | None:
+    """None (meaning all envs) or a 1-D int64 array of distinct, valid env ids; ValueError otherwise."""
+    if env_ids is None:
+        return None
+    ids = np.asarray(env_ids)
+    if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+        raise ValueError(f"env_ids must be a 1-D sequence of ints, got {env_ids!r}")
+    ids = ids.astype(np.int64, copy=False)
+    bad = ids[(ids < 0) | (ids >= num_envs)]
+    if bad.size:
+        raise ValueError(f"unknown env id(s) {bad.tolist()}: there are {num_envs} envs (0..{num_envs - 1})")
+    if np.unique(ids).size != ids.size:
+        values, counts = np.unique(ids, return_counts=True)
+        raise ValueError(f"env_ids must be distinct, repeated: {values[counts > 1].tolist()}")
+    return ids
+
+
+def normalize_seeds(seeds: Seeds, k: int) -> list[int | None]:
+    """One seed per env id: an int s seeds the j-th listed env with s + j (gymnasium's convention)."""
+    if seeds is None:
+        return [None] * k
+    if isinstance(seeds, int | np.integer):
+        return [int(seeds) + j for j in range(k)]
+    out = [None if s is None else int(s) for s in seeds]
+    if len(out) != k:
+        raise ValueError(f"got {len(out)} seeds for {k} env ids")
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# shared backend machinery
+
+
+@dataclass
+class _Failure:
+    env_id: int
+    kind: str  # "env": the env raised; "obs": its observation did not fit the space; "dead": worker died
+    message: str
+    traceback_text: str
+
+    def to_exception(self, note: str = "") -> Exception:
+        if self.kind == "obs":
+            return ObservationError(f"env {self.env_id}: {self.message}{note}")
+        return EnvWorkerError(self.env_id, self.message + note, self.traceback_text)
+
+
+class BaseVectorEnv:
+    """Row storage, argument checks and async bookkeeping shared by the vcollect backends.
+
+    Subclasses provide `_dispatch_step`, `_dispatch_reset`, `_wait(timeout)` (process replies, blocking at
+    most `timeout` seconds) and `_discard(ids)`, and fill the row arrays `_obs_rows`, `_rewards`,
+    `_terminations`, `_truncations`, `_infos`, setting `_done[ids]` when rows are ready.
+    """
+
+    def __init__(self, num_envs: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+        if num_envs < 1:
+            raise ValueError("a vector env needs at least one env")
+        self.num_envs = num_envs
+        self.single_observation_space = observation_space
+        self.single_action_space = action_space
+        self.observation_space = batch_space(observation_space, num_envs)
+        self.action_space = batch_space(action_space, num_envs)
+        self.obs_layout = FixedLayout(observation_space)
+        self.act_layout = FixedLayout(action_space)
+        self.closed = False
+        # 0 = idle, 1 = step in flight, 2 = reset in flight
+        self._flight = np.zeros(num_envs, np.int8)
+        self._done = np.zeros(num_envs, bool)
+        self._failures: list[_Failure] = []
+        self._obs_rows: list[np.ndarray] = []
+        self._rewards = np.zeros(num_envs, np.float64)
+        self._terminations = np.zeros(num_envs, bool)
+        self._truncations = np.zeros(num_envs, bool)
+        self._infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+
+    # -- backend hooks -------------------------------------------------------------------------
+    def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
+        raise NotImplementedError
+
+    def _wait(self, timeout: float | None) -> None:
+        """Process replies that arrive within timeout seconds (None: until at least one arrives)."""
+
+    def _discard(self, ids: np.ndarray) -> None:
+        """Forget the results of in-flight env ids (they are no longer in flight)."""
+        self._flight[ids] = 0
+        self._done[ids] = False
+
+    # -- checks --------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise CollectorStateError("vector env is closed")
+
+    def _ids(self, env_ids: EnvIds) -> np.ndarray:
+        ids = normalize_env_ids(env_ids, self.num_envs)
+        return np.arange(self.num_envs) if ids is None else ids
+
+    def _check_idle(self, ids: np.ndarray) -> None:
+        busy = ids[self._flight[ids] != 0]
+        if busy.size:
+            raise ValueError(f"env id(s) {busy.tolist()} already have a step or reset in flight")
+
+    def _raise_failure(self) -> None:
+        """Raise the first recorded failure (naming any others, which are cleared with it)."""
+        if self._failures:
+            first, others = self._failures[0], self._failures[1:]
+            self._failures = []
+            note = f" (env ids {[f.env_id for f in others]} failed too)" if others else ""
+            raise first.to_exception(note)
+
+    # -- public API ----------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> np.ndarray:
+        """Env ids with a step or reset dispatched whose result has not been received yet."""
+        return np.flatnonzero(self._flight)
+
+    def send(self, actions: Any, env_ids: EnvIds = None) -> None:
+        """Dispatch steps for env_ids (all when None); results come back through recv()."""
+        self._send(self._ids(env_ids), actions)
+
+    def reset_async(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> None:
+        """Dispatch resets for env_ids (all when None); results come back through recv_reset()."""
+        self._reset_async(self._ids(env_ids), seeds, options)
+
+    def recv(self, min_ready: int = 1, timeout: float | None = None) -> AsyncStepResult:
+        """Steps that are done (env ids ascending), as soon as min_ready of those in flight are.
+
+        When timeout passes with some but fewer than min_ready done, those are returned; with none done,
+        TimeoutError names the env ids in flight (nothing is lost: a later recv returns them).
+        """
+        ids = self._receive(1, min_ready, timeout)
+        obs, rewards, terms, truncs, infos = self._gather_step(ids)
+        return obs, rewards, terms, truncs, infos, ids
+
+    def recv_reset(self, min_ready: int = 1, timeout: float | None = None) -> AsyncResetResult:
+        """Resets that are done (env ids ascending), as soon as min_ready of those in flight are."""
+        ids = self._receive(2, min_ready, timeout)
+        obs, infos = self._gather_reset(ids)
+        return obs, infos, ids
+
+    def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
+        """Step env_ids (all when None) and wait for them; results are in env_ids order."""
+        ids = self._ids(env_ids)
+        self._send(ids, actions)
+        self._collect(ids)
+        return self._gather_step(None if env_ids is None else ids)
+
+    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
+        """Reset env_ids (all when None) and wait for them; results are in env_ids order."""
+        ids = self._ids(env_ids)
+        self._reset_async(ids, seeds, options)
+        self._collect(ids)
+        return self._gather_reset(ids)
+
+    def __enter__(self) -> BaseVectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release resources; idempotent."""
+        self.closed = True
+
+    # -- internals -----------------------------------------------------------------------------
+    def _send(self, ids: np.ndarray, actions: Any) -> None:
+        self._check_open()
+        self._check_idle(ids)
+        leaves = self.act_layout.batch_leaves(actions, ids.size)
+        self._flight[ids] = 1
+        self._dispatch_step(ids, leaves)
+
+    def _reset_async(self, ids: np.ndarray, seeds: Seeds, options: dict | None) -> None:
+        self._check_open()
+        self._check_idle(ids)
+        seed_list = normalize_seeds(seeds, ids.size)
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        self._flight[ids] = 2
+        self._dispatch_reset(ids, seed_list, options)
+
+    def _collect(self, ids: np.ndarray) -> None:
+        """Wait until every env id in ids is done; on a failure, drop the others' results and raise."""
+        try:
+            while True:
+                self._raise_failure()
+                if self._done[ids].all():
+                    break
+                self._wait(None)
+        except BaseException:
+            if not self.closed:
+                self._discard(ids[self._flight[ids] != 0])
+            raise
+        self._flight[ids] = 0
+        self._done[ids] = False
+
+    def _receive(self, kind: int, min_ready: int, timeout: float | None) -> np.ndarray:
+        self._check_open()
+        if min_ready < 1:
+            raise ValueError(f"min_ready must be >= 1, got {min_ready}")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        what = "step" if kind == 1 else "reset"
+        while True:
+            self._raise_failure()
+            mine = self._flight == kind
+            if not mine.any():
+                raise ValueError(f"no {what} in flight: call {'send' if kind == 1 else 'reset_async'} first")
+            ready = mine & self._done
+            n_ready = int(ready.sum())
+            if n_ready >= min(min_ready, int(mine.sum())):
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                if n_ready:
+                    break
+                raise TimeoutError(
+                    f"no {what} finished within {timeout} s; env ids in flight: {self.in_flight.tolist()}"
+                )
+            self._wait(remaining)
+        ids = np.flatnonzero(ready)
+        self._flight[ids] = 0
+        self._done[ids] = False
+        return ids
+
+    def _gather_step(self, ids: np.ndarray | None) -> StepResult:
+        """Copies of the step rows of ids (env ids 0..N-1 in order when None)."""
+        if ids is None:
+            obs = self.obs_layout.gather(self._obs_rows, None)
+            infos = list(self._infos)
+            return obs, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos
+        infos_all = self._infos
+        return (
+            self.obs_layout.gather(self._obs_rows, ids),
+            self._rewards[ids],
+            self._terminations[ids],
+            self._truncations[ids],
+            [infos_all[i] for i in ids.tolist()],
+        )
+
+    def _gather_reset(self, ids: np.ndarray) -> ResetResult:
+        infos_all = self._infos
+        return self.obs_layout.gather(self._obs_rows, ids), [infos_all[i] for i in ids.tolist()]

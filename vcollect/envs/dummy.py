@@ -1,0 +1,128 @@
+"""DummyVectorEnv: every env in this process, stepped one after another (the reference backend)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.envs.base import BaseVectorEnv, EnvIds, StepResult, _Failure
+
+__all__ = ["DummyVectorEnv"]
+
+
+class DummyVectorEnv(BaseVectorEnv):
+    """Runs the envs in-process in a loop; async calls complete at dispatch time.
+
+    Observations are written into preallocated rows (cast to the space dtypes) and returned as copies,
+    so results are bit-identical to the subprocess backend for the same seeds and actions.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
+        if len(env_fns) == 0:
+            raise ValueError("DummyVectorEnv needs at least one env factory")
+        self.envs: list[gym.Env] = [fn() for fn in env_fns]
+        first = self.envs[0]
+        for i, env in enumerate(self.envs[1:], start=1):
+            if env.observation_space != first.observation_space or env.action_space != first.action_space:
+                for e in self.envs:
+                    e.close()
+                raise ValueError(
+                    f"env {i} has spaces {env.observation_space}, {env.action_space}; env 0 has "
+                    f"{first.observation_space}, {first.action_space}: all envs must share their spaces"
+                )
+        super().__init__(len(self.envs), first.observation_space, first.action_space)
+        self.env_spec = first.spec
+        self.metadata = dict(first.metadata)
+        self._obs_rows = self.obs_layout.allocate(self.num_envs)
+
+    # -- the hot path: a synchronous step without the async bookkeeping -----------------------------
+    def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
+        """Step env_ids (all when None) in order; results are fresh arrays in env_ids order."""
+        if self.closed:
+            self._check_open()
+        ids = self._ids(env_ids)
+        if self._flight.any():
+            self._check_idle(ids)
+        leaves = self.act_layout.batch_leaves(actions, ids.size)
+        self._run_steps(ids, leaves)
+        self._raise_failure()
+        return self._gather_step(None if env_ids is None else ids)
+
+    def _run_steps(self, ids: np.ndarray, leaves: list[np.ndarray]) -> None:
+        envs = self.envs
+        infos = self._infos
+        rewards, terms, truncs = self._rewards, self._terminations, self._truncations
+        layout = self.obs_layout
+        rows = self._obs_rows
+        flat_obs = rows[0] if layout.flat else None
+        flat_act = leaves[0] if self.act_layout.flat else None
+        for j, i in enumerate(ids.tolist()):
+            action = flat_act[j] if flat_act is not None else self.act_layout.read_row(leaves, j)
+            try:
+                obs, reward, terminated, truncated, info = envs[i].step(action)
+            except Exception as exc:
+                self._failures.append(_Failure(i, "env", f"step raised {exc!r}", traceback.format_exc()))
+                continue
+            try:
+                if flat_obs is not None:
+                    flat_obs[i] = obs
+                else:
+                    layout.write_row(rows, i, obs)
+            except Exception as exc:
+                self._failures.append(_obs_failure(i, exc, self.single_observation_space))
+                continue
+            rewards[i] = reward
+            terms[i] = terminated
+            truncs[i] = truncated
+            infos[i] = info
+
+    def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        n_failed = len(self._failures)
+        self._run_steps(ids, action_leaves)
+        self._mark_done(ids, n_failed)
+
+    def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
+        n_failed = len(self._failures)
+        for i, seed in zip(ids.tolist(), seeds):
+            try:
+                obs, info = self.envs[i].reset(seed=seed, options=options)
+            except Exception as exc:
+                self._failures.append(_Failure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
+                continue
+            try:
+                self.obs_layout.write_row(self._obs_rows, i, obs)
+            except Exception as exc:
+                self._failures.append(_obs_failure(i, exc, self.single_observation_space))
+                continue
+            self._infos[i] = info
+        self._mark_done(ids, n_failed)
+
+    def _mark_done(self, ids: np.ndarray, n_failed_before: int) -> None:
+        """Mark ids done, except those that failed (they leave the in-flight set)."""
+        self._done[ids] = True
+        failed = [f.env_id for f in self._failures[n_failed_before:]]
+        if failed:
+            self._flight[failed] = 0
+            self._done[failed] = False
+
+    def render(self) -> list[Any] | None:
+        """Each env's render() result, or None when every env returned None."""
+        self._check_open()
+        frames = [env.render() for env in self.envs]
+        return None if all(f is None for f in frames) else frames
+
+    def close(self) -> None:
+        """Close every env; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        for env in self.envs:
+            env.close()
+
+
+def _obs_failure(env_id: int, exc: Exception, space: gym.Space) -> _Failure:
+    return _Failure(env_id, "obs", f"observation does not fit {space}: {exc!r}", traceback.format_exc())

@@ -1,0 +1,39 @@
+"""The policy protocol the collectors call, and the optional hooks they look for.
+
+A policy maps a batch of observations of the ready envs (batched nested form) and their state rows to
+a batch of actions and the new state rows. State has the env axis first (or is None), so the
+collector can keep one row per env id and hand a policy only the rows of the envs it steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything called as ``policy(obs, state) -> (actions, state)`` on a batch of observations."""
+
+    def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
+        """Return the actions for ``obs`` (leading axis = batch) and the new state rows (or None)."""
+        ...
+
+
+@runtime_checkable
+class SupportsResetState(Protocol):
+    """A stateful policy: the collector zeroes the state rows of envs that start a new episode."""
+
+    def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
+        """Return ``state`` (env axis first) with the rows of ``env_ids`` set to the initial state."""
+        ...
+
+
+@runtime_checkable
+class SupportsExplorationNoise(Protocol):
+    """A policy with an exploration hook, applied when the collector runs with ``exploration_noise``."""
+
+    def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
+        """Return ``actions`` perturbed for exploration (the input is not modified)."""
+        ...

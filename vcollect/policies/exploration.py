@@ -1,0 +1,71 @@
+"""EpsilonGreedy: a wrapper adding epsilon-random exploration to any policy, for ``exploration_noise``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.policies.base import Policy
+from vcollect.policies.random import RandomPolicy, batch_size_of
+
+
+class EpsilonGreedy:
+    """Wraps ``policy``; ``add_exploration_noise`` replaces each action by a random one with prob. ``epsilon``.
+
+    For a Discrete action space this is epsilon-greedy exploration. Calls, ``reset_state`` and weights
+    pass through to the wrapped policy, so the collector applies noise only when asked to.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        action_space: gym.Space[Any],
+        epsilon: float,
+        seed: int | np.random.SeedSequence | None = None,
+    ) -> None:
+        if not 0.0 <= epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+        self.policy = policy
+        self.action_space = action_space
+        self.epsilon = float(epsilon)
+        seeds = (seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)).spawn(2)
+        self._rng = np.random.default_rng(seeds[0])
+        self._random = RandomPolicy(action_space, seed=seeds[1])
+
+    def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
+        """Return the wrapped policy's actions and state (no noise: that is ``add_exploration_noise``)."""
+        return self.policy(obs, state)
+
+    def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
+        """Return a copy of ``actions`` where each row is, with probability epsilon, a random action."""
+        k = batch_size_of(actions)
+        replace = self._rng.random(k) < self.epsilon
+        if not replace.any():
+            return actions
+        return _replace_rows(actions, self._random.sample(k), replace)
+
+    def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
+        """Pass through to the wrapped policy's ``reset_state`` (state unchanged if it has none)."""
+        reset = getattr(self.policy, "reset_state", None)
+        return state if reset is None else reset(state, env_ids)
+
+    def state_dict(self) -> Any:
+        """The wrapped policy's weights."""
+        return self.policy.state_dict()  # type: ignore[attr-defined]
+
+    def load_state_dict(self, weights: Any) -> Any:
+        """Load weights into the wrapped policy."""
+        return self.policy.load_state_dict(weights)  # type: ignore[attr-defined]
+
+
+def _replace_rows(actions: Any, random: Any, rows: np.ndarray) -> Any:
+    """Copy of ``actions`` with ``rows`` taken from ``random`` (same nested structure)."""
+    if isinstance(actions, dict):
+        return {key: _replace_rows(value, random[key], rows) for key, value in actions.items()}
+    if isinstance(actions, tuple):
+        return tuple(_replace_rows(value, part, rows) for value, part in zip(actions, random))
+    out = np.array(actions, copy=True)
+    out[rows] = random[rows]
+    return out

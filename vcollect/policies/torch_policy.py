@@ -1,0 +1,294 @@
+"""TorchPolicy: run a torch module on a batch of observations and map its outputs to actions.
+
+This is the only vcollect module that imports torch; ``vcollect.policies`` exposes TorchPolicy lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+
+from vcollect.errors import ActionError
+
+# (module output for one action leaf, deterministic) -> batch of actions for that leaf
+ActionMap = Callable[[Any, bool], Any]
+
+
+class TorchPolicy:
+    """Calls ``module`` under ``torch.inference_mode()`` and turns its outputs into numpy actions.
+
+    Observations (numpy, or dict/tuple of numpy) become float32 tensors on ``device``. Outputs per
+    action leaf: Discrete -> logits (k, n), argmax or categorical sample (+ start); MultiDiscrete (1-D)
+    -> concatenated logits (k, sum(nvec)); MultiBinary -> logits, ``> 0`` or Bernoulli; Box -> values
+    (k, *shape) clipped to the bounds, or tanh-squashed into them with ``squash=True`` (a ``(mean,
+    log_std)`` pair is sampled from a Gaussian when not deterministic). Dict/Tuple action spaces take a
+    dict/tuple of such outputs. With ``recurrent=True`` the module is called as ``module(obs, hidden)
+    -> (out, hidden)`` (hidden None at first) and the state handed back has the env axis first.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        action_space: gym.Space[Any],
+        device: str | torch.device = "cpu",
+        deterministic: bool = True,
+        *,
+        recurrent: bool = False,
+        squash: bool = False,
+        hidden_batch_dim: int = 1,
+    ) -> None:
+        self.device = torch.device(device)
+        self.module = module.to(self.device)
+        self.action_space = action_space
+        self.deterministic = deterministic
+        self.recurrent = recurrent
+        self.squash = squash
+        # torch.nn.GRU/LSTM keep hidden as (num_layers, batch, H): batch on axis 1; GRUCell-style on 0
+        self.hidden_batch_dim = hidden_batch_dim
+        self._map = _compile_action_map(action_space, squash, self.device)
+
+    def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
+        """Return numpy actions for the observation batch ``obs`` and (if recurrent) the new state rows."""
+        with torch.inference_mode():
+            inputs = _to_tensors(obs, self.device)
+            if self.recurrent:
+                hidden = (
+                    None if state is None else _state_to_hidden(state, self.hidden_batch_dim, self.device)
+                )
+                out, hidden = self.module(inputs, hidden)
+            else:
+                out = self.module(inputs)
+            actions = self._map(out, self.deterministic)
+        if not self.recurrent:
+            return actions, None
+        # Outside inference mode the clone is a normal tensor, so the collector may write rows into it.
+        return actions, _hidden_to_state(hidden, self.hidden_batch_dim)
+
+    def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
+        """Zero, in place, the state rows of ``env_ids`` (env axis first; tuples/dicts of rows too)."""
+        if state is None or len(env_ids) == 0:
+            return state
+        with torch.inference_mode():
+            _zero_rows(state, np.asarray(env_ids))
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The module's weights (for broadcasting them to remote collectors)."""
+        return self.module.state_dict()
+
+    def load_state_dict(self, weights: Mapping[str, Any], strict: bool = True) -> Any:
+        """Load weights into the module (passthrough to ``module.load_state_dict``)."""
+        return self.module.load_state_dict(weights, strict=strict)
+
+
+def _to_tensors(obs: Any, device: torch.device) -> Any:
+    """Observation batch (numpy, or dict/tuple of numpy) -> float32 tensors on ``device``."""
+    if isinstance(obs, np.ndarray):
+        if obs.dtype == np.float32 and not obs.flags.writeable:
+            obs = obs.copy()  # torch would share memory with a read-only array and warn
+        return torch.as_tensor(obs, dtype=torch.float32, device=device)
+    if isinstance(obs, dict):
+        return {key: _to_tensors(value, device) for key, value in obs.items()}
+    if isinstance(obs, tuple):
+        return tuple(_to_tensors(value, device) for value in obs)
+    return torch.as_tensor(obs, dtype=torch.float32, device=device)
+
+
+def _state_to_hidden(state: Any, batch_dim: int, device: torch.device) -> Any:
+    """Env-first state rows -> the module's hidden layout (batch axis moved to ``batch_dim``)."""
+    if isinstance(state, tuple):
+        return tuple(_state_to_hidden(part, batch_dim, device) for part in state)
+    if isinstance(state, dict):
+        return {key: _state_to_hidden(part, batch_dim, device) for key, part in state.items()}
+    tensor = torch.as_tensor(state, device=device)
+    if batch_dim != 0:
+        tensor = tensor.movedim(0, batch_dim)
+    return tensor.contiguous()
+
+
+def _hidden_to_state(hidden: Any, batch_dim: int) -> Any:
+    """The module's hidden -> env-first state rows, as fresh contiguous normal (non-inference) tensors."""
+    if hidden is None:
+        return None
+    if isinstance(hidden, (tuple, list)):
+        return tuple(_hidden_to_state(part, batch_dim) for part in hidden)
+    if isinstance(hidden, dict):
+        return {key: _hidden_to_state(part, batch_dim) for key, part in hidden.items()}
+    if batch_dim != 0:
+        hidden = hidden.movedim(batch_dim, 0)
+    return hidden.clone(memory_format=torch.contiguous_format)
+
+
+def _zero_rows(state: Any, env_ids: np.ndarray) -> None:
+    """Set rows ``env_ids`` of every array/tensor in ``state`` to zero, in place."""
+    if isinstance(state, (tuple, list)):
+        for part in state:
+            _zero_rows(part, env_ids)
+    elif isinstance(state, dict):
+        for part in state.values():
+            _zero_rows(part, env_ids)
+    elif isinstance(state, torch.Tensor):
+        state[torch.as_tensor(env_ids, dtype=torch.long, device=state.device)] = 0
+    else:
+        state[env_ids] = 0
+
+
+def _compile_action_map(space: gym.Space[Any], squash: bool, device: torch.device) -> ActionMap:
+    """Build the function mapping the module output for ``space`` to a numpy action batch."""
+    if isinstance(space, spaces.Discrete):
+        return _discrete_map(space)
+    if isinstance(space, spaces.MultiDiscrete):
+        return _multi_discrete_map(space)
+    if isinstance(space, spaces.MultiBinary):
+        return _multi_binary_map(space)
+    if isinstance(space, spaces.Box):
+        return _box_map(space, squash, device)
+    if isinstance(space, spaces.Dict):
+        subs = [(key, _compile_action_map(sub, squash, device)) for key, sub in space.spaces.items()]
+
+        def dict_map(out: Any, deterministic: bool) -> dict[str, Any]:
+            if not isinstance(out, Mapping):
+                raise ActionError(
+                    f"a Dict action space needs a dict of module outputs, got {type(out).__name__}"
+                )
+            missing = [key for key, _ in subs if key not in out]
+            if missing:
+                raise ActionError(f"module output lacks the action keys {missing}")
+            return {key: action_map(out[key], deterministic) for key, action_map in subs}
+
+        return dict_map
+    if isinstance(space, spaces.Tuple):
+        tuple_subs = [_compile_action_map(sub, squash, device) for sub in space.spaces]
+
+        def tuple_map(out: Any, deterministic: bool) -> tuple[Any, ...]:
+            if not isinstance(out, Sequence) or len(out) != len(tuple_subs):
+                raise ActionError(
+                    f"a Tuple action space of {len(tuple_subs)} parts needs a tuple of as many module outputs"
+                )
+            return tuple(action_map(part, deterministic) for action_map, part in zip(tuple_subs, out))
+
+        return tuple_map
+    raise TypeError(
+        f"TorchPolicy cannot produce actions for {space!r}: supported spaces are Box, Discrete, "
+        "MultiDiscrete (1-D), MultiBinary, and Dict/Tuple of them"
+    )
+
+
+def _check_logits(out: Any, width: int, space: gym.Space[Any]) -> torch.Tensor:
+    """The module output as a (k, width) logits tensor, or an ActionError saying what was wrong."""
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[1] != width:
+        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ActionError(f"{space} needs module outputs of shape (batch, {width}), got {got}")
+    return out
+
+
+def _categorical(logits: torch.Tensor, deterministic: bool) -> torch.Tensor:
+    """Argmax, or one sample per row of the categorical distribution with these logits."""
+    if deterministic:
+        return logits.argmax(dim=-1)
+    # Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample, and on small CPU
+    # batches about 3x cheaper than softmax + multinomial
+    logits = logits.float()
+    return (logits - torch.empty_like(logits).exponential_().log_()).argmax(dim=-1)
+
+
+def _discrete_map(space: spaces.Discrete) -> ActionMap:
+    """Discrete: logits (k, n) -> int64 actions (k,) offset by ``space.start``."""
+    n = int(space.n)
+    start = int(space.start)
+
+    def discrete(out: Any, deterministic: bool) -> np.ndarray:
+        index = _categorical(_check_logits(out, n, space), deterministic).cpu().numpy()
+        return index + start if start else index
+
+    return discrete
+
+
+def _multi_discrete_map(space: spaces.MultiDiscrete) -> ActionMap:
+    """1-D MultiDiscrete: concatenated logits (k, sum(nvec)) -> actions (k, len(nvec)) + start."""
+    if space.nvec.ndim != 1:
+        raise TypeError(f"TorchPolicy supports 1-D MultiDiscrete spaces only, got {space}")
+    sizes = [int(n) for n in space.nvec]
+    width = sum(sizes)
+    start = np.asarray(space.start, dtype=np.int64)
+    dtype = space.dtype
+
+    def multi_discrete(out: Any, deterministic: bool) -> np.ndarray:
+        parts = torch.split(_check_logits(out, width, space), sizes, dim=-1)
+        index = torch.stack([_categorical(part, deterministic) for part in parts], dim=-1).cpu().numpy()
+        return (index + start).astype(dtype, copy=False)
+
+    return multi_discrete
+
+
+def _multi_binary_map(space: spaces.MultiBinary) -> ActionMap:
+    """MultiBinary: logits (k, *shape) -> ``logits > 0``, or a Bernoulli sample, as int8."""
+    shape = tuple(space.shape)
+    dtype = space.dtype
+
+    def multi_binary(out: Any, deterministic: bool) -> np.ndarray:
+        if not isinstance(out, torch.Tensor) or tuple(out.shape[1:]) != shape:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ActionError(f"{space} needs module outputs of shape (batch, *{shape}), got {got}")
+        bits = out > 0 if deterministic else torch.bernoulli(torch.sigmoid(out.float())).bool()
+        return bits.cpu().numpy().astype(dtype)
+
+    return multi_binary
+
+
+def _integer_clip_bounds(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 bounds inside an integer Box, so clipped values cast back to the dtype without overflow."""
+    low_f = low.astype(np.float64)
+    high_f = high.astype(np.float64)
+    for index in np.ndindex(low.shape):
+        if int(low_f[index]) < int(low[index]):
+            low_f[index] = np.nextafter(low_f[index], np.inf)
+        if int(high_f[index]) > int(high[index]):
+            high_f[index] = np.nextafter(high_f[index], -np.inf)
+    return low_f, high_f
+
+
+def _box_map(space: spaces.Box, squash: bool, device: torch.device) -> ActionMap:
+    """Box: values (k, *shape) -> clipped to [low, high] (or tanh-squashed into it), in the Box dtype."""
+    shape = tuple(space.shape)
+    dtype = space.dtype
+    low = space.low
+    high = space.high
+    if squash and not space.is_bounded("both"):
+        raise ValueError(f"squash=True needs a Box bounded on both sides, got {space}")
+    mid = torch.as_tensor(low / 2 + high / 2, dtype=torch.float32, device=device)
+    half = torch.as_tensor(high / 2 - low / 2, dtype=torch.float32, device=device)
+    if dtype.kind == "f":
+        clip_low, clip_high = low, high
+    else:
+        clip_low, clip_high = _integer_clip_bounds(low, high)
+
+    def box(out: Any, deterministic: bool) -> np.ndarray:
+        if isinstance(out, (tuple, list)):  # (mean, log_std) of a Gaussian
+            mean, log_std = out
+            value = mean if deterministic else mean + torch.exp(log_std) * torch.randn_like(mean)
+        else:
+            value = out
+        if not isinstance(value, torch.Tensor) or value.ndim == 0:
+            raise ActionError(f"{space} needs module outputs of shape (batch, *{shape})")
+        if tuple(value.shape[1:]) != shape:
+            try:
+                value = value.reshape(value.shape[0], *shape)
+            except RuntimeError:
+                raise ActionError(
+                    f"{space} needs module outputs of shape (batch, *{shape}), got {tuple(value.shape)}"
+                ) from None
+        if squash:
+            value = mid + half * torch.tanh(value.float())
+        array = value.cpu().numpy()
+        if dtype.kind == "f":
+            # np.clip allocates: the output may share memory with the observations (identity modules)
+            return np.clip(array.astype(dtype, copy=False), clip_low, clip_high)
+        return np.clip(np.rint(array.astype(np.float64)), clip_low, clip_high).astype(dtype)
+
+    return box

@@ -1,0 +1,351 @@
+"""Space <-> array layout: the leaves of (nested) spaces, batched nested values, cheap batch checks.
+
+Buffers and the store keep one array per leaf of a space (Dict/Tuple nesting walked depth-first), so
+everything that touches observations or actions goes through the helpers here. Serialization uses
+Minari 0.5's JSON format so the same strings can be written into Minari exports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces as gs
+
+__all__ = [
+    "Leaf",
+    "leaves",
+    "flatten_batch",
+    "unflatten_batch",
+    "allocate",
+    "batch_contains",
+    "space_to_dict",
+    "space_from_dict",
+]
+
+_NESTED = (gs.Dict, gs.Tuple)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One array-valued part of a space: where it sits in the nesting and how it is stored."""
+
+    path: tuple[str | int, ...]
+    name: str
+    space: gym.Space[Any]
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+
+def _storage(space: gym.Space[Any]) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    if isinstance(space, gs.Box):
+        return tuple(space.shape), np.dtype(space.dtype)
+    if isinstance(space, gs.Discrete):
+        return (), np.dtype(np.int64)
+    if isinstance(space, gs.MultiDiscrete):
+        return tuple(space.nvec.shape), np.dtype(space.dtype)
+    if isinstance(space, gs.MultiBinary):
+        return tuple(space.shape), np.dtype(space.dtype)
+    raise TypeError(
+        f"cannot store values of {space!r} ({type(space).__name__}): supported spaces are Box, Discrete, "
+        "MultiDiscrete, MultiBinary and Dict/Tuple of them"
+    )
+
+
+def _collect(space: gym.Space[Any], path: tuple[str | int, ...], out: list[Leaf]) -> None:
+    if isinstance(space, gs.Dict):
+        for key, sub in space.spaces.items():
+            _collect(sub, (*path, key), out)
+    elif isinstance(space, gs.Tuple):
+        for i, sub in enumerate(space.spaces):
+            _collect(sub, (*path, i), out)
+    else:
+        shape, dtype = _storage(space)
+        out.append(Leaf(path, "/".join(str(p) for p in path), space, shape, dtype))
+
+
+def leaves(space: gym.Space[Any]) -> list[Leaf]:
+    """The leaves of ``space`` depth-first (Dict in ``space.spaces`` order, Tuple by index).
+
+    Raises TypeError for spaces without a fixed array layout (Text, Graph, Sequence, OneOf, ...).
+    """
+    out: list[Leaf] = []
+    _collect(space, (), out)
+    return out
+
+
+def _flatten_into(space: gym.Space[Any], value: Any, out: list[np.ndarray], path: str) -> None:
+    if isinstance(space, gs.Dict):
+        if not isinstance(value, Mapping):
+            raise TypeError(
+                f"{path or 'value'}: expected a dict for a Dict space, got {type(value).__name__}"
+            )
+        for key, sub in space.spaces.items():
+            if key not in value:
+                raise KeyError(f"{path or 'value'}: missing key {key!r} of the Dict space")
+            _flatten_into(sub, value[key], out, f"{path}/{key}" if path else str(key))
+    elif isinstance(space, gs.Tuple):
+        if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
+            raise TypeError(
+                f"{path or 'value'}: expected a tuple for a Tuple space, got {type(value).__name__}"
+            )
+        if len(value) != len(space.spaces):
+            raise ValueError(
+                f"{path or 'value'}: expected {len(space.spaces)} parts for the Tuple space, got {len(value)}"
+            )
+        for i, (sub, part) in enumerate(zip(space.spaces, value)):
+            _flatten_into(sub, part, out, f"{path}/{i}" if path else str(i))
+    else:
+        out.append(np.asarray(value))
+
+
+def flatten_batch(space: gym.Space[Any], batch: Any) -> list[np.ndarray]:
+    """The leaf arrays of a (batched) nested value in ``leaves(space)`` order, without copying.
+
+    Only the structure is walked, so it works alike for one value, a batch or a (T, ...) sequence.
+    """
+    if not isinstance(space, _NESTED):
+        return [np.asarray(batch)]
+    out: list[np.ndarray] = []
+    _flatten_into(space, batch, out, "")
+    return out
+
+
+def _unflatten_from(space: gym.Space[Any], it: Any) -> Any:
+    if isinstance(space, gs.Dict):
+        return {key: _unflatten_from(sub, it) for key, sub in space.spaces.items()}
+    if isinstance(space, gs.Tuple):
+        return tuple(_unflatten_from(sub, it) for sub in space.spaces)
+    return next(it)
+
+
+def unflatten_batch(space: gym.Space[Any], arrays: Sequence[np.ndarray]) -> Any:
+    """Inverse of :func:`flatten_batch`: rebuild the nested dict/tuple structure around leaf arrays."""
+    if not isinstance(space, _NESTED):
+        if len(arrays) != 1:
+            raise ValueError(f"expected 1 leaf array for {space!r}, got {len(arrays)}")
+        return arrays[0]
+    it = iter(arrays)
+    try:
+        value = _unflatten_from(space, it)
+    except StopIteration:
+        raise ValueError(f"too few leaf arrays ({len(arrays)}) for {space!r}") from None
+    if next(it, None) is not None:
+        raise ValueError(f"too many leaf arrays ({len(arrays)}) for {space!r}")
+    return value
+
+
+def allocate(space: gym.Space[Any], prefix_shape: tuple[int, ...]) -> list[np.ndarray]:
+    """Zero arrays of shape ``prefix_shape + leaf.shape`` for every leaf, in ``leaves()`` order."""
+    prefix = tuple(int(n) for n in prefix_shape)
+    return [np.zeros(prefix + leaf.shape, dtype=leaf.dtype) for leaf in leaves(space)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# batch_contains: one precompiled checker per leaf, cached per space object.
+
+
+_TILE_MAX_ELEMENTS = 4096  # bounds repeated to the batch shape only while that stays this small
+_TILE_MAX_SIZES = 32  # distinct batch sizes remembered per leaf
+
+
+class _LeafCheck:
+    """Elementwise ``low <= x <= high`` for one leaf (NaN fails it, as in gymnasium), plus shape/kind.
+
+    Comparing against bounds already repeated to the batch's shape takes numpy's same-shape fast path,
+    about three times cheaper than broadcasting for small leaves, so the repeated bounds are cached
+    per batch size.
+    """
+
+    __slots__ = ("name", "shape", "kinds", "describe", "_low", "_high", "_tiled")
+
+    def __init__(
+        self, name: str, space: gym.Space[Any], kinds: str, low: np.ndarray, high: np.ndarray
+    ) -> None:
+        self.name = name
+        self.shape: tuple[int, ...] = tuple(low.shape)
+        self.kinds = kinds
+        self.describe = str(space)
+        self._low, self._high = low, high
+        self._tiled: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def bounds(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) to compare a batch of k values with: repeated to (k, *shape) while small."""
+        got = self._tiled.get(k)
+        if got is not None:
+            return got
+        if k * self._low.size > _TILE_MAX_ELEMENTS:
+            return self._low, self._high
+        reps = (k,) + (1,) * len(self.shape)
+        got = (np.tile(self._low, reps), np.tile(self._high, reps))
+        if len(self._tiled) < _TILE_MAX_SIZES:
+            self._tiled[k] = got
+        return got
+
+
+def _compile(leaf: Leaf) -> _LeafCheck:
+    space = leaf.space
+    shape = leaf.shape
+    if isinstance(space, gs.Box):
+        kind = np.dtype(space.dtype).kind
+        kinds = "fiub" if kind == "f" else ("iub" if kind in "iu" else "b")
+        return _LeafCheck(leaf.name, space, kinds, np.array(space.low), np.array(space.high))
+    if isinstance(space, gs.Discrete):
+        start, n = int(space.start), int(space.n)
+        return _LeafCheck(
+            leaf.name, space, "iu", np.array(start, np.int64), np.array(start + n - 1, np.int64)
+        )
+    if isinstance(space, gs.MultiDiscrete):
+        first = np.asarray(space.start, dtype=np.int64)
+        return _LeafCheck(leaf.name, space, "iu", first, first + np.asarray(space.nvec, dtype=np.int64) - 1)
+    assert isinstance(space, gs.MultiBinary)  # leaves() admits no other leaf spaces
+    return _LeafCheck(leaf.name, space, "biu", np.zeros(shape, np.int8), np.ones(shape, np.int8))
+
+
+_CHECK_CACHE: dict[int, tuple[weakref.ref[gym.Space[Any]], bool, list[_LeafCheck]]] = {}
+
+
+def _checks_for(space: gym.Space[Any]) -> tuple[bool, list[_LeafCheck]]:
+    """(whether the space is nested, its leaf checks), compiled once per space object."""
+    key = id(space)
+    entry = _CHECK_CACHE.get(key)
+    if entry is not None and entry[0]() is space:
+        return entry[1], entry[2]
+    nested, checks = isinstance(space, _NESTED), [_compile(leaf) for leaf in leaves(space)]
+
+    def _evict(ref: weakref.ref[gym.Space[Any]], key: int = key) -> None:
+        current = _CHECK_CACHE.get(key)
+        if current is not None and current[0] is ref:
+            del _CHECK_CACHE[key]
+
+    with contextlib.suppress(TypeError):  # a space that cannot be weakly referenced is not cached
+        _CHECK_CACHE[key] = (weakref.ref(space, _evict), nested, checks)
+    return nested, checks
+
+
+def _where(name: str) -> str:
+    return f"leaf {name!r}: " if name else ""
+
+
+def batch_contains(space: gym.Space[Any], batch: Any) -> str | None:
+    """Check that every element of a batched nested value lies in ``space``; None if all do.
+
+    Otherwise a short message naming the leaf and the first bad element. Checks structure, shape, dtype
+    kind (a float Box takes any real numbers, integer spaces take integers) and bounds/ranges. The
+    per-leaf checks are compiled on first use for each space object, so keep the space unchanged.
+    """
+    nested, checks = _checks_for(space)
+    if nested:
+        try:
+            arrays = flatten_batch(space, batch)
+        except (TypeError, KeyError, ValueError) as exc:
+            return str(exc.args[0]) if exc.args else str(exc)
+    else:
+        arrays = [batch if type(batch) is np.ndarray else np.asarray(batch)]
+    k = -1
+    for check, x in zip(checks, arrays):
+        shape = x.shape
+        if shape[1:] != check.shape or not shape:
+            want = ", ".join(["batch", *map(str, check.shape)])
+            return f"{_where(check.name)}expected shape ({want}) for {check.describe}, got {shape}"
+        if k < 0:
+            k = shape[0]
+        elif shape[0] != k:
+            return f"{_where(check.name)}batch size {shape[0]} differs from the other leaves' {k}"
+        if x.dtype.kind not in check.kinds:
+            return f"{_where(check.name)}dtype {x.dtype} does not fit {check.describe}"
+        low, high = check.bounds(k)
+        if np.count_nonzero(x >= low) + np.count_nonzero(x <= high) != 2 * x.size:
+            ok = ((x >= low) & (x <= high)).reshape(k, -1).all(axis=1)
+            i = int(np.argmin(ok))
+            value = np.array2string(np.asarray(x[i]), threshold=8, precision=6)
+            return f"{_where(check.name)}element {i} ({value}) is not in {check.describe}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Serialization in Minari 0.5's JSON format (minari/serialization.py).
+
+
+def space_to_dict(space: gym.Space[Any]) -> dict[str, Any]:
+    """A JSON-able description of ``space`` in Minari 0.5's format (``json.dumps`` it to store it)."""
+    if isinstance(space, gs.Box):
+        return {
+            "type": "Box",
+            "dtype": str(space.dtype),
+            "shape": [int(n) for n in space.shape],
+            "low": space.low.tolist(),
+            "high": space.high.tolist(),
+        }
+    if isinstance(space, gs.Discrete):
+        return {"type": "Discrete", "dtype": str(space.dtype), "start": int(space.start), "n": int(space.n)}
+    if isinstance(space, gs.MultiDiscrete):
+        return {
+            "type": "MultiDiscrete",
+            "dtype": str(space.dtype),
+            "nvec": space.nvec.tolist(),
+            "start": space.start.tolist(),
+        }
+    if isinstance(space, gs.MultiBinary):
+        n = space.n
+        return {
+            "type": "MultiBinary",
+            "n": int(n) if isinstance(n, (int, np.integer)) else [int(i) for i in n],
+        }
+    if isinstance(space, gs.Dict):
+        return {"type": "Dict", "subspaces": {key: space_to_dict(sub) for key, sub in space.spaces.items()}}
+    if isinstance(space, gs.Tuple):
+        return {"type": "Tuple", "subspaces": [space_to_dict(sub) for sub in space.spaces]}
+    if isinstance(space, gs.Text):
+        return {
+            "type": "Text",
+            "max_length": int(space.max_length),
+            "min_length": int(space.min_length),
+            "charset": space.characters,
+        }
+    raise TypeError(f"cannot serialize {space!r} ({type(space).__name__})")
+
+
+def space_from_dict(d: Mapping[str, Any] | str) -> gym.Space[Any]:
+    """Rebuild a space from :func:`space_to_dict`'s output (or Minari's, as a dict or JSON string)."""
+    if isinstance(d, str):
+        d = json.loads(d)
+    if not isinstance(d, Mapping) or "type" not in d:
+        raise ValueError(f"not a serialized space: {d!r}")
+    kind = d["type"]
+    if kind == "Box":
+        dtype = np.dtype(d["dtype"])
+        return gs.Box(
+            low=np.array(d["low"], dtype=dtype),
+            high=np.array(d["high"], dtype=dtype),
+            shape=tuple(d["shape"]),
+            dtype=dtype,
+        )
+    if kind == "Discrete":
+        dtype = np.dtype(d.get("dtype", "int64"))
+        if dtype == np.int64:  # gymnasium's default; older gymnasium releases have no dtype argument
+            return gs.Discrete(n=int(d["n"]), start=int(d.get("start", 0)))
+        return gs.Discrete(n=int(d["n"]), start=int(d.get("start", 0)), dtype=dtype)
+    if kind == "MultiDiscrete":
+        start = d.get("start")
+        return gs.MultiDiscrete(
+            nvec=np.array(d["nvec"]),
+            dtype=d.get("dtype", "int64"),
+            start=None if start is None else np.array(start),
+        )
+    if kind == "MultiBinary":
+        return gs.MultiBinary(n=d["n"])
+    if kind == "Dict":
+        # A list of pairs keeps the serialized key order (a plain dict would be sorted by gymnasium).
+        return gs.Dict([(key, space_from_dict(sub)) for key, sub in d["subspaces"].items()])
+    if kind == "Tuple":
+        return gs.Tuple(tuple(space_from_dict(sub) for sub in d["subspaces"]))
+    if kind == "Text":
+        return gs.Text(max_length=d["max_length"], min_length=d["min_length"], charset=d["charset"])
+    raise ValueError(f"unknown space type {kind!r}")

@@ -1,0 +1,556 @@
+"""Minari interop: export a Dataset in Minari 0.5's HDF5 layout, import a Minari HDF5 dataset.
+
+Minari 0.5 layout (what ``minari.load_dataset`` reads)::
+
+    <minari_root>/<namespace>/namespace_metadata.json     one per namespace level ("{}" when new)
+    <minari_root>/<namespace>/<name>-vN/data/metadata.json
+    <minari_root>/<namespace>/<name>-vN/data/main_data.hdf5
+
+``metadata.json`` holds the serialized spaces (JSON strings), env spec, totals, dataset size in MB,
+``dataset_id``, ``minari_version``, ``data_format`` ("hdf5") and the author/description keys.
+``main_data.hdf5`` has one group ``episode_{i}`` per episode: ``observations`` (T+1 rows; Dict spaces
+become groups keyed like the space, Tuple spaces groups of ``_index_{i}``), ``actions``, ``rewards``,
+``terminations``, ``truncations`` (T rows) and an ``infos`` group; its attributes are ``id``,
+``total_steps``, ``seed`` (when known), the reset options flattened as ``options/<key>`` and the
+per-episode metadata (``rewards_sum``...). Exports also keep vcollect's ``extras`` in an ``extras``
+group of each episode: Minari ignores it, ``import_minari`` reads it back.
+
+Nothing here imports ``minari``: the layout and the root rule are written out from Minari's docs and
+file format so that exports work without it installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import io
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import h5py
+import numpy as np
+
+from vcollect.errors import (
+    DatasetError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InfoStructureError,
+    InvalidDatasetIdError,
+)
+from vcollect.spaces import space_from_dict, space_to_dict
+from vcollect.store.reader import Dataset, delete_dataset, load_dataset
+from vcollect.store.writer import EpisodeStore
+
+__all__ = [
+    "MINARI_DATASETS_PATH_ENV",
+    "export_minari",
+    "import_minari",
+    "minari_dataset_path",
+    "parse_minari_dataset_id",
+    "resolve_minari_root",
+]
+
+#: Environment variable Minari reads for its datasets root.
+MINARI_DATASETS_PATH_ENV = "MINARI_DATASETS_PATH"
+#: The Minari release whose format this module writes (used when no minari 0.5.x is installed).
+MINARI_FORMAT_VERSION = "0.5.4"
+
+_DATA_DIR = "data"
+_MAIN_FILE = "main_data.hdf5"
+_METADATA_FILE = "metadata.json"
+_NAMESPACE_FILE = "namespace_metadata.json"
+
+# Minari 0.5's id grammar: (namespace/)name-vN where a namespace is at least two characters of
+# [-_\w/] that start and end with [-_\w]. Minari makes the version optional in its pattern but fails
+# without one, so it is required here; empty path parts ("a//b") are refused as they escape nothing
+# useful and confuse directory walks.
+_MINARI_ID_RE = re.compile(r"(?:(?P<namespace>[-_\w][-_\w/]*[-_\w])/)?(?P<name>[-_\w]+?)-v(?P<version>\d+)")
+
+# metadata.json keys that describe the stored data; they are computed on export, not copied.
+_DATA_KEYS = frozenset(
+    {
+        "total_episodes",
+        "total_steps",
+        "data_format",
+        "jpeg_encoding",
+        "observation_space",
+        "action_space",
+        "env_spec",
+        "eval_env_spec",
+        "dataset_size",
+        "dataset_id",
+        "minari_version",
+    }
+)
+# Minari's descriptive keys, in the order its create_dataset writes them.
+_DESCRIPTIVE_KEYS = ("code_permalink", "author", "author_email", "algorithm_name", "description")
+_SCORE_KEYS = ("ref_max_score", "ref_min_score", "num_episodes_average_score", "requirements")
+# Episode-group attributes that are not per-episode metadata.
+_EPISODE_ATTRS = frozenset({"id", "seed", "total_steps"})
+_OPTIONS_PREFIX = "options/"
+
+
+# ---------------------------------------------------------------------------------------------------
+# ids and roots
+
+
+def parse_minari_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
+    """Split a Minari id into (namespace or None, name, version); InvalidDatasetIdError if Minari refuses it.
+
+    Stricter than vcollect's grammar where Minari is: a namespace needs at least two characters.
+    """
+    if not isinstance(dataset_id, str):
+        raise InvalidDatasetIdError(f"a Minari dataset id must be a str, got {dataset_id!r}")
+    match = _MINARI_ID_RE.fullmatch(dataset_id)
+    namespace = None if match is None else match.group("namespace")
+    if match is None or (namespace is not None and "" in namespace.split("/")):
+        hint = ""
+        first = dataset_id.split("/")[0] if isinstance(dataset_id, str) and "/" in dataset_id else ""
+        if len(first) == 1:
+            hint = f"; Minari namespaces need at least two characters (not {first!r})"
+        raise InvalidDatasetIdError(
+            f"{dataset_id!r} is not a valid Minari dataset id: Minari ids look like 'namespace/name-vN' "
+            f"(letters, digits, '-', '_'; nested namespaces allowed; version required){hint}"
+        )
+    return namespace, match.group("name"), int(match.group("version"))
+
+
+def resolve_minari_root(minari_root: str | os.PathLike[str] | None = None) -> Path:
+    """Minari's datasets root: ``minari_root`` if given, else ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``."""
+    if minari_root is not None:
+        return Path(minari_root).expanduser()
+    env = os.environ.get(MINARI_DATASETS_PATH_ENV)
+    if env is not None:
+        return Path(env).expanduser()
+    return Path("~").expanduser() / ".minari" / "datasets"
+
+
+def minari_dataset_path(dataset_id: str, minari_root: str | os.PathLike[str] | None = None) -> Path:
+    """Directory of a Minari dataset (the one holding ``data/``), after checking the id."""
+    parse_minari_dataset_id(dataset_id)
+    return resolve_minari_root(minari_root).joinpath(*dataset_id.split("/"))
+
+
+def _minari_version() -> str:
+    """The installed minari's version when it is a 0.5 release (so it accepts the file), else 0.5.4."""
+    try:
+        version = importlib.metadata.version("minari")
+    except importlib.metadata.PackageNotFoundError:
+        return MINARI_FORMAT_VERSION
+    return version if re.fullmatch(r"0\.5\.\d+", version) else MINARI_FORMAT_VERSION
+
+
+# ---------------------------------------------------------------------------------------------------
+# helpers shared by export and import
+
+
+def _is_image_space(space: gym.Space[Any]) -> bool:
+    """Minari's rule for spaces it JPEG-encodes when ``jpeg_encoding`` is on."""
+    return (
+        isinstance(space, gym.spaces.Box)
+        and len(space.shape) in (2, 3)
+        and space.shape[0] >= 32
+        and space.shape[1] >= 32
+        and space.dtype == np.uint8
+        and bool(np.all(space.low == 0))
+        and bool(np.all(space.high == 255))
+    )
+
+
+def _json_value(value: Any) -> Any:
+    """numpy scalars/arrays (from HDF5 attributes) -> plain JSON-able Python values."""
+    if isinstance(value, np.ndarray):
+        return [_json_value(v) for v in value.tolist()] if value.dtype.kind in "OS" else value.tolist()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def _flatten_options(options: Mapping[str, Any], prefix: str = "options") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        name = f"{prefix}/{key}"
+        if isinstance(value, Mapping):
+            out.update(_flatten_options(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *parents, last = key.split("/")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def _as_list(value: Any) -> list[Any]:
+    """Minari keeps author/author_email as sets (JSON lists): a str becomes a one-element list."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return list(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# export
+
+
+def _create_column(group: h5py.Group, key: str, data: Any) -> None:
+    """One per-step column as Minari writes it: chunked and growable along the time axis."""
+    arr = np.asarray(data)
+    if arr.dtype.kind == "U":
+        arr = arr.astype(object)
+        group.create_dataset(key, data=arr, dtype=h5py.string_dtype(encoding="utf-8"),
+                             chunks=True, maxshape=(None, *arr.shape[1:]))
+        return
+    if arr.ndim == 0:
+        group.create_dataset(key, data=arr)
+        return
+    group.create_dataset(key, data=arr, chunks=True, maxshape=(None, *arr.shape[1:]))
+
+
+def _write_value(group: h5py.Group, key: str, space: gym.Space[Any], value: Any) -> None:
+    if isinstance(space, gym.spaces.Dict):
+        sub = group.create_group(key)
+        for name, subspace in space.spaces.items():
+            _write_value(sub, name, subspace, value[name])
+    elif isinstance(space, gym.spaces.Tuple):
+        sub = group.create_group(key)
+        for i, subspace in enumerate(space.spaces):
+            _write_value(sub, f"_index_{i}", subspace, value[i])
+    else:
+        _create_column(group, key, value)
+
+
+def _write_tree(group: h5py.Group, tree: Mapping[str, Any]) -> None:
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            _write_tree(group.create_group(key), value)
+        else:
+            _create_column(group, key, value)
+
+
+def _write_namespace_files(root: Path, namespace: str | None) -> None:
+    """Minari marks every namespace level with a namespace_metadata.json; add the missing ones."""
+    if namespace is None:
+        return
+    parts = namespace.split("/")
+    for depth in range(1, len(parts) + 1):
+        directory = root.joinpath(*parts[:depth])
+        directory.mkdir(parents=True, exist_ok=True)
+        marker = directory / _NAMESPACE_FILE
+        if not marker.exists():
+            marker.write_text("{}", encoding="utf-8")
+
+
+def _export_metadata(dataset: Dataset, minari_dataset_id: str) -> dict[str, Any]:
+    """metadata.json content (without dataset_size), keys in the order Minari's create_dataset writes them."""
+    ours = {k: v for k, v in dataset.metadata.items() if k not in {"dataset_id", "created_at", "format_version"}}
+    meta: dict[str, Any] = {
+        "total_episodes": int(dataset.total_episodes),
+        "total_steps": int(dataset.total_steps),
+        "data_format": "hdf5",
+        # Stored arrays are raw, never JPEG: readers get back exactly what was recorded.
+        "jpeg_encoding": False,
+        "observation_space": json.dumps(space_to_dict(dataset.observation_space)),
+        "action_space": json.dumps(space_to_dict(dataset.action_space)),
+    }
+    if dataset.env_spec_json is not None:
+        meta["env_spec"] = dataset.env_spec_json
+    descriptive: dict[str, Any] = {"dataset_id": minari_dataset_id}
+    for key in _DESCRIPTIVE_KEYS:
+        if ours.get(key) is not None:
+            descriptive[key] = _as_list(ours[key]) if key in ("author", "author_email") else ours[key]
+    descriptive["minari_version"] = _minari_version()
+    if dataset.eval_env_spec_json is not None:
+        descriptive["eval_env_spec"] = dataset.eval_env_spec_json
+    for key in _SCORE_KEYS:
+        if ours.get(key) is not None:
+            descriptive[key] = ours[key]
+    for key, value in ours.items():
+        if key not in _DATA_KEYS and key not in descriptive and key not in _DESCRIPTIVE_KEYS and key not in _SCORE_KEYS:
+            descriptive[key] = value
+    return {**meta, **descriptive}
+
+
+def export_minari(
+    dataset: Dataset | str,
+    minari_dataset_id: str,
+    minari_root: str | os.PathLike[str] | None = None,
+    *,
+    overwrite: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write ``dataset`` (a Dataset or view, or an id under ``root``) as a Minari 0.5 HDF5 dataset.
+
+    The result loads with ``minari.load_dataset(minari_dataset_id)`` (with ``$MINARI_DATASETS_PATH`` or
+    Minari's default root matching ``minari_root``) and returns the same arrays, seeds, options and
+    episode metadata. Episodes are renumbered 0..n-1 in this view's order. The dataset is written to a
+    hidden temporary directory and renamed into place, so a crash never leaves a half dataset under
+    the id. Returns the dataset directory. DatasetExistsError if it exists unless ``overwrite=True``.
+    """
+    namespace, _, _ = parse_minari_dataset_id(minari_dataset_id)
+    source = load_dataset(dataset, root) if isinstance(dataset, str) else dataset
+    minari_root_path = resolve_minari_root(minari_root)
+    final = minari_root_path.joinpath(*minari_dataset_id.split("/"))
+    if final.exists() and not overwrite:
+        raise DatasetExistsError(
+            f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
+        )
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+    data_dir = tmp / _DATA_DIR
+    try:
+        data_dir.mkdir(parents=True)
+        _write_main_file(source, data_dir / _MAIN_FILE)
+        metadata = _export_metadata(source, minari_dataset_id)
+        text = json.dumps(metadata)
+        size_mb = ((data_dir / _MAIN_FILE).stat().st_size + len(text.encode("utf-8"))) / 1e6
+        # Minari reports the size in MB rounded to one decimal; insert it where its writer does.
+        keys = list(metadata)
+        position = keys.index("dataset_id")
+        items = list(metadata.items())
+        items.insert(position, ("dataset_size", round(size_mb, 1)))
+        (data_dir / _METADATA_FILE).write_text(json.dumps(dict(items)), encoding="utf-8")
+        _write_namespace_files(minari_root_path, namespace)
+        if final.exists():
+            old = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.old"
+            os.rename(final, old)
+            os.rename(tmp, final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _write_main_file(dataset: Dataset, path: Path) -> None:
+    obs_space, act_space = dataset.observation_space, dataset.action_space
+    with h5py.File(path, "w", track_order=True) as f:
+        for i, episode in enumerate(dataset.iterate_episodes()):
+            group = f.create_group(f"episode_{i}")
+            group.attrs["id"] = i
+            if episode.seed is not None:
+                group.attrs["seed"] = episode.seed
+            if episode.options is not None:
+                group.attrs.update(_flatten_options(episode.options))
+            group.attrs["total_steps"] = len(episode)
+            _write_value(group, "observations", obs_space, episode.observations)
+            _write_value(group, "actions", act_space, episode.actions)
+            _create_column(group, "rewards", episode.rewards)
+            _create_column(group, "terminations", episode.terminations)
+            _create_column(group, "truncations", episode.truncations)
+            _write_tree(group.create_group("infos"), episode.infos)
+            if episode.extras:
+                _write_tree(group.create_group("extras"), episode.extras)
+            for key, value in episode.metadata.items():
+                if key not in _EPISODE_ATTRS and not key.startswith(_OPTIONS_PREFIX):
+                    group.attrs[key] = value
+
+
+# ---------------------------------------------------------------------------------------------------
+# import
+
+
+def _resolve_minari_data_dir(source: str | os.PathLike[str], minari_root: str | os.PathLike[str] | None) -> Path:
+    """The ``data`` directory of a Minari dataset given by id (under the Minari root) or by path."""
+    candidates: list[Path] = []
+    if isinstance(source, str) and _MINARI_ID_RE.fullmatch(source):
+        candidates.append(minari_dataset_path(source, minari_root))
+    candidates.append(Path(source).expanduser())
+    for candidate in candidates:
+        for data_dir in (candidate / _DATA_DIR, candidate):
+            if (data_dir / _METADATA_FILE).is_file():
+                return data_dir
+    looked = ", ".join(repr(str(c)) for c in candidates)
+    raise DatasetNotFoundError(
+        f"no Minari dataset {str(source)!r}: looked for data/{_METADATA_FILE} under {looked} "
+        f"(Minari root {str(resolve_minari_root(minari_root))!r})"
+    )
+
+
+def _decode_strings(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind == "O" or arr.dtype.kind == "S":
+        flat = [v.decode("utf-8") if isinstance(v, bytes) else v for v in arr.reshape(-1).tolist()]
+        if all(isinstance(v, str) for v in flat):
+            return np.array(flat, dtype=str).reshape(arr.shape)
+    return arr
+
+
+def _read_tree(group: h5py.Group) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, node in group.items():
+        if isinstance(node, h5py.Group):
+            out[key] = _read_tree(node)
+        else:
+            out[key] = _decode_strings(np.asarray(node[()]))
+    return out
+
+
+def _decode_jpeg(node: h5py.Dataset) -> np.ndarray:
+    from PIL import Image  # Minari's own dependency; only needed for JPEG-encoded images
+
+    frames = [np.array(Image.open(io.BytesIO(np.asarray(raw).tobytes())), dtype=np.uint8) for raw in node[()]]
+    return np.stack(frames) if frames else np.zeros((0,), np.uint8)
+
+
+def _read_value(node: Any, space: gym.Space[Any], jpeg: bool, where: str) -> Any:
+    if isinstance(space, gym.spaces.Dict):
+        return {key: _read_value(node[key], sub, jpeg, f"{where}/{key}") for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_read_value(node[f"_index_{i}"], sub, jpeg, f"{where}/_index_{i}") for i, sub in enumerate(space.spaces))
+    if not isinstance(node, h5py.Dataset):
+        raise DatasetError(f"{where} should be an HDF5 dataset for space {space}, found a group")
+    if jpeg and _is_image_space(space):
+        return _decode_jpeg(node)
+    return np.asarray(node[()])
+
+
+def _clean_env_spec(text: Any) -> str | None:
+    """An env spec JSON from Minari, without keys this gymnasium's EnvSpec does not know (old releases')."""
+    if not isinstance(text, str):
+        return None
+    spec = json.loads(text)
+    known = {f.name for f in dataclasses.fields(gym.envs.registration.EnvSpec)}
+    return json.dumps({k: v for k, v in spec.items() if k in known})
+
+
+def _spaces_of(metadata: Mapping[str, Any], env_spec: str | None) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    obs = metadata.get("observation_space")
+    act = metadata.get("action_space")
+    if obs is not None and act is not None:
+        return space_from_dict(obs), space_from_dict(act)
+    if env_spec is None:
+        raise DatasetError("the Minari metadata has neither both spaces nor an env_spec to recover them from")
+    env = gym.make(gym.envs.registration.EnvSpec.from_json(env_spec))
+    try:
+        return (
+            space_from_dict(obs) if obs is not None else env.observation_space,
+            space_from_dict(act) if act is not None else env.action_space,
+        )
+    finally:
+        env.close()
+
+
+def _episode_names(f: h5py.File) -> list[str]:
+    numbered = []
+    for name in f:
+        match = re.fullmatch(r"episode_(\d+)", name)
+        if match is not None:
+            numbered.append((int(match.group(1)), name))
+    return [name for _, name in sorted(numbered)]
+
+
+def _iter_minari_episodes(
+    path: Path, obs_space: gym.Space[Any], act_space: gym.Space[Any], jpeg: bool
+) -> Iterator[dict[str, Any]]:
+    with h5py.File(path, "r") as f:
+        for name in _episode_names(f):
+            group = f[name]
+            attrs = dict(group.attrs)
+            seed = attrs.get("seed")
+            options_flat = {k[len(_OPTIONS_PREFIX):]: _json_value(v) for k, v in attrs.items() if k.startswith(_OPTIONS_PREFIX)}
+            metadata = {
+                k: _json_value(v)
+                for k, v in attrs.items()
+                if k not in _EPISODE_ATTRS and not k.startswith(_OPTIONS_PREFIX)
+            }
+            yield {
+                "name": name,
+                "observations": _read_value(group["observations"], obs_space, jpeg, f"{name}/observations"),
+                "actions": _read_value(group["actions"], act_space, jpeg, f"{name}/actions"),
+                "rewards": np.asarray(group["rewards"][()]),
+                "terminations": np.asarray(group["terminations"][()]),
+                "truncations": np.asarray(group["truncations"][()]),
+                "infos": _read_tree(group["infos"]) if "infos" in group else None,
+                "extras": _read_tree(group["extras"]) if "extras" in group else None,
+                "seed": None if seed is None else int(seed),
+                "options": _unflatten(options_flat) if options_flat else None,
+                "metadata": metadata or None,
+            }
+
+
+def import_minari(
+    minari_dataset_id_or_path: str | os.PathLike[str],
+    dataset_id: str,
+    root: str | os.PathLike[str] | None = None,
+    *,
+    overwrite: bool = False,
+    minari_root: str | os.PathLike[str] | None = None,
+) -> Dataset:
+    """Copy a Minari HDF5 dataset into a new vcollect dataset ``dataset_id`` (under ``root``) and load it.
+
+    The source is a Minari id (resolved under ``minari_root``, else ``$MINARI_DATASETS_PATH``, else
+    ``~/.minari/datasets``) or a path to the dataset directory (or its ``data/``). Spaces, env specs and
+    descriptive metadata come from its metadata.json; seeds, reset options, infos, episode metadata and
+    (for vcollect exports) extras are kept. Episodes whose infos change structure start a new shard
+    writer, so nothing is dropped. On failure the partial dataset is deleted.
+    """
+    data_dir = _resolve_minari_data_dir(minari_dataset_id_or_path, minari_root)
+    try:
+        metadata = json.loads((data_dir / _METADATA_FILE).read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DatasetError(f"{data_dir / _METADATA_FILE} is not valid JSON: {exc}") from exc
+    data_format = metadata.get("data_format", "hdf5")
+    if data_format != "hdf5":
+        raise DatasetError(
+            f"Minari dataset at {str(data_dir)!r} is stored as {data_format!r}; import_minari reads 'hdf5' only"
+        )
+    main_file = data_dir / _MAIN_FILE
+    if not main_file.is_file():
+        raise DatasetError(f"Minari dataset at {str(data_dir)!r} has no {_MAIN_FILE}")
+    env_spec = _clean_env_spec(metadata.get("env_spec"))
+    eval_env_spec = _clean_env_spec(metadata.get("eval_env_spec"))
+    obs_space, act_space = _spaces_of(metadata, env_spec)
+    ours = {k: v for k, v in metadata.items() if k not in _DATA_KEYS}
+    ours["minari_dataset_id"] = metadata.get("dataset_id")
+    ours["minari_version"] = metadata.get("minari_version")
+    jpeg = bool(metadata.get("jpeg_encoding", True))
+
+    store = EpisodeStore.create(dataset_id, obs_space, act_space, env_spec=env_spec, eval_env_spec=eval_env_spec,
+                                root=root, metadata=ours, overwrite=overwrite)
+    try:
+        for episode in _iter_minari_episodes(main_file, obs_space, act_space, jpeg):
+            name = episode.pop("name")
+            try:
+                store.write_episode(**episode, env_id=0)
+            except (InfoStructureError, ValueError) as first_error:
+                if store.pending_episodes == 0 and store.committed_episodes == 0:
+                    raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {first_error}") from first_error
+                # Infos/extras/metadata structure is fixed per writer: a fresh writer takes the new one.
+                store.close()
+                store = EpisodeStore.open(dataset_id, root)
+                try:
+                    store.write_episode(**episode, env_id=0)
+                except (InfoStructureError, ValueError) as exc:
+                    raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {exc}") from exc
+        store.close()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            store.close()
+        with contextlib.suppress(Exception):
+            delete_dataset(dataset_id, root)
+        raise
+    return load_dataset(dataset_id, root)

@@ -1,0 +1,60 @@
+"""Dataset ids (Minari's ``namespace/name-vN`` grammar) and where datasets live on disk."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from vcollect.errors import InvalidDatasetIdError
+
+__all__ = [
+    "DATASETS_PATH_ENV",
+    "DEFAULT_ROOT",
+    "dataset_path",
+    "parse_dataset_id",
+    "resolve_root",
+]
+
+#: Environment variable naming the datasets root when no ``root=`` is given.
+DATASETS_PATH_ENV = "VCOLLECT_DATASETS_PATH"
+#: Root used when neither ``root=`` nor ``$VCOLLECT_DATASETS_PATH`` is set.
+DEFAULT_ROOT = Path("~") / ".vcollect" / "datasets"
+
+# Minari 0.5's grammar: an optional (possibly nested) namespace, a name, and a required version.
+# Unlike Minari, a one-character namespace is fine and empty path parts ("a//b") are not.
+_DATASET_ID_RE = re.compile(r"^(?:(?P<namespace>[-_\w]+(?:/[-_\w]+)*)/)?(?P<name>[-_\w]+?)-v(?P<version>\d+)$")
+
+
+def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
+    """Split ``namespace/name-vN`` into (namespace or None, name, version); InvalidDatasetIdError if malformed.
+
+    Follows Minari's grammar (the namespace is optional and may be nested, ``a/b/name-v0``) and
+    rejects anything that could escape the datasets root (empty path parts).
+    """
+    if not isinstance(dataset_id, str):
+        raise InvalidDatasetIdError(f"a dataset id must be a str like 'namespace/name-v0', got {dataset_id!r}")
+    match = _DATASET_ID_RE.fullmatch(dataset_id)
+    if match is None:
+        raise InvalidDatasetIdError(
+            f"malformed dataset id {dataset_id!r}: ids look like 'namespace/name-vN' (letters, digits, '-', '_'; "
+            "the namespace is optional and may be nested, the version N is required), e.g. 'cartpole/random-v0'"
+        )
+    namespace = match.group("namespace")
+    return namespace, match.group("name"), int(match.group("version"))
+
+
+def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """The datasets root: ``root`` if given, else ``$VCOLLECT_DATASETS_PATH``, else ``~/.vcollect/datasets``."""
+    if root is not None:
+        return Path(root).expanduser()
+    env = os.environ.get(DATASETS_PATH_ENV)
+    if env:
+        return Path(env).expanduser()
+    return DEFAULT_ROOT.expanduser()
+
+
+def dataset_path(dataset_id: str, root: str | os.PathLike[str] | None = None) -> Path:
+    """Directory of a dataset: ``<root>/<namespace>/<name>-vN`` (the id is validated first)."""
+    parse_dataset_id(dataset_id)
+    return resolve_root(root).joinpath(*dataset_id.split("/"))

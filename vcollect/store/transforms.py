@@ -1,0 +1,81 @@
+"""Dataset transforms with Minari's names: split into views, combine into a new dataset."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from vcollect.errors import SpaceMismatchError
+from vcollect.store.reader import Dataset, load_dataset
+from vcollect.store.writer import EpisodeStore
+
+__all__ = ["combine_datasets", "split_dataset"]
+
+
+def split_dataset(dataset: Dataset, sizes: Sequence[int], seed: int | None = None) -> list[Dataset]:
+    """Split a dataset into disjoint random views of the given sizes (episodes are shuffled, not copied)."""
+    sizes = [int(n) for n in sizes]
+    if any(n < 0 for n in sizes):
+        raise ValueError(f"sizes must be non-negative, got {sizes}")
+    if sum(sizes) > dataset.total_episodes:
+        raise ValueError(
+            f"the sizes {sizes} add up to {sum(sizes)}, more than the {dataset.total_episodes} episodes of {dataset.id!r}"
+        )
+    order = np.random.default_rng(seed).permutation(dataset.episode_indices)
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return [dataset._view(order[bounds[i] : bounds[i + 1]]) for i in range(len(sizes))]
+
+
+def combine_datasets(
+    datasets: Sequence[Dataset | str], new_dataset_id: str, root: str | os.PathLike[str] | None = None
+) -> Dataset:
+    """Copy the episodes of several datasets (objects or ids under ``root``) into a new dataset.
+
+    All must have equal observation and action spaces (SpaceMismatchError otherwise). The env spec is
+    kept when all datasets share it. The new dataset's metadata lists the ``combined_datasets``.
+    Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras and metadata.
+    """
+    loaded = [load_dataset(d, root) if isinstance(d, str) else d for d in datasets]
+    if not loaded:
+        raise ValueError("combine_datasets needs at least one dataset")
+    first = loaded[0]
+    for other in loaded[1:]:
+        for what, a, b in (
+            ("observation", first.observation_space, other.observation_space),
+            ("action", first.action_space, other.action_space),
+        ):
+            if a != b:
+                raise SpaceMismatchError(
+                    f"cannot combine {first.id!r} and {other.id!r}: {what} spaces differ ({a} vs {b})"
+                )
+    specs = {d.env_spec_json for d in loaded}
+    eval_specs = {d.eval_env_spec_json for d in loaded}
+    EpisodeStore.create(
+        new_dataset_id,
+        first.observation_space,
+        first.action_space,
+        env_spec=specs.pop() if len(specs) == 1 else None,
+        eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
+        root=root,
+        metadata={"combined_datasets": [d.id for d in loaded]},
+    ).close()
+    for dataset in loaded:
+        # One writer per source, so each source's infos/extras structure gets its own shards.
+        with EpisodeStore.open(new_dataset_id, root) as store:
+            for episode in dataset.iterate_episodes():
+                store.write_episode(
+                    episode.observations,
+                    episode.actions,
+                    episode.rewards,
+                    episode.terminations,
+                    episode.truncations,
+                    seed=episode.seed,
+                    env_id=episode.env_id,
+                    infos=episode.infos or None,
+                    extras=episode.extras or None,
+                    metadata=episode.metadata or None,
+                    options=episode.options,
+                )
+    return load_dataset(new_dataset_id, root)
