@@ -79,7 +79,8 @@ class DictObsEnv(gym.Env):
 class CountingEnv(gym.Env):
     """Observation = number of steps taken since reset; ends after exactly `episode_length` steps.
 
-    Reward is 1 per step, the step info is {"t": steps since reset}. With `truncate=True` the last step
+    Reward is 1 per step, the step info is {"t": steps since reset}; reset option "start" offsets the
+    counter (observation = start + steps). With `truncate=True` the last step
     truncates instead of terminating.
     Use it where tests count steps and episodes exactly.
     """
@@ -90,19 +91,22 @@ class CountingEnv(gym.Env):
         self.episode_length = episode_length
         self.truncate = truncate
         self.t = 0
+        self.start = 0.0
         self.last_seed: int | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)
         self.t = 0
+        self.start = float((options or {}).get("start", 0.0))
         self.last_seed = seed
-        return np.array([0.0], np.float32), {"seed": seed}
+        return np.array([self.start], np.float32), {"seed": seed}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.t += 1
         done = self.t >= self.episode_length
         info = {"t": self.t}
-        return np.array([self.t], np.float32), 1.0, done and not self.truncate, done and self.truncate, info
+        obs = np.array([self.start + self.t], np.float32)
+        return obs, 1.0, done and not self.truncate, done and self.truncate, info
 
 
 class SlowEnv(gym.Wrapper):

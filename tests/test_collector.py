@@ -22,6 +22,8 @@ from vcollect import (
     VectorRingBuffer,
     make_vector,
 )
+from vcollect.spaces import flatten_batch
+from vcollect.spaces import leaves as leaves_of
 
 
 @dataclass
@@ -44,7 +46,13 @@ class ListStore:
 
     def write_episode(self, observations, actions, rewards, terminations, truncations, *, seed, env_id,
                       infos=None, extras=None, metadata=None, options=None) -> None:
-        copy = lambda x: {k: np.array(v) for k, v in x.items()} if isinstance(x, dict) else np.array(x)  # noqa: E731
+        def copy(x: Any) -> Any:
+            if isinstance(x, dict):
+                return {k: copy(v) for k, v in x.items()}
+            if isinstance(x, tuple):
+                return tuple(copy(v) for v in x)
+            return np.array(x)
+
         self.episodes.append(
             StoredEpisode(copy(observations), copy(actions), np.array(rewards), np.array(terminations),
                           np.array(truncations), seed, env_id, options)
@@ -206,8 +214,10 @@ def test_dict_observation_env_on_subprocesses() -> None:
     space = DictObsEnv().observation_space
     for episode in store.episodes:
         assert isinstance(episode.observations, dict)
-        for key in space.spaces:
-            assert len(episode.observations[key]) == len(episode.actions) + 1
+        leaves = flatten_batch(space, episode.observations)
+        assert len(leaves) == len(leaves_of(space)) >= 3
+        for leaf in leaves:
+            assert len(leaf) == len(episode.actions) + 1
 
 
 class StepCountingPolicy:

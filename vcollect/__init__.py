@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vcollect.buffers import VectorRingBuffer
+from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.collector import Collector
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
 from vcollect.errors import (
@@ -21,13 +22,40 @@ from vcollect.errors import (
     SpaceMismatchError,
     VCollectError,
 )
-from vcollect.policies import Policy, RandomPolicy
+from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
+from vcollect.recorder import DataCollector
 from vcollect.stats import CollectStats, SummaryStats
+from vcollect.store import (
+    Dataset,
+    EpisodeData,
+    EpisodeStore,
+    combine_datasets,
+    delete_dataset,
+    export_minari,
+    import_minari,
+    list_datasets,
+    load_dataset,
+    split_dataset,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ActionError",
+    "DataCollector",
+    "Dataset",
+    "EpisodeData",
+    "EpisodeMetadataCallback",
+    "EpisodeStore",
+    "EpsilonGreedy",
+    "StepDataCallback",
+    "combine_datasets",
+    "delete_dataset",
+    "export_minari",
+    "import_minari",
+    "list_datasets",
+    "load_dataset",
+    "split_dataset",
     "CollectStats",
     "Collector",
     "CollectorStateError",

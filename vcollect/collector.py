@@ -265,12 +265,16 @@ class Collector:
         """Act, step and record for ``env_ids``; write finished episodes; return their env ids."""
         obs = self.buffer.last_obs(env_ids)
         if random:
+            # RandomPolicy samples inside the action space by construction: nothing to check.
             actions, _ = self._random_policy(obs)
         else:
             actions = self._act(obs, env_ids)
-        if self.validate:
-            actions = self._checked_actions(actions, env_ids)
-        next_obs, rewards, terminations, truncations, _infos = self.envs.step(actions, env_ids)
+            if self.validate:
+                actions = self._checked_actions(actions, env_ids)
+        all_envs = len(env_ids) == self.num_envs
+        next_obs, rewards, terminations, truncations, _infos = self.envs.step(
+            actions, None if all_envs else env_ids
+        )
         if self.validate:
             problem = batch_contains(self.observation_space, next_obs)
             if problem is not None:

@@ -6,10 +6,11 @@ Behaves like ``minari.DataCollector`` (autoseeded resets, an unfinished episode 
 
 * Finished episodes go to a *staging dataset* and are committed as crash-safe shards every
   ``flush_every`` episodes (or ``flush_steps`` steps, or ``flush_seconds``), so a killed process keeps
-  them. The staging
-  dataset is an ordinary vcollect dataset named ``_staging/<env>-<utc time>-p<pid>-<random>-v0``
-  under the collector's root (``DataCollector.staging_id``); after a crash, ``load_dataset`` it (or
-  ``list_datasets()`` to find it). ``create_dataset`` renames it to the final id (no copy).
+  them. The staging dataset is an ordinary vcollect dataset named
+  ``_staging/<env id>-<UTC time>-p<pid>-<random>-v0`` under the collector's root
+  (``DataCollector.staging_id``); after a crash, ``load_dataset`` it (``list_datasets()`` lists it).
+  ``create_dataset`` renames it to the final id (no copy); ``close()`` deletes it when empty and
+  otherwise keeps it with a warning (Minari deletes everything on close).
 * Keys a StepDataCallback adds are stored under ``extras/`` and read back (Minari drops them).
 * The per-step path only appends to Python lists; arrays are built once per episode, and the
   default callback is not even called (its result would be the step's own values).
@@ -34,7 +35,7 @@ import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
 from vcollect.callbacks import STEP_DATA_KEYS, EpisodeMetadataCallback, StepDataCallback
-from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError
+from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.reader import Dataset, delete_dataset, load_dataset
@@ -428,11 +429,19 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         (SpaceMismatchError otherwise). The staging dataset is deleted and the next reset starts a new one.
         """
         self._check_open()
+        for what, theirs, ours in (
+            ("observation", dataset.observation_space, self._dataset_observation_space),
+            ("action", dataset.action_space, self._dataset_action_space),
+        ):
+            if theirs != ours:
+                raise SpaceMismatchError(
+                    f"cannot add to dataset {dataset.id!r}: its {what} space is {theirs}, the recorded one is {ours}"
+                )
         self._end_unfinished()
         self._episode = None
         target_root = dataset.path.parents[len(dataset.id.split("/")) - 1]
         if self._store is not None:
-            self._store.close()
+            self._store.flush()  # the staging dataset stays open and intact until the copy succeeded
             staged = load_dataset(self._store.dataset_id, self._root)
             before = load_dataset(dataset.id, target_root).total_episodes
             with EpisodeStore.open(
@@ -445,6 +454,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
                         episode.truncations, seed=episode.seed, env_id=episode.env_id, infos=episode.infos or None,
                         extras=episode.extras or None, metadata=episode.metadata or None, options=episode.options,
                     )
+            self._store.close()
             delete_dataset(self._store.dataset_id, self._root)
             self._store = None
             self._staging_id = None

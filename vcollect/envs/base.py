@@ -104,6 +104,7 @@ class _LeafSpec:
     path: tuple[str | int, ...]
     shape: tuple[int, ...]
     dtype: np.dtype
+    discrete: bool = False
 
 
 def _leaf_specs(space: gym.Space, path: tuple[str | int, ...] = ()) -> Iterator[_LeafSpec]:
@@ -114,7 +115,7 @@ def _leaf_specs(space: gym.Space, path: tuple[str | int, ...] = ()) -> Iterator[
         for index, sub in enumerate(space.spaces):
             yield from _leaf_specs(sub, path + (index,))
     elif isinstance(space, Discrete):
-        yield _LeafSpec(path, (), np.dtype(np.int64))
+        yield _LeafSpec(path, (), np.dtype(np.int64), discrete=True)
     elif isinstance(space, Box | MultiBinary):
         yield _LeafSpec(path, tuple(space.shape), np.dtype(space.dtype))
     elif isinstance(space, MultiDiscrete):
@@ -140,7 +141,9 @@ class FixedLayout:
         self.shapes = [s.shape for s in specs]
         self.dtypes = [s.dtype for s in specs]
         self.flat = len(specs) == 1 and specs[0].path == ()
-        self._row_copies = [len(shape) > 0 for shape in self.shapes]
+        self.discrete = [s.discrete for s in specs]
+        # how read_row hands out a leaf: 0 = numpy scalar, 1 = copy of the row, 2 = Python int (Discrete)
+        self._row_modes = [2 if s.discrete else 1 if s.shape else 0 for s in specs]
 
     def allocate(self, n: int) -> list[np.ndarray]:
         """Zero-filled leaf arrays with n rows."""
@@ -194,10 +197,11 @@ class FixedLayout:
             array[row] = leaf
 
     def read_row(self, arrays: list[np.ndarray], row: int) -> Any:
-        """One value from row `row`; array leaves are copies, scalar leaves numpy scalars."""
+        """One value from row `row`: Discrete leaves as Python ints (gymnasium's canonical, fastest to
+        check), array leaves as copies, other scalar leaves as numpy scalars."""
         if self.flat:
-            return arrays[0][row].copy() if self._row_copies[0] else arrays[0][row]
-        return self.unflatten([a[row].copy() if c else a[row] for a, c in zip(arrays, self._row_copies)])
+            return _read_leaf(arrays[0], row, self._row_modes[0])
+        return self.unflatten([_read_leaf(a, row, m) for a, m in zip(arrays, self._row_modes)])
 
     def gather(self, arrays: list[np.ndarray], rows: np.ndarray | None) -> Any:
         """A batch (fresh arrays, never views) of the given rows; all rows when None."""
@@ -227,6 +231,12 @@ class FixedLayout:
         return out
 
 
+def _read_leaf(array: np.ndarray, row: int, mode: int) -> Any:
+    if mode == 2:
+        return int(array[row])
+    return array[row].copy() if mode == 1 else array[row]
+
+
 def _path_name(path: tuple[str | int, ...]) -> str:
     return "/".join(str(p) for p in path) or "<root>"
 
@@ -240,15 +250,19 @@ def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> np.ndarray | None:
     if env_ids is None:
         return None
     ids = np.asarray(env_ids)
-    if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+    if ids.dtype != np.int64:
+        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+            raise ValueError(f"env_ids must be a 1-D sequence of ints, got {env_ids!r}")
+        ids = ids.astype(np.int64)
+    elif ids.ndim != 1:
         raise ValueError(f"env_ids must be a 1-D sequence of ints, got {env_ids!r}")
-    ids = ids.astype(np.int64, copy=False)
-    bad = ids[(ids < 0) | (ids >= num_envs)]
-    if bad.size:
-        raise ValueError(f"unknown env id(s) {bad.tolist()}: there are {num_envs} envs (0..{num_envs - 1})")
-    if np.unique(ids).size != ids.size:
-        values, counts = np.unique(ids, return_counts=True)
-        raise ValueError(f"env_ids must be distinct, repeated: {values[counts > 1].tolist()}")
+    values = ids.tolist()  # plain Python is faster than numpy for the few ids of a call
+    if values and (min(values) < 0 or max(values) >= num_envs):
+        bad = [i for i in values if not 0 <= i < num_envs]
+        raise ValueError(f"unknown env id(s) {bad}: there are {num_envs} envs (0..{num_envs - 1})")
+    if len(set(values)) != len(values):
+        repeated = sorted({i for i in values if values.count(i) > 1})
+        raise ValueError(f"env_ids must be distinct, repeated: {repeated}")
     return ids
 
 
@@ -309,6 +323,8 @@ class BaseVectorEnv:
         self._terminations = np.zeros(num_envs, bool)
         self._truncations = np.zeros(num_envs, bool)
         self._infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+        self._all_ids = np.arange(num_envs)
+        self._all_ids.flags.writeable = False
 
     # -- backend hooks -------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
@@ -332,7 +348,7 @@ class BaseVectorEnv:
 
     def _ids(self, env_ids: EnvIds) -> np.ndarray:
         ids = normalize_env_ids(env_ids, self.num_envs)
-        return np.arange(self.num_envs) if ids is None else ids
+        return self._all_ids if ids is None else ids
 
     def _check_idle(self, ids: np.ndarray) -> None:
         busy = ids[self._flight[ids] != 0]

@@ -9,7 +9,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.envs.base import BaseVectorEnv, EnvIds, StepResult, _Failure
+from vcollect.envs.base import (
+    BaseVectorEnv,
+    EnvIds,
+    ResetResult,
+    Seeds,
+    StepResult,
+    _Failure,
+    normalize_seeds,
+)
 
 __all__ = ["DummyVectorEnv"]
 
@@ -52,6 +60,20 @@ class DummyVectorEnv(BaseVectorEnv):
         self._raise_failure()
         return self._gather_step(None if env_ids is None else ids)
 
+    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
+        """Reset env_ids (all when None) in order; results are fresh arrays in env_ids order."""
+        if self.closed:
+            self._check_open()
+        ids = self._ids(env_ids)
+        if self._flight.any():
+            self._check_idle(ids)
+        seed_list = normalize_seeds(seeds, ids.size)
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        self._run_resets(ids, seed_list, options)
+        self._raise_failure()
+        return self._gather_reset(ids)
+
     def _run_steps(self, ids: np.ndarray, leaves: list[np.ndarray]) -> None:
         envs = self.envs
         infos = self._infos
@@ -59,9 +81,12 @@ class DummyVectorEnv(BaseVectorEnv):
         layout = self.obs_layout
         rows = self._obs_rows
         flat_obs = rows[0] if layout.flat else None
-        flat_act = leaves[0] if self.act_layout.flat else None
+        act_layout = self.act_layout
+        flat_act: Any = None
+        if act_layout.flat:  # Discrete actions go to the envs as Python ints, like in the workers
+            flat_act = leaves[0].tolist() if act_layout.discrete[0] else leaves[0]
         for j, i in enumerate(ids.tolist()):
-            action = flat_act[j] if flat_act is not None else self.act_layout.read_row(leaves, j)
+            action = flat_act[j] if flat_act is not None else act_layout.read_row(leaves, j)
             try:
                 obs, reward, terminated, truncated, info = envs[i].step(action)
             except Exception as exc:
@@ -87,6 +112,10 @@ class DummyVectorEnv(BaseVectorEnv):
 
     def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
         n_failed = len(self._failures)
+        self._run_resets(ids, seeds, options)
+        self._mark_done(ids, n_failed)
+
+    def _run_resets(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
         for i, seed in zip(ids.tolist(), seeds):
             try:
                 obs, info = self.envs[i].reset(seed=seed, options=options)
@@ -99,7 +128,6 @@ class DummyVectorEnv(BaseVectorEnv):
                 self._failures.append(_obs_failure(i, exc, self.single_observation_space))
                 continue
             self._infos[i] = info
-        self._mark_done(ids, n_failed)
 
     def _mark_done(self, ids: np.ndarray, n_failed_before: int) -> None:
         """Mark ids done, except those that failed (they leave the in-flight set)."""

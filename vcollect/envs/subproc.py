@@ -56,7 +56,7 @@ __all__ = ["SubprocVectorEnv"]
 _STEP, _RESET, _RENDER, _CLOSE = 0, 1, 2, 3
 _LIVENESS_POLL_S = 0.5
 _CLOSE_JOIN_S = 2.0
-_SPIN_S = 200e-6
+_SPIN_S = 300e-6
 _ALIGN = 64
 _HEADER = struct.Struct("<I")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -129,6 +129,17 @@ def _shared_file() -> int:
         return os.memfd_create("vcollect-vector-env")
     with tempfile.TemporaryFile() as handle:  # pragma: no cover - non-Linux
         return os.dup(handle.fileno())
+
+
+def _spin(poller: select.poll, seconds: float) -> None:
+    """Poll without sleeping (yielding the CPU between polls) until something is readable or time is up.
+
+    On virtual machines waking a process whose CPU went idle is slow (tens of microseconds), more than
+    a fast env step; polling a short while first keeps a steady step loop off that path.
+    """
+    deadline = time.perf_counter() + seconds
+    while not poller.poll(0) and time.perf_counter() < deadline:
+        os.sched_yield()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -229,9 +240,6 @@ def _worker(
                 env.close()
 
 
-_T: list = []
-
-
 def _serve(
     index: int,
     env_ids: list[int],
@@ -244,29 +252,19 @@ def _serve(
 ) -> None:
     """Answer commands until told to close (or the parent goes away).
 
-    After each reply the worker polls for the next command for up to spin_s seconds (yielding the CPU
-    between polls) before blocking: a blocked worker whose CPU went idle costs a slow wake-up per step.
+    After each reply the worker polls for the next command for up to spin_s seconds before blocking.
     """
     current = rows.current
     obs_rows, act_rows = rows.obs, rows.act
     rewards, terminations, truncations = rows.rewards, rows.terminations, rows.truncations
     obs_flat = obs_rows[0] if obs_layout.flat else None
-    act_flat = act_rows[0] if act_layout.flat else None
-    act_copies = act_flat is not None and act_flat.ndim > 1
     poller = select.poll()
     poller.register(channel.read_fd, select.POLLIN)
-    clock, pause = time.perf_counter, os.sched_yield
     while True:
         if spin_s > 0 and not channel.has_message():
-            deadline = clock() + spin_s
-            while not poller.poll(0) and clock() < deadline:
-                pause()
-        _raw = channel.recv()
-        _T.append(("got", clock()))
-        op, local, payload = pickle.loads(_raw)
+            _spin(poller, spin_s)
+        op, local, payload = pickle.loads(channel.recv())
         if op == _CLOSE:
-            import json
-            json.dump(_T, open(f"/tmp/vc_envs/trace_w{index}.json", "w"))
             return
         if op == _RENDER:
             channel.send(pickle.dumps([env.render() for env in envs], protocol=_PROTOCOL))
@@ -278,10 +276,7 @@ def _serve(
             current[index] = g
             try:
                 if op == _STEP:
-                    if act_flat is not None:
-                        action = act_flat[g].copy() if act_copies else act_flat[g]
-                    else:
-                        action = act_layout.read_row(act_rows, g)
+                    action = act_layout.read_row(act_rows, g)
                     obs, reward, terminated, truncated, info = envs[li].step(action)
                 else:
                     obs, info = envs[li].reset(seed=payload[0][k], options=payload[1])
@@ -307,9 +302,7 @@ def _serve(
             infos.append(info)
         current[index] = -1
         if not failures and not any(infos):
-            _T.append(("work", clock()))
             channel.send(b"")
-            _T.append(("sent", clock()))
             continue
         try:
             reply = pickle.dumps((infos, failures), protocol=_PROTOCOL)
@@ -347,8 +340,9 @@ class SubprocVectorEnv(BaseVectorEnv):
     Stepping or resetting a subset only messages the workers that hold those env ids, with one message
     per worker. `context` is a multiprocessing start method name or context (default "forkserver" where
     available, else "spawn"); factories are sent with cloudpickle, so lambdas work as well.
-    `spin_s`: how long an idle worker keeps polling for the next command before it sleeps (0 to sleep at
-    once; polling avoids a slow wake-up per step when the caller steps again quickly).
+    `spin_s`: how long a worker waiting for its next command, and the parent waiting for a reply, poll
+    (yielding the CPU) before they sleep; 0 sleeps at once. Polling avoids a slow wake-up per message when
+    steps follow each other quickly, at the price of at most spin_s of CPU per wait.
     A worker process that dies raises EnvWorkerError and closes the vector env.
     """
 
@@ -372,6 +366,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._procs: list[Any] = []
         self._pipes: list[Any] = []  # the parent's Connection ends, kept to close them
         self._channels: list[_Channel] = []
+        self._pollers: list[select.poll] = []
         self._buffer: mmap.mmap | None = None
         self._rows: _SharedRows | None = None
         groups = [g.tolist() for g in np.array_split(np.arange(num_envs), num_workers)]
@@ -380,7 +375,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._worker_of = np.repeat(np.arange(num_workers), [len(g) for g in groups])
         self._commands: list[collections.deque[_Command]] = [collections.deque() for _ in range(num_workers)]
         self._render_results: dict[int, list[Any]] = {}
-        self._parent_spin_s = float(os.environ.get("VC_PSPIN", "0"))
+        self._spin_s = spin_s
 
         ctx = _context(context)
         shared_fd = _shared_file()
@@ -407,6 +402,9 @@ class SubprocVectorEnv(BaseVectorEnv):
                 )
                 self._pipes += [cmd_writer, reply_reader]
                 self._channels.append(_Channel(reply_reader.fileno(), cmd_writer.fileno()))
+                poller = select.poll()
+                poller.register(reply_reader.fileno(), select.POLLIN)
+                self._pollers.append(poller)
                 proc.start()
                 cmd_reader.close()
                 reply_writer.close()
@@ -442,16 +440,11 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._truncations = rows.truncations
         rows.current[:] = -1
         self._full_parts = self._parts(_STEP, np.arange(num_envs), None)
-        self._pollers = []
-        for channel in self._channels:
-            poller = select.poll()
-            poller.register(channel.read_fd, select.POLLIN)
-            self._pollers.append(poller)
 
     def _handshake(self, w: int) -> tuple[gym.Space, gym.Space, Any, dict]:
         """Wait for worker w to report its spaces (or the error that stopped it)."""
         try:
-            message = pickle.loads(self._recv_from(w, None, wait_poll=True))
+            message = pickle.loads(self._recv_from(w, None, spin=False))
         except EnvWorkerError as exc:
             raise EnvWorkerError(
                 int(self._group_ids[w][0]),
@@ -532,12 +525,9 @@ class SubprocVectorEnv(BaseVectorEnv):
         owed = [w for w, _, _ in parts]
         try:
             for w, message, _ in parts:
-                _T.append(("psend", w, time.perf_counter()))
                 self._send_to(w, message)
-                _T.append(("psent", w, time.perf_counter()))
             for w, _, group in parts:
                 reply = self._recv_from(w, group)
-                _T.append(("precv", w, time.perf_counter()))
                 owed.pop(0)
                 infos += self._unpack(reply) if reply else [{} for _ in range(group.size)]
         except BaseException:
@@ -564,21 +554,14 @@ class SubprocVectorEnv(BaseVectorEnv):
         except OSError:
             self._worker_died(w, None)
 
-    def _recv_from(self, w: int, ids: np.ndarray | None, wait_poll: bool = False) -> bytes:
+    def _recv_from(self, w: int, ids: np.ndarray | None, spin: bool = True) -> bytes:
         """The next message of worker w, checking it is alive while waiting (its dead pipe reads EOF)."""
         channel = self._channels[w]
         try:
-            if self._parent_spin_s > 0 and not wait_poll and not channel.has_message():
-                poller = self._pollers[w]
-                deadline = time.perf_counter() + self._parent_spin_s
-                while not poller.poll(0) and time.perf_counter() < deadline:
-                    os.sched_yield()
+            if spin and self._spin_s > 0 and not channel.has_message():
+                _spin(self._pollers[w], self._spin_s)
             while not channel.has_message():
-                if wait_poll:
-                    ready = select.select([channel.read_fd], [], [], _LIVENESS_POLL_S)[0]
-                else:
-                    ready = self._pollers[w].poll(_LIVENESS_POLL_S * 1000)
-                if ready:
+                if self._pollers[w].poll(_LIVENESS_POLL_S * 1000):
                     channel.fill()
                 elif not self._procs[w].is_alive():
                     raise EOFError("worker exited")
@@ -648,6 +631,8 @@ class SubprocVectorEnv(BaseVectorEnv):
                 for fd in (self._channels[w].read_fd, self._procs[w].sentinel):
                     fd_owner[fd] = w
                     poller.register(fd, select.POLLIN)
+            if self._spin_s > 0:
+                _spin(poller, self._spin_s if timeout is None else min(timeout, self._spin_s))
             chunk = _LIVENESS_POLL_S if timeout is None else min(timeout, _LIVENESS_POLL_S)
             ready = sorted({fd_owner[fd] for fd, _ in poller.poll(max(0, int(chunk * 1000)))})
         else:
