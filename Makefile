@@ -28,7 +28,7 @@ demo: $(VENV)/.installed
 	VCOLLECT_DATASETS_PATH=$(DATASETS) $(BIN)/vcollect show $(DEMO_ID)
 
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check vcollect tests benchmarks examples
+	$(BIN)/ruff check .
 
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy vcollect

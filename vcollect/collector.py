@@ -21,13 +21,14 @@ from vcollect.envs import DummyVectorEnv, VectorEnv
 from vcollect.errors import ActionError, CollectorStateError, ObservationError
 from vcollect.policies import Policy, RandomPolicy
 from vcollect.policy_state import put_state_rows, take_state_rows
-from vcollect.spaces import batch_contains, flatten_batch, leaves
+from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
 from vcollect.stats import CollectStats
 
 DEFAULT_BUFFER_ROWS = 20_000
 """Rows of ring buffer made when none is given, split evenly between the envs."""
 
 SEED_HIGH = 2**31 - 1
+SEED_BLOCK = 1024
 
 
 def as_vector_env(envs: Any) -> VectorEnv:
@@ -94,9 +95,11 @@ class Collector:
         self.exploration_noise = exploration_noise
         self.validate = validate
         self._rng = np.random.default_rng(seed)
+        self._seed_block: list[int] = []
         self._random_policy = RandomPolicy(self.action_space, seed=self._draw_seed())
         self._action_leaves = leaves(self.action_space)
         self._state: Any = None
+        self._obs_cache: list[np.ndarray] | None = None
         self._needs_reset = np.ones(self.num_envs, dtype=bool)
         self._seeds: list[int | None] = [None] * self.num_envs
         self._options: list[dict[str, Any] | None] = [None] * self.num_envs
@@ -114,10 +117,12 @@ class Collector:
         self._check_open()
         if seed is not None:
             self._rng = np.random.default_rng(seed)
+            self._seed_block = []
             self._random_policy = RandomPolicy(self.action_space, seed=self._draw_seed())
         if reset_buffer:
             self.buffer.reset()
         self._state = None
+        self._obs_cache = None
         self._reset_envs(np.arange(self.num_envs), options)
         self._was_reset = True
 
@@ -263,7 +268,7 @@ class Collector:
         lens: list[int],
     ) -> np.ndarray:
         """Act, step and record for ``env_ids``; write finished episodes; return their env ids."""
-        obs = self.buffer.last_obs(env_ids)
+        obs = self._current_obs(env_ids)
         if random:
             # RandomPolicy samples inside the action space by construction: nothing to check.
             actions, _ = self._random_policy(obs)
@@ -283,6 +288,7 @@ class Collector:
                     f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
                 )
         self.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
+        self._remember_obs(env_ids, next_obs)
         if render is not None:
             self.envs.render()
             time.sleep(render)
@@ -297,6 +303,29 @@ class Collector:
                 self._write_episode(env_id)
         self._needs_reset[finished] = True
         return finished
+
+    def _current_obs(self, env_ids: np.ndarray) -> Any:
+        """The latest observation of each env id: from the cache when it holds them, else the ring."""
+        cache = self._obs_cache
+        if cache is None:
+            return self.buffer.last_obs(env_ids)
+        if len(env_ids) == self.num_envs:
+            return unflatten_batch(self.observation_space, cache)
+        return unflatten_batch(self.observation_space, [leaf[env_ids] for leaf in cache])
+
+    def _remember_obs(self, env_ids: np.ndarray, obs: Any) -> None:
+        """Keep the newest observations of all envs without reading them back from the ring.
+
+        Arrays handed to the policy are never written to afterwards: rows are replaced copy-on-write.
+        """
+        new = flatten_batch(self.observation_space, obs)
+        if len(env_ids) == self.num_envs:
+            self._obs_cache = new  # fresh arrays from the env, in env id order
+        elif self._obs_cache is not None:
+            merged = [leaf.copy() for leaf in self._obs_cache]
+            for leaf, rows in zip(merged, new):
+                leaf[env_ids] = rows
+            self._obs_cache = merged
 
     def _act(self, obs: Any, env_ids: np.ndarray) -> Any:
         policy = self.policy
@@ -349,7 +378,7 @@ class Collector:
             self._reset_envs(pending, options)
 
     def _reset_envs(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
-        seeds = self._rng.integers(0, SEED_HIGH, size=len(env_ids)).tolist()
+        seeds = self._next_seeds(len(env_ids))
         obs, _infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
         if self.validate:
             problem = batch_contains(self.observation_space, obs)
@@ -359,6 +388,7 @@ class Collector:
                     f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
                 )
         self.buffer.start_episodes(env_ids, obs)
+        self._remember_obs(env_ids, obs)
         for env_id, seed in zip(env_ids.tolist(), seeds):
             self._seeds[env_id] = seed
             self._options[env_id] = options
@@ -382,6 +412,14 @@ class Collector:
 
     def _draw_seed(self) -> int:
         return int(self._rng.integers(0, SEED_HIGH))
+
+    def _next_seeds(self, k: int) -> list[int]:
+        """The next k reset seeds of the collector's generator, drawn in blocks (one numpy call per 1024)."""
+        if len(self._seed_block) < k:
+            self._seed_block.extend(self._rng.integers(0, SEED_HIGH, size=max(k, SEED_BLOCK)).tolist())
+        seeds = self._seed_block[:k]
+        del self._seed_block[:k]
+        return seeds
 
     def _check_open(self) -> None:
         if self._closed:
