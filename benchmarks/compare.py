@@ -4,15 +4,21 @@ Ratios are taken within one run (the machines are shared and noisy). Usage:
 
     python benchmarks/compare.py [--steps 200000] [--num-envs 8] [--only raw,dummy,...]
 
-Tianshou's Collector is measured when `tianshou` is importable (it is not a dependency).
+Tianshou's Collector is measured when `tianshou` is importable or $TIANSHOU_PYTHON names an
+interpreter that has it (it is not a vcollect dependency).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -75,13 +81,17 @@ def store_speed(num_envs: int, steps: int) -> float:
         return collector_speed(envs, steps, store=store)
 
 
-def tianshou_speed(num_envs: int, steps: int, backend: str) -> float | None:
-    """Tianshou's Collector with a random policy on the same work, or None if not installed."""
-    try:
-        from benchmarks.tianshou_peer import tianshou_collect_speed
-    except ImportError:
+def tianshou_speed(num_envs: int, steps: int, backend: str, policy: str = "random") -> float | None:
+    """Tianshou's Collector on the same work (random actions or a DQN MLP), or None if not installed."""
+    peer = Path(__file__).with_name("tianshou_peer.py")
+    if importlib.util.find_spec("tianshou") is not None:
+        return float(subprocess.check_output([sys.executable, str(peer), str(num_envs), str(steps), backend, policy]))
+    other = os.environ.get("TIANSHOU_PYTHON")
+    if not other:
         return None
-    return tianshou_collect_speed(num_envs, steps, backend)
+    output = subprocess.check_output([other, str(peer), str(num_envs), str(steps), backend, policy],
+                                     stderr=subprocess.DEVNULL)
+    return float(output.decode().split()[-1])
 
 
 def main() -> None:
@@ -104,6 +114,7 @@ def main() -> None:
         "dummy+torch mlp": lambda: collector_speed(vcollect.make_vector("CartPole-v1", n), steps // 4, mlp_policy(space)),
         "tianshou dummy": lambda: tianshou_speed(n, steps // 4, "dummy"),
         "tianshou subproc": lambda: tianshou_speed(n, steps // 4, "subproc"),
+        "tianshou dummy+dqn mlp": lambda: tianshou_speed(n, steps // 8, "dummy", "dqn"),
     }
     wanted = [name for name in args.only.split(",") if name] or list(rows)
     results: dict[str, float | None] = {}

@@ -1,7 +1,9 @@
 """Tianshou 2.x's Collector on the same work as compare.py (CartPole-v1, N envs), for the ratio table.
 
-Tianshou is not a vcollect dependency; this module imports it lazily and compare.py reports
-"not installed" when the import fails. Run alone: ``python benchmarks/tianshou_peer.py``.
+Tianshou is not a vcollect dependency; this module imports it lazily. compare.py runs it in-process
+when tianshou is importable, else with the interpreter named by $TIANSHOU_PYTHON (a venv with
+``pip install torch==2.13.0 tianshou==2.0.1``), else reports "not installed".
+Run alone: ``python benchmarks/tianshou_peer.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def tianshou_collect_speed(num_envs: int, steps: int, backend: str, policy: str 
 
 
 if __name__ == "__main__":
-    for backend in ("dummy", "subproc"):
-        for policy in ("random", "dqn"):
-            print(backend, policy, f"{tianshou_collect_speed(8, 20_000, backend, policy):,.0f} steps/s")
+    import sys
+
+    if len(sys.argv) == 5:  # num_envs steps backend policy: one number, for compare.py
+        n, steps, backend, policy = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+        print(tianshou_collect_speed(n, steps, backend, policy))
+    else:
+        for backend in ("dummy", "subproc"):
+            for policy in ("random", "dqn"):
+                print(backend, policy, f"{tianshou_collect_speed(8, 20_000, backend, policy):,.0f} steps/s")

@@ -17,8 +17,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vcollect.buffers import VectorRingBuffer
-from vcollect.envs import DummyVectorEnv, VectorEnv
+from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
 from vcollect.errors import ActionError, CollectorStateError, ObservationError
+from vcollect.ledger import TransitionLedger
 from vcollect.policies import Policy, RandomPolicy
 from vcollect.policy_state import put_state_rows, take_state_rows
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
@@ -32,13 +33,13 @@ SEED_BLOCK = 1024
 
 
 def as_vector_env(envs: Any) -> VectorEnv:
-    """Accept a VectorEnv, a gymnasium vector env, one gymnasium.Env, or a list of env factories."""
+    """Accept a VectorEnv, a gymnasium vector env, an EnvPool pool, one gymnasium.Env, or a list of env factories."""
     if isinstance(envs, VectorEnv):
         return envs
+    if is_envpool(envs):
+        return EnvPoolVectorEnv(envs)
     if isinstance(envs, gym.vector.VectorEnv):
-        from vcollect.envs import GymnasiumVectorEnv  # type: ignore[attr-defined]
-
-        return GymnasiumVectorEnv(envs)  # type: ignore[no-any-return]
+        return GymnasiumVectorEnv(envs)
     if isinstance(envs, gym.Env):
         env = envs
         return DummyVectorEnv([lambda: env])
@@ -58,7 +59,15 @@ class Collector:
     episode is written whole, with the seed of its reset and its env id. ``seed`` seeds the
     generator that draws every reset's seed and the actions of ``collect(random=True)``, so the same
     seed gives bit-identical data on every backend.
+
+    Backends that step every env at once (``steps_all_envs``, e.g. a gymnasium vector env) are stepped
+    whole; transitions beyond the requested count are recorded and stored at once and reported by the
+    next call (``pending_transitions``). Episodes an env restarts by itself, or whose reset the backend
+    cannot seed (``seeded_resets`` False, e.g. EnvPool), are stored with ``seed=None``.
     """
+
+    #: whether this class keeps enough envs in flight for backends that return results in fixed-size batches
+    handles_batched_recv = False
 
     def __init__(
         self,
@@ -72,6 +81,12 @@ class Collector:
         validate: bool = True,
     ) -> None:
         self.envs: VectorEnv = as_vector_env(envs)
+        recv_batch = int(getattr(self.envs, "recv_batch_size", 1))
+        if recv_batch > 1 and not self.handles_batched_recv:
+            raise ValueError(
+                f"{type(self.envs).__name__} returns results {recv_batch} at a time (async mode): collect "
+                "from it with AsyncCollector, or make it in sync mode (batch_size=num_envs)"
+            )
         self.policy = policy
         self.num_envs = self.envs.num_envs
         self.observation_space = self.envs.single_observation_space
@@ -106,6 +121,16 @@ class Collector:
         self._was_reset = False
         self._closed = False
         self._next_env = 0
+        self._all_ids = np.arange(self.num_envs)
+        self._steps_all = bool(getattr(self.envs, "steps_all_envs", False))
+        self._autoresets = bool(getattr(self.envs, "autoresets", False))
+        self._seeded_resets = bool(getattr(self.envs, "seeded_resets", True))
+        self._carry = TransitionLedger(self.num_envs)
+
+    @property
+    def pending_transitions(self) -> int:
+        """Transitions already recorded (and stored) that the next collect() call will report first."""
+        return len(self._carry)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -210,6 +235,8 @@ class Collector:
         returns: list[float],
         lens: list[int],
     ) -> int:
+        if self._steps_all:
+            return self._collect_all_env_steps(n_step, None, random, render, reset_options, bar, returns, lens)
         all_ids = np.arange(self.num_envs)
         self._reset_pending(all_ids, reset_options)
         collected = 0
@@ -238,10 +265,9 @@ class Collector:
         returns: list[float],
         lens: list[int],
     ) -> int:
-        quota = np.full(self.num_envs, n_episode // self.num_envs, dtype=np.int64)
-        extra = n_episode % self.num_envs
-        if extra:
-            quota[self._rng.choice(self.num_envs, size=extra, replace=False)] += 1
+        quota = self._episode_quota(n_episode)
+        if self._steps_all:
+            return self._collect_all_env_steps(None, quota, random, render, reset_options, bar, returns, lens)
         self._reset_pending(np.flatnonzero(quota > 0), reset_options)
         collected = 0
         while True:
@@ -257,6 +283,44 @@ class Collector:
                 if again.size:
                     self._reset_envs(again, reset_options)
 
+    def _episode_quota(self, n_episode: int) -> np.ndarray:
+        """Episodes each env owes: n // N, plus one for n % N envs drawn at random."""
+        quota = np.full(self.num_envs, n_episode // self.num_envs, dtype=np.int64)
+        extra = n_episode % self.num_envs
+        if extra:
+            quota[self._rng.choice(self.num_envs, size=extra, replace=False)] += 1
+        return quota
+
+    def _collect_all_env_steps(
+        self,
+        n_step: int | None,
+        quota: np.ndarray | None,
+        random: bool,
+        render: float | None,
+        reset_options: dict[str, Any] | None,
+        bar: tqdm,
+        returns: list[float],
+        lens: list[int],
+    ) -> int:
+        """Collect from a backend that steps every env at once: every transition goes into the ledger, and
+        the call reports n_step of them (or each env's transitions up to its quota-th episode end); the
+        rest are reported by later calls."""
+        carry = self._carry
+        if not self._autoresets:
+            self._reset_pending(self._all_ids, reset_options)
+        if n_step is not None:
+            while len(carry) < n_step:
+                before = len(carry)
+                self._step_all_envs(random, render, reset_options)
+                bar.update(min(len(carry), n_step) - min(before, n_step))
+            return carry.take_steps(n_step, returns, lens)
+        assert quota is not None
+        while (carry.episode_ends < quota).any():
+            before = int(np.minimum(carry.episode_ends, quota).sum())
+            self._step_all_envs(random, render, reset_options)
+            bar.update(int(np.minimum(carry.episode_ends, quota).sum()) - before)
+        return carry.take_episodes(quota, returns, lens)[0]
+
     # ------------------------------------------------------------------ one vector step
 
     def _step(
@@ -268,18 +332,37 @@ class Collector:
         lens: list[int],
     ) -> np.ndarray:
         """Act, step and record for ``env_ids``; write finished episodes; return their env ids."""
-        obs = self._current_obs(env_ids)
-        if random:
-            # RandomPolicy samples inside the action space by construction: nothing to check.
-            actions, _ = self._random_policy(obs)
-        else:
-            actions = self._act(obs, env_ids)
-            if self.validate:
-                actions = self._checked_actions(actions, env_ids)
+        actions = self._choose_actions(env_ids, random)
         all_envs = len(env_ids) == self.num_envs
         next_obs, rewards, terminations, truncations, _infos = self.envs.step(
             actions, None if all_envs else env_ids
         )
+        return self._record(env_ids, actions, next_obs, rewards, terminations, truncations, render, returns, lens)
+
+    def _choose_actions(self, env_ids: np.ndarray, random: bool) -> Any:
+        """Actions for env_ids' latest observations: the policy's (checked), or random ones."""
+        obs = self._current_obs(env_ids)
+        if random:
+            # RandomPolicy samples inside the action space by construction: nothing to check.
+            return self._random_policy(obs)[0]
+        actions = self._act(obs, env_ids)
+        if self.validate:
+            actions = self._checked_actions(actions, env_ids)
+        return actions
+
+    def _record(
+        self,
+        env_ids: np.ndarray,
+        actions: Any,
+        next_obs: Any,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        render: float | None,
+        returns: list[float],
+        lens: list[int],
+    ) -> np.ndarray:
+        """Record one step of env_ids into the rings; write finished episodes; return their env ids."""
         if self.validate:
             problem = batch_contains(self.observation_space, next_obs)
             if problem is not None:
@@ -303,6 +386,37 @@ class Collector:
                 self._write_episode(env_id)
         self._needs_reset[finished] = True
         return finished
+
+    def _step_all_envs(self, random: bool, render: float | None, reset_options: dict[str, Any] | None) -> None:
+        """One step of a backend that steps every env at once (see GymnasiumVectorEnv.step_all): every
+        transition is recorded and held in the ledger; episodes the env restarted itself start with seed None."""
+        ids = self._all_ids
+        actions = self._choose_actions(ids, random)
+        step = self.envs.step_all(actions)  # type: ignore[attr-defined]
+        if step.transitions is not None:
+            ids = np.flatnonzero(step.transitions)
+            actions = unflatten_batch(
+                self.action_space, [np.asarray(a)[ids] for a in flatten_batch(self.action_space, actions)]
+            )
+            obs_leaves = flatten_batch(self.observation_space, step.next_obs)
+            next_obs = unflatten_batch(self.observation_space, [leaf[ids] for leaf in obs_leaves])
+            rewards, terms, truncs = step.rewards[ids], step.terminations[ids], step.truncations[ids]
+        else:
+            next_obs, rewards, terms, truncs = step.next_obs, step.rewards, step.terminations, step.truncations
+        ends_r: list[float] = []
+        ends_l: list[int] = []
+        finished = self._record(ids, actions, next_obs, rewards, terms, truncs, render, ends_r, ends_l)
+        self._carry.push(ids, terms | truncs, ends_r, ends_l)
+        started = step.started
+        if started.size:
+            first = unflatten_batch(
+                self.observation_space, [leaf[started] for leaf in flatten_batch(self.observation_space, step.obs)]
+            )
+            self._start_episodes(started, first, [None] * started.size, None)
+        if step.transitions is not None or started.size:
+            self._remember_obs(self._all_ids, step.obs)
+        if finished.size and not self._autoresets:
+            self._reset_envs(finished, reset_options)
 
     def _current_obs(self, env_ids: np.ndarray) -> Any:
         """The latest observation of each env id: from the cache when it holds them, else the ring."""
@@ -380,6 +494,12 @@ class Collector:
     def _reset_envs(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
         seeds = self._next_seeds(len(env_ids))
         obs, _infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
+        self._start_episodes(env_ids, obs, seeds if self._seeded_resets else [None] * len(seeds), options)
+
+    def _start_episodes(
+        self, env_ids: np.ndarray, obs: Any, seeds: Sequence[int | None], options: dict[str, Any] | None
+    ) -> None:
+        """Begin new episodes for env_ids from their first observations (seed None: not replayable by seed)."""
         if self.validate:
             problem = batch_contains(self.observation_space, obs)
             if problem is not None:

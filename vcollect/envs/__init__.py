@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from vcollect.envs.base import AsyncResetResult, AsyncStepResult, ResetResult, StepResult, VectorEnv
 from vcollect.envs.dummy import DummyVectorEnv
+from vcollect.envs.envpool_adapter import EnvPoolVectorEnv, is_envpool
 from vcollect.envs.factory import BACKENDS, make_vector
+from vcollect.envs.gymnasium_adapter import AllEnvStep, GymnasiumVectorEnv
 from vcollect.envs.subproc import SubprocVectorEnv
 
 __all__ = [
     "BACKENDS",
+    "AllEnvStep",
     "AsyncResetResult",
     "AsyncStepResult",
     "DummyVectorEnv",
+    "EnvPoolVectorEnv",
+    "GymnasiumVectorEnv",
     "ResetResult",
     "StepResult",
     "SubprocVectorEnv",
     "VectorEnv",
+    "is_envpool",
     "make_vector",
 ]

@@ -10,15 +10,34 @@ import gymnasium as gym
 
 from vcollect.envs.base import VectorEnv
 from vcollect.envs.dummy import DummyVectorEnv
+from vcollect.envs.envpool_adapter import EnvPoolVectorEnv
+from vcollect.envs.gymnasium_adapter import GymnasiumVectorEnv
 from vcollect.envs.subproc import SubprocVectorEnv
 
 __all__ = ["BACKENDS", "make_vector"]
 
+
+def _ray_vector_env(env_fns: list[Callable[[], gym.Env]], **kwargs: Any) -> VectorEnv:
+    """RayVectorEnv, imported on use: Ray is optional (ImportError naming `vcollect[ray]` without it)."""
+    from vcollect.envs.ray_env import RayVectorEnv
+
+    return RayVectorEnv(env_fns, **kwargs)
+
+
 BACKENDS: dict[str, Callable[..., VectorEnv]] = {
     "dummy": DummyVectorEnv,
     "subproc": SubprocVectorEnv,
+    "ray": _ray_vector_env,
+    "gymnasium": GymnasiumVectorEnv.from_env_fns,
 }
 """Backend name -> constructor taking a list of env factories (plus backend keyword arguments)."""
+
+FROM_ENV_ID: dict[str, Callable[..., VectorEnv]] = {
+    "gymnasium": GymnasiumVectorEnv.make,
+    "envpool": EnvPoolVectorEnv.make,
+}
+"""Backends built from a registered env id: name -> builder(env_id, num_envs, **kwargs). The gymnasium
+backend uses gymnasium.make_vec (so vector entry points work); envpool needs an envpool task id."""
 
 
 def make_vector(
@@ -32,11 +51,18 @@ def make_vector(
     """Build `num_envs` copies of `env` (a registered id, or a zero-arg factory) on the named backend.
 
     `env_kwargs` go to gymnasium.make (or to the factory); other keyword arguments go to the backend.
+    `backend="gymnasium"` wraps gymnasium.make_vec (its vector entry point when the env has one; see
+    GymnasiumVectorEnv.make); `backend="envpool"` needs an envpool task id (see EnvPoolVectorEnv.make).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; available backends: {', '.join(sorted(BACKENDS))}")
+    if backend not in BACKENDS and backend not in FROM_ENV_ID:
+        names = ", ".join([*BACKENDS, *(b for b in FROM_ENV_ID if b not in BACKENDS)])
+        raise ValueError(f"unknown backend {backend!r}; available backends: {names}")
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if backend == "envpool":
+        if not isinstance(env, str):
+            raise TypeError(f"the envpool backend builds envs from an envpool task id (a str), got {type(env).__name__}")
+        return EnvPoolVectorEnv.make(env, num_envs, **(env_kwargs or {}), **kwargs)
     env_kwargs = dict(env_kwargs or {})
     factory: Callable[[], gym.Env]
     if isinstance(env, str):
@@ -44,6 +70,8 @@ def make_vector(
             gym.spec(env)
         except gym.error.Error as exc:
             raise ValueError(f"unknown environment id {env!r}: {exc}") from exc
+        if backend in FROM_ENV_ID:
+            return FROM_ENV_ID[backend](env, num_envs, env_kwargs=env_kwargs, **kwargs)
         factory = functools.partial(gym.make, env, **env_kwargs)
     elif callable(env):
         factory = functools.partial(env, **env_kwargs) if env_kwargs else env

@@ -1,0 +1,439 @@
+"""The `vcollect` command, run as a real subprocess: output, exit status, and the datasets left on disk."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vcollect import Collector, EpisodeStore, make_vector
+from vcollect.envs.factory import BACKENDS
+from vcollect.store import load_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = ["collect", "list", "show", "combine", "split", "export", "import-minari", "delete", "bench"]
+# Backends the CLI tests run collect on (ray has its own tests and a slow start).
+LOCAL_BACKENDS = [name for name in BACKENDS if name != "ray"]
+
+
+def env_for(root: Path, **extra: str) -> dict[str, str]:
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "VCOLLECT_DATASETS_PATH": str(root), "PYTHONPATH": pythonpath, **extra}
+
+
+def run(root: Path, *args: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """``python -m vcollect ARGS`` with the datasets root ``root`` (stdin closed, like a script)."""
+    return subprocess.run(
+        [sys.executable, "-m", "vcollect", *args],
+        cwd=REPO, env=env_for(root, **extra_env), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def table_value(stdout: str, name: str) -> str:
+    """The value cell of row ``name`` of a printed key/value table."""
+    for line in stdout.splitlines():
+        cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+        if len(cells) >= 2 and cells[0] == name:
+            return cells[1]
+    raise AssertionError(f"no row {name!r} in:\n{stdout}")
+
+
+def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("vcollect") and "error:" in lines[0]
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+# -------------------------------------------------------------------------------------------- help
+
+
+def test_console_script_is_installed_and_runs(tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("vcollect")
+    if not script.exists():
+        pytest.skip(f"no console script next to {sys.executable} (vcollect not pip-installed here)")
+    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, env=env_for(tmp_path))
+    assert result.returncode == 0
+    import vcollect
+
+    assert result.stdout.strip() == f"vcollect {vcollect.__version__}"
+
+
+@pytest.mark.parametrize("command", [None, *COMMANDS])
+def test_help_on_every_command(tmp_path: Path, command: str | None) -> None:
+    result = run(tmp_path, *([command] if command else []), "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: vcollect{' ' + command if command else ''}")
+    if command is None:
+        for name in COMMANDS:
+            assert name in result.stdout
+    if command == "collect":
+        flat = " ".join(result.stdout.split())
+        for option in ("--num-envs", "--backend", "--steps", "--episodes", "--policy", "--seed", "--dataset",
+                       "--async", "--author", "--algorithm-name", "--record-infos"):
+            assert option in flat
+        for backend in BACKENDS:  # whatever backends this installation has, at run time
+            assert backend in flat
+
+
+# ----------------------------------------------------------------------------------------- collect
+
+
+def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path) -> None:
+    for backend in LOCAL_BACKENDS:
+        result = run(
+            tmp_path, "collect", "CartPole-v1", "--num-envs", "4", "--backend", backend, "--episodes", "13",
+            "--seed", "0", "--dataset", f"cli/cartpole-{backend}-v0", "--author", "alice",
+            "--algorithm-name", "uniform",
+        )
+        assert result.returncode == 0, result.stderr
+        assert table_value(result.stdout, "episodes") == "13"
+        dataset = load_dataset(f"cli/cartpole-{backend}-v0", root=tmp_path)
+        assert dataset.metadata["author"] == "alice" and dataset.metadata["algorithm_name"] == "uniform"
+        assert dataset.metadata["collection"]["backend"] == backend
+        assert dataset.env_spec is not None and dataset.env_spec.id == "CartPole-v1"
+        assert "%" in result.stderr  # the progress bar
+        written = f"wrote {dataset.total_episodes:,} episodes ({dataset.total_steps:,} steps)"
+        assert written in " ".join(result.stdout.split())
+        if backend not in ("dummy", "subproc"):
+            # Backends that step every env at once also store the surplus episodes of the last vector step
+            # (issue 4: kept, and counted by a later collect call).
+            assert dataset.total_episodes >= 13
+            continue
+        assert dataset.total_episodes == 13
+        assert table_value(result.stdout, "steps") == f"{dataset.total_steps:,}"
+        assert float(table_value(result.stdout, "return mean")) == pytest.approx(dataset.episode_returns.mean(), abs=0.006)
+        assert int(table_value(result.stdout, "length max")) == dataset.episode_lengths.max()
+    # Same seed, same data, whatever the backend runs the envs on.
+    reference = load_dataset("cli/cartpole-dummy-v0", root=tmp_path)
+    other = load_dataset("cli/cartpole-subproc-v0", root=tmp_path)
+    for a, b in zip(reference, other):
+        assert (a.seed, a.env_id) == (b.seed, b.env_id)
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+
+
+def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
+    result = run(tmp_path, "collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
+                 "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert table_value(result.stdout, "steps") == "50"
+    assert table_value(result.stdout, "envs").startswith("3 x dummy")
+    assert result.stderr == ""  # --no-progress
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_collect_user_policy_and_record_infos(tmp_path: Path) -> None:
+    result = run(
+        tmp_path, "collect", "tests.cli_envs:InfoCounter-v0", "--num-envs", "3", "--backend", "subproc",
+        "--episodes", "7", "--policy", "tests.cli_envs:constant_policy", "--record-infos", "--seed", "1",
+        "--dataset", "cli/info-v0",
+    )
+    assert result.returncode == 0, result.stderr
+    dataset = load_dataset("cli/info-v0", root=tmp_path)
+    assert dataset.total_episodes == 7 and dataset.total_steps == 28
+    assert dataset.metadata["algorithm_name"] == "tests.cli_envs:constant_policy"
+    for episode in dataset:
+        np.testing.assert_array_equal(episode.actions, [2, 2, 2, 2])  # the constant policy acted
+        np.testing.assert_array_equal(episode.infos["t"], np.arange(5))  # reset info + 4 step infos
+        np.testing.assert_array_equal(episode.infos["nested"]["double"], 2 * np.arange(5))
+        np.testing.assert_array_equal(episode.infos["action"], [2, 2, 2, 2])  # step-only key: one row per step
+
+
+def test_collect_append_and_overwrite(tmp_path: Path) -> None:
+    base = ["collect", "CartPole-v1", "--num-envs", "2", "--backend", "dummy", "--no-progress", "--dataset", "cli/a-v0"]
+    assert run(tmp_path, *base, "--episodes", "3", "--seed", "0").returncode == 0
+    assert_usage_error(run(tmp_path, *base, "--episodes", "2"), "exists", "--append", "--overwrite")
+    assert run(tmp_path, *base, "--episodes", "2", "--append", "--seed", "1").returncode == 0
+    assert load_dataset("cli/a-v0", root=tmp_path).total_episodes == 5
+    assert run(tmp_path, *base, "--episodes", "4", "--overwrite", "--env-kwargs", '{"max_episode_steps": 5}').returncode == 0
+    replaced = load_dataset("cli/a-v0", root=tmp_path)
+    assert replaced.total_episodes == 4 and replaced.episode_lengths.max() <= 5
+    assert replaced.recover_environment().spec.max_episode_steps == 5  # the stored spec has the --env-kwargs
+    assert_usage_error(run(tmp_path, *base[:-1], "cli/none-v0", "--episodes", "1", "--append"), "no dataset")
+
+
+def test_async_collect_or_a_clear_error(tmp_path: Path) -> None:
+    args = ["collect", "CartPole-v1", "--num-envs", "4", "--backend", "subproc", "--steps", "333", "--async",
+            "--seed", "0", "--dataset", "cli/async-v0", "--no-progress"]
+    result = run(tmp_path, *args)
+    if importlib.util.find_spec("vcollect.async_collector") is None:
+        assert_usage_error(result, "--async", "AsyncCollector")
+        return
+    assert result.returncode == 0, result.stderr
+    assert table_value(result.stdout, "steps") == "333"
+    assert "AsyncCollector" in table_value(result.stdout, "envs")
+    dataset = load_dataset("cli/async-v0", root=tmp_path)
+    assert f"{dataset.total_episodes:,}" == table_value(result.stdout, "episodes")
+
+
+def test_ctrl_c_during_collect_keeps_committed_shards(tmp_path: Path) -> None:
+    # A terminal's Ctrl-C reaches the whole process group: the command and its env worker processes.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vcollect", "collect", "CartPole-v1", "--num-envs", "4", "--backend", "subproc",
+         "--episodes", "100000000", "--shard-steps", "300", "--dataset", "cli/ctrl-c-v0", "--no-progress"],
+        cwd=REPO, env=env_for(tmp_path), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )
+    shards = tmp_path / "cli" / "ctrl-c-v0" / "shards"
+    deadline = time.monotonic() + 60
+    try:
+        while not (shards.is_dir() and any(p.suffix == ".h5" for p in shards.iterdir())):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no shard committed within 60 s"
+            time.sleep(0.01)  # polling the filesystem, not synchronisation
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    dataset = load_dataset("cli/ctrl-c-v0", root=tmp_path)
+    assert dataset.total_episodes > 0
+    assert f"interrupted; {dataset.total_episodes:,} episodes ({dataset.total_steps:,} steps) were saved" in stderr
+    assert not any(p.name.endswith(".tmp") for p in shards.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["collect", "CartPol-v1", "--episodes", "2"], ["unknown environment id", "CartPole"]),
+        (["collect", "nomodule:Foo-v0", "--episodes", "2"], ["cannot import module 'nomodule'"]),
+        (["collect", "CartPole-v1", "--episodes", "2", "--steps", "5"], ["exactly one of --steps"]),
+        (["collect", "CartPole-v1"], ["exactly one of --steps"]),
+        (["collect", "CartPole-v1", "--episodes", "2", "--policy", "no_such_module:make"], ["cannot import policy"]),
+        (["collect", "CartPole-v1", "--episodes", "2", "--policy", "tests.cli_envs:broken_policy"], ["broken on purpose"]),
+        (["collect", "CartPole-v1", "--episodes", "2", "--dataset", "no version"], ["malformed dataset id"]),
+        (["collect", "CartPole-v1", "--episodes", "2", "--backend", "nope"], ["invalid choice"]),
+        (["show", "cli/missing-v0"], ["no dataset 'cli/missing-v0'"]),
+        (["show", "../escape"], ["malformed dataset id"]),
+        (["export", "cli/missing-v0", "--format", "minari"], ["no dataset"]),
+        (["bench", "CartPole-v1", "--backends", "dummy,warp"], ["unknown", "warp"]),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
+    assert_usage_error(run(tmp_path, *args), *fragments)
+    assert not (tmp_path / "cli").exists()
+
+
+def test_env_failure_while_collecting_exits_1_with_the_env_error(tmp_path: Path) -> None:
+    result = run(tmp_path, "collect", "tests.cli_envs:Exploding-v0", "--num-envs", "2", "--backend", "subproc",
+                 "--episodes", "2", "--no-progress", "--dataset", "cli/boom-v0")
+    assert result.returncode == 1
+    assert not (tmp_path / "cli" / "boom-v0").exists()  # the run's empty dataset is not left behind
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("vcollect collect: error: env ") and "ExplodingEnv exploded at step 3" in first
+    ours, _, env_traceback = result.stderr.partition("--- original traceback ---")
+    assert "Traceback" not in ours  # no traceback of the command itself, only the env's own
+    assert "ExplodingEnv exploded" in env_traceback and "cli_envs.py" in env_traceback
+
+
+# ------------------------------------------------------------------------------- list, show, plot
+
+
+def make_dataset(root: Path, dataset_id: str, episodes: int, seed: int, author: str | None = None) -> None:
+    """A CartPole dataset made in-process (the commands under test only read it)."""
+    envs = make_vector("CartPole-v1", 2)
+    metadata = {"author": author} if author else {}
+    store = EpisodeStore.create(dataset_id, envs.single_observation_space, envs.single_action_space,
+                                env_spec=gym.spec("CartPole-v1"), root=root, metadata=metadata)
+    with store, Collector(None, envs, store=store, seed=seed) as collector:
+        collector.collect(n_episode=episodes, reset_before_collect=True, random=True)
+
+
+def test_list_show_and_plot(tmp_path: Path) -> None:
+    assert "no datasets under" in run(tmp_path, "list").stdout
+    make_dataset(tmp_path, "cli/one-v0", 5, 0, author="bob")
+    make_dataset(tmp_path, "cli/nested/two-v1", 3, 1)
+    listing = run(tmp_path, "list")
+    assert listing.returncode == 0
+    rows = {line.split("│")[1].strip(): line for line in listing.stdout.splitlines() if line.startswith("│")}
+    assert set(rows) == {"cli/one-v0", "cli/nested/two-v1"}
+    one = load_dataset("cli/one-v0", root=tmp_path)
+    cells = [c.strip() for c in rows["cli/one-v0"].split("│")[1:-1]]
+    assert cells[:3] == ["cli/one-v0", "5", f"{one.total_steps:,}"] and cells[4] == "bob"
+    assert cells[3].endswith("KiB")
+
+    png = tmp_path / "one.png"
+    shown = run(tmp_path, "show", "cli/one-v0", "--plot", str(png))
+    assert shown.returncode == 0, shown.stderr
+    assert table_value(shown.stdout, "episodes") == "5"
+    assert table_value(shown.stdout, "steps") == f"{one.total_steps:,}"
+    assert table_value(shown.stdout, "action space") == "Discrete(2)"
+    assert table_value(shown.stdout, "author") == "bob"
+    assert float(table_value(shown.stdout, "return max")) == one.episode_returns.max()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_figure_holds_the_dataset_statistics(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from vcollect.cli import plot_dataset
+
+    make_dataset(tmp_path, "cli/plot-v0", 9, 3)
+    dataset = load_dataset("cli/plot-v0", root=tmp_path)
+    figure = plot_dataset(dataset, tmp_path / "plot.png")
+    returns_ax, lengths_ax, episodes_ax = figure.axes
+    assert sum(patch.get_height() for patch in returns_ax.patches) == 9
+    assert sum(patch.get_height() for patch in lengths_ax.patches) == 9
+    np.testing.assert_array_equal(episodes_ax.lines[0].get_ydata(), dataset.episode_returns)
+    assert (tmp_path / "plot.png").stat().st_size > 0
+
+
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path) -> None:
+    make_dataset(tmp_path, "cli/noplot-v0", 2, 0)
+    blocker = tmp_path / "blocker" / "matplotlib"
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text("raise ImportError('matplotlib is blocked for this test')\n")
+    pythonpath = os.pathsep.join([str(blocker.parent), str(REPO)])
+    result = run(tmp_path, "show", "cli/noplot-v0", "--plot", str(tmp_path / "x.png"), PYTHONPATH=pythonpath)
+    assert_usage_error(result, "matplotlib", "vcollect[plot]")
+    assert not (tmp_path / "x.png").exists()
+
+
+# ------------------------------------------------------------------ combine, split, delete, minari
+
+
+def episode_keys(dataset_id: str, root: Path) -> list[tuple[int | None, int, float]]:
+    """(seed, env id, return) of every episode, in order."""
+    return [(e.seed, e.env_id, float(e.rewards.sum())) for e in load_dataset(dataset_id, root=root)]
+
+
+def test_combine_split_and_delete(tmp_path: Path) -> None:
+    make_dataset(tmp_path, "cli/a-v0", 6, 0)
+    make_dataset(tmp_path, "cli/b-v0", 4, 1)
+    result = run(tmp_path, "combine", "cli/a-v0", "cli/b-v0", "--into", "cli/ab-v0")
+    assert result.returncode == 0, result.stderr
+    combined = episode_keys("cli/ab-v0", tmp_path)
+    assert combined == episode_keys("cli/a-v0", tmp_path) + episode_keys("cli/b-v0", tmp_path)
+    assert_usage_error(run(tmp_path, "combine", "cli/a-v0", "--into", "cli/ab-v0"), "already exists")
+
+    result = run(tmp_path, "split", "cli/ab-v0", "--sizes", "70%,30%", "--into", "cli/train-v0", "cli/test-v0", "--seed", "0")
+    assert result.returncode == 0, result.stderr
+    train, test = episode_keys("cli/train-v0", tmp_path), episode_keys("cli/test-v0", tmp_path)
+    assert (len(train), len(test)) == (7, 3)
+    assert sorted(train + test) == sorted(combined)  # disjoint and complete
+    assert load_dataset("cli/train-v0", root=tmp_path).metadata["split_from"] == "cli/ab-v0"
+
+    assert_usage_error(run(tmp_path, "split", "cli/ab-v0", "--sizes", "8,5", "--into", "cli/x-v0", "cli/y-v0"),
+                       "more than the 10")
+    assert not (tmp_path / "cli" / "x-v0").exists()
+
+    assert_usage_error(run(tmp_path, "delete", "cli/a-v0"), "--yes")  # no terminal to confirm on
+    assert (tmp_path / "cli" / "a-v0").exists()
+    result = run(tmp_path, "delete", "cli/a-v0", "cli/b-v0", "--yes")
+    assert result.returncode == 0 and "deleted cli/a-v0" in result.stdout
+    assert not (tmp_path / "cli" / "a-v0").exists() and not (tmp_path / "cli" / "b-v0").exists()
+
+
+def test_export_minari_and_import_back(tmp_path: Path) -> None:
+    make_dataset(tmp_path, "cli/src-v0", 5, 2, author="carol")
+    minari_root = tmp_path / "minari"
+    assert_usage_error(run(tmp_path, "export", "cli/src-v0", "--format", "minari", "--minari-id", "c/x-v0",
+                           "--minari-root", str(minari_root)), "two characters")
+    result = run(tmp_path, "export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
+                 "--minari-root", str(minari_root))
+    assert result.returncode == 0, result.stderr
+    assert (minari_root / "vc" / "src-v0" / "data" / "main_data.hdf5").is_file()
+    source = load_dataset("cli/src-v0", root=tmp_path)
+    if importlib.util.find_spec("minari") is not None:
+        import minari
+
+        theirs = minari.MinariDataset(minari_root / "vc" / "src-v0" / "data")
+        assert (theirs.total_episodes, theirs.total_steps) == (5, source.total_steps)
+        np.testing.assert_array_equal(theirs[0].observations, source[0].observations)
+
+    result = run(tmp_path, "import-minari", "vc/src-v0", "--minari-root", str(minari_root), "--into", "cli/back-v0")
+    assert result.returncode == 0, result.stderr
+    back = load_dataset("cli/back-v0", root=tmp_path)
+    assert back.total_episodes == 5
+    for mine, returned in zip(source, back):  # Minari has no env ids; the rest comes back exactly
+        assert returned.seed == mine.seed
+        np.testing.assert_array_equal(returned.observations, mine.observations)
+        np.testing.assert_array_equal(returned.actions, mine.actions)
+    assert back.metadata["minari_dataset_id"] == "vc/src-v0"
+    assert_usage_error(run(tmp_path, "import-minari", str(tmp_path / "nowhere"), "--into", "cli/z-v0"), "no Minari dataset")
+
+
+# ------------------------------------------------------------------------------------------ bench
+
+
+def test_bench_table_has_raw_row_and_ratios(tmp_path: Path) -> None:
+    result = run(tmp_path, "bench", "CartPole-v1", "--num-envs", "2", "--steps", "400", "--backends", "dummy")
+    assert result.returncode == 0, result.stderr
+    rows = {}
+    for line in result.stdout.splitlines():
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if len(cells) == 3:
+            rows[cells[0]] = cells
+    assert set(rows) == {"raw", "Collector (dummy)"}
+    assert rows["raw"][2] == "1.00"
+    raw, dummy = (float(rows[name][1].replace(",", "")) for name in ("raw", "Collector (dummy)"))
+    assert raw > 0 and dummy > 0
+    assert float(rows["Collector (dummy)"][2]) == pytest.approx(dummy / raw, abs=0.01)
+
+
+@pytest.mark.skipif("gymnasium" not in BACKENDS, reason="no gymnasium backend in this tree")
+def test_record_infos_refuses_backends_that_step_all_envs(tmp_path: Path) -> None:
+    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "2", "--episodes", "2",
+                 "--record-infos", "--dataset", "cli/gym-v0")
+    assert_usage_error(result, "--record-infos", "'gymnasium'")
+    assert not (tmp_path / "cli" / "gym-v0").exists()
+
+
+# ------------------------------------------------------------------ helpers, in process (no subprocess)
+
+
+def test_stack_episode_infos_aligns_keys_with_observations_or_steps() -> None:
+    from vcollect.cli import stack_episode_infos
+    from vcollect.errors import InfoStructureError
+
+    rows = [{"t": 0, "d": {"x": 0.5}}] + [{"t": t, "d": {"x": t / 2}, "r": -t} for t in (1, 2, 3)]
+    stacked = stack_episode_infos(rows)
+    np.testing.assert_array_equal(stacked["t"], [0, 1, 2, 3])
+    np.testing.assert_array_equal(stacked["d"]["x"], [0.5, 0.5, 1.0, 1.5])
+    np.testing.assert_array_equal(stacked["r"], [-1, -2, -3])  # step-only key: T rows
+    assert stack_episode_infos([{}, {}, {}]) == {}
+    with pytest.raises(InfoStructureError, match="'late' is in 1 of the 4"):
+        stack_episode_infos(rows[:3] + [{**rows[3], "late": 1}])
+    with pytest.raises(InfoStructureError, match="keys must be"):
+        stack_episode_infos([{1: 0}, {1: 1}])
+
+
+def test_parse_sizes_counts_and_errors() -> None:
+    from vcollect.cli import UsageError, parse_sizes
+
+    assert parse_sizes("800,200", 1000) == [800, 200]
+    assert parse_sizes("3, 0 ,2", 5) == [3, 0, 2]
+    assert parse_sizes("50%,50%", 7) == [4, 3]
+    assert parse_sizes("80%,20%", 10) == [8, 2]
+    for bad in ("", "a,b", "5,-1", "50%,5", "60%,60%", "6,6"):
+        with pytest.raises(UsageError):
+            parse_sizes(bad, 10)
+
+
+@given(
+    percents=st.lists(st.integers(0, 100), min_size=1, max_size=5).filter(lambda p: sum(p) <= 100),
+    total=st.integers(0, 10_000),
+)
+def test_parse_sizes_percentages_round_like_largest_remainder(percents: list[int], total: int) -> None:
+    from vcollect.cli import parse_sizes
+
+    counts = parse_sizes(",".join(f"{p}%" for p in percents), total)
+    exact = [p * total / 100 for p in percents]
+    assert sum(counts) == round(sum(exact))  # nothing lost or invented by rounding
+    assert all(abs(c - e) < 1 for c, e in zip(counts, exact))  # each part within one episode of its share

@@ -1,0 +1,421 @@
+"""Ray: RayVectorEnv and DistributedCollector on a real local Ray (ray.init(num_cpus=2), once per session).
+
+Every worker here is a real Ray actor process writing real HDF5 shards under tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from tests.envs import CountingEnv, DictObsEnv, FailingEnv, SlowEnv
+from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
+from vcollect.distributed import DistributedCollector
+from vcollect.envs.ray_env import RayVectorEnv
+from vcollect.errors import DatasetNotFoundError
+from vcollect.store import EpisodeStore, load_dataset
+
+CARTPOLE_OBS = gym.spaces.Box(
+    np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
+    np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
+    dtype=np.float32,
+)
+
+
+# ---------------------------------------------------------------- helpers (top level: workers import them)
+
+
+class FaultOnceEnv(CountingEnv):
+    """A CountingEnv; the first instance built anywhere (it wins the O_EXCL creation of `flag` and writes
+    "<pid> <how many FaultOnceEnvs its process built before it>" there) fails at its `at`-th step since
+    construction: its process exits (fault="exit") or its step raises (fault="raise")."""
+
+    built_in_this_process = 0
+
+    def __init__(self, flag: str, at: int, fault: str = "exit", episode_length: int = 5) -> None:
+        super().__init__(episode_length)
+        self.total_steps = 0
+        self.fault = fault
+        self.at: int | None = None
+        local_index = FaultOnceEnv.built_in_this_process
+        FaultOnceEnv.built_in_this_process += 1
+        try:
+            fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, f"{os.getpid()} {local_index}".encode())
+        os.close(fd)
+        self.at = at
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.total_steps += 1
+        if self.total_steps == self.at:
+            if self.fault == "exit":
+                os._exit(3)
+            raise RuntimeError(f"FaultOnceEnv failed at step {self.at}")
+        return super().step(action)
+
+
+def linear_torch_policy(observation_space: gym.Space, action_space: gym.Space) -> Any:
+    """A TorchPolicy on a Linear(obs, n_actions) layer: its bias alone decides a zero-weight layer's action."""
+    import torch
+
+    from vcollect.policies import TorchPolicy
+
+    torch.manual_seed(0)
+    return TorchPolicy(torch.nn.Linear(observation_space.shape[0], int(action_space.n)), action_space)
+
+
+class ListStore:
+    """A store keeping every episode as a hashable key, with env ids shifted like the workers do."""
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+        self.keys: list[tuple] = []
+
+    def write_episode(self, observations, actions, rewards, terminations, truncations, *, seed, env_id,
+                      **_: Any) -> None:
+        self.keys.append(episode_key(env_id + self.offset, seed, observations, actions, rewards,
+                                     terminations, truncations))
+
+    def flush(self) -> None:
+        pass
+
+
+def episode_key(env_id, seed, observations, actions, rewards, terminations, truncations) -> tuple:
+    return (
+        int(env_id),
+        int(seed),
+        np.asarray(observations, np.float32).tobytes(),
+        np.asarray(actions, np.int64).tobytes(),
+        np.asarray(rewards, np.float64).tobytes(),
+        np.asarray(terminations, bool).tobytes(),
+        np.asarray(truncations, bool).tobytes(),
+    )
+
+
+def dataset_keys(dataset_id: str, root: Path) -> list[tuple]:
+    return [
+        episode_key(ep.env_id, ep.seed, ep.observations, ep.actions, ep.rewards, ep.terminations, ep.truncations)
+        for ep in load_dataset(dataset_id, root=root)
+    ]
+
+
+def new_dataset(dataset_id: str, root: Path, obs_space: gym.Space, act_space: gym.Space) -> None:
+    EpisodeStore.create(dataset_id, obs_space, act_space, root=root).close()
+
+
+def counting_dataset(root: Path) -> str:
+    new_dataset("test/counting-v0", root, CountingEnv().observation_space, CountingEnv().action_space)
+    return "test/counting-v0"
+
+
+def assert_same_results(x: Any, y: Any) -> None:
+    """Equal nested results: tuples/lists/dicts compared item by item, arrays exactly (dtype too)."""
+    if isinstance(x, dict):
+        assert isinstance(y, dict) and list(x) == list(y)
+        for key in x:
+            assert_same_results(x[key], y[key])
+    elif isinstance(x, (tuple, list)):
+        assert type(x) is type(y) and len(x) == len(y)
+        for a, b in zip(x, y):
+            assert_same_results(a, b)
+    elif isinstance(x, np.ndarray):
+        assert isinstance(y, np.ndarray) and x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+    else:
+        assert x == y
+
+
+@pytest.fixture
+def ray_ready(ray_local: Any) -> Any:
+    """The session's Ray, with this module's helpers sent to workers by value: pytest imports this file
+    as a top-level module from tests/, which the worker processes cannot import by name."""
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray_local
+
+
+# ---------------------------------------------------------------- RayVectorEnv
+
+
+def test_ray_vector_env_matches_dummy_sync_and_async(ray_ready: Any) -> None:
+    fns = [lambda: DictObsEnv(2, 6, render_mode="rgb_array") for _ in range(3)]
+    ray_env, dummy = RayVectorEnv(fns), DummyVectorEnv(fns)
+    try:
+        assert ray_env.num_envs == 3 and ray_env.single_observation_space == dummy.single_observation_space
+        assert_same_results(ray_env.reset(seeds=[1, 2, 3]), dummy.reset(seeds=[1, 2, 3]))
+        ray_env.step(np.array([0, 1, 2]))
+        dummy.step(np.array([0, 1, 2]))
+        frames = ray_env.render()
+        assert frames is not None and len(frames) == 3 and int(frames[0][0, 0, 0]) == 1
+        assert_same_results(frames, dummy.render())
+        rng = np.random.default_rng(0)
+        for _ in range(12):  # includes finished envs being reset, and subsets in a non-sorted order
+            ids = rng.permutation(3)[: rng.integers(1, 4)]
+            actions = rng.integers(0, 3, size=ids.size)
+            got, want = ray_env.step(actions, ids), dummy.step(actions, ids)
+            assert_same_results(got, want)
+            done = ids[np.logical_or(got[2], got[3])]
+            if done.size:
+                assert_same_results(ray_env.reset(done, seeds=7), dummy.reset(done, seeds=7))
+
+        # async half: send to a subset, the in-flight set, busy ids rejected, recv gets them all
+        ray_env.reset(seeds=[4, 5, 6])
+        dummy.reset(seeds=[4, 5, 6])
+        ray_env.send(np.array([2, 1]), [2, 0])
+        assert ray_env.in_flight.tolist() == [0, 2]
+        with pytest.raises(ValueError, match=r"\[0\] already have a step or reset in flight"):
+            ray_env.send(np.array([1]), [0])
+        obs, rewards, terms, truncs, infos, ids = ray_env.recv(min_ready=2)
+        assert ids.tolist() == [0, 2] and ray_env.in_flight.size == 0
+        assert_same_results((obs, rewards, terms, truncs, infos), dummy.step(np.array([1, 2]), [0, 2]))
+        with pytest.raises(ValueError, match="no step in flight"):
+            ray_env.recv()
+        ray_env.reset_async([1], seeds=[9])
+        obs, infos, ids = ray_env.recv_reset()
+        assert ids.tolist() == [1]
+        assert_same_results((obs, infos), dummy.reset([1], seeds=[9]))
+    finally:
+        ray_env.close()
+        dummy.close()
+    ray_env.close()  # idempotent
+    with pytest.raises(CollectorStateError, match="closed"):
+        ray_env.step(np.zeros(3, np.int64))
+
+
+def test_ray_vector_env_env_error_and_dead_actor(ray_ready: Any) -> None:
+    envs = RayVectorEnv([lambda: CountingEnv(100), lambda: FailingEnv(fail_step=2)])
+    try:
+        envs.reset(seeds=0)
+        envs.step(np.zeros(2, np.int64))
+        with pytest.raises(EnvWorkerError, match="FailingEnv exploded at step 2") as info:
+            envs.step(np.zeros(2, np.int64))
+        assert info.value.env_id == 1
+        assert "in step" in info.value.traceback_text  # the env's own traceback, from the actor
+        obs, *_ = envs.step(np.zeros(1, np.int64), [0])  # env 0 is fine and went on stepping
+        assert obs[0, 0] == 3.0
+
+        ray_ready.kill(envs._actors[0])
+        envs.send(np.zeros(1, np.int64), [0])
+        with pytest.raises(EnvWorkerError, match="actor running env 0 .*died") as info:
+            envs.recv()
+        assert info.value.env_id == 0 and envs.closed
+    finally:
+        envs.close()
+
+
+def test_make_vector_ray_backend_and_recv_timeout(ray_ready: Any) -> None:
+    envs = make_vector(SlowEnv, 1, backend="ray", env_kwargs={"fast_time": 0.0, "slow_prob": 0.0})
+    try:
+        assert isinstance(envs, RayVectorEnv)
+        envs.reset_async(seeds=1, options={"reset_time": 1.0})
+        with pytest.raises(TimeoutError, match=r"env ids in flight: \[0\]"):
+            envs.recv_reset(timeout=0.01)
+        obs, _, ids = envs.recv_reset()  # nothing was lost by the timeout
+        assert ids.tolist() == [0] and obs.shape == (1, 4)
+        np.testing.assert_array_equal(obs[0], gym.make("CartPole-v1").reset(seed=1)[0])
+    finally:
+        envs.close()
+
+
+def test_missing_ray_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ImportError, match=r"vcollect\[ray\]"):
+        make_vector("CartPole-v1", 1, backend="ray")
+    with pytest.raises(ImportError, match=r"vcollect\[ray\]"):
+        DistributedCollector("CartPole-v1", None, num_workers=1, envs_per_worker=1)
+
+
+def test_bad_arguments_fail_before_any_actor_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "vcollect.async_collector", None)  # as if it did not exist
+    with pytest.raises(ImportError, match="collector='async'.*vcollect.async_collector"):
+        DistributedCollector("CartPole-v1", None, num_workers=1, envs_per_worker=1, collector="async")
+    with pytest.raises(ValueError, match="collector must be one of"):
+        DistributedCollector("CartPole-v1", None, num_workers=1, envs_per_worker=1, collector="fast")
+    with pytest.raises(ValueError, match="num_workers must be a positive integer"):
+        DistributedCollector("CartPole-v1", None, num_workers=0, envs_per_worker=1)
+
+
+# ---------------------------------------------------------------- DistributedCollector
+
+
+def test_exact_counts_across_two_workers(ray_ready: Any, tmp_path: Path) -> None:
+    dataset_id = counting_dataset(tmp_path)
+    with DistributedCollector(
+        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=1,
+        env_kwargs={"episode_length": 5},
+    ) as dc:
+        assert dc.num_envs == 4 and dc.observation_space == CountingEnv().observation_space
+        stats = dc.collect(n_step=23, random=True)
+        assert stats.n_collected_steps == 23
+        assert {w: s.n_collected_steps for w, s in dc.last_worker_stats.items()} == {0: 12, 1: 11}
+        assert np.all(stats.lens == 5) and np.all(stats.returns == 5.0)
+        ds = load_dataset(dataset_id, root=tmp_path)
+        assert ds.total_episodes == stats.n_collected_episodes and ds.total_steps == stats.lens.sum()
+
+        stats = dc.collect(n_episode=7, random=True)
+        assert stats.n_collected_episodes == 7 and stats.returns.size == 7 and np.all(stats.lens == 5)
+        # the extra episode goes to the worker after the one that had the extra step last time
+        assert {w: s.n_collected_episodes for w, s in dc.last_worker_stats.items()} == {0: 3, 1: 4}
+        ds2 = load_dataset(dataset_id, root=tmp_path)
+        assert ds2.total_episodes == ds.total_episodes + 7
+        assert ds2.total_steps == ds.total_steps + stats.lens.sum()
+        env_ids = np.array([ep.env_id for ep in ds2])
+        assert set(env_ids.tolist()) == {0, 1, 2, 3}  # global ids: worker 1's envs are 2 and 3
+
+        stats = dc.collect(n_step=1, random=True)  # fewer than workers: one worker idles
+        assert stats.n_collected_steps == 1 and len(dc.last_worker_stats) == 1
+
+        with pytest.raises(ValueError, match="exactly one of n_step or n_episode"):
+            dc.collect(random=True)
+        with pytest.raises(ValueError, match="positive integer"):
+            dc.collect(n_step=0, random=True)
+        with pytest.raises(ValueError, match=r"distributed worker 0 \(global env ids 0\.\.1.*no policy"):
+            dc.collect(n_step=4)  # no policy_fn: only random=True works, said by the workers
+        with pytest.raises(TypeError, match="distributed worker 0 .*no load_state_dict"):
+            dc.set_policy_weights({"bias": 0})
+    with pytest.raises(CollectorStateError, match="closed"):
+        dc.collect(n_step=2, random=True)
+
+
+def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp_path: Path) -> None:
+    new_dataset("test/cartpole-v0", tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2))
+    with DistributedCollector(
+        "CartPole-v1", None, num_workers=2, envs_per_worker=2, store="test/cartpole-v0", root=tmp_path, seed=7
+    ) as dc:
+        stats = dc.collect(n_episode=8, random=True)
+        seeds = list(dc.worker_seeds)
+    assert len(set(seeds)) == 2 and stats.n_collected_episodes == 8
+
+    # the same work done here, one plain Collector per worker seed, gives exactly the stored episodes
+    expected: list[tuple] = []
+    for w, seed in enumerate(seeds):
+        store = ListStore(offset=2 * w)
+        with Collector(None, make_vector("CartPole-v1", 2), store=store, seed=seed) as collector:
+            collector.collect(n_episode=4, random=True, reset_before_collect=True)
+        expected += store.keys
+    stored = dataset_keys("test/cartpole-v0", tmp_path)
+    assert sorted(stored) == sorted(expected)
+    assert sorted(stats.returns.tolist()) == sorted(float(np.frombuffer(k[4]).sum()) for k in stored)
+
+    # every stored episode replays from its seed and actions
+    env = gym.make("CartPole-v1")
+    for ep in load_dataset("test/cartpole-v0", root=tmp_path):
+        obs, _ = env.reset(seed=ep.seed)
+        np.testing.assert_array_equal(obs, ep.observations[0])
+        for t, action in enumerate(np.asarray(ep.actions).tolist()):
+            obs, reward, terminated, truncated, _ = env.step(action)
+            np.testing.assert_array_equal(obs, ep.observations[t + 1])
+            assert (reward, terminated, truncated) == (ep.rewards[t], ep.terminations[t], ep.truncations[t])
+
+
+def test_weight_broadcast_changes_torch_policy_actions(ray_ready: Any, tmp_path: Path) -> None:
+    import torch
+
+    new_dataset("test/torch-v0", tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2))
+    with DistributedCollector(
+        "CartPole-v1", linear_torch_policy, num_workers=2, envs_per_worker=1, store="test/torch-v0",
+        root=tmp_path, seed=0,
+    ) as dc:
+        seen = 0
+        for bias, action in (([5.0, -5.0], 0), ([-5.0, 5.0], 1), ([5.0, -5.0], 0)):
+            dc.set_policy_weights({"weight": torch.zeros(2, 4), "bias": torch.tensor(bias)})
+            dc.collect(n_episode=2)
+            episodes = list(load_dataset("test/torch-v0", root=tmp_path))[seen:]
+            seen += len(episodes)
+            assert len(episodes) == 2 and {ep.env_id for ep in episodes} == {0, 1}
+            assert all(np.all(np.asarray(ep.actions) == action) for ep in episodes)
+
+
+def test_killed_worker_raises_naming_it_and_close_works(ray_ready: Any, tmp_path: Path) -> None:
+    dataset_id = counting_dataset(tmp_path)
+    dc = DistributedCollector(
+        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0
+    )
+    try:
+        assert dc.collect(n_step=20, random=True).n_collected_episodes == 4  # 5 steps per env: one episode each
+        ray_ready.kill(dc.workers[1])
+        with pytest.raises(EnvWorkerError, match=r"distributed worker 1 \(global env ids 2\.\.3.* died during collect"):
+            dc.collect(n_step=20, random=True)
+        with pytest.raises(CollectorStateError, match=r"worker\(s\) \[1\] died"):
+            dc.collect(n_step=20, random=True)
+    finally:
+        dc.close()
+    dc.close()
+    ds = load_dataset(dataset_id, root=tmp_path)  # every committed shard loads
+    env_ids = sorted(ep.env_id for ep in ds)
+    assert env_ids == [0, 0, 1, 1, 2, 3]  # worker 0 finished its second quota; worker 1 only the first
+
+
+def test_worker_dying_mid_collect_keeps_committed_shards(ray_ready: Any, tmp_path: Path) -> None:
+    dataset_id = counting_dataset(tmp_path)
+    flag = tmp_path / "fault"
+    dc = DistributedCollector(
+        FaultOnceEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
+        env_kwargs={"flag": str(flag), "at": 40},
+    )
+    try:
+        dc.collect(n_step=20, random=True)  # each env: 5 steps, one committed episode
+        with pytest.raises(EnvWorkerError, match="died during collect") as info:
+            dc.collect(n_step=200, random=True)  # one env dies at its 35th step of this call
+        pids = [w["pid"] for w in dc.worker_info]
+        dead = pids.index(int(flag.read_text().split()[0]))
+        assert f"distributed worker {dead} " in str(info.value)
+    finally:
+        dc.close()
+    env_ids = np.array([ep.env_id for ep in load_dataset(dataset_id, root=tmp_path)])
+    dead_ids, live_ids = (env_ids // 2 == dead), (env_ids // 2 != dead)
+    assert dead_ids.sum() == 2  # only what the dead worker committed in the first call
+    assert live_ids.sum() == 2 + 20  # the other worker finished its 100 steps: 10 more episodes per env
+
+
+def test_env_error_in_a_worker_names_the_global_env_id(ray_ready: Any, tmp_path: Path) -> None:
+    flag = tmp_path / "fault"
+    with DistributedCollector(
+        FaultOnceEnv, None, num_workers=2, envs_per_worker=2, seed=0,
+        env_kwargs={"flag": str(flag), "at": 3, "fault": "raise"},
+    ) as dc:
+        with pytest.raises(EnvWorkerError, match="FaultOnceEnv failed at step 3") as info:
+            dc.collect(n_step=40, random=True)
+        pid, local = map(int, flag.read_text().split())
+        worker = [w["pid"] for w in dc.worker_info].index(pid)
+        assert info.value.env_id == 2 * worker + local
+        assert f"in distributed worker {worker} " in str(info.value) and f"local env {local}:" in str(info.value)
+        assert 'raise RuntimeError(f"FaultOnceEnv failed' in info.value.traceback_text  # the env's own traceback
+
+
+def test_store_not_reachable_from_workers(ray_ready: Any, tmp_path: Path) -> None:
+    with pytest.raises(DatasetNotFoundError, match=r"distributed worker 0 .*not reachable at .*not-mounted"):
+        DistributedCollector(
+            "CartPole-v1", None, num_workers=2, envs_per_worker=1, store="test/absent-v0",
+            root=tmp_path / "not-mounted",
+        )
+
+
+def test_workers_that_cannot_be_placed_time_out(ray_ready: Any) -> None:
+    with pytest.raises(TimeoutError, match=r"distributed workers \[0, 1\] did not finish setup within 0.5 s"):
+        DistributedCollector(
+            "CartPole-v1", None, num_workers=2, envs_per_worker=1, startup_timeout=0.5,
+            worker_options={"resources": {"no-such-resource": 1}},
+        )
+
+
+def test_async_collector_in_workers(ray_ready: Any, tmp_path: Path) -> None:
+    pytest.importorskip("vcollect.async_collector")
+    dataset_id = counting_dataset(tmp_path)
+    with DistributedCollector(
+        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=3,
+        collector="async",
+    ) as dc:
+        first = dc.collect(n_step=21, random=True)
+        stats = dc.collect(n_episode=5, random=True)
+        assert first.n_collected_steps == 21 and stats.n_collected_episodes == 5
+        ds = load_dataset(dataset_id, root=tmp_path)
+        assert ds.total_episodes == first.n_collected_episodes + 5
+        assert set(ds.episode_lengths.tolist()) == {5}

@@ -1,0 +1,257 @@
+"""AsyncCollector: collect exact counts from envs that do not step in lock-step.
+
+The Collector steps its ready envs together and waits for the slowest one. The AsyncCollector instead
+dispatches a step to every env that is ready (``envs.send``), acts again on whichever envs come back
+first (``envs.recv``) and resets finished envs asynchronously (``reset_async``), so a slow step or a
+slow reset holds up only its own env. Everything else is the Collector's machinery: one ring per env id
+(interleaved envs never mix episodes), per-env policy state, the store, and the statistics.
+
+Counts stay exact: every received transition goes into the collector's ledger (vcollect.ledger), a call
+dispatches no more steps than it still needs, waits for every step it dispatched, and reports exactly
+``n_step`` transitions, or per env its quota of whole episodes. Transitions beyond that (steps still in
+flight after a TimeoutError, or steps a batch-returning backend needed to return its batch) are reported
+by the next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from vcollect.buffers import VectorRingBuffer
+from vcollect.collector import Collector
+from vcollect.envs import AsyncResetResult, AsyncStepResult
+from vcollect.policies import Policy
+from vcollect.spaces import allocate, flatten_batch, unflatten_batch
+
+__all__ = ["AsyncCollector"]
+
+_Received = tuple[AsyncStepResult | None, AsyncResetResult | None]
+
+
+class AsyncCollector(Collector):
+    """Collect exact numbers of steps or episodes, acting on whichever envs are ready.
+
+    Same API as Collector. ``wait_num``: how many stepping envs to wait for before acting again (default
+    1: act as soon as any env is back). ``timeout``: seconds to wait for any step or reset to finish;
+    when none does, TimeoutError names the env ids in flight, and nothing is lost (steps in flight and
+    steps already received are reported by the next ``collect``; ``timeout`` may be changed in between).
+    Backends that step every env at once (``steps_all_envs``) are collected as the Collector does.
+    Backends that return results in fixed-size batches (EnvPool's async mode, ``recv_batch_size``) get at
+    least that many envs in flight whenever the collector waits; steps added for that are reported by the
+    next call.
+    """
+
+    handles_batched_recv = True
+
+    def __init__(
+        self,
+        policy: Policy | Callable[..., Any] | None,
+        envs: Any,
+        buffer: VectorRingBuffer | None = None,
+        store: Any | None = None,
+        *,
+        seed: int | None = None,
+        wait_num: int | None = None,
+        timeout: float | None = None,
+        exploration_noise: bool = False,
+        validate: bool = True,
+    ) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        super().__init__(
+            policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate
+        )
+        if wait_num is not None and not (isinstance(wait_num, int) and 1 <= wait_num <= self.num_envs):
+            raise ValueError(f"wait_num must be an int in 1..{self.num_envs} (the number of envs), got {wait_num!r}")
+        self.wait_num = wait_num or 1
+        self.timeout = timeout
+        n = self.num_envs
+        self._stepping = np.zeros(n, dtype=bool)
+        self._resetting = np.zeros(n, dtype=bool)
+        self._sent_actions = allocate(self.action_space, (n,))  # the action each stepping env was sent
+        self._reset_seed: list[int | None] = [None] * n  # of each reset in flight
+        self._reset_options: list[dict[str, Any] | None] = [None] * n
+        self._batch = int(getattr(self.envs, "recv_batch_size", 1))
+        self._recv_any: Callable[[float | None], _Received] | None = getattr(self.envs, "recv_any", None)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def reset(self, seed: int | None = None, *, reset_buffer: bool = True, options: dict[str, Any] | None = None) -> None:
+        """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env."""
+        self._check_open()
+        self._sync_flights()
+        while self._stepping.any() or self._resetting.any():
+            self._fill_batch(self.policy is None, None)
+            self._take(self._receive(), None)
+        super().reset(seed, reset_buffer=reset_buffer, options=options)
+
+    # ------------------------------------------------------------------ collect
+
+    def _collect_steps(
+        self,
+        n_step: int,
+        random: bool,
+        render: float | None,
+        reset_options: dict[str, Any] | None,
+        bar: tqdm,
+        returns: list[float],
+        lens: list[int],
+    ) -> int:
+        if self._steps_all:
+            return super()._collect_steps(n_step, random, render, reset_options, bar, returns, lens)
+        self._sync_flights()
+        carry = self._carry
+        self._restart(np.flatnonzero(self._needs_reset), reset_options)
+        while len(carry) < n_step or self._stepping.any():
+            budget = n_step - len(carry) - int(np.count_nonzero(self._stepping))
+            if budget > 0:
+                self._send_steps(self._idle(), budget, random)
+            self._fill_batch(random, reset_options)
+            finished = self._take(self._receive(), render)
+            self._restart(finished, reset_options)
+            bar.update(min(len(carry), n_step) - bar.n)
+        return carry.take_steps(n_step, returns, lens)
+
+    def _collect_episodes(
+        self,
+        n_episode: int,
+        random: bool,
+        render: float | None,
+        reset_options: dict[str, Any] | None,
+        bar: tqdm,
+        returns: list[float],
+        lens: list[int],
+    ) -> int:
+        if self._steps_all:
+            return super()._collect_episodes(n_episode, random, render, reset_options, bar, returns, lens)
+        self._sync_flights()
+        quota = self._episode_quota(n_episode)
+        ends = self._carry.episode_ends  # updated in place as transitions are recorded
+        self._restart(np.flatnonzero(self._needs_reset & (ends < quota)), reset_options)
+        while (owing := ends < quota).any() or self._stepping.any():
+            ready = np.flatnonzero(owing & self._idle_mask())
+            self._send_steps(ready, ready.size, random)
+            self._fill_batch(random, reset_options)
+            finished = self._take(self._receive(), render)
+            self._restart(finished[ends[finished] < quota[finished]], reset_options)
+            bar.update(int(np.minimum(ends, quota).sum()) - bar.n)
+        return self._carry.take_episodes(quota, returns, lens)[0]
+
+    # ------------------------------------------------------------------ dispatching
+
+    def _idle_mask(self) -> np.ndarray:
+        return ~(self._stepping | self._resetting | self._needs_reset)
+
+    def _idle(self) -> np.ndarray:
+        return np.flatnonzero(self._idle_mask())
+
+    def _send_steps(self, candidates: np.ndarray, limit: int, random: bool) -> None:
+        """Act for (at most ``limit`` of) the candidate env ids and dispatch their steps."""
+        if limit <= 0 or candidates.size == 0:
+            return
+        if candidates.size > limit:
+            # rotate which envs go first so that no env id is favoured
+            order = np.argsort((candidates - self._next_env) % self.num_envs, kind="stable")[:limit]
+            candidates = np.sort(candidates[order])
+            self._next_env = int(candidates[-1] + 1) % self.num_envs
+        actions = self._choose_actions(candidates, random)
+        for store, values in zip(self._sent_actions, flatten_batch(self.action_space, actions)):
+            store[candidates] = values
+        self.envs.send(actions, candidates)
+        self._stepping[candidates] = True
+
+    def _restart(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
+        """Dispatch resets (each with a seed from the generator) for the env ids not already busy."""
+        env_ids = env_ids[~(self._stepping[env_ids] | self._resetting[env_ids])]
+        if env_ids.size == 0:
+            return
+        seeds = self._next_seeds(env_ids.size)
+        self.envs.reset_async(env_ids, seeds, options)
+        self._resetting[env_ids] = True
+        for env_id, seed in zip(env_ids.tolist(), seeds):
+            self._reset_seed[env_id] = seed if self._seeded_resets else None
+            self._reset_options[env_id] = options
+
+    def _fill_batch(self, random: bool, options: dict[str, Any] | None) -> None:
+        """For batch-returning backends: put at least one batch in flight, restarting envs that wait for a
+        reset first, then stepping idle envs (those transitions are reported by a later call)."""
+        short = self._batch - int(np.count_nonzero(self._stepping | self._resetting))
+        if self._batch <= 1 or short <= 0:
+            return
+        waiting = np.flatnonzero(self._needs_reset & ~(self._stepping | self._resetting))[:short]
+        self._restart(waiting, options)
+        self._send_steps(self._idle(), short - waiting.size, random)
+
+    def _sync_flights(self) -> None:
+        """Forget flights the backend no longer has (e.g. after it raised for a failed env)."""
+        flying = np.zeros(self.num_envs, dtype=bool)
+        flying[self.envs.in_flight] = True
+        self._stepping &= flying
+        self._resetting &= flying
+
+    # ------------------------------------------------------------------ receiving
+
+    def _receive(self) -> _Received:
+        """Finished steps and resets: those already done, else wait (up to ``timeout``) for some."""
+        if self._recv_any is not None:
+            return self._recv_any(self.timeout)
+        resets = self._poll_resets()
+        if not self._stepping.any():
+            if resets is not None:
+                return None, resets
+            try:
+                return None, self.envs.recv_reset(1, self.timeout)
+            except TimeoutError:
+                raise self._timeout_error() from None
+        if resets is not None:  # act on the restarted envs now; take whatever steps are done too
+            try:
+                return self.envs.recv(1, 0), resets
+            except TimeoutError:
+                return None, resets
+        try:
+            steps = self.envs.recv(min(self.wait_num, int(np.count_nonzero(self._stepping))), self.timeout)
+        except TimeoutError:
+            resets = self._poll_resets()
+            if resets is None:
+                raise self._timeout_error() from None
+            return None, resets
+        return steps, self._poll_resets()
+
+    def _poll_resets(self) -> AsyncResetResult | None:
+        if not self._resetting.any():
+            return None
+        try:
+            return self.envs.recv_reset(1, 0)
+        except TimeoutError:
+            return None
+
+    def _timeout_error(self) -> TimeoutError:
+        return TimeoutError(
+            f"AsyncCollector: no env finished a step or reset within timeout={self.timeout} s; env ids in flight: "
+            f"{self.envs.in_flight.tolist()}. Nothing is lost: call collect() again to continue"
+        )
+
+    def _take(self, received: _Received, render: float | None) -> np.ndarray:
+        """Record received steps (into the rings, the store and the ledger) and start the received
+        episodes; returns the env ids whose episode just ended."""
+        steps, resets = received
+        if resets is not None:
+            obs, _infos, ids = resets
+            self._resetting[ids] = False
+            self._start_episodes(ids, obs, [self._reset_seed[i] for i in ids.tolist()], None)
+            for env_id in ids.tolist():
+                self._options[env_id] = self._reset_options[env_id]
+        if steps is None:
+            return np.zeros(0, dtype=np.int64)
+        next_obs, rewards, terminations, truncations, _infos, ids = steps
+        self._stepping[ids] = False
+        actions = unflatten_batch(self.action_space, [store[ids] for store in self._sent_actions])
+        ends_r: list[float] = []
+        ends_l: list[int] = []
+        finished = self._record(ids, actions, next_obs, rewards, terminations, truncations, render, ends_r, ends_l)
+        self._carry.push(ids, terminations | truncations, ends_r, ends_l)
+        return finished

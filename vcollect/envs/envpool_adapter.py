@@ -1,0 +1,241 @@
+"""EnvPoolVectorEnv: an EnvPool pool (``envpool.make(..., env_type="gymnasium")``) behind the VectorEnv protocol.
+
+EnvPool runs its envs on C++ threads. In sync mode (``batch_size == num_envs``) any subset of env ids can
+be stepped or reset and ``recv`` waits for all of them; in async mode (``batch_size < num_envs``) ``recv``
+returns exactly ``batch_size`` results, of whichever envs finished first (``info["env_id"]``), and can only
+be called while at least that many envs are in flight. Needs the ``envpool`` extra.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import numpy as np
+
+from vcollect.envs.base import (
+    AsyncResetResult,
+    AsyncStepResult,
+    BaseVectorEnv,
+    EnvIds,
+    ResetResult,
+    Seeds,
+    StepResult,
+    normalize_seeds,
+)
+from vcollect.errors import EnvWorkerError
+
+__all__ = ["EnvPoolVectorEnv", "is_envpool"]
+
+
+def is_envpool(obj: Any) -> bool:
+    """Whether obj is an EnvPool pool (its classes are made at run time; its mixins live in ``envpool``)."""
+    return any(cls.__module__.startswith("envpool.") for cls in type(obj).__mro__)
+
+
+class EnvPoolVectorEnv(BaseVectorEnv):
+    """Adapter for an EnvPool pool made with ``env_type="gymnasium"``, in sync or async mode.
+
+    EnvPool cannot seed individual resets: every env's generator is seeded once, when the pool is made,
+    from the pool's seed (recorded in ``seed``). Reset seeds passed to ``reset`` are ignored and
+    ``seeded_resets`` is False, so the Collector stores episodes with ``seed=None``; rebuilding the pool
+    with the same seed and replaying each env's actions reproduces the data.
+
+    Async mode (``batch_size < num_envs``): ``recv_batch_size`` is the pool's batch size (the
+    AsyncCollector keeps at least that many envs in flight), ``recv_any`` returns one batch's steps and
+    resets together, and ``num_envs`` must be a multiple of ``batch_size`` so that everything in flight can
+    be received. EnvPool's receive cannot time out, so ``timeout`` is not applied. Drive an async pool with
+    the AsyncCollector; the Collector accepts sync pools only.
+    """
+
+    seeded_resets = False
+
+    def __init__(self, pool: Any) -> None:
+        if not is_envpool(pool):
+            raise TypeError(f"EnvPoolVectorEnv wraps a pool made by envpool.make, got {type(pool).__name__}")
+        config = pool.config
+        num_envs = int(config["num_envs"])
+        batch_size = int(config["batch_size"]) or num_envs
+        self.is_async = batch_size < num_envs
+        if self.is_async and num_envs % batch_size:
+            pool.close()
+            raise ValueError(
+                f"EnvPool async mode needs num_envs ({num_envs}) to be a multiple of batch_size ({batch_size}): "
+                "its recv returns exactly batch_size results, so the last ones in flight could never be received"
+            )
+        self.pool = pool
+        self.seed: int = int(config["seed"])
+        self.batch_size = batch_size
+        self.recv_batch_size = batch_size if self.is_async else 1
+        super().__init__(num_envs, pool.single_observation_space, pool.single_action_space)
+        self.metadata = dict(getattr(pool, "metadata", {}) or {})
+        self.env_spec = None
+        self._obs_rows = self.obs_layout.allocate(num_envs)
+        self._in_pool = np.zeros(num_envs, dtype=bool)  # sent to the pool, result not received from it yet
+
+    @classmethod
+    def make(
+        cls, task_id: str, num_envs: int, *, batch_size: int | None = None, seed: int | None = None, **kwargs: Any
+    ) -> EnvPoolVectorEnv:
+        """``envpool.make(task_id, env_type="gymnasium", ...)`` wrapped (``make_vector(..., backend="envpool")``)."""
+        try:
+            import envpool
+        except ImportError as exc:
+            raise ImportError(
+                "the envpool backend needs envpool (pip install 'vcollect[envpool]'; Linux x86_64 wheels)"
+            ) from exc
+        if seed is not None:
+            kwargs["seed"] = seed
+        try:
+            pool = envpool.make(task_id, env_type="gymnasium", num_envs=num_envs, batch_size=batch_size or num_envs, **kwargs)
+        except Exception as exc:
+            if task_id not in envpool.list_all_envs():
+                raise ValueError(f"envpool has no task {task_id!r}: see envpool.list_all_envs()") from exc
+            raise
+        return cls(pool)
+
+    # -- the sync hot path ---------------------------------------------------------------------------
+    def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
+        """Step env_ids (all when None) and wait for them; results in env_ids order."""
+        if self.is_async or self.closed or self._flight.any():
+            return super().step(actions, env_ids)
+        ids = self._ids(env_ids)
+        leaves = self.act_layout.batch_leaves(actions, ids.size)
+        try:
+            result = self.pool.step(self.act_layout.unflatten(leaves), env_id=ids.astype(np.int32))
+        except Exception as exc:
+            raise _pool_error("step", exc) from exc
+        self._absorb(result, steps=True)
+        return self._gather_step(None if env_ids is None else ids)
+
+    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
+        """Reset env_ids (all when None) and wait for them; seeds are ignored (see the class docstring)."""
+        if self.is_async or self.closed or self._flight.any():
+            return super().reset(env_ids, seeds, options)
+        ids = self._ids(env_ids)
+        normalize_seeds(seeds, ids.size)
+        _check_options(options)
+        try:
+            obs, info = self.pool.reset(env_id=ids.astype(np.int32))
+        except Exception as exc:
+            raise _pool_error("reset", exc) from exc
+        self._absorb((obs, None, None, None, info), steps=False)
+        return self._gather_reset(ids)
+
+    def _absorb(self, result: tuple[Any, ...], steps: bool) -> np.ndarray:
+        """Write the rows of one pool result by its info["env_id"]; returns those env ids."""
+        obs, rewards, terminations, truncations, info = result
+        ids = np.asarray(info["env_id"], dtype=np.int64)
+        for rows, leaf in zip(self._obs_rows, self.obs_layout.flatten(obs)):
+            rows[ids] = leaf
+        if steps:
+            self._rewards[ids] = rewards
+            self._terminations[ids] = terminations
+            self._truncations[ids] = truncations
+        keys = [k for k, v in info.items() if k != "players" and not isinstance(v, dict)]
+        columns = [np.asarray(info[k]).tolist() for k in keys]
+        for env_id, values in zip(ids.tolist(), zip(*columns)):
+            self._infos[env_id] = dict(zip(keys, values))
+        return ids
+
+    # -- the async half ------------------------------------------------------------------------------
+    def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        try:
+            self.pool.send(self.act_layout.unflatten(action_leaves), env_id=ids.astype(np.int32))
+        except Exception as exc:
+            self._flight[ids] = 0
+            raise _pool_error("send", exc) from exc
+        self._in_pool[ids] = True
+
+    def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
+        try:
+            _check_options(options)
+            if ids.size == self.num_envs and not self._in_pool.any():
+                self.pool.async_reset()
+            else:  # what envpool's own reset(env_id) dispatches, without its blocking receive
+                self.pool._reset(ids.astype(np.int32))
+        except ValueError:
+            self._flight[ids] = 0
+            raise
+        except Exception as exc:
+            self._flight[ids] = 0
+            raise _pool_error("reset", exc) from exc
+        self._in_pool[ids] = True
+
+    def _wait(self, timeout: float | None) -> None:
+        """Receive one batch from the pool (blocking: EnvPool's receive has no timeout)."""
+        waiting = int(np.count_nonzero(self._in_pool))
+        if waiting == 0:
+            return
+        if self.is_async and waiting < self.batch_size:
+            raise ValueError(
+                f"EnvPool async mode returns results batch_size={self.batch_size} at a time but only {waiting} "
+                f"envs are in flight (ids {np.flatnonzero(self._in_pool).tolist()}): send at least "
+                f"{self.batch_size - waiting} more first (the AsyncCollector does), or make the pool with "
+                "batch_size=num_envs"
+            )
+        try:
+            result = self.pool.recv()
+        except Exception as exc:
+            raise _pool_error("recv", exc) from exc
+        ids = np.asarray(result[4]["env_id"], dtype=np.int64)
+        self._in_pool[ids] = False
+        live = ids[self._flight[ids] != 0]  # results of discarded env ids are dropped
+        if live.size < ids.size:
+            keep = self._flight[ids] != 0
+            obs_leaves = [leaf[keep] for leaf in self.obs_layout.flatten(result[0])]
+            info = {k: (np.asarray(v)[keep] if not isinstance(v, dict) else v) for k, v in result[4].items()}
+            result = (self.obs_layout.unflatten(obs_leaves), result[1][keep], result[2][keep], result[3][keep], info)
+        self._absorb(result, steps=True)
+        self._done[live] = True
+
+    def recv_any(self, timeout: float | None = None) -> tuple[AsyncStepResult | None, AsyncResetResult | None]:
+        """Every finished step and every finished reset (None for a kind with none), receiving one batch from
+        the pool first when nothing in flight has finished yet."""
+        self._check_open()
+        if not self._flight.any():
+            raise ValueError("nothing in flight: call send or reset_async first")
+        if not (self._done & (self._flight != 0)).any():
+            self._wait(timeout)
+        self._raise_failure()
+        steps = resets = None
+        step_ids = np.flatnonzero((self._flight == 1) & self._done)
+        if step_ids.size:
+            self._flight[step_ids] = 0
+            self._done[step_ids] = False
+            steps = (*self._gather_step(step_ids), step_ids)
+        reset_ids = np.flatnonzero((self._flight == 2) & self._done)
+        if reset_ids.size:
+            self._flight[reset_ids] = 0
+            self._done[reset_ids] = False
+            resets = (*self._gather_reset(reset_ids), reset_ids)
+        return steps, resets
+
+    def _check_idle(self, ids: np.ndarray) -> None:
+        busy = ids[(self._flight[ids] != 0) | self._in_pool[ids]]
+        if busy.size:
+            raise ValueError(f"env id(s) {busy.tolist()} already have a step or reset in flight")
+
+    # -- rest of the API -----------------------------------------------------------------------------
+    def render(self) -> list[Any] | None:
+        """Frames of every env when the pool was made with render_mode="rgb_array", else None."""
+        self._check_open()
+        if getattr(self.pool, "render_mode", None) != "rgb_array":
+            return None
+        return list(self.pool.render(env_ids=np.arange(self.num_envs, dtype=np.int32)))
+
+    def close(self) -> None:
+        """Close the pool; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.pool.close()
+
+
+def _check_options(options: dict | None) -> None:
+    if options:
+        raise ValueError(f"EnvPool resets take no options, got {options!r}")
+
+
+def _pool_error(what: str, exc: Exception) -> EnvWorkerError:
+    return EnvWorkerError(None, f"EnvPool {what} raised {exc!r}", traceback.format_exc())

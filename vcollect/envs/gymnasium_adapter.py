@@ -1,0 +1,350 @@
+"""GymnasiumVectorEnv: a gymnasium vector env (SyncVectorEnv, AsyncVectorEnv, ``gym.make_vec``, vector
+entry points such as CartPole's numpy-batched env) behind the vcollect VectorEnv protocol.
+
+Gymnasium vector envs step every env at once and may restart finished envs themselves. The adapter
+follows each autoreset mode:
+
+- ``DISABLED``: nothing restarts by itself; finished envs are reset with ``reset(options={"reset_mask":
+  ...})`` and a seed per env, so the data equals the dummy backend's for the same seeds.
+- ``NEXT_STEP``: an env that finished is restarted by the next ``step``, whose row for it is not a
+  transition (the action is ignored): the adapter drops that row and reports the new episode instead.
+- ``SAME_STEP``: an env that finishes is restarted in the same ``step``; the transition's next
+  observation is ``info["final_obs"]`` and the returned observation starts the next episode.
+
+``step_all`` reports all of that per step (``AllEnvStep``); the Collector uses it and keeps counts exact by
+carrying surplus transitions over to its next call. Episodes an env starts by itself have no seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from vcollect.envs.base import BaseVectorEnv, EnvIds, ResetResult, Seeds, StepResult, normalize_seeds
+from vcollect.errors import EnvWorkerError
+
+__all__ = ["AllEnvStep", "GymnasiumVectorEnv"]
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_IDS.flags.writeable = False
+
+
+@dataclass
+class AllEnvStep:
+    """One step of every env of a backend that cannot step a subset.
+
+    ``obs``: the latest observation of every env (what the policy sees next), fresh arrays.
+    ``next_obs``: the next observation of each transition row (``obs``, except SAME_STEP rows of envs that
+    finished, which hold ``info["final_obs"]``). ``transitions``: bool mask of the rows that are
+    transitions, None when all are. ``started``: env ids whose next episode the env started by itself in
+    this step (its first observation is their row of ``obs``). ``infos``: gymnasium's vector info dict.
+    """
+
+    obs: Any
+    next_obs: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: dict[str, Any]
+    transitions: np.ndarray | None
+    started: np.ndarray
+
+
+class GymnasiumVectorEnv(BaseVectorEnv):
+    """Adapter for a ``gymnasium.vector.VectorEnv`` (steps every env at once; see the module docstring).
+
+    ``steps_all_envs`` tells the Collector to step all envs each time; ``autoresets`` whether finished envs
+    restart by themselves (NEXT_STEP, SAME_STEP) instead of through ``reset``; ``seeded_resets`` whether
+    ``reset`` seeds each env (SyncVectorEnv/AsyncVectorEnv; vector entry points take one seed for all).
+    Errors raised by the wrapped env surface as EnvWorkerError (env id None: the vector env does not say
+    which env failed) with the original traceback.
+    """
+
+    steps_all_envs = True
+
+    def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
+        if not isinstance(vector_env, gym.vector.VectorEnv):
+            raise TypeError(f"GymnasiumVectorEnv wraps a gymnasium.vector.VectorEnv, got {type(vector_env).__name__}")
+        self.env = vector_env
+        mode = vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+        self.autoreset_mode = mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
+        self.autoresets = self.autoreset_mode != AutoresetMode.DISABLED
+        per_env = isinstance(vector_env.unwrapped, SyncVectorEnv | AsyncVectorEnv)
+        self.seeded_resets = per_env
+        # DISABLED vector envs must take a reset_mask (gymnasium >= 1.1); Sync/Async take one in every mode
+        self.supports_reset_mask = per_env or not self.autoresets
+        super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
+        self.metadata = dict(vector_env.metadata)
+        self.env_spec = vector_env.spec
+        self._obs_rows = self.obs_layout.allocate(self.num_envs)
+        # finished envs whose next episode has not been handed out yet (by a reset, or by step_all)
+        self._finished = np.zeros(self.num_envs, dtype=bool)
+        self._obs_dtypes = self.obs_layout.dtypes
+
+    @classmethod
+    def make(
+        cls,
+        env: str | Callable[[], gym.Env],
+        num_envs: int,
+        *,
+        vectorization_mode: str | None = None,
+        autoreset_mode: str | AutoresetMode | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        **vector_kwargs: Any,
+    ) -> GymnasiumVectorEnv:
+        """Build the gymnasium vector env and wrap it (``make_vector(..., backend="gymnasium")``).
+
+        ``env``: a registered id (``gym.make_vec``; its vector entry point by default when it has one) or a
+        zero-argument factory (SyncVectorEnv, or AsyncVectorEnv with ``vectorization_mode="async"``).
+        ``autoreset_mode`` defaults to DISABLED for sync/async vectorization (seeded resets per env) and
+        to the env's own mode for vector entry points. Other keyword arguments go to the vector env.
+        """
+        env_kwargs = dict(env_kwargs or {})
+        if isinstance(env, str):
+            spec = gym.spec(env)
+            mode = vectorization_mode or ("vector_entry_point" if spec.vector_entry_point else "sync")
+            if mode != "vector_entry_point":
+                vector_kwargs = {"autoreset_mode": _autoreset_mode(autoreset_mode), **vector_kwargs}
+            elif autoreset_mode is not None:
+                env_kwargs["autoreset_mode"] = _autoreset_mode(autoreset_mode)
+            return cls(
+                gym.make_vec(env, num_envs, vectorization_mode=mode, vector_kwargs=vector_kwargs, **env_kwargs)
+            )
+        factory = functools.partial(env, **env_kwargs) if env_kwargs else env
+        return cls.from_env_fns(
+            [factory] * num_envs, vectorization_mode=vectorization_mode, autoreset_mode=autoreset_mode, **vector_kwargs
+        )
+
+    @classmethod
+    def from_env_fns(
+        cls,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        vectorization_mode: str | None = None,
+        autoreset_mode: str | AutoresetMode | None = None,
+        **vector_kwargs: Any,
+    ) -> GymnasiumVectorEnv:
+        """A SyncVectorEnv (AsyncVectorEnv for ``vectorization_mode="async"``) of env_fns, wrapped;
+        ``autoreset_mode`` defaults to DISABLED."""
+        if vectorization_mode not in (None, "sync", "async"):
+            raise ValueError(
+                f"vectorization_mode {vectorization_mode!r} needs a registered env id; with env factories "
+                "use 'sync' or 'async'"
+            )
+        vector_cls = AsyncVectorEnv if vectorization_mode == "async" else SyncVectorEnv
+        mode = _autoreset_mode(autoreset_mode)
+        return cls(vector_cls(list(env_fns), autoreset_mode=mode, **vector_kwargs))
+
+    # -- the Collector's path ----------------------------------------------------------------------
+    def step_all(self, actions: Any) -> AllEnvStep:
+        """Step every env once and report transitions and self-started episodes (see AllEnvStep)."""
+        if self.closed:
+            self._check_open()
+        if self._flight.any():
+            self._check_idle(self._all_ids)
+        return self._step_all(actions)
+
+    def _step_all(self, actions: Any) -> AllEnvStep:
+        finished = self._finished
+        if not self.autoresets and finished.any():
+            raise ValueError(
+                f"env ids {np.flatnonzero(finished).tolist()} finished and were not reset; this vector env has "
+                "autoreset_mode=DISABLED: reset them (reset_mask) before the next step"
+            )
+        try:
+            obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        except Exception as exc:
+            raise EnvWorkerError(
+                None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc()
+            ) from exc
+        leaves = self._fresh_leaves(obs)
+        obs = self.obs_layout.unflatten(leaves)
+        rewards = np.array(rewards, dtype=np.float64)
+        terminations = np.array(terminations, dtype=bool)
+        truncations = np.array(truncations, dtype=bool)
+        done = terminations | truncations
+        next_obs = obs
+        transitions: np.ndarray | None = None
+        started = _NO_IDS
+        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
+            if finished.any():  # these rows are the restarts: not transitions
+                started = np.flatnonzero(finished)
+                transitions = ~finished
+            self._finished = done
+        elif self.autoreset_mode == AutoresetMode.SAME_STEP:
+            if done.any():
+                started = np.flatnonzero(done)
+                next_leaves = [leaf.copy() for leaf in leaves]
+                final_obs = infos["final_obs"]
+                for i in started.tolist():
+                    self.obs_layout.write_row(next_leaves, i, final_obs[i])
+                next_obs = self.obs_layout.unflatten(next_leaves)
+        else:
+            self._finished = done
+        return AllEnvStep(obs, next_obs, rewards, terminations, truncations, infos, transitions, started)
+
+    def _fresh_leaves(self, obs: Any) -> list[np.ndarray]:
+        """Copies of the observation leaves in the layout dtypes (the vector env may reuse its arrays)."""
+        return [np.array(leaf, dtype=dtype) for leaf, dtype in zip(self.obs_layout.flatten(obs), self._obs_dtypes)]
+
+    # -- the VectorEnv protocol ---------------------------------------------------------------------
+    def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
+        """Step every env (env_ids must be None or all ids); finished envs must be reset before the next step."""
+        if self.closed:
+            self._check_open()
+        ids = self._ids(env_ids)
+        self._check_all(ids)
+        if self._flight.any():
+            self._check_idle(ids)
+        return self._protocol_step(actions, ids)
+
+    def _protocol_step(self, actions: Any, ids: np.ndarray) -> StepResult:
+        if self._finished.any():
+            raise ValueError(
+                f"env ids {np.flatnonzero(self._finished).tolist()} finished and were not reset: reset them first "
+                "(the Collector instead follows the vector env's own autoreset through step_all)"
+            )
+        result = self._step_all(actions)
+        self._finished = result.terminations | result.truncations
+        infos = _split_infos(result.infos, self.num_envs)
+        if ids is not self._all_ids and not np.array_equal(ids, self._all_ids):
+            return (
+                self.obs_layout.gather(self.obs_layout.flatten(result.next_obs), ids),
+                result.rewards[ids],
+                result.terminations[ids],
+                result.truncations[ids],
+                [infos[i] for i in ids.tolist()],
+            )
+        return result.next_obs, result.rewards, result.terminations, result.truncations, infos
+
+    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
+        """Reset env_ids (all when None): all at once, or through ``reset_mask`` where the env takes one."""
+        if self.closed:
+            self._check_open()
+        ids = self._ids(env_ids)
+        if self._flight.any():
+            self._check_idle(ids)
+        return self._protocol_reset(ids, normalize_seeds(seeds, ids.size), options)
+
+    def _protocol_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> ResetResult:
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        n = self.num_envs
+        per_env: list[int | None] = [None] * n
+        for env_id, seed in zip(ids.tolist(), seeds):
+            per_env[env_id] = seed
+        seed_arg: Any = per_env if self.seeded_resets else seeds[0]
+        if ids.size == n:
+            call_options = dict(options) if options is not None else None
+        else:
+            if not self.supports_reset_mask:
+                raise ValueError(
+                    f"{type(self.env.unwrapped).__name__} resets all its envs at once (it takes no reset_mask): "
+                    "reset with env_ids=None"
+                )
+            mask = np.zeros(n, dtype=bool)
+            mask[ids] = True
+            call_options = {**(options or {}), "reset_mask": mask}
+            if not self.seeded_resets:
+                seed_arg = None
+        try:
+            obs, infos = self.env.reset(seed=seed_arg, options=call_options)
+        except Exception as exc:
+            raise EnvWorkerError(
+                None, f"{type(self.env).__name__}.reset raised {exc!r}", traceback.format_exc()
+            ) from exc
+        leaves = self._fresh_leaves(obs)
+        self._finished[ids] = False
+        split = _split_infos(infos, n)
+        return self.obs_layout.gather(leaves, ids), [split[i] for i in ids.tolist()]
+
+    def send(self, actions: Any, env_ids: EnvIds = None) -> None:
+        """Step every env (env_ids must be None or all ids); the results wait for recv()."""
+        self._check_all(self._ids(env_ids))
+        super().send(actions, env_ids)
+
+    def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        try:
+            result = self._protocol_step(self.act_layout.unflatten(action_leaves), ids)
+        except BaseException:
+            self._flight[ids] = 0
+            raise
+        self._store_rows(ids, result[0], result[4])
+        self._rewards[ids], self._terminations[ids], self._truncations[ids] = result[1], result[2], result[3]
+
+    def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
+        try:
+            obs, infos = self._protocol_reset(ids, seeds, options)
+        except BaseException:
+            self._flight[ids] = 0
+            raise
+        self._store_rows(ids, obs, infos)
+
+    def _store_rows(self, ids: np.ndarray, obs: Any, infos: list[dict[str, Any]]) -> None:
+        for rows, leaf in zip(self._obs_rows, self.obs_layout.flatten(obs)):
+            rows[ids] = leaf
+        for env_id, info in zip(ids.tolist(), infos):
+            self._infos[env_id] = info
+        self._done[ids] = True
+
+    def _wait(self, timeout: float | None) -> None:
+        """Nothing to wait for: steps and resets complete when dispatched."""
+
+    def _check_all(self, ids: np.ndarray) -> None:
+        if ids.size != self.num_envs:
+            raise ValueError(
+                f"a gymnasium vector env steps all its {self.num_envs} envs at once; got env ids {ids.tolist()} "
+                "(pass env_ids=None)"
+            )
+
+    def render(self) -> list[Any] | None:
+        """The vector env's render() result as a list (one frame per env where it gives one), or None."""
+        self._check_open()
+        frames = self.env.render()
+        if frames is None:
+            return None
+        return list(frames) if isinstance(frames, list | tuple) else [frames]
+
+    def close(self) -> None:
+        """Close the wrapped vector env; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self.env.close()
+
+
+def _autoreset_mode(mode: str | AutoresetMode | None) -> AutoresetMode:
+    """An AutoresetMode from itself, its value ("NextStep") or its name in any case ("next_step"); None: DISABLED."""
+    if mode is None:
+        return AutoresetMode.DISABLED
+    if isinstance(mode, AutoresetMode):
+        return mode
+    for member in AutoresetMode:
+        if mode in (member.value, member.name) or mode.upper() == member.name:
+            return member
+    raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {[m.name.lower() for m in AutoresetMode]}")
+
+
+def _split_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
+    """Gymnasium's vector info dict (values batched, ``_key`` masks) as one dict per env."""
+    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get("_" + key)
+        if isinstance(value, dict):
+            for i, sub in enumerate(_split_infos(value, num_envs)):
+                if sub and (mask is None or mask[i]):
+                    out[i][key] = sub
+            continue
+        for i in range(num_envs):
+            if mask is None or mask[i]:
+                out[i][key] = value[i]
+    return out

@@ -1,0 +1,318 @@
+"""RayVectorEnv: every env in its own Ray actor, so envs can live anywhere on a Ray cluster.
+
+Each step or reset of an env is one actor call; its reply (observation, reward, flags, info) is small
+and travels inline with the task reply, not through the object store. The async half waits with
+``ray.wait`` on the calls in flight. Envs never raise through Ray: the actor catches what the env raises
+and replies with the message and traceback, so the error names the env id and keeps the original
+traceback. An actor that dies (its process crashed or was killed) raises EnvWorkerError naming the env id
+and closes the vector env, like a dead worker process of SubprocVectorEnv.
+
+Ray is imported lazily: importing this module works without Ray; building a RayVectorEnv does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import pickle
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.envs.base import (
+    BaseVectorEnv,
+    EnvIds,
+    ResetResult,
+    Seeds,
+    StepResult,
+    _Failure,
+    normalize_seeds,
+)
+from vcollect.errors import EnvWorkerError
+
+__all__ = ["RayVectorEnv", "ensure_ray", "require_ray"]
+
+_OK, _ERR = 0, 1
+_STEP, _RESET = 1, 2
+_CLOSE_TIMEOUT_S = 5.0
+
+
+def require_ray() -> Any:
+    """Import and return the ``ray`` module; ImportError telling how to install it when it is missing."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(
+            "this feature needs Ray, which is not installed: install it with `pip install 'vcollect[ray]'` "
+            f"(or `pip install ray`); the import failed with: {exc}"
+        ) from exc
+    return ray
+
+
+def ensure_ray() -> Any:
+    """The ``ray`` module, initialised: an existing connection (``ray.init(address=...)`` done by the
+    caller, or ``$RAY_ADDRESS``) is used as it is, else a local Ray instance is started."""
+    ray = require_ray()
+    if not ray.is_initialized():
+        ray.init()
+    return ray
+
+
+class _EnvActor:
+    """The body of one env actor. Every method returns a tagged tuple instead of raising, so the
+    caller gets the env's own message and traceback rather than a Ray wrapper."""
+
+    def __init__(self, env_fn: Callable[[], gym.Env]) -> None:
+        self.env: gym.Env | None = None
+        self.error: tuple[int, str, str] | None = None
+        try:
+            self.env = env_fn()
+        except Exception as exc:
+            self.error = (_ERR, f"env factory raised {exc!r}", traceback.format_exc())
+
+    def describe(self) -> tuple[Any, ...]:
+        """(OK, observation space, action space, picklable spec or None, metadata, pid) or the error."""
+        if self.env is None:
+            assert self.error is not None
+            return self.error
+        env = self.env
+        try:
+            spec = pickle.loads(pickle.dumps(env.spec))
+        except Exception:
+            spec = None
+        return _OK, env.observation_space, env.action_space, spec, dict(env.metadata), os.getpid()
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        """(OK, obs, reward, terminated, truncated, info) or (ERR, message, traceback)."""
+        assert self.env is not None
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except Exception as exc:
+            return _ERR, f"step raised {exc!r}", traceback.format_exc()
+        return _OK, obs, reward, terminated, truncated, info
+
+    def reset(self, seed: int | None, options: dict | None) -> tuple[Any, ...]:
+        """(OK, obs, info) or (ERR, message, traceback)."""
+        assert self.env is not None
+        try:
+            obs, info = self.env.reset(seed=seed, options=options)
+        except Exception as exc:
+            return _ERR, f"reset raised {exc!r}", traceback.format_exc()
+        return _OK, obs, info
+
+    def render(self) -> Any:
+        """The env's render() result."""
+        assert self.env is not None
+        return self.env.render()
+
+    def close(self) -> None:
+        """Close the env (errors ignored: the actor is killed right after)."""
+        if self.env is not None:
+            with contextlib.suppress(Exception):
+                self.env.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _remote_env_actor() -> Any:
+    return require_ray().remote(_EnvActor)
+
+
+class RayVectorEnv(BaseVectorEnv):
+    """Envs as Ray actors (one per env), stepped in parallel; async `recv` waits with `ray.wait`.
+
+    `env_fns` are zero-argument env factories (lambdas are fine: Ray pickles them with cloudpickle); the
+    envs are built inside the actors. `actor_options` go to the actor class's `.options(...)` (e.g.
+    ``num_cpus``, ``resources``, ``scheduling_strategy``); Ray's defaults otherwise. Ray is initialised if
+    it is not (a local instance). Each call costs one actor round trip per env (about a millisecond), so
+    this backend pays off for envs whose steps take milliseconds or more, or that must run on other nodes.
+    """
+
+    def __init__(
+        self, env_fns: Sequence[Callable[[], gym.Env]], *, actor_options: dict[str, Any] | None = None
+    ) -> None:
+        if len(env_fns) == 0:
+            raise ValueError("RayVectorEnv needs at least one env factory")
+        self._ray = ensure_ray()
+        self.closed = False
+        actor_cls = _remote_env_actor()
+        if actor_options:
+            actor_cls = actor_cls.options(**actor_options)
+        self._actors: list[Any] = [actor_cls.remote(fn) for fn in env_fns]
+        self._pending: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (env id, _STEP or _RESET)
+        self._pids: list[int | None] = [None] * len(env_fns)
+        try:
+            refs = [a.describe.remote() for a in self._actors]
+            described = [self._get_one(i, ref) for i, ref in enumerate(refs)]
+            for i, reply in enumerate(described):
+                if reply[0] == _ERR:
+                    raise EnvWorkerError(i, reply[1], reply[2])
+            _, obs_space, act_space, spec, metadata, _ = described[0]
+            for i, reply in enumerate(described[1:], start=1):
+                if reply[1] != obs_space or reply[2] != act_space:
+                    raise ValueError(
+                        f"env {i} has spaces {reply[1]}, {reply[2]}; env 0 has {obs_space}, {act_space}: "
+                        "all envs must share their spaces"
+                    )
+            self._pids = [reply[5] for reply in described]
+        except BaseException:
+            self._kill_actors(gentle=False)
+            self.closed = True
+            raise
+        super().__init__(len(env_fns), obs_space, act_space)
+        self.env_spec = spec
+        self.metadata = metadata
+        self._obs_rows = self.obs_layout.allocate(self.num_envs)
+
+    # -- synchronous calls while nothing is in flight: dispatch all, then one ray.get ---------------
+    def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
+        """Step env_ids (all when None): one actor call per env, in parallel; results in env_ids order."""
+        if self.closed or self._pending:
+            return super().step(actions, env_ids)
+        ids = self._ids(env_ids)
+        leaves = self.act_layout.batch_leaves(actions, ids.size)
+        refs = self._step_refs(ids, leaves)
+        for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs)):
+            self._store(env_id, _STEP, reply)
+        self._raise_failure()
+        return self._gather_step(None if env_ids is None else ids)
+
+    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
+        """Reset env_ids (all when None): one actor call per env, in parallel; results in env_ids order."""
+        if self.closed or self._pending:
+            return super().reset(env_ids, seeds, options)
+        ids = self._ids(env_ids)
+        seed_list = normalize_seeds(seeds, ids.size)
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        refs = [self._actors[i].reset.remote(s, options) for i, s in zip(ids.tolist(), seed_list)]
+        for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs)):
+            self._store(env_id, _RESET, reply)
+        self._raise_failure()
+        return self._gather_reset(ids)
+
+    def _step_refs(self, ids: np.ndarray, leaves: list[np.ndarray]) -> list[Any]:
+        layout = self.act_layout
+        if layout.flat:  # Discrete actions go to the envs as Python ints, like in the other backends
+            flat = leaves[0].tolist() if layout.discrete[0] else list(leaves[0])
+            return [self._actors[i].step.remote(a) for i, a in zip(ids.tolist(), flat)]
+        return [self._actors[i].step.remote(layout.read_row(leaves, j)) for j, i in enumerate(ids.tolist())]
+
+    def _get_all(self, ids: np.ndarray, refs: list[Any]) -> list[Any]:
+        """The replies of refs (one per env id); a dead actor raises EnvWorkerError and closes the env."""
+        try:
+            return list(self._ray.get(refs))
+        except self._ray.exceptions.RayError:
+            # find which one failed (and keep the others' replies)
+            return [self._get_one(i, ref) for i, ref in zip(ids.tolist(), refs)]
+
+    def _get_one(self, env_id: int, ref: Any) -> Any:
+        ray = self._ray
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayActorError as exc:  # died, killed, or its node is gone
+            self._actor_died(env_id, exc)
+        except ray.exceptions.RayError as exc:  # e.g. an info Ray could not serialise
+            return _ERR, f"the Ray call failed: {exc}", ""
+
+    def _store(self, env_id: int, op: int, reply: tuple[Any, ...]) -> bool:
+        """Write one reply into env_id's rows; record a failure instead (returns False) if it is one."""
+        if reply[0] == _ERR:
+            self._failures.append(_Failure(env_id, "env", reply[1], reply[2]))
+            return False
+        try:
+            self.obs_layout.write_row(self._obs_rows, env_id, reply[1])
+        except Exception as exc:
+            space = self.single_observation_space
+            message = f"observation does not fit {space}: {exc!r}"
+            self._failures.append(_Failure(env_id, "obs", message, traceback.format_exc()))
+            return False
+        if op == _STEP:
+            self._rewards[env_id] = reply[2]
+            self._terminations[env_id] = reply[3]
+            self._truncations[env_id] = reply[4]
+            self._infos[env_id] = reply[5]
+        else:
+            self._infos[env_id] = reply[2]
+        return True
+
+    def _actor_died(self, env_id: int, exc: BaseException) -> NoReturn:
+        cause = str(exc).strip().splitlines()
+        reason = next((line.strip() for line in cause if "dead because" in line or "died" in line), "")
+        message = (
+            f"the Ray actor running env {env_id} (pid {self._pids[env_id]}) died"
+            f"{': ' + reason if reason else ''}; the vector env has been closed"
+        )
+        if not self.closed:
+            self.close()
+        raise EnvWorkerError(env_id, message, str(exc))
+
+    # -- async half ------------------------------------------------------------------------------
+    def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        for env_id, ref in zip(ids.tolist(), self._step_refs(ids, action_leaves)):
+            self._pending[ref] = (env_id, _STEP)
+
+    def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
+        for env_id, seed in zip(ids.tolist(), seeds):
+            self._pending[self._actors[env_id].reset.remote(seed, options)] = (env_id, _RESET)
+
+    def _wait(self, timeout: float | None) -> None:
+        if not self._pending:
+            return
+        ray = self._ray
+        refs = list(self._pending)
+        ready, rest = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready and rest:  # take everything else that is done by now as well
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        for ref in ready:
+            env_id, op = self._pending.pop(ref)
+            if self._store(env_id, op, self._get_one(env_id, ref)):
+                self._done[env_id] = True
+            else:
+                self._flight[env_id] = 0
+
+    def _discard(self, ids: np.ndarray) -> None:
+        super()._discard(ids)
+        dropped = set(ids.tolist())
+        for ref in [r for r, (env_id, _) in self._pending.items() if env_id in dropped]:
+            del self._pending[ref]
+
+    # -- rest of the API ------------------------------------------------------------------------
+    def render(self) -> list[Any] | None:
+        """Each env's render() result (env id order), or None when every env returned None."""
+        self._check_open()
+        ray = self._ray
+        refs = [a.render.remote() for a in self._actors]
+        frames = []
+        for env_id, ref in enumerate(refs):
+            try:
+                frames.append(ray.get(ref))
+            except ray.exceptions.RayActorError as exc:
+                self._actor_died(env_id, exc)
+            except ray.exceptions.RayError as exc:  # render() raised in the actor
+                raise EnvWorkerError(env_id, "render raised", str(exc)) from None
+        return None if all(f is None for f in frames) else frames
+
+    def close(self) -> None:
+        """Close the envs and kill their actors; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        self._pending.clear()
+        self._kill_actors(gentle=True)
+
+    def _kill_actors(self, gentle: bool) -> None:
+        ray = self._ray
+        if not ray.is_initialized():  # Ray was shut down first: the actors are gone with it
+            return
+        with contextlib.suppress(Exception):
+            if gentle:
+                refs = [a.close.remote() for a in self._actors]
+                ray.wait(refs, num_returns=len(refs), timeout=_CLOSE_TIMEOUT_S)
+        for actor in self._actors:
+            with contextlib.suppress(Exception):
+                ray.kill(actor)
