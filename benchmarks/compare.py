@@ -94,6 +94,84 @@ def tianshou_speed(num_envs: int, steps: int, backend: str, policy: str = "rando
     return float(output.decode().split()[-1])
 
 
+# ---------------------------------------------------------------------------------------------------
+# issue 4: async collection on uneven envs, gymnasium vector envs, EnvPool. Each pair of rows is compared
+# with its own baseline in the second table (PAIRS).
+
+
+def slow_env_speed(collector_cls: str, steps: int, num_envs: int = 8) -> float:
+    """Collector or AsyncCollector on envs whose steps take 0.2 ms, or 5 ms with probability 0.1, one
+    worker process per env (SlowEnv: tests/envs.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.envs import SlowEnv
+    from vcollect.async_collector import AsyncCollector
+
+    cls = AsyncCollector if collector_cls == "async" else vcollect.Collector
+    envs = vcollect.SubprocVectorEnv([SlowEnv] * num_envs, num_workers=num_envs)
+    with cls(None, envs, seed=0) as collector:
+        collector.collect(n_step=200, reset_before_collect=True, random=True)
+        return collector.collect(n_step=steps, random=True).collect_speed
+
+
+def raw_vector_entry_loop(num_envs: int, steps: int) -> float:
+    """gym.make_vec's CartPole vector entry point (NEXT_STEP autoreset): real transitions per second, not
+    counting the restart rows."""
+    envs = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+    rng = np.random.default_rng(0)
+    envs.reset(seed=0)
+    restarting = np.zeros(num_envs, dtype=bool)
+    real = 0
+    start = time.perf_counter()
+    for _ in range(steps // num_envs):
+        _, _, terminations, truncations, _ = envs.step(rng.integers(0, 2, size=num_envs))
+        real += num_envs - int(np.count_nonzero(restarting))
+        restarting = terminations | truncations
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return real / elapsed
+
+
+def vector_entry_collector_speed(num_envs: int, steps: int) -> float:
+    """The Collector on the same vector env (wrapped in GymnasiumVectorEnv), real transitions per second."""
+    return collector_speed(gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point"), steps)
+
+
+def raw_envpool_loop(num_envs: int, steps: int) -> float | None:
+    """EnvPool's own sync loop (its autoreset restarts finished envs): real transitions per second."""
+    try:
+        import envpool
+    except ImportError:
+        return None
+    envs = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=num_envs, seed=0)
+    rng = np.random.default_rng(0)
+    envs.reset()
+    restarting = np.zeros(num_envs, dtype=bool)
+    real = 0
+    start = time.perf_counter()
+    for _ in range(steps // num_envs):
+        _, _, terminations, truncations, _ = envs.step(rng.integers(0, 2, size=num_envs))
+        real += num_envs - int(np.count_nonzero(restarting))
+        restarting = terminations | truncations
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return real / elapsed
+
+
+def envpool_collector_speed(num_envs: int, steps: int) -> float | None:
+    """The Collector on an EnvPoolVectorEnv with the same pool settings."""
+    if importlib.util.find_spec("envpool") is None:
+        return None
+    return collector_speed(vcollect.make_vector("CartPole-v1", num_envs, backend="envpool", seed=0), steps)
+
+
+PAIRS = {
+    "AsyncCollector / Collector, 8 slow envs (8 workers), issue target >= 2": ("slow envs async", "slow envs sync"),
+    "Collector / raw loop, CartPole vector entry point, 64 envs, target >= 0.8": ("vector entry 64", "raw vector entry 64"),
+    "Collector / raw loop, EnvPool CartPole, 8 envs, target >= 0.7": ("envpool", "raw envpool"),
+}
+"""Ratios printed in the second table: (row, baseline row)."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=200_000)
@@ -115,6 +193,12 @@ def main() -> None:
         "tianshou dummy": lambda: tianshou_speed(n, steps // 4, "dummy"),
         "tianshou subproc": lambda: tianshou_speed(n, steps // 4, "subproc"),
         "tianshou dummy+dqn mlp": lambda: tianshou_speed(n, steps // 8, "dummy", "dqn"),
+        "slow envs sync": lambda: slow_env_speed("sync", max(1_000, steps // 40)),
+        "slow envs async": lambda: slow_env_speed("async", max(1_000, steps // 40)),
+        "raw vector entry 64": lambda: raw_vector_entry_loop(64, steps),
+        "vector entry 64": lambda: vector_entry_collector_speed(64, steps),
+        "raw envpool": lambda: raw_envpool_loop(n, steps),
+        "envpool": lambda: envpool_collector_speed(n, steps),
     }
     wanted = [name for name in args.only.split(",") if name] or list(rows)
     results: dict[str, float | None] = {}
@@ -134,6 +218,14 @@ def main() -> None:
         else:
             table.add_row(name, f"{speed:,.0f}", f"{speed / raw:.2f}" if raw else "-")
     Console().print(table)
+    pairs = Table(title="issue 4 rows against their own baselines (best of the rounds)")
+    pairs.add_column("ratio")
+    pairs.add_column("measured", justify="right")
+    for label, (row, base) in PAIRS.items():
+        if results.get(row) and results.get(base):
+            pairs.add_row(label, f"{results[row] / results[base]:.2f}")  # type: ignore[operator]
+    if pairs.row_count:
+        Console().print(pairs)
 
 
 if __name__ == "__main__":

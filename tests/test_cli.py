@@ -399,7 +399,7 @@ def test_record_infos_refuses_backends_that_step_all_envs(tmp_path: Path) -> Non
 
 
 def test_stack_episode_infos_aligns_keys_with_observations_or_steps() -> None:
-    from vcollect.cli import stack_episode_infos
+    from vcollect.envs.info_recording import stack_episode_infos
     from vcollect.errors import InfoStructureError
 
     rows = [{"t": 0, "d": {"x": 0.5}}] + [{"t": t, "d": {"x": t / 2}, "r": -t} for t in (1, 2, 3)]
@@ -437,3 +437,22 @@ def test_parse_sizes_percentages_round_like_largest_remainder(percents: list[int
     exact = [p * total / 100 for p in percents]
     assert sum(counts) == round(sum(exact))  # nothing lost or invented by rounding
     assert all(abs(c - e) < 1 for c, e in zip(counts, exact))  # each part within one episode of its share
+
+
+def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(tmp_path: Path) -> None:
+    result = run(
+        tmp_path, "collect", "CartPole-v1", "--ray-workers", "2", "--num-envs", "2", "--backend", "dummy",
+        "--episodes", "7", "--seed", "3", "--dataset", "ray/cartpole-v0", timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 Ray workers" in result.stdout
+    dataset = load_dataset("ray/cartpole-v0", root=tmp_path)
+    assert dataset.total_episodes == 7
+    # Global env ids: worker_index * envs_per_worker + local id.
+    assert {int(episode.env_id) for episode in dataset} <= {0, 1, 2, 3}
+    assert {int(episode.env_id) // 2 for episode in dataset} == {0, 1}
+
+
+def test_ray_workers_must_be_positive(tmp_path: Path) -> None:
+    result = run(tmp_path, "collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
+    assert_usage_error(result, "--ray-workers")

@@ -388,3 +388,46 @@ def test_buffer_with_the_wrong_number_of_rings_is_rejected() -> None:
 def test_collect_without_policy_needs_random() -> None:
     with Collector(None, counting_fns(2), seed=0) as collector, pytest.raises(ValueError, match="random=True"):
         collector.collect(n_step=1, reset_before_collect=True)
+
+
+class InfoCountingEnv(CountingEnv):
+    """CountingEnv whose reset info has the same structure as its step infos: {"t": steps}."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"t": 0}
+
+
+@pytest.mark.parametrize("backend", ["dummy", "subproc"])
+def test_record_infos_stores_each_episodes_infos_in_a_real_store(tmp_path, backend: str) -> None:
+    from vcollect.store import EpisodeStore, load_dataset
+
+    fns = [lambda: InfoCountingEnv(4)] * 2
+    envs = DummyVectorEnv(fns) if backend == "dummy" else SubprocVectorEnv(fns, num_workers=2)
+    space = CountingEnv(4)
+    store = EpisodeStore.create("t/infos-v0", space.observation_space, space.action_space, root=tmp_path)
+    with store, Collector(None, envs, store=store, seed=0, record_infos=True) as collector:
+        collector.collect(n_episode=3, random=True, reset_before_collect=True)
+    dataset = load_dataset("t/infos-v0", root=tmp_path)
+    assert dataset.total_episodes == 3
+    for episode in dataset:
+        # One info row per observation: the reset's, then one per step.
+        np.testing.assert_array_equal(episode.infos["t"], np.arange(0, 5))
+
+
+def test_record_infos_names_a_key_missing_from_some_infos(tmp_path) -> None:
+    from vcollect.errors import InfoStructureError
+    from vcollect.store import EpisodeStore
+
+    space = CountingEnv(4)
+    store = EpisodeStore.create("t/bad-v0", space.observation_space, space.action_space, root=tmp_path)
+    with store, Collector(None, counting_fns(1, length=3), store=store, seed=0, record_infos=True) as collector:
+        # CountingEnv's reset info is {"seed": ...} but its step infos are {"t": ...}.
+        with pytest.raises(InfoStructureError, match="'seed'"):
+            collector.collect(n_episode=1, random=True, reset_before_collect=True)
+
+
+def test_record_infos_is_refused_for_backends_that_reset_by_themselves() -> None:
+    vector = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
+    with pytest.raises(ValueError, match="record_infos"):
+        Collector(None, vector, record_infos=True)

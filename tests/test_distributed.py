@@ -16,7 +16,7 @@ import pytest
 
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv, SlowEnv
 from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
-from vcollect.distributed import DistributedCollector
+from vcollect.distributed import DistributedCollector, derive_seeds
 from vcollect.envs.ray_env import RayVectorEnv
 from vcollect.errors import DatasetNotFoundError
 from vcollect.store import EpisodeStore, load_dataset
@@ -291,7 +291,8 @@ def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp
     ) as dc:
         stats = dc.collect(n_episode=8, random=True)
         seeds = list(dc.worker_seeds)
-    assert len(set(seeds)) == 2 and stats.n_collected_episodes == 8
+    assert seeds == derive_seeds(7, 2)[1] and len(set(seeds)) == 2  # reproducible, distinct per worker
+    assert stats.n_collected_episodes == 8
 
     # the same work done here, one plain Collector per worker seed, gives exactly the stored episodes
     expected: list[tuple] = []

@@ -15,6 +15,7 @@ by the next call.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,9 @@ from vcollect.spaces import allocate, flatten_batch, unflatten_batch
 __all__ = ["AsyncCollector"]
 
 _Received = tuple[AsyncStepResult | None, AsyncResetResult | None]
+
+RESET_POLL_S = 0.002
+"""While resets and steps are both in flight, how often waiting for steps looks for finished resets."""
 
 
 class AsyncCollector(Collector):
@@ -59,11 +63,13 @@ class AsyncCollector(Collector):
         timeout: float | None = None,
         exploration_noise: bool = False,
         validate: bool = True,
+        record_infos: bool = False,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
         super().__init__(
-            policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate
+            policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate,
+            record_infos=record_infos,
         )
         if wait_num is not None and not (isinstance(wait_num, int) and 1 <= wait_num <= self.num_envs):
             raise ValueError(f"wait_num must be an int in 1..{self.num_envs} (the number of envs), got {wait_num!r}")
@@ -212,14 +218,25 @@ class AsyncCollector(Collector):
                 return self.envs.recv(1, 0), resets
             except TimeoutError:
                 return None, resets
-        try:
-            steps = self.envs.recv(min(self.wait_num, int(np.count_nonzero(self._stepping))), self.timeout)
-        except TimeoutError:
-            resets = self._poll_resets()
-            if resets is None:
+        min_ready = min(self.wait_num, int(np.count_nonzero(self._stepping)))
+        if not self._resetting.any():
+            try:
+                return self.envs.recv(min_ready, self.timeout), None
+            except TimeoutError:
                 raise self._timeout_error() from None
-            return None, resets
-        return steps, self._poll_resets()
+        # steps and resets in flight: wait for steps in short slices, so that a reset finishing meanwhile
+        # is acted on at once (recv waits for steps only)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            wait = RESET_POLL_S if deadline is None else min(RESET_POLL_S, max(0.0, deadline - time.monotonic()))
+            try:
+                return self.envs.recv(min_ready, wait), self._poll_resets()
+            except TimeoutError:
+                resets = self._poll_resets()
+                if resets is not None:
+                    return None, resets
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise self._timeout_error() from None
 
     def _poll_resets(self) -> AsyncResetResult | None:
         if not self._resetting.any():

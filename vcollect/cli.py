@@ -34,7 +34,6 @@ from vcollect.errors import (
     DatasetError,
     DatasetExistsError,
     DatasetNotFoundError,
-    InfoStructureError,
     InvalidDatasetIdError,
     SpaceMismatchError,
     VCollectError,
@@ -118,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="use AsyncCollector: act on whichever envs are ready instead of waiting for all",
     )
     collect.add_argument("--record-infos", action="store_true", help="store the envs' info dicts with each episode")
+    collect.add_argument(
+        "--ray-workers", type=int, default=None, metavar="N",
+        help="collect on N Ray workers (--num-envs envs each), all writing into --dataset",
+    )
     collect.add_argument("--author", default=None, help="dataset metadata: author")
     collect.add_argument("--algorithm-name", default=None, help="dataset metadata: algorithm (default: the --policy)")
     collect.add_argument("--description", default=None, help="dataset metadata: description")
@@ -402,164 +405,16 @@ class InterruptGuard:
         self._saving = True
 
 
-def _flat_info(info: Mapping[Any, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
-    for key, value in info.items():
-        if not isinstance(key, str) or not key or "/" in key:
-            raise InfoStructureError(
-                f"info key {key!r} under {'/'.join(prefix) or '<top>'!r} cannot be recorded: keys must be "
-                "non-empty str without '/'"
-            )
-        if isinstance(value, Mapping):
-            out.update(_flat_info(value, (*prefix, key)))
-        else:
-            out[(*prefix, key)] = value
-    return out
-
-
-def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The info dicts of one episode (the reset's, then one per step) as a nested dict of arrays.
-
-    A key present in every dict gets T+1 rows; a key present in every step's dict but not the reset's
-    gets T rows; any other key raises InfoStructureError (it cannot be aligned with the steps).
-    """
-    flat = [_flat_info(info) for info in rows]
-    keys: dict[tuple[str, ...], None] = {}
-    for info in flat:
-        keys.update(dict.fromkeys(info))
-    out: dict[str, Any] = {}
-    for key in keys:
-        if all(key in info for info in flat):
-            values = [info[key] for info in flat]
-        elif len(flat) > 1 and all(key in info for info in flat[1:]):
-            values = [info[key] for info in flat[1:]]
-        else:
-            present = sum(key in info for info in flat)
-            raise InfoStructureError(
-                f"info key {'/'.join(key)!r} is in {present} of the {len(flat)} info dicts of an episode "
-                "(reset and steps); --record-infos stores keys present at every step (or every step but the reset)"
-            )
-        try:
-            array = np.array(values)
-        except ValueError as exc:
-            raise InfoStructureError(f"info values of {'/'.join(key)!r} do not stack into one array: {exc}") from None
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = array
-    return out
-
-
-class InfoRecordingEnv:
-    """A VectorEnv that passes everything through and keeps each env's info dicts since its last reset.
-
-    ``collect --record-infos`` wraps the vector env in it; :class:`StoreSink` takes an env's infos when
-    the collector writes that env's finished episode.
-    """
-
-    def __init__(self, envs: Any) -> None:
-        self.envs = envs
-        self.num_envs: int = envs.num_envs
-        self.single_observation_space = envs.single_observation_space
-        self.single_action_space = envs.single_action_space
-        self.observation_space = envs.observation_space
-        self.action_space = envs.action_space
-        self._rows: list[list[dict[str, Any]]] = [[] for _ in range(self.num_envs)]
-
-    def __getattr__(self, name: str) -> Any:
-        """Anything else (a backend's extra attributes) comes from the wrapped vector env."""
-        if name == "envs":
-            raise AttributeError(name)
-        return getattr(self.envs, name)
-
-    @property
-    def closed(self) -> bool:
-        """Whether the wrapped vector env is closed."""
-        return bool(self.envs.closed)
-
-    @property
-    def in_flight(self) -> np.ndarray:
-        """Env ids with a step or reset in flight."""
-        return self.envs.in_flight  # type: ignore[no-any-return]
-
-    def _ids(self, env_ids: Any) -> list[int]:
-        return list(range(self.num_envs)) if env_ids is None else np.asarray(env_ids, dtype=np.int64).tolist()
-
-    def _started(self, env_ids: Any, infos: Sequence[dict[str, Any]]) -> None:
-        for env_id, info in zip(self._ids(env_ids), infos):
-            self._rows[env_id] = [info]
-
-    def _stepped(self, env_ids: Any, infos: Sequence[dict[str, Any]]) -> None:
-        for env_id, info in zip(self._ids(env_ids), infos):
-            self._rows[env_id].append(info)
-
-    def reset(self, env_ids: Any = None, seeds: Any = None, options: dict[str, Any] | None = None) -> Any:
-        """Reset, starting a new info record for each env id."""
-        obs, infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
-        self._started(env_ids, infos)
-        return obs, infos
-
-    def step(self, actions: Any, env_ids: Any = None) -> Any:
-        """Step, appending each env's info dict."""
-        result = self.envs.step(actions, env_ids)
-        self._stepped(env_ids, result[4])
-        return result
-
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Dispatch steps (async half)."""
-        self.envs.send(actions, env_ids)
-
-    def recv(self, min_ready: int = 1, timeout: float | None = None) -> Any:
-        """Receive finished steps, appending each env's info dict."""
-        result = self.envs.recv(min_ready=min_ready, timeout=timeout)
-        self._stepped(result[5], result[4])
-        return result
-
-    def reset_async(self, env_ids: Any = None, seeds: Any = None, options: dict[str, Any] | None = None) -> None:
-        """Dispatch resets (async half)."""
-        self.envs.reset_async(env_ids, seeds=seeds, options=options)
-
-    def recv_reset(self, min_ready: int = 1, timeout: float | None = None) -> Any:
-        """Receive finished resets, starting a new info record for each env id."""
-        obs, infos, env_ids = self.envs.recv_reset(min_ready=min_ready, timeout=timeout)
-        self._started(env_ids, infos)
-        return obs, infos, env_ids
-
-    def render(self) -> Any:
-        """The wrapped envs' render results."""
-        return self.envs.render()
-
-    def close(self) -> None:
-        """Close the wrapped vector env."""
-        self.envs.close()
-
-    def episode_infos(self, env_id: int, steps: int) -> dict[str, Any]:
-        """The stacked infos of env ``env_id``'s finished episode of ``steps`` steps."""
-        rows = self._rows[env_id]
-        if len(rows) != steps + 1:
-            raise VCollectError(
-                f"--record-infos saw {len(rows)} info dicts for env {env_id}'s episode of {steps} steps "
-                "(expected one per reset and step); this backend resets envs by itself, so record without it"
-            )
-        return stack_episode_infos(rows)
-
-
 class StoreSink:
-    """What the collector writes episodes to on the command line: an EpisodeStore behind an InterruptGuard.
+    """What the collector writes episodes to on the command line: an EpisodeStore behind an InterruptGuard."""
 
-    Adds the recorded infos (``--record-infos``) and counts what this run wrote.
-    """
-
-    def __init__(self, store: Any, guard: InterruptGuard, recorder: InfoRecordingEnv | None = None) -> None:
+    def __init__(self, store: Any, guard: InterruptGuard) -> None:
         self.store = store
         self.guard = guard
-        self.recorder = recorder
 
     def write_episode(self, observations: Any, actions: Any, rewards: Any, terminations: Any, truncations: Any,
                       **kwargs: Any) -> None:
         """Buffer one finished episode in the store; a Ctrl-C never cuts it in half."""
-        if self.recorder is not None and kwargs.get("infos") is None:
-            kwargs["infos"] = self.recorder.episode_infos(int(kwargs["env_id"]), int(np.shape(rewards)[0])) or None
         with self.guard.critical():
             self.store.write_episode(observations, actions, rewards, terminations, truncations, **kwargs)
 
@@ -596,6 +451,8 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     elif args.append or args.overwrite or args.record_infos:
         raise UsageError("--append, --overwrite and --record-infos need --dataset ID")
     policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
+    if args.ray_workers is not None:
+        return run_collect_distributed(args, console, env_factory, env_spec, policy_factory, n_step, n_episode)
     collector_class = _collector_class(args.use_async)
 
     guard = InterruptGuard()
@@ -621,14 +478,13 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                     f"--record-infos needs a backend that steps and resets each env on request; {args.backend!r} "
                     "steps all envs at once or resets them by itself (use dummy or subproc)"
                 )
-            recorder = InfoRecordingEnv(envs) if args.record_infos else None
             sink = None
             if args.dataset is not None:
                 store = _open_store(args, envs, env_spec, EpisodeStore)
                 cleanup.callback(store.close)
                 before = len(store.shards_written)
-                sink = StoreSink(store, guard, recorder)
-            collector = collector_class(policy, recorder or envs, store=sink, seed=args.seed)
+                sink = StoreSink(store, guard)
+            collector = collector_class(policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos)
             try:
                 stats = collector.collect(
                     n_step=n_step,
@@ -662,6 +518,66 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
             )
         )
     return EXIT_OK
+
+
+def run_collect_distributed(
+    args: argparse.Namespace,
+    console: Console,
+    env_factory: Callable[[], gym.Env],
+    env_spec: Any,
+    policy_factory: Callable[..., Any] | None,
+    n_step: int | None,
+    n_episode: int | None,
+) -> int:
+    """``vcollect collect --ray-workers N``: one Collector per Ray worker, all appending to one dataset."""
+    from vcollect.store import EpisodeStore
+
+    if args.ray_workers < 1:
+        raise UsageError(f"--ray-workers must be a positive integer, got {args.ray_workers}")
+    if args.record_infos:
+        raise UsageError("--record-infos is not supported with --ray-workers")
+    try:
+        from vcollect.distributed import DistributedCollector
+        from vcollect.envs.ray_env import require_ray
+
+        require_ray()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if args.dataset is not None and not args.append:
+        env = env_factory()
+        try:
+            _open_store(args, _Spaces(env.observation_space, env.action_space), env_spec, EpisodeStore).close()
+        finally:
+            env.close()
+    collector = DistributedCollector(
+        env_factory,
+        policy_factory,
+        num_workers=args.ray_workers,
+        envs_per_worker=args.num_envs,
+        backend=args.backend,
+        store=args.dataset,
+        root=args.root,
+        seed=args.seed,
+        collector="async" if args.use_async else "sync",
+        store_kwargs={"shard_steps": args.shard_steps},
+    )
+    try:
+        stats = collector.collect(n_step=n_step, n_episode=n_episode, random=policy_factory is None)
+    finally:
+        collector.close()
+    where = f"{args.ray_workers} Ray workers x {args.num_envs} x {args.backend}"
+    console.print(stats_table(stats, args.env_id, where))
+    if args.dataset is not None:
+        console.print(Text(f"dataset {args.dataset}: appended {stats.n_collected_episodes:,} episodes"))
+    return EXIT_OK
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spaces:
+    """The two spaces _open_store reads, for when no vector env exists on the driver."""
+
+    single_observation_space: gym.Space[Any]
+    single_action_space: gym.Space[Any]
 
 
 def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class: Any) -> Any:

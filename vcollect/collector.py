@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from vcollect.buffers import VectorRingBuffer
 from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
+from vcollect.envs.info_recording import InfoRecordingEnv
 from vcollect.errors import ActionError, CollectorStateError, ObservationError
 from vcollect.ledger import TransitionLedger
 from vcollect.policies import Policy, RandomPolicy
@@ -79,8 +80,17 @@ class Collector:
         seed: int | None = None,
         exploration_noise: bool = False,
         validate: bool = True,
+        record_infos: bool = False,
     ) -> None:
         self.envs: VectorEnv = as_vector_env(envs)
+        self.record_infos = record_infos
+        if record_infos:
+            if getattr(self.envs, "steps_all_envs", False) or getattr(self.envs, "autoresets", False):
+                raise ValueError(
+                    f"record_infos needs a backend that steps and resets each env on request; "
+                    f"{type(self.envs).__name__} steps all envs at once or resets them by itself"
+                )
+            self.envs = InfoRecordingEnv(self.envs)  # type: ignore[assignment]
         recv_batch = int(getattr(self.envs, "recv_batch_size", 1))
         if recv_batch > 1 and not self.handles_batched_recv:
             raise ValueError(
@@ -122,6 +132,7 @@ class Collector:
         self._closed = False
         self._next_env = 0
         self._all_ids = np.arange(self.num_envs)
+        self._all_ids.flags.writeable = False
         self._steps_all = bool(getattr(self.envs, "steps_all_envs", False))
         self._autoresets = bool(getattr(self.envs, "autoresets", False))
         self._seeded_resets = bool(getattr(self.envs, "seeded_resets", True))
@@ -361,15 +372,12 @@ class Collector:
         render: float | None,
         returns: list[float],
         lens: list[int],
+        *,
+        check: bool = True,
     ) -> np.ndarray:
         """Record one step of env_ids into the rings; write finished episodes; return their env ids."""
-        if self.validate:
-            problem = batch_contains(self.observation_space, next_obs)
-            if problem is not None:
-                raise ObservationError(
-                    f"envs {env_ids.tolist()} returned an observation outside the observation space "
-                    f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
-                )
+        if check and self.validate:
+            self._check_obs(next_obs, env_ids, "an observation")
         self.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
         self._remember_obs(env_ids, next_obs)
         if render is not None:
@@ -393,6 +401,13 @@ class Collector:
         ids = self._all_ids
         actions = self._choose_actions(ids, random)
         step = self.envs.step_all(actions)  # type: ignore[attr-defined]
+        if self.validate:  # once for every row (first observations of restarted episodes included)
+            self._check_obs(step.obs, ids, "an observation")
+            if step.next_obs is not step.obs:
+                self._check_obs(step.next_obs, ids, "a final observation")
+        started = step.started
+        if step.transitions is not None or started.size:
+            self._obs_cache = None  # replaced whole below: no per-subset copies meanwhile
         if step.transitions is not None:
             ids = np.flatnonzero(step.transitions)
             actions = unflatten_batch(
@@ -405,15 +420,14 @@ class Collector:
             next_obs, rewards, terms, truncs = step.next_obs, step.rewards, step.terminations, step.truncations
         ends_r: list[float] = []
         ends_l: list[int] = []
-        finished = self._record(ids, actions, next_obs, rewards, terms, truncs, render, ends_r, ends_l)
+        finished = self._record(ids, actions, next_obs, rewards, terms, truncs, render, ends_r, ends_l, check=False)
         self._carry.push(ids, terms | truncs, ends_r, ends_l)
-        started = step.started
         if started.size:
             first = unflatten_batch(
                 self.observation_space, [leaf[started] for leaf in flatten_batch(self.observation_space, step.obs)]
             )
-            self._start_episodes(started, first, [None] * started.size, None)
-        if step.transitions is not None or started.size:
+            self._start_episodes(started, first, [None] * started.size, None, check=False)
+        if self._obs_cache is None:
             self._remember_obs(self._all_ids, step.obs)
         if finished.size and not self._autoresets:
             self._reset_envs(finished, reset_options)
@@ -497,16 +511,17 @@ class Collector:
         self._start_episodes(env_ids, obs, seeds if self._seeded_resets else [None] * len(seeds), options)
 
     def _start_episodes(
-        self, env_ids: np.ndarray, obs: Any, seeds: Sequence[int | None], options: dict[str, Any] | None
+        self,
+        env_ids: np.ndarray,
+        obs: Any,
+        seeds: Sequence[int | None],
+        options: dict[str, Any] | None,
+        *,
+        check: bool = True,
     ) -> None:
         """Begin new episodes for env_ids from their first observations (seed None: not replayable by seed)."""
-        if self.validate:
-            problem = batch_contains(self.observation_space, obs)
-            if problem is not None:
-                raise ObservationError(
-                    f"envs {env_ids.tolist()} returned a reset observation outside the observation space "
-                    f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
-                )
+        if check and self.validate:
+            self._check_obs(obs, env_ids, "a reset observation")
         self.buffer.start_episodes(env_ids, obs)
         self._remember_obs(env_ids, obs)
         for env_id, seed in zip(env_ids.tolist(), seeds):
@@ -516,9 +531,21 @@ class Collector:
         if self._state is not None and hasattr(self.policy, "reset_state"):
             self._state = self.policy.reset_state(self._state, env_ids)  # type: ignore[union-attr]
 
+    def _check_obs(self, obs: Any, env_ids: np.ndarray, what: str) -> None:
+        """ObservationError unless every row of obs is in the observation space."""
+        problem = batch_contains(self.observation_space, obs)
+        if problem is not None:
+            raise ObservationError(
+                f"envs {env_ids.tolist()} returned {what} outside the observation space "
+                f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
+            )
+
     def _write_episode(self, env_id: int) -> None:
         assert self.store is not None
         episode = self.buffer.episode(env_id)
+        infos = None
+        if self.record_infos:
+            infos = self.envs.episode_infos(env_id, len(episode.rewards)) or None  # type: ignore[attr-defined]
         self.store.write_episode(
             episode.observations,
             episode.actions,
@@ -528,6 +555,7 @@ class Collector:
             seed=self._seeds[env_id],
             env_id=env_id,
             options=self._options[env_id],
+            infos=infos,
         )
 
     def _draw_seed(self) -> int:

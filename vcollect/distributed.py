@@ -32,7 +32,7 @@ from vcollect.errors import CollectorStateError, DatasetNotFoundError, EnvWorker
 from vcollect.stats import CollectStats
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 
-__all__ = ["COLLECTOR_KINDS", "DistributedCollector"]
+__all__ = ["COLLECTOR_KINDS", "DistributedCollector", "derive_seeds"]
 
 COLLECTOR_KINDS = ("sync", "async")
 """Values of DistributedCollector(collector=...): vcollect.collector.Collector or vcollect.async_collector's."""

@@ -36,23 +36,24 @@ class TransitionLedger:
         return self._count
 
     def push(self, env_ids: np.ndarray, ended: np.ndarray, returns: list[float], lens: list[int]) -> None:
-        """Hold one transition per env id; ``ended`` marks those that ended an episode, whose whole-episode
-        return and length are ``returns``/``lens`` (in env_ids order)."""
+        """Hold one transition per env id; ``ended`` (bool) marks those that ended an episode, whose
+        whole-episode return and length are ``returns``/``lens`` (in env_ids order). The arrays are kept,
+        not copied: do not modify them afterwards."""
         if len(env_ids) == 0:
             return
-        ended = np.asarray(ended, dtype=bool)
-        self._ids.append(np.asarray(env_ids, dtype=np.int64))
+        self._ids.append(env_ids)
         self._ended.append(ended)
-        self._returns.append(np.asarray(returns, dtype=np.float64))
-        self._lens.append(np.asarray(lens, dtype=np.int64))
         self._count += len(env_ids)
         if len(returns):
-            self.episode_ends[self._ids[-1][ended]] += 1
+            self._returns.append(np.asarray(returns, dtype=np.float64))
+            self._lens.append(np.asarray(lens, dtype=np.int64))
+            self.episode_ends[env_ids[ended]] += 1
 
     def _joined(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         if len(self._ids) != 1:
-            self._ids = [np.concatenate(self._ids)] if self._ids else [np.zeros(0, np.int64)]
+            self._ids = [np.concatenate(self._ids).astype(np.int64, copy=False)] if self._ids else [np.zeros(0, np.int64)]
             self._ended = [np.concatenate(self._ended)] if self._ended else [np.zeros(0, bool)]
+        if len(self._returns) != 1:
             self._returns = [np.concatenate(self._returns)] if self._returns else [np.zeros(0)]
             self._lens = [np.concatenate(self._lens)] if self._lens else [np.zeros(0, np.int64)]
         return self._ids[0], self._ended[0], self._returns[0], self._lens[0]

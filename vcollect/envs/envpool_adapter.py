@@ -9,6 +9,7 @@ be called while at least that many envs are in flight. Needs the ``envpool`` ext
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,9 +24,13 @@ from vcollect.envs.base import (
     StepResult,
     normalize_seeds,
 )
+from vcollect.envs.gymnasium_adapter import AllEnvStep
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["EnvPoolVectorEnv", "is_envpool"]
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+_NO_IDS.flags.writeable = False
 
 
 def is_envpool(obj: Any) -> bool:
@@ -41,6 +46,11 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     ``seeded_resets`` is False, so the Collector stores episodes with ``seed=None``; rebuilding the pool
     with the same seed and replaying each env's actions reproduces the data.
 
+    Sync mode: any subset of env ids can be stepped or reset through the VectorEnv protocol, and
+    ``step_all`` steps every env in one pool call, letting EnvPool restart finished envs itself on their
+    next step (its NEXT_STEP autoreset) instead of a second pool call for resets; ``steps_all_envs`` makes
+    the Collector use it (see GymnasiumVectorEnv for the AllEnvStep it returns).
+
     Async mode (``batch_size < num_envs``): ``recv_batch_size`` is the pool's batch size (the
     AsyncCollector keeps at least that many envs in flight), ``recv_any`` returns one batch's steps and
     resets together, and ``num_envs`` must be a multiple of ``batch_size`` so that everything in flight can
@@ -49,6 +59,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     """
 
     seeded_resets = False
+    autoresets = True
 
     def __init__(self, pool: Any) -> None:
         if not is_envpool(pool):
@@ -72,6 +83,8 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self.env_spec = None
         self._obs_rows = self.obs_layout.allocate(num_envs)
         self._in_pool = np.zeros(num_envs, dtype=bool)  # sent to the pool, result not received from it yet
+        self._restarting = np.zeros(num_envs, dtype=bool)  # finished: the pool restarts them on their next step
+        self.steps_all_envs = not self.is_async
 
     @classmethod
     def make(
@@ -94,18 +107,13 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             raise
         return cls(pool)
 
-    # -- the sync hot path ---------------------------------------------------------------------------
+    # -- sync mode: every call completes at once (a sync pool must not mix resets and steps in one receive)
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
         """Step env_ids (all when None) and wait for them; results in env_ids order."""
         if self.is_async or self.closed or self._flight.any():
             return super().step(actions, env_ids)
         ids = self._ids(env_ids)
-        leaves = self.act_layout.batch_leaves(actions, ids.size)
-        try:
-            result = self.pool.step(self.act_layout.unflatten(leaves), env_id=ids.astype(np.int32))
-        except Exception as exc:
-            raise _pool_error("step", exc) from exc
-        self._absorb(result, steps=True)
+        self._pool_step(ids, self.act_layout.batch_leaves(actions, ids.size))
         return self._gather_step(None if env_ids is None else ids)
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
@@ -115,12 +123,60 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         ids = self._ids(env_ids)
         normalize_seeds(seeds, ids.size)
         _check_options(options)
+        self._pool_reset(ids)
+        return self._gather_reset(ids)
+
+    def step_all(self, actions: Any) -> AllEnvStep:
+        """Sync mode: step every env in one pool call; envs that finished in the previous step_all are
+        restarted by the pool instead (their rows are new episodes' first observations)."""
+        if self.closed:
+            self._check_open()
+        if self.is_async:
+            raise ValueError("step_all needs a sync pool (batch_size == num_envs)")
+        if self._flight.any():
+            self._check_idle(self._all_ids)
+        leaves = self.act_layout.batch_leaves(actions, self.num_envs)
+        try:
+            obs, rewards, terminations, truncations, info = self.pool.step(self.act_layout.unflatten(leaves))
+        except Exception as exc:
+            raise _pool_error("step", exc) from exc
+        # rows in env id order (a sync pool answers in the order sent, but the env ids say for sure)
+        order = info["env_id"]
+        obs_leaves = []
+        for leaf, dtype in zip(self.obs_layout.flatten(obs), self.obs_layout.dtypes):
+            rows = np.empty((self.num_envs, *leaf.shape[1:]), dtype)
+            rows[order] = leaf
+            obs_leaves.append(rows)
+        rewards_out = np.empty(self.num_envs, np.float64)
+        rewards_out[order] = rewards
+        terminations_out = np.empty(self.num_envs, bool)
+        terminations_out[order] = terminations
+        truncations_out = np.empty(self.num_envs, bool)
+        truncations_out[order] = truncations
+        restarted = self._restarting
+        started = np.flatnonzero(restarted) if restarted.any() else _NO_IDS
+        transitions = ~restarted if started.size else None
+        self._restarting = terminations_out | truncations_out
+        batch = self.obs_layout.unflatten(obs_leaves)
+        return AllEnvStep(batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started)
+
+    def _pool_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        if self._restarting[ids].any():
+            raise ValueError(
+                f"env ids {ids[self._restarting[ids]].tolist()} finished and were not reset: reset them first"
+            )
+        try:
+            result = self.pool.step(self.act_layout.unflatten(action_leaves), env_id=ids.astype(np.int32))
+        except Exception as exc:
+            raise _pool_error("step", exc) from exc
+        self._absorb(result, steps=True)
+
+    def _pool_reset(self, ids: np.ndarray) -> None:
         try:
             obs, info = self.pool.reset(env_id=ids.astype(np.int32))
         except Exception as exc:
             raise _pool_error("reset", exc) from exc
         self._absorb((obs, None, None, None, info), steps=False)
-        return self._gather_reset(ids)
 
     def _absorb(self, result: tuple[Any, ...], steps: bool) -> np.ndarray:
         """Write the rows of one pool result by its info["env_id"]; returns those env ids."""
@@ -132,6 +188,9 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             self._rewards[ids] = rewards
             self._terminations[ids] = terminations
             self._truncations[ids] = truncations
+            self._restarting[ids] = self._terminations[ids] | self._truncations[ids]
+        else:
+            self._restarting[ids] = False
         keys = [k for k, v in info.items() if k != "players" and not isinstance(v, dict)]
         columns = [np.asarray(info[k]).tolist() for k in keys]
         for env_id, values in zip(ids.tolist(), zip(*columns)):
@@ -140,6 +199,9 @@ class EnvPoolVectorEnv(BaseVectorEnv):
 
     # -- the async half ------------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        if not self.is_async:
+            self._complete(ids, lambda: self._pool_step(ids, action_leaves))
+            return
         try:
             self.pool.send(self.act_layout.unflatten(action_leaves), env_id=ids.astype(np.int32))
         except Exception as exc:
@@ -148,6 +210,10 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self._in_pool[ids] = True
 
     def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
+        if not self.is_async:
+            _check_options(options)
+            self._complete(ids, lambda: self._pool_reset(ids))
+            return
         try:
             _check_options(options)
             if ids.size == self.num_envs and not self._in_pool.any():
@@ -161,6 +227,15 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             self._flight[ids] = 0
             raise _pool_error("reset", exc) from exc
         self._in_pool[ids] = True
+
+    def _complete(self, ids: np.ndarray, run: Callable[[], None]) -> None:
+        """Run a sync-mode step or reset at dispatch time and mark its results done."""
+        try:
+            run()
+        except BaseException:
+            self._flight[ids] = 0
+            raise
+        self._done[ids] = True
 
     def _wait(self, timeout: float | None) -> None:
         """Receive one batch from the pool (blocking: EnvPool's receive has no timeout)."""

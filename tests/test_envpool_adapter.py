@@ -1,0 +1,131 @@
+"""EnvPoolVectorEnv: EnvPool's sync and async (batch_size < num_envs) modes driven by the collectors, with
+exact counts, real CartPole transitions, and per-env data independent of the mode."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+try:
+    import envpool
+except ImportError as exc:  # envpool has wheels for Linux x86-64 only
+    pytest.skip(f"envpool cannot be imported on this platform ({exc})", allow_module_level=True)
+
+from tests.test_collector import ListStore, StoredEpisode
+from tests.test_gymnasium_adapter import assert_cartpole_transitions
+from vcollect import Collector, make_vector
+from vcollect.async_collector import AsyncCollector
+from vcollect.envs import EnvPoolVectorEnv
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # envpool's Box precision warnings
+
+
+def upright(obs: np.ndarray, state: None) -> tuple[np.ndarray, None]:
+    """Deterministic policy: push towards the side the pole leans to."""
+    return (obs[:, 2] > 0).astype(np.int64), None
+
+
+def pool(num_envs: int = 8, batch_size: int | None = None, seed: int = 7) -> EnvPoolVectorEnv:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return make_vector("CartPole-v1", num_envs, backend="envpool", batch_size=batch_size, seed=seed)  # type: ignore[return-value]
+
+
+def by_env(episodes: list[StoredEpisode]) -> dict[int, list[StoredEpisode]]:
+    out: dict[int, list[StoredEpisode]] = {}
+    for episode in episodes:
+        out.setdefault(episode.env_id, []).append(episode)
+    return out
+
+
+def test_sync_mode_collector_exact_counts_and_real_transitions() -> None:
+    envs = pool()
+    assert envs.seed == 7 and not envs.is_async and envs.recv_batch_size == 1
+    store = ListStore()
+    with Collector(None, envs, store=store, seed=0) as collector:
+        collector.reset()
+        stats = [collector.collect(n_step=n, random=True) for n in (3, 250, 13)]
+        assert [s.n_collected_steps for s in stats] == [3, 250, 13]
+        # one pool call per step (EnvPool restarts finished envs): surplus transitions wait for the next call
+        assert 266 + collector.pending_transitions == len(collector.buffer)
+        episodes = collector.collect(n_episode=9, random=True)
+        assert episodes.n_collected_episodes == 9
+        assert 266 + episodes.n_collected_steps + collector.pending_transitions == len(collector.buffer)
+    assert store.episodes and all(e.seed is None for e in store.episodes)  # envpool cannot seed resets
+    for episode in store.episodes:
+        assert_cartpole_transitions(episode)
+
+
+@pytest.mark.parametrize("batch_size", [4, 2])
+def test_async_mode_exact_counts_and_same_per_env_data_as_sync_mode(batch_size: int) -> None:
+    """Each env's generator is seeded from the pool seed, so with an observation-driven policy every env
+    produces the same episodes whatever order the pool returns them in."""
+    stores = {}
+    for size in (8, batch_size):
+        store = ListStore()
+        envs = pool(batch_size=size)
+        with AsyncCollector(upright, envs, store=store, seed=0) as collector:
+            collector.reset()
+            stats = [collector.collect(n_step=n) for n in (101, 3, 400)]
+            assert [s.n_collected_steps for s in stats] == [101, 3, 400]
+            episodes = collector.collect(n_episode=11)
+            assert episodes.n_collected_episodes == 11
+            reported = sum(s.n_collected_steps for s in [*stats, episodes])
+            # steps added to fill a batch are recorded now and reported by the next call
+            assert reported + collector.pending_transitions == len(collector.buffer)
+        stores[size] = by_env(store.episodes)
+    sync, other = stores[8], stores[batch_size]
+    compared = 0
+    for env_id in range(8):
+        for a, b in zip(sync.get(env_id, []), other.get(env_id, [])):
+            np.testing.assert_array_equal(a.observations, b.observations)
+            np.testing.assert_array_equal(a.actions, b.actions)
+            compared += 1
+    assert compared >= 8
+    for episodes in other.values():
+        for episode in episodes:
+            assert_cartpole_transitions(episode)
+
+
+def test_collectors_accept_a_pool_directly_and_reject_async_pools_for_sync_collection() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        raw = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=4, seed=1)
+        async_raw = envpool.make("CartPole-v1", env_type="gymnasium", num_envs=4, batch_size=2, seed=1)
+    with Collector(None, raw, seed=0) as collector:
+        assert isinstance(collector.envs, EnvPoolVectorEnv)
+        assert collector.collect(n_step=10, random=True, reset_before_collect=True).n_collected_steps == 10
+    with pytest.raises(ValueError, match="AsyncCollector"):
+        Collector(None, async_raw)
+    with AsyncCollector(None, async_raw, seed=0) as collector:
+        assert collector.collect(n_step=5, random=True, reset_before_collect=True).n_collected_steps == 5
+
+
+def test_bad_input_is_rejected_without_hanging() -> None:
+    with pytest.raises(ValueError, match="multiple of batch_size"):
+        pool(num_envs=6, batch_size=4)
+    with pytest.raises(TypeError, match="task id"):
+        make_vector(lambda: None, 2, backend="envpool")  # type: ignore[arg-type, return-value]
+    with pytest.raises(ValueError, match="no task"):
+        make_vector("NoSuchTask-v9", 2, backend="envpool")
+    with pytest.raises(TypeError):
+        EnvPoolVectorEnv(object())
+    envs = pool(num_envs=4, batch_size=2)
+    envs.reset()
+    with pytest.raises(ValueError, match="no options"):
+        envs.reset(options={"start": 1})
+    envs.send(np.zeros(1, np.int64), env_ids=[3])
+    with pytest.raises(ValueError, match="already have a step or reset in flight"):
+        envs.send(np.zeros(1, np.int64), env_ids=[3])
+    with pytest.raises(ValueError, match="unknown env id"):
+        envs.send(np.zeros(1, np.int64), env_ids=[4])
+    # one env in flight, but the pool answers two at a time: a clear error instead of a hang
+    with pytest.raises(ValueError, match="batch_size=2"):
+        envs.recv()
+    envs.send(np.zeros(1, np.int64), env_ids=[0])
+    steps, resets = envs.recv_any()
+    assert resets is None and steps is not None and sorted(steps[-1].tolist()) == [0, 3]
+    envs.close()
+    envs.close()

@@ -1,0 +1,232 @@
+"""GymnasiumVectorEnv: the three autoreset modes, data equal to the dummy backend where seeding allows,
+exact counts with surplus transitions carried to the next call, vector entry points, errors."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+from tests.envs import CountingEnv, DictObsEnv, FailingEnv
+from tests.test_async_collector import replay
+from tests.test_collector import ListStore, StoredEpisode
+from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
+from vcollect.async_collector import AsyncCollector
+from vcollect.envs import GymnasiumVectorEnv
+from vcollect.envs.factory import BACKENDS
+
+MODES = [AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
+
+
+def collect_store(envs: object, n_step: int, seed: int = 0, **collect_kwargs: object) -> list[StoredEpisode]:
+    store = ListStore()
+    with Collector(None, envs, store=store, seed=seed) as collector:
+        collector.collect(n_step=n_step, random=True, reset_before_collect=True, **collect_kwargs)
+    return store.episodes
+
+
+def assert_same_episode(a: StoredEpisode, b: StoredEpisode) -> None:
+    assert (a.env_id, a.seed) == (b.env_id, b.seed)
+    np.testing.assert_equal(a.observations, b.observations)
+    np.testing.assert_array_equal(a.actions, b.actions)
+    np.testing.assert_array_equal(a.rewards, b.rewards)
+    np.testing.assert_array_equal(a.terminations, b.terminations)
+    np.testing.assert_array_equal(a.truncations, b.truncations)
+
+
+@pytest.mark.parametrize("make", [gym.vector.SyncVectorEnv, functools.partial(AsyncVectorEnv, context="fork")])
+def test_disabled_mode_gives_the_dummy_backends_data(make) -> None:
+    """Seeded resets through reset_mask: every episode, seed included, equals the dummy backend's."""
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    dummy = collect_store(DummyVectorEnv(fns), n_step=4 * 60)
+    adapted = collect_store(make(fns, autoreset_mode=AutoresetMode.DISABLED), n_step=4 * 60)
+    assert len(dummy) == len(adapted) > 4
+    for a, b in zip(dummy, adapted):
+        assert_same_episode(a, b)
+        replay(b)
+
+
+def test_nested_spaces_through_the_adapter_equal_the_dummy_backend() -> None:
+    fns = [DictObsEnv] * 3
+    dummy = collect_store(DummyVectorEnv(fns), n_step=3 * 40)
+    adapted = collect_store(SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED), n_step=3 * 40)
+    assert len(dummy) == len(adapted) > 3
+    for a, b in zip(dummy, adapted):
+        assert_same_episode(a, b)
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_autoreset_modes_store_whole_episodes_and_seed_only_the_first(mode: AutoresetMode) -> None:
+    """NEXT_STEP drops the restart row, SAME_STEP takes final_obs: CountingEnv episodes read 0..T exactly."""
+    lengths = [2, 3, 5]
+    fns = [functools.partial(CountingEnv, n) for n in lengths]
+    store = ListStore()
+    with Collector(None, SyncVectorEnv(fns, autoreset_mode=mode), store=store, seed=0) as collector:
+        collector.reset()
+        reported = [collector.collect(n_step=n, random=True).n_collected_steps for n in (1, 4, 20, 2)]
+        assert reported == [1, 4, 20, 2]
+        assert sum(reported) + collector.pending_transitions == len(collector.buffer)
+        assert collector.envs.autoresets  # type: ignore[attr-defined]
+    per_env: dict[int, list[StoredEpisode]] = {}
+    for episode in store.episodes:
+        per_env.setdefault(episode.env_id, []).append(episode)
+        length = lengths[episode.env_id]
+        np.testing.assert_array_equal(episode.observations[:, 0], np.arange(length + 1))
+        np.testing.assert_array_equal(episode.rewards, np.ones(length))
+    for episodes in per_env.values():  # the collector's reset is seeded; the env's own restarts are not
+        assert episodes[0].seed is not None
+        assert all(e.seed is None for e in episodes[1:])
+
+
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_first_episodes_equal_the_dummy_backends(mode: AutoresetMode) -> None:
+    fns = [lambda: gym.make("CartPole-v1")] * 4
+    dummy = collect_store(DummyVectorEnv(fns), n_step=4 * 150)
+    adapted = collect_store(SyncVectorEnv(fns, autoreset_mode=mode), n_step=4 * 150)
+    for env_id in range(4):
+        first_dummy = next(e for e in dummy if e.env_id == env_id)
+        first_adapted = next(e for e in adapted if e.env_id == env_id)
+        assert_same_episode(first_dummy, first_adapted)
+    for episode in adapted:
+        if episode.seed is not None:
+            replay(episode)
+
+
+def assert_cartpole_transitions(episode: StoredEpisode) -> None:
+    """Each stored step is CartPole's dynamics from the stored observation and action (vector envs
+    compute in float64 and return float32, hence the tolerance)."""
+    env = gym.make("CartPole-v1").unwrapped
+    env.reset(seed=0)
+    for t, action in enumerate(episode.actions):
+        env.state = episode.observations[t].astype(np.float64)
+        obs, reward, terminated, _, _ = env.step(int(action))
+        np.testing.assert_allclose(obs, episode.observations[t + 1], rtol=1e-5, atol=1e-5)
+        assert reward == episode.rewards[t] == 1.0
+        assert terminated == episode.terminations[t]
+    assert episode.terminations[-1] or episode.truncations[-1]
+    assert abs(episode.observations[0]).max() <= 0.05  # a fresh start, not the end of another episode
+
+
+def test_vector_entry_point_counts_exactly_and_carries_surplus_over() -> None:
+    vector_env = gym.make_vec("CartPole-v1", num_envs=16, vectorization_mode="vector_entry_point")
+    store = ListStore()
+    with Collector(None, vector_env, store=store, seed=0) as collector:
+        assert isinstance(collector.envs, GymnasiumVectorEnv) and not collector.envs.seeded_resets
+        collector.reset()
+        calls = [collector.collect(n_step=n, random=True) for n in (5, 100, 17, 1)]
+        assert [s.n_collected_steps for s in calls] == [5, 100, 17, 1]
+        assert 123 + collector.pending_transitions == len(collector.buffer)
+        # A call that the carried transitions cover does not step the envs at all.
+        assert collector.pending_transitions >= 1
+        steps_before = collector.envs.env.unwrapped.steps.copy()  # type: ignore[attr-defined]
+        calls.append(collector.collect(n_step=1, random=True))
+        assert calls[-1].n_collected_steps == 1
+        np.testing.assert_array_equal(collector.envs.env.unwrapped.steps, steps_before)  # type: ignore[attr-defined]
+        calls.append(collector.collect(n_episode=20, random=True))
+        assert calls[-1].n_collected_episodes == 20
+        assert sum(s.n_collected_steps for s in calls) + collector.pending_transitions == len(collector.buffer)
+    assert all(e.seed is None for e in store.episodes)  # one int seed for the whole vector env
+    assert len(store.episodes) >= sum(s.n_collected_episodes for s in calls)
+    for episode in store.episodes:
+        assert_cartpole_transitions(episode)
+
+
+def test_n_episode_quota_and_carried_episodes_count_in_the_next_call() -> None:
+    lengths = [2, 9]
+    fns = [functools.partial(CountingEnv, n) for n in lengths]
+    store = ListStore()
+    with Collector(None, SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP), store=store, seed=0) as c:
+        c.reset()
+        first = c.collect(n_episode=2, random=True)
+        # one episode per env; env 0 finished more episodes meanwhile: stored now, reported later
+        assert sorted(first.lens.tolist()) == [2, 9]
+        assert len(store.episodes) > 2 and c.pending_transitions > 0
+        second = c.collect(n_episode=2, random=True)
+        assert sorted(second.lens.tolist()) == [2, 9]
+        assert first.n_collected_steps == second.n_collected_steps == 2 + 9
+    assert len(store.episodes) >= 4
+
+
+def test_make_vector_and_direct_vector_envs() -> None:
+    entry = make_vector("CartPole-v1", 4, backend="gymnasium")
+    assert type(entry.env.unwrapped).__name__ == "CartPoleVectorEnv"  # type: ignore[attr-defined]
+    assert entry.autoreset_mode == AutoresetMode.NEXT_STEP  # type: ignore[attr-defined]
+    entry.close()
+    sync = make_vector("CartPole-v1", 2, backend="gymnasium", vectorization_mode="sync")
+    assert isinstance(sync.env, SyncVectorEnv) and sync.autoreset_mode == AutoresetMode.DISABLED  # type: ignore[attr-defined]
+    sync.close()
+    same = make_vector(CountingEnv, 2, backend="gymnasium", autoreset_mode="same_step", env_kwargs={"episode_length": 3})
+    assert same.autoreset_mode == AutoresetMode.SAME_STEP  # type: ignore[attr-defined]
+    assert "gymnasium" in BACKENDS
+    with pytest.raises(ValueError, match="needs a registered env id"):
+        make_vector(CountingEnv, 2, backend="gymnasium", vectorization_mode="vector_entry_point")
+    with pytest.raises(ValueError, match="unknown autoreset_mode"):
+        make_vector(CountingEnv, 2, backend="gymnasium", autoreset_mode="sometimes")
+    with pytest.raises(ValueError, match="envpool"):
+        make_vector("CartPole-v1", 2, backend="nope")
+    with Collector(None, same, seed=0) as collector:
+        assert collector.collect(n_step=7, random=True, reset_before_collect=True).n_collected_steps == 7
+    with pytest.raises(TypeError):
+        GymnasiumVectorEnv(gym.make("CartPole-v1"))  # type: ignore[arg-type]
+
+
+def test_async_collector_collects_from_a_gymnasium_vector_env() -> None:
+    vector_env = SyncVectorEnv([functools.partial(CountingEnv, 4)] * 3, autoreset_mode=AutoresetMode.NEXT_STEP)
+    with AsyncCollector(None, vector_env, seed=0) as collector:
+        assert collector.collect(n_step=10, random=True, reset_before_collect=True).n_collected_steps == 10
+        assert collector.collect(n_episode=4, random=True).n_collected_episodes == 4
+
+
+def test_protocol_half_and_errors() -> None:
+    envs = GymnasiumVectorEnv(SyncVectorEnv([functools.partial(CountingEnv, 2)] * 3, autoreset_mode=AutoresetMode.DISABLED))
+    obs, infos = envs.reset(seeds=[1, 2, 3])
+    assert obs.shape == (3, 1) and [i["seed"] for i in infos] == [1, 2, 3]
+    with pytest.raises(ValueError, match="steps all its 3 envs at once"):
+        envs.step(np.zeros(2, np.int64), env_ids=[0, 1])
+    envs.send(np.zeros(3, np.int64))
+    assert envs.in_flight.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="in flight"):
+        envs.reset(env_ids=[0])
+    next_obs, rewards, terms, _, infos, ids = envs.recv()
+    assert ids.tolist() == [0, 1, 2] and next_obs[:, 0].tolist() == [1, 1, 1] and [i["t"] for i in infos] == [1, 1, 1]
+    _, _, terms, _, _ = envs.step(np.zeros(3, np.int64))
+    assert terms.all()
+    with pytest.raises(ValueError, match=r"\[0, 1, 2\] finished and were not reset"):
+        envs.step(np.zeros(3, np.int64))
+    obs, infos = envs.reset(env_ids=[2, 0], seeds=[7, 5], options={"start": 10})  # through reset_mask
+    assert obs[:, 0].tolist() == [10, 10] and [i["seed"] for i in infos] == [7, 5]
+    envs.reset_async(env_ids=[1])
+    assert envs.recv_reset()[2].tolist() == [1]
+    envs.close()
+    envs.close()
+    with pytest.raises(CollectorStateError, match="closed"):
+        envs.step(np.zeros(3, np.int64))
+
+    entry = GymnasiumVectorEnv(gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="vector_entry_point"))
+    with pytest.raises(ValueError, match="resets all its envs at once"):
+        entry.reset(env_ids=[1])
+    entry.close()
+
+
+def test_errors_inside_the_vector_env_become_env_worker_errors() -> None:
+    fns = [CountingEnv, functools.partial(FailingEnv, fail_step=2)]
+    vector_env = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED, context="fork")
+    with Collector(None, vector_env, seed=0) as collector, pytest.raises(EnvWorkerError) as info:
+        collector.collect(n_step=10, random=True, reset_before_collect=True)
+    assert "FailingEnv exploded at step 2" in info.value.traceback_text
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_keeps_counts_exact_under_a_policy(mode: AutoresetMode) -> None:
+    def policy(obs: np.ndarray, state: None) -> tuple[np.ndarray, None]:
+        return (obs[:, 2] > 0).astype(np.int64), None
+
+    fns = [lambda: gym.make("CartPole-v1")] * 3
+    with Collector(policy, SyncVectorEnv(fns, autoreset_mode=mode), seed=3) as collector:
+        collector.reset()
+        stats = [collector.collect(n_step=n) for n in (2, 11, 40)]
+        assert [s.n_collected_steps for s in stats] == [2, 11, 40]
+        assert 53 + collector.pending_transitions == len(collector.buffer)
