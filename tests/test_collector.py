@@ -421,10 +421,10 @@ def test_record_infos_names_a_key_missing_from_some_infos(tmp_path) -> None:
 
     space = CountingEnv(4)
     store = EpisodeStore.create("t/bad-v0", space.observation_space, space.action_space, root=tmp_path)
-    with store, Collector(None, counting_fns(1, length=3), store=store, seed=0, record_infos=True) as collector:
-        # CountingEnv's reset info is {"seed": ...} but its step infos are {"t": ...}.
-        with pytest.raises(InfoStructureError, match="'seed'"):
-            collector.collect(n_episode=1, random=True, reset_before_collect=True)
+    collector = Collector(None, counting_fns(1, length=3), store=store, seed=0, record_infos=True)
+    # CountingEnv's reset info is {"seed": ...} but its step infos are {"t": ...}.
+    with store, collector, pytest.raises(InfoStructureError, match="'seed'"):
+        collector.collect(n_episode=1, random=True, reset_before_collect=True)
 
 
 def test_record_infos_is_refused_for_backends_that_reset_by_themselves() -> None:

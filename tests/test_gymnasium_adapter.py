@@ -211,6 +211,7 @@ def test_protocol_half_and_errors() -> None:
     entry.close()
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # gymnasium logs the worker's error too
 def test_errors_inside_the_vector_env_become_env_worker_errors() -> None:
     fns = [CountingEnv, functools.partial(FailingEnv, fail_step=2)]
     vector_env = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED, context="fork")
