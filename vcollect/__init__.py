@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
 from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.collector import Collector
-from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
+from vcollect.envs import (
+    DummyVectorEnv,
+    EnvPoolVectorEnv,
+    GymnasiumVectorEnv,
+    SubprocVectorEnv,
+    VectorEnv,
+    make_vector,
+)
 from vcollect.errors import (
     ActionError,
     CollectorStateError,
@@ -42,6 +50,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ActionError",
+    "AsyncCollector",
+    "EnvPoolVectorEnv",
+    "GymnasiumVectorEnv",
     "DataCollector",
     "Dataset",
     "EpisodeData",

@@ -7,6 +7,7 @@ from vcollect.envs.dummy import DummyVectorEnv
 from vcollect.envs.envpool_adapter import EnvPoolVectorEnv, is_envpool
 from vcollect.envs.factory import BACKENDS, make_vector
 from vcollect.envs.gymnasium_adapter import AllEnvStep, GymnasiumVectorEnv
+from vcollect.envs.ray_env import RayVectorEnv
 from vcollect.envs.subproc import SubprocVectorEnv
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "DummyVectorEnv",
     "EnvPoolVectorEnv",
     "GymnasiumVectorEnv",
+    "RayVectorEnv",
     "ResetResult",
     "StepResult",
     "SubprocVectorEnv",
