@@ -20,10 +20,9 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from vcollect.buffers import VectorRingBuffer
-from vcollect.collector import Collector
+from vcollect.collector import CollectCall, Collector
 from vcollect.envs import AsyncResetResult, AsyncStepResult
 from vcollect.policies import Policy
 from vcollect.spaces import allocate, flatten_batch, unflatten_batch
@@ -100,52 +99,42 @@ class AsyncCollector(Collector):
     def _collect_steps(
         self,
         n_step: int,
-        random: bool,
-        render: float | None,
-        reset_options: dict[str, Any] | None,
-        bar: tqdm,
-        returns: list[float],
-        lens: list[int],
+        call: CollectCall,
     ) -> int:
         if self._steps_all:
-            return super()._collect_steps(n_step, random, render, reset_options, bar, returns, lens)
+            return super()._collect_steps(n_step, call)
         self._sync_flights()
         carry = self._carry
-        self._restart(np.flatnonzero(self._needs_reset), reset_options)
+        self._restart(np.flatnonzero(self._needs_reset), call.reset_options)
         while len(carry) < n_step or self._stepping.any():
             budget = n_step - len(carry) - int(np.count_nonzero(self._stepping))
             if budget > 0:
-                self._send_steps(self._idle(), budget, random)
-            self._fill_batch(random, reset_options)
-            finished = self._take(self._receive(), render)
-            self._restart(finished, reset_options)
-            bar.update(min(len(carry), n_step) - bar.n)
-        return carry.take_steps(n_step, returns, lens)
+                self._send_steps(self._idle(), budget, call.random)
+            self._fill_batch(call.random, call.reset_options)
+            finished = self._take(self._receive(), call.render)
+            self._restart(finished, call.reset_options)
+            call.bar.update(min(len(carry), n_step) - call.bar.n)
+        return carry.take_steps(n_step, call.returns, call.lens)
 
     def _collect_episodes(
         self,
         n_episode: int,
-        random: bool,
-        render: float | None,
-        reset_options: dict[str, Any] | None,
-        bar: tqdm,
-        returns: list[float],
-        lens: list[int],
+        call: CollectCall,
     ) -> int:
         if self._steps_all:
-            return super()._collect_episodes(n_episode, random, render, reset_options, bar, returns, lens)
+            return super()._collect_episodes(n_episode, call)
         self._sync_flights()
         quota = self._episode_quota(n_episode)
         ends = self._carry.episode_ends  # updated in place as transitions are recorded
-        self._restart(np.flatnonzero(self._needs_reset & (ends < quota)), reset_options)
+        self._restart(np.flatnonzero(self._needs_reset & (ends < quota)), call.reset_options)
         while (owing := ends < quota).any() or self._stepping.any():
             ready = np.flatnonzero(owing & self._idle_mask())
-            self._send_steps(ready, ready.size, random)
-            self._fill_batch(random, reset_options)
-            finished = self._take(self._receive(), render)
-            self._restart(finished[ends[finished] < quota[finished]], reset_options)
-            bar.update(int(np.minimum(ends, quota).sum()) - bar.n)
-        return self._carry.take_episodes(quota, returns, lens)[0]
+            self._send_steps(ready, ready.size, call.random)
+            self._fill_batch(call.random, call.reset_options)
+            finished = self._take(self._receive(), call.render)
+            self._restart(finished[ends[finished] < quota[finished]], call.reset_options)
+            call.bar.update(int(np.minimum(ends, quota).sum()) - call.bar.n)
+        return self._carry.take_episodes(quota, call.returns, call.lens)[0]
 
     # ------------------------------------------------------------------ dispatching
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -50,6 +51,18 @@ def as_vector_env(envs: Any) -> VectorEnv:
         "envs must be a vcollect VectorEnv, a gymnasium vector env, a gymnasium.Env or a non-empty "
         f"list of zero-argument env factories; got {type(envs).__name__}"
     )
+
+
+@dataclass
+class CollectCall:
+    """What one ``collect`` call was asked for, and the episode returns/lengths it reports."""
+
+    random: bool
+    render: float | None
+    reset_options: dict[str, Any] | None
+    bar: tqdm
+    returns: list[float] = field(default_factory=list)
+    lens: list[int] = field(default_factory=list)
 
 
 class Collector:
@@ -219,13 +232,13 @@ class Collector:
 
         start = time.perf_counter()
         bar = tqdm(total=int(target), unit="step" if n_step is not None else "ep", disable=not progress)
-        returns: list[float] = []
-        lens: list[int] = []
+        call = CollectCall(random, render, reset_options, bar)
+        returns, lens = call.returns, call.lens
         try:
             if n_step is not None:
-                steps = self._collect_steps(int(n_step), random, render, reset_options, bar, returns, lens)
+                steps = self._collect_steps(int(n_step), call)
             else:
-                steps = self._collect_episodes(int(target), random, render, reset_options, bar, returns, lens)
+                steps = self._collect_episodes(int(target), call)
         finally:
             bar.close()
         return CollectStats(
@@ -239,17 +252,12 @@ class Collector:
     def _collect_steps(
         self,
         n_step: int,
-        random: bool,
-        render: float | None,
-        reset_options: dict[str, Any] | None,
-        bar: tqdm,
-        returns: list[float],
-        lens: list[int],
+        call: CollectCall,
     ) -> int:
         if self._steps_all:
-            return self._collect_all_env_steps(n_step, None, random, render, reset_options, bar, returns, lens)
+            return self._collect_all_env_steps(n_step, None, call)
         all_ids = np.arange(self.num_envs)
-        self._reset_pending(all_ids, reset_options)
+        self._reset_pending(all_ids, call.reset_options)
         collected = 0
         while collected < n_step:
             remaining = n_step - collected
@@ -259,40 +267,35 @@ class Collector:
                 # Rotate which envs take the last partial batch so no env id is favoured.
                 ready = np.sort((self._next_env + np.arange(remaining)) % self.num_envs)
                 self._next_env = (self._next_env + remaining) % self.num_envs
-            finished = self._step(ready, random, render, returns, lens)
+            finished = self._step(ready, call.random, call.render, call.returns, call.lens)
             collected += len(ready)
-            bar.update(len(ready))
+            call.bar.update(len(ready))
             if finished.size:
-                self._reset_envs(finished, reset_options)
+                self._reset_envs(finished, call.reset_options)
         return collected
 
     def _collect_episodes(
         self,
         n_episode: int,
-        random: bool,
-        render: float | None,
-        reset_options: dict[str, Any] | None,
-        bar: tqdm,
-        returns: list[float],
-        lens: list[int],
+        call: CollectCall,
     ) -> int:
         quota = self._episode_quota(n_episode)
         if self._steps_all:
-            return self._collect_all_env_steps(None, quota, random, render, reset_options, bar, returns, lens)
-        self._reset_pending(np.flatnonzero(quota > 0), reset_options)
+            return self._collect_all_env_steps(None, quota, call)
+        self._reset_pending(np.flatnonzero(quota > 0), call.reset_options)
         collected = 0
         while True:
             ready = np.flatnonzero(quota > 0)
             if ready.size == 0:
                 return collected
-            finished = self._step(ready, random, render, returns, lens)
+            finished = self._step(ready, call.random, call.render, call.returns, call.lens)
             collected += len(ready)
             if finished.size:
-                bar.update(finished.size)
+                call.bar.update(finished.size)
                 quota[finished] -= 1
                 again = finished[quota[finished] > 0]
                 if again.size:
-                    self._reset_envs(again, reset_options)
+                    self._reset_envs(again, call.reset_options)
 
     def _episode_quota(self, n_episode: int) -> np.ndarray:
         """Episodes each env owes: n // N, plus one for n % N envs drawn at random."""
@@ -306,31 +309,26 @@ class Collector:
         self,
         n_step: int | None,
         quota: np.ndarray | None,
-        random: bool,
-        render: float | None,
-        reset_options: dict[str, Any] | None,
-        bar: tqdm,
-        returns: list[float],
-        lens: list[int],
+        call: CollectCall,
     ) -> int:
         """Collect from a backend that steps every env at once: every transition goes into the ledger, and
         the call reports n_step of them (or each env's transitions up to its quota-th episode end); the
         rest are reported by later calls."""
         carry = self._carry
         if not self._autoresets:
-            self._reset_pending(self._all_ids, reset_options)
+            self._reset_pending(self._all_ids, call.reset_options)
         if n_step is not None:
             while len(carry) < n_step:
                 before = len(carry)
-                self._step_all_envs(random, render, reset_options)
-                bar.update(min(len(carry), n_step) - min(before, n_step))
-            return carry.take_steps(n_step, returns, lens)
+                self._step_all_envs(call.random, call.render, call.reset_options)
+                call.bar.update(min(len(carry), n_step) - min(before, n_step))
+            return carry.take_steps(n_step, call.returns, call.lens)
         assert quota is not None
         while (carry.episode_ends < quota).any():
             before = int(np.minimum(carry.episode_ends, quota).sum())
-            self._step_all_envs(random, render, reset_options)
-            bar.update(int(np.minimum(carry.episode_ends, quota).sum()) - before)
-        return carry.take_episodes(quota, returns, lens)[0]
+            self._step_all_envs(call.random, call.render, call.reset_options)
+            call.bar.update(int(np.minimum(carry.episode_ends, quota).sum()) - before)
+        return carry.take_episodes(quota, call.returns, call.lens)[0]
 
     # ------------------------------------------------------------------ one vector step
 
