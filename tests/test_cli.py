@@ -456,3 +456,12 @@ def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(tmp_path:
 def test_ray_workers_must_be_positive(tmp_path: Path) -> None:
     result = run(tmp_path, "collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
     assert_usage_error(result, "--ray-workers")
+
+
+def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path) -> None:
+    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "envpool", "--num-envs", "4", "--episodes", "6",
+                 "--dataset", "pool/cartpole-v0", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert table_value(result.stdout, "episodes") == "6"
+    # EnvPool steps all envs at once: surplus episodes of the last step are stored too, never dropped.
+    assert load_dataset("pool/cartpole-v0", root=tmp_path).total_episodes >= 6

@@ -59,10 +59,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _backends() -> list[str]:
-    """Vector-env backends available in this installation (``vcollect.envs.factory.BACKENDS``)."""
-    from vcollect.envs.factory import BACKENDS
+    """Vector-env backends available in this installation (``vcollect.envs.factory``)."""
+    from vcollect.envs.factory import BACKENDS, FROM_ENV_ID
 
-    return sorted(BACKENDS)
+    return sorted({*BACKENDS, *FROM_ENV_ID})
+
+
+def _vector_source(env_id: str, env_factory: Callable[[], gym.Env], backend: str) -> Any:
+    """What make_vector builds from: the env factory, except envpool, which takes its own task id."""
+    return env_id.rpartition(":")[2] if backend == "envpool" else env_factory
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -461,7 +466,8 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     try:
         with guard, contextlib.ExitStack() as cleanup:
             try:
-                envs = make_vector(env_factory, args.num_envs, backend=args.backend)
+                envs = make_vector(_vector_source(args.env_id, env_factory, args.backend), args.num_envs,
+                                   backend=args.backend)
             except (ImportError, gym.error.Error) as exc:  # a missing extra or env dependency
                 raise UsageError(f"cannot make {args.env_id} on backend {args.backend!r}: {exc}") from None
             cleanup.callback(envs.close)
@@ -949,12 +955,12 @@ def raw_loop_speed(env_factory: Callable[[], gym.Env], num_envs: int, steps: int
     return batches * num_envs / elapsed
 
 
-def collector_speed(env_factory: Callable[[], gym.Env], num_envs: int, backend: str, steps: int, seed: int) -> float:
+def collector_speed(env_source: Any, num_envs: int, backend: str, steps: int, seed: int) -> float:
     """Steps/s of ``Collector.collect(n_step=steps, random=True)`` on ``backend``, after a warm-up call."""
     from vcollect.collector import Collector
     from vcollect.envs import make_vector
 
-    envs = make_vector(env_factory, num_envs, backend=backend)
+    envs = make_vector(env_source, num_envs, backend=backend)
     with Collector(None, envs, seed=seed) as collector:
         collector.collect(n_step=min(steps, 1_000), reset_before_collect=True, random=True)
         stats = collector.collect(n_step=steps, random=True)
@@ -976,7 +982,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         "raw": lambda: raw_loop_speed(env_factory, args.num_envs, args.steps, args.seed)
     }
     for name in backends:
-        measures[name] = functools.partial(collector_speed, env_factory, args.num_envs, name, args.steps, args.seed)
+        source = _vector_source(args.env_id, env_factory, name)
+        measures[name] = functools.partial(collector_speed, source, args.num_envs, name, args.steps, args.seed)
     best: dict[str, float] = {}
     for _ in range(args.rounds):  # interleaved, so a noisy neighbour slows every row alike
         for name, measure in measures.items():
