@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.envs import CountingEnv, DyingEnv, FailingEnv, SlowEnv
+from tests.replay import assert_replays
 from tests.test_collector import ListStore, StoredEpisode
 from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, SubprocVectorEnv
 from vcollect.async_collector import AsyncCollector
@@ -50,14 +51,7 @@ class Alternating:
 
 def replay(episode: StoredEpisode) -> None:
     """Replay a stored CartPole episode from its seed and actions in a fresh env; it must match exactly."""
-    env = gym.make("CartPole-v1")
-    obs, _ = env.reset(seed=episode.seed)
-    np.testing.assert_array_equal(obs, episode.observations[0])
-    for t, action in enumerate(episode.actions):
-        obs, reward, terminated, truncated, _ = env.step(int(action))
-        np.testing.assert_array_equal(obs, episode.observations[t + 1])
-        assert reward == episode.rewards[t]
-        assert terminated == episode.terminations[t] and truncated == episode.truncations[t]
+    assert_replays(gym.make("CartPole-v1"), episode)
     assert episode.terminations[-1] or episode.truncations[-1]
     assert not (episode.terminations[:-1] | episode.truncations[:-1]).any()
 

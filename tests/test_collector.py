@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, DyingEnv, FailingEnv
+from tests.replay import assert_replays
 from vcollect import (
     ActionError,
     Collector,
@@ -172,14 +173,7 @@ def test_stored_seed_and_actions_replay_the_episode() -> None:
     with Collector(None, [cartpole] * 3, store=store, seed=9) as collector:
         collector.collect(n_episode=5, random=True, reset_before_collect=True)
     for episode in store.episodes:
-        env = cartpole()
-        obs, _ = env.reset(seed=episode.seed)
-        np.testing.assert_array_equal(obs, episode.observations[0])
-        for t, action in enumerate(episode.actions):
-            obs, reward, terminated, truncated, _ = env.step(int(action))
-            np.testing.assert_array_equal(obs, episode.observations[t + 1])
-            assert reward == episode.rewards[t]
-            assert terminated == episode.terminations[t] and truncated == episode.truncations[t]
+        assert_replays(cartpole(), episode)
 
 
 def test_episode_longer_than_the_ring_reaches_the_store_whole() -> None:

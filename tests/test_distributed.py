@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv, SlowEnv
+from tests.replay import assert_replays
 from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
 from vcollect.distributed import DistributedCollector, derive_seeds
 from vcollect.envs.ray_env import RayVectorEnv
@@ -308,12 +309,7 @@ def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp
     # every stored episode replays from its seed and actions
     env = gym.make("CartPole-v1")
     for ep in load_dataset("test/cartpole-v0", root=tmp_path):
-        obs, _ = env.reset(seed=ep.seed)
-        np.testing.assert_array_equal(obs, ep.observations[0])
-        for t, action in enumerate(np.asarray(ep.actions).tolist()):
-            obs, reward, terminated, truncated, _ = env.step(action)
-            np.testing.assert_array_equal(obs, ep.observations[t + 1])
-            assert (reward, terminated, truncated) == (ep.rewards[t], ep.terminations[t], ep.truncations[t])
+        assert_replays(env, ep)
 
 
 def test_weight_broadcast_changes_torch_policy_actions(ray_ready: Any, tmp_path: Path) -> None:

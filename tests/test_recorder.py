@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from tests.envs import CountingEnv, DictObsEnv
+from tests.replay import assert_replays
 from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
 from vcollect.recorder import STAGING_NAMESPACE, DataCollector, _reward_statistics
@@ -323,12 +324,7 @@ def test_replay_of_recorded_episodes_from_their_seeds(tmp_path: Path) -> None:
     ds = env.create_dataset("cart/replay-v0")
     fresh = ds.recover_environment()
     for ep in ds:
-        obs, _ = fresh.reset(seed=ep.seed, options=ep.options)
-        np.testing.assert_array_equal(obs, ep.observations[0])
-        for t, action in enumerate(ep.actions.tolist()):
-            obs, r, te, tr, _ = fresh.step(action)
-            np.testing.assert_array_equal(obs, ep.observations[t + 1])
-            assert (r, te, tr) == (ep.rewards[t], ep.terminations[t], ep.truncations[t])
+        assert_replays(fresh, ep, options=ep.options)
     env.close()
 
 
@@ -396,9 +392,4 @@ def test_sigkill_keeps_every_flushed_episode(tmp_path: Path) -> None:
     assert ds.total_episodes >= committed and ds.total_episodes % 5 == 0
     fresh = gym.make("CartPole-v1")
     for ep in ds:  # every kept episode is whole and correct: replay it
-        obs, _ = fresh.reset(seed=ep.seed)
-        np.testing.assert_array_equal(obs, ep.observations[0])
-        for t, action in enumerate(ep.actions.tolist()):
-            obs, r, te, tr, _ = fresh.step(action)
-            np.testing.assert_array_equal(obs, ep.observations[t + 1])
-            assert (r, te, tr) == (ep.rewards[t], ep.terminations[t], ep.truncations[t])
+        assert_replays(fresh, ep)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from tests.replay import assert_replays
 from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.errors import (
     DatasetError,
@@ -405,9 +406,4 @@ def test_replay_stored_episodes_reproduces_them_exactly(tmp_path: Path) -> None:
     ds = load_dataset("cart/replay-v0", root=tmp_path)
     fresh = ds.recover_environment()
     for ep in ds:
-        obs, _ = fresh.reset(seed=ep.seed)
-        np.testing.assert_array_equal(obs, ep.observations[0])
-        for t, action in enumerate(ep.actions.tolist()):
-            obs, r, te, tr, _ = fresh.step(action)
-            np.testing.assert_array_equal(obs, ep.observations[t + 1])
-            assert (r, te, tr) == (ep.rewards[t], ep.terminations[t], ep.truncations[t])
+        assert_replays(fresh, ep)
