@@ -350,6 +350,15 @@ class BaseVectorEnv:
         ids = normalize_env_ids(env_ids, self.num_envs)
         return self._all_ids if ids is None else ids
 
+    def _idle_ids(self, env_ids: EnvIds) -> np.ndarray:
+        """The env ids of a synchronous call, checked: the vector env is open and none is in flight."""
+        if self.closed:
+            self._check_open()
+        ids = self._ids(env_ids)
+        if self._flight.any():
+            self._check_idle(ids)
+        return ids
+
     def _check_idle(self, ids: np.ndarray) -> None:
         busy = ids[self._flight[ids] != 0]
         if busy.size:

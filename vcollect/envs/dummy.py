@@ -50,11 +50,7 @@ class DummyVectorEnv(BaseVectorEnv):
     # -- the hot path: a synchronous step without the async bookkeeping -----------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
         """Step env_ids (all when None) in order; results are fresh arrays in env_ids order."""
-        if self.closed:
-            self._check_open()
-        ids = self._ids(env_ids)
-        if self._flight.any():
-            self._check_idle(ids)
+        ids = self._idle_ids(env_ids)
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         self._run_steps(ids, leaves)
         self._raise_failure()
@@ -62,11 +58,7 @@ class DummyVectorEnv(BaseVectorEnv):
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
         """Reset env_ids (all when None) in order; results are fresh arrays in env_ids order."""
-        if self.closed:
-            self._check_open()
-        ids = self._ids(env_ids)
-        if self._flight.any():
-            self._check_idle(ids)
+        ids = self._idle_ids(env_ids)
         seed_list = normalize_seeds(seeds, ids.size)
         if options is not None and not isinstance(options, dict):
             raise ValueError(f"options must be a dict or None, got {type(options).__name__}")

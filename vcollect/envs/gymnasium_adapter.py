@@ -197,12 +197,8 @@ class GymnasiumVectorEnv(BaseVectorEnv):
     # -- the VectorEnv protocol ---------------------------------------------------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
         """Step every env (env_ids must be None or all ids); finished envs must be reset before the next step."""
-        if self.closed:
-            self._check_open()
-        ids = self._ids(env_ids)
+        ids = self._idle_ids(env_ids)
         self._check_all(ids)
-        if self._flight.any():
-            self._check_idle(ids)
         return self._protocol_step(actions, ids)
 
     def _protocol_step(self, actions: Any, ids: np.ndarray) -> StepResult:
@@ -226,11 +222,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
         """Reset env_ids (all when None): all at once, or through ``reset_mask`` where the env takes one."""
-        if self.closed:
-            self._check_open()
-        ids = self._ids(env_ids)
-        if self._flight.any():
-            self._check_idle(ids)
+        ids = self._idle_ids(env_ids)
         return self._protocol_reset(ids, normalize_seeds(seeds, ids.size), options)
 
     def _protocol_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> ResetResult:
