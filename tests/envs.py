@@ -148,17 +148,25 @@ class SlowEnv(gym.Wrapper):
 
 class FailingEnv(CountingEnv):
     """A CountingEnv that raises ValueError("FailingEnv exploded ...") at step `fail_step` (counted
-    from 1 since reset), or in reset when `fail_on_reset` is true."""
+    from 1 since reset), or in reset when `fail_on_reset` is true, or in its `fail_on_reset_number`-th
+    reset (counted from 1)."""
 
     def __init__(
-        self, fail_step: int | None = 3, fail_on_reset: bool = False, episode_length: int = 100
+        self,
+        fail_step: int | None = 3,
+        fail_on_reset: bool = False,
+        episode_length: int = 100,
+        fail_on_reset_number: int | None = None,
     ) -> None:
         super().__init__(episode_length)
         self.fail_step = fail_step
         self.fail_on_reset = fail_on_reset
+        self.fail_on_reset_number = fail_on_reset_number
+        self.resets = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
-        if self.fail_on_reset:
+        self.resets += 1
+        if self.fail_on_reset or self.resets == self.fail_on_reset_number:
             raise ValueError("FailingEnv exploded in reset")
         return super().reset(seed=seed, options=options)
 

@@ -26,6 +26,7 @@ from tests.envs import (
     make_pendulum,
 )
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
+from vcollect.envs.base import BaseVectorEnv
 from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
 
 BACKENDS = ["dummy", "subproc"]
@@ -171,6 +172,74 @@ def test_seed_conventions(closing, backend):
 
 # --------------------------------------------------------------------------------------------------
 # subsets
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_step_reset_equals_step_then_reset_of_the_ended_envs(closing, backend):
+    # Envs of lengths 2..5 end at different steps; a dummy twin does the same work as step + reset.
+    fns = [functools.partial(CountingEnv, length) for length in (2, 3, 4, 5)]
+    fused = make(closing, backend, fns)
+    twin = make(closing, "dummy", fns)
+    fused.reset(seeds=0)
+    twin.reset(seeds=0)
+    restarts = 0
+    for t in range(14):
+        step_ids = np.arange(4) if t % 2 else np.array([0, 2, 3])
+        k = step_ids.size
+        seeds = [100 * t + j for j in range(k)]
+        may = None if t < 7 else np.arange(k) != 0  # later on, the first stepped env may not restart
+        options = {"start": 10.0} if t == 3 else None
+        actions = np.zeros(k, np.int64)
+        ids_arg = None if k == 4 else step_ids
+        got = fused.step_reset(actions, ids_arg, reset_seeds=seeds, may_reset=may, options=options)
+        want = twin.step(actions, ids_arg)
+        for i in range(4):
+            assert np.array_equal(got[i], want[i])
+        assert got.infos == want[4]
+        ended = want[2] | want[3]
+        allowed = ended if may is None else ended & may
+        assert got.reset_ids.tolist() == step_ids[allowed].tolist()
+        if allowed.any():
+            want_seeds = [seeds[p] for p in np.flatnonzero(allowed).tolist()]
+            want_obs, want_infos = twin.reset(step_ids[allowed], seeds=want_seeds, options=options)
+            assert np.array_equal(got.reset_obs, want_obs)
+            assert got.reset_infos == want_infos
+            assert [info["seed"] for info in got.reset_infos] == want_seeds
+            restarts += int(allowed.sum())
+        else:
+            assert got.reset_obs is None and got.reset_infos == []
+        held = step_ids[ended & ~allowed]  # ended but not allowed to restart: reset both alike
+        if held.size:
+            fused.reset(held, seeds=7)
+            twin.reset(held, seeds=7)
+    assert restarts >= 8
+    assert fused.in_flight.size == 0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_step_reset_failing_restart_names_the_env(closing, backend):
+    failing = functools.partial(FailingEnv, fail_step=None, episode_length=1, fail_on_reset_number=2)
+    envs = make(closing, backend, [functools.partial(CountingEnv, 5), failing])
+    envs.reset(seeds=0)
+    with pytest.raises(EnvWorkerError, match="FailingEnv exploded in reset") as info:
+        envs.step_reset(np.zeros(2, np.int64), reset_seeds=[1, 2])
+    assert info.value.env_id == 1
+
+
+def test_subproc_step_reset_seeds_in_shared_rows_or_beyond_int64(closing, monkeypatch):
+    envs = make(closing, "subproc", [functools.partial(CountingEnv, 1)] * 3)
+    envs.reset(seeds=0)
+    big = [2**64 - 1, None, 5]  # too big for the shared int64 rows: the generic step + reset path
+    got = envs.step_reset(np.zeros(3, np.int64), reset_seeds=big)
+    assert got.reset_ids.tolist() == [0, 1, 2]
+    assert [info["seed"] for info in got.reset_infos] == big
+
+    def generic_path(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("took the generic path")
+
+    monkeypatch.setattr(BaseVectorEnv, "step_reset", generic_path)
+    got = envs.step_reset(np.zeros(3, np.int64), reset_seeds=[None, 3, 2**63 - 1])
+    assert [info["seed"] for info in got.reset_infos] == [None, 3, 2**63 - 1]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

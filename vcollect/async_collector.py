@@ -164,7 +164,7 @@ class AsyncCollector(Collector):
         env_ids = env_ids[~(self._stepping[env_ids] | self._resetting[env_ids])]
         if env_ids.size == 0:
             return
-        seeds = self._next_seeds(env_ids.size)
+        seeds = self._reset_seeds.take(env_ids.tolist())
         self.envs.reset_async(env_ids, seeds, options)
         self._resetting[env_ids] = True
         for env_id, seed in zip(env_ids.tolist(), seeds):

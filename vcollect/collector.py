@@ -2,8 +2,9 @@
 
 The loop is the data flow of DESIGN.md section 3: observations of the ready envs go to the policy,
 its actions to ``envs.step(actions, env_ids)``, the results into one ring per env id, and every
-finished episode (one contiguous ring slice) to the store before the env is reset with a seed drawn
-from the collector's generator.
+finished episode (one contiguous ring slice) to the store before the env is reset with the next seed
+of its env id's stream (vcollect.reset_seeds). Backends that can (``step_reset``) restart an ended env
+inside the step that ended it, saving a call (a round trip to a worker process) per ended episode.
 """
 
 from __future__ import annotations
@@ -18,20 +19,25 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vcollect.buffers import VectorRingBuffer
-from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
+from vcollect.envs import (
+    DummyVectorEnv,
+    EnvPoolVectorEnv,
+    GymnasiumVectorEnv,
+    StepResetResult,
+    VectorEnv,
+    is_envpool,
+)
 from vcollect.envs.info_recording import InfoRecordingEnv
 from vcollect.errors import ActionError, CollectorStateError, ObservationError
 from vcollect.ledger import TransitionLedger
 from vcollect.policies import Policy, RandomPolicy
 from vcollect.policy_state import put_state_rows, take_state_rows
+from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
 from vcollect.stats import CollectStats
 
 DEFAULT_BUFFER_ROWS = 20_000
 """Rows of ring buffer made when none is given, split evenly between the envs."""
-
-SEED_HIGH = 2**31 - 1
-SEED_BLOCK = 1024
 
 
 def as_vector_env(envs: Any) -> VectorEnv:
@@ -71,8 +77,8 @@ class Collector:
     ``policy`` is called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only.
     With a ``store`` (an object with ``write_episode(...)``, e.g. ``EpisodeStore``) every completed
     episode is written whole, with the seed of its reset and its env id. ``seed`` seeds the
-    generator that draws every reset's seed and the actions of ``collect(random=True)``, so the same
-    seed gives bit-identical data on every backend.
+    generator behind every reset's seed (one stream per env id) and the actions of
+    ``collect(random=True)``, so the same seed gives bit-identical data on every backend.
 
     Backends that step every env at once (``steps_all_envs``, e.g. a gymnasium vector env) are stepped
     whole; transitions beyond the requested count are recorded and stored at once and reported by the
@@ -132,12 +138,11 @@ class Collector:
         self.store = store
         self.exploration_noise = exploration_noise
         self.validate = validate
-        self._rng = np.random.default_rng(seed)
-        self._seed_block: list[int] = []
-        self._random_policy = RandomPolicy(self.action_space, seed=self._draw_seed())
+        self._reseed(seed)
         self._action_leaves = leaves(self.action_space)
         self._state: Any = None
         self._obs_cache: list[np.ndarray] | None = None
+        self._obs_cache_owned = False  # the cache's arrays are ours alone (not yet handed to the policy)
         self._needs_reset = np.ones(self.num_envs, dtype=bool)
         self._seeds: list[int | None] = [None] * self.num_envs
         self._options: list[dict[str, Any] | None] = [None] * self.num_envs
@@ -150,6 +155,14 @@ class Collector:
         self._autoresets = bool(getattr(self.envs, "autoresets", False))
         self._seeded_resets = bool(getattr(self.envs, "seeded_resets", True))
         self._carry = TransitionLedger(self.num_envs)
+        step_reset = getattr(self.envs, "step_reset", None)
+        self._step_reset: Callable[..., StepResetResult] | None = None if self._steps_all else step_reset
+
+    def _reseed(self, seed: int | None) -> None:
+        """(Re)make the generator, the per-env reset seed streams and the random policy from ``seed``."""
+        self._rng = np.random.default_rng(seed)
+        self._reset_seeds = ResetSeeds(self.num_envs, int(self._rng.integers(0, 2**63)))
+        self._random_policy = RandomPolicy(self.action_space, seed=int(self._rng.integers(0, 2**63)))
 
     @property
     def pending_transitions(self) -> int:
@@ -165,9 +178,7 @@ class Collector:
         """
         self._check_open()
         if seed is not None:
-            self._rng = np.random.default_rng(seed)
-            self._seed_block = []
-            self._random_policy = RandomPolicy(self.action_space, seed=self._draw_seed())
+            self._reseed(seed)
         if reset_buffer:
             self.buffer.reset()
         self._state = None
@@ -267,11 +278,9 @@ class Collector:
                 # Rotate which envs take the last partial batch so no env id is favoured.
                 ready = np.sort((self._next_env + np.arange(remaining)) % self.num_envs)
                 self._next_env = (self._next_env + remaining) % self.num_envs
-            finished = self._step(ready, call.random, call.render, call.returns, call.lens)
+            self._step(ready, call, None)
             collected += len(ready)
             call.bar.update(len(ready))
-            if finished.size:
-                self._reset_envs(finished, call.reset_options)
         return collected
 
     def _collect_episodes(
@@ -288,14 +297,11 @@ class Collector:
             ready = np.flatnonzero(quota > 0)
             if ready.size == 0:
                 return collected
-            finished = self._step(ready, call.random, call.render, call.returns, call.lens)
+            finished = self._step(ready, call, quota[ready] > 1)
             collected += len(ready)
             if finished.size:
                 call.bar.update(finished.size)
                 quota[finished] -= 1
-                again = finished[quota[finished] > 0]
-                if again.size:
-                    self._reset_envs(again, call.reset_options)
 
     def _episode_quota(self, n_episode: int) -> np.ndarray:
         """Episodes each env owes: n // N, plus one for n % N envs drawn at random."""
@@ -332,21 +338,44 @@ class Collector:
 
     # ------------------------------------------------------------------ one vector step
 
-    def _step(
-        self,
-        env_ids: np.ndarray,
-        random: bool,
-        render: float | None,
-        returns: list[float],
-        lens: list[int],
-    ) -> np.ndarray:
-        """Act, step and record for ``env_ids``; write finished episodes; return their env ids."""
-        actions = self._choose_actions(env_ids, random)
-        all_envs = len(env_ids) == self.num_envs
-        next_obs, rewards, terminations, truncations, _infos = self.envs.step(
-            actions, None if all_envs else env_ids
+    def _step(self, env_ids: np.ndarray, call: CollectCall, may_reset: np.ndarray | None) -> np.ndarray:
+        """Act, step and record for ``env_ids`` (ascending); write finished episodes and restart them, except
+        where ``may_reset`` (a bool per env id; None: all True) is False. Returns the finished env ids."""
+        actions = self._choose_actions(env_ids, call.random)
+        ids_arg = None if len(env_ids) == self.num_envs else env_ids
+        if self._step_reset is None:
+            next_obs, rewards, terms, truncs, _infos = self.envs.step(actions, ids_arg)
+            finished = self._record(env_ids, actions, next_obs, rewards, terms, truncs, call.render, call.returns, call.lens)
+            restart = finished if may_reset is None else finished[may_reset[np.searchsorted(env_ids, finished)]]
+            if restart.size:
+                self._reset_envs(restart, call.reset_options)
+            return finished
+        result = self._step_reset(
+            actions,
+            ids_arg,
+            reset_seeds=self._reset_seeds.peek(env_ids.tolist()),
+            may_reset=may_reset,
+            options=call.reset_options,
         )
-        return self._record(env_ids, actions, next_obs, rewards, terminations, truncations, render, returns, lens)
+        obs = result.obs
+        finished = self._record(
+            env_ids, actions, obs, result.rewards, result.terminations, result.truncations, call.render,
+            call.returns, call.lens, remember=False,
+        )
+        restarted = result.reset_ids
+        if restarted.size:
+            seeds = self._reset_seeds.take(restarted.tolist())
+            self._start_episodes(
+                restarted, result.reset_obs, seeds if self._seeded_resets else [None] * restarted.size,
+                call.reset_options, remember=False,
+            )
+            # The policy acts next on the restarted envs' first observations: put them in the (fresh) rows.
+            rows = restarted if ids_arg is None else np.searchsorted(env_ids, restarted)
+            obs_leaves = flatten_batch(self.observation_space, obs)
+            for leaf, first in zip(obs_leaves, flatten_batch(self.observation_space, result.reset_obs)):
+                leaf[rows] = first
+        self._remember_obs(env_ids, obs, owned=True)
+        return finished
 
     def _choose_actions(self, env_ids: np.ndarray, random: bool) -> Any:
         """Actions for env_ids' latest observations: the policy's (checked), or random ones."""
@@ -372,16 +401,20 @@ class Collector:
         lens: list[int],
         *,
         check: bool = True,
+        remember: bool = True,
     ) -> np.ndarray:
-        """Record one step of env_ids into the rings; write finished episodes; return their env ids."""
+        """Record one step of env_ids into the rings; write finished episodes; return their env ids.
+
+        ``remember=False``: the caller updates the latest observations itself."""
         if check and self.validate:
             self._check_obs(next_obs, env_ids, "an observation")
         self.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
-        self._remember_obs(env_ids, next_obs)
+        if remember:
+            self._remember_obs(env_ids, next_obs)
         if render is not None:
             self.envs.render()
             time.sleep(render)
-        done = np.logical_or(terminations, truncations)
+        done = terminations | truncations
         if not done.any():
             return env_ids[:0]
         finished = env_ids[done]
@@ -436,22 +469,26 @@ class Collector:
         if cache is None:
             return self.buffer.last_obs(env_ids)
         if len(env_ids) == self.num_envs:
+            self._obs_cache_owned = False
             return unflatten_batch(self.observation_space, cache)
         return unflatten_batch(self.observation_space, [leaf[env_ids] for leaf in cache])
 
-    def _remember_obs(self, env_ids: np.ndarray, obs: Any) -> None:
+    def _remember_obs(self, env_ids: np.ndarray, obs: Any, *, owned: bool = False) -> None:
         """Keep the newest observations of all envs without reading them back from the ring.
 
-        Arrays handed to the policy are never written to afterwards: rows are replaced copy-on-write.
+        Arrays handed to the policy, or that the caller may still hold (``owned`` False), are never written
+        to afterwards: their rows are replaced copy-on-write.
         """
         new = flatten_batch(self.observation_space, obs)
         if len(env_ids) == self.num_envs:
             self._obs_cache = new  # fresh arrays from the env, in env id order
+            self._obs_cache_owned = owned
         elif self._obs_cache is not None:
-            merged = [leaf.copy() for leaf in self._obs_cache]
+            merged = self._obs_cache if self._obs_cache_owned else [leaf.copy() for leaf in self._obs_cache]
             for leaf, rows in zip(merged, new):
                 leaf[env_ids] = rows
             self._obs_cache = merged
+            self._obs_cache_owned = True
 
     def _act(self, obs: Any, env_ids: np.ndarray) -> Any:
         policy = self.policy
@@ -504,7 +541,7 @@ class Collector:
             self._reset_envs(pending, options)
 
     def _reset_envs(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
-        seeds = self._next_seeds(len(env_ids))
+        seeds = self._reset_seeds.take(env_ids.tolist())
         obs, _infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
         self._start_episodes(env_ids, obs, seeds if self._seeded_resets else [None] * len(seeds), options)
 
@@ -516,12 +553,14 @@ class Collector:
         options: dict[str, Any] | None,
         *,
         check: bool = True,
+        remember: bool = True,
     ) -> None:
         """Begin new episodes for env_ids from their first observations (seed None: not replayable by seed)."""
         if check and self.validate:
             self._check_obs(obs, env_ids, "a reset observation")
         self.buffer.start_episodes(env_ids, obs)
-        self._remember_obs(env_ids, obs)
+        if remember:
+            self._remember_obs(env_ids, obs)
         for env_id, seed in zip(env_ids.tolist(), seeds):
             self._seeds[env_id] = seed
             self._options[env_id] = options
@@ -555,17 +594,6 @@ class Collector:
             options=self._options[env_id],
             infos=infos,
         )
-
-    def _draw_seed(self) -> int:
-        return int(self._rng.integers(0, SEED_HIGH))
-
-    def _next_seeds(self, k: int) -> list[int]:
-        """The next k reset seeds of the collector's generator, drawn in blocks (one numpy call per 1024)."""
-        if len(self._seed_block) < k:
-            self._seed_block.extend(self._rng.integers(0, SEED_HIGH, size=max(k, SEED_BLOCK)).tolist())
-        seeds = self._seed_block[:k]
-        del self._seed_block[:k]
-        return seeds
 
     def _check_open(self) -> None:
         if self._closed:

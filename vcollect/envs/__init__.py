@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from vcollect.envs.base import AsyncResetResult, AsyncStepResult, ResetResult, StepResult, VectorEnv
+from vcollect.envs.base import (
+    AsyncResetResult,
+    AsyncStepResult,
+    ResetResult,
+    StepResetResult,
+    StepResult,
+    VectorEnv,
+)
 from vcollect.envs.dummy import DummyVectorEnv
 from vcollect.envs.envpool_adapter import EnvPoolVectorEnv, is_envpool
 from vcollect.envs.factory import BACKENDS, make_vector
@@ -20,6 +27,7 @@ __all__ = [
     "GymnasiumVectorEnv",
     "RayVectorEnv",
     "ResetResult",
+    "StepResetResult",
     "StepResult",
     "SubprocVectorEnv",
     "VectorEnv",

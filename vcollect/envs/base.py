@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeAlias, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = [
     "BaseVectorEnv",
     "FixedLayout",
     "ResetResult",
+    "StepResetResult",
     "StepResult",
     "VectorEnv",
 ]
@@ -38,6 +39,26 @@ AsyncStepResult: TypeAlias = tuple[Any, np.ndarray, np.ndarray, np.ndarray, list
 """A StepResult followed by the env ids (int64) the rows belong to."""
 AsyncResetResult: TypeAlias = tuple[Any, list[dict[str, Any]], np.ndarray]
 """(observations, infos, env ids) of the resets that finished."""
+
+
+
+class StepResetResult(NamedTuple):
+    """What ``step_reset`` returns: the step of every env id, then the envs it restarted.
+
+    ``obs`` holds the final observation of an env that ended; its first observation after the restart
+    is in ``reset_obs``, in the order of ``reset_ids`` (a subsequence of the stepped env ids). Every array
+    is fresh: the backend keeps no reference to it.
+    """
+
+    obs: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: list[dict[str, Any]]
+    reset_ids: np.ndarray
+    reset_obs: Any
+    reset_infos: list[dict[str, Any]]
+
 
 EnvIds: TypeAlias = "np.ndarray | Sequence[int] | None"
 Seeds: TypeAlias = "int | Sequence[int | None] | None"
@@ -115,7 +136,7 @@ def _leaf_specs(space: gym.Space, path: tuple[str | int, ...] = ()) -> Iterator[
         for index, sub in enumerate(space.spaces):
             yield from _leaf_specs(sub, path + (index,))
     elif isinstance(space, Discrete):
-        yield _LeafSpec(path, (), np.dtype(np.int64), discrete=True)
+        yield _LeafSpec(path, (), np.dtype(space.dtype), discrete=True)
     elif isinstance(space, Box | MultiBinary):
         yield _LeafSpec(path, tuple(space.shape), np.dtype(space.dtype))
     elif isinstance(space, MultiDiscrete):
@@ -130,7 +151,7 @@ def _leaf_specs(space: gym.Space, path: tuple[str | int, ...] = ()) -> Iterator[
 class FixedLayout:
     """Maps values of a fixed-shape (possibly Dict/Tuple-nested) space to a list of leaf arrays.
 
-    Leaves come depth-first, Dict in space order, Tuple in index order; Discrete is int64 of shape ().
+    Leaves come depth-first, Dict in space order, Tuple in index order; Discrete is its dtype, shape ().
     Backends store one row per env id in such leaf arrays and gather rows by env id.
     """
 
@@ -142,8 +163,8 @@ class FixedLayout:
         self.dtypes = [s.dtype for s in specs]
         self.flat = len(specs) == 1 and specs[0].path == ()
         self.discrete = [s.discrete for s in specs]
-        # how read_row hands out a leaf: 0 = numpy scalar, 1 = copy of the row, 2 = Python int (Discrete)
-        self._row_modes = [2 if s.discrete else 1 if s.shape else 0 for s in specs]
+        # how read_row hands out a leaf: 0 = numpy scalar (Discrete and other scalars), 1 = copy of the row
+        self._row_modes = [1 if s.shape else 0 for s in specs]
 
     def allocate(self, n: int) -> list[np.ndarray]:
         """Zero-filled leaf arrays with n rows."""
@@ -197,8 +218,9 @@ class FixedLayout:
             array[row] = leaf
 
     def read_row(self, arrays: list[np.ndarray], row: int) -> Any:
-        """One value from row `row`: Discrete leaves as Python ints (gymnasium's canonical, fastest to
-        check), array leaves as copies, other scalar leaves as numpy scalars."""
+        """One value from row `row`: array leaves as copies, scalar leaves (Discrete too) as numpy scalars of
+        the space dtype, as gymnasium's own vector envs hand them out (Discrete.contains checks those
+        about twice as fast as Python ints)."""
         if self.flat:
             return _read_leaf(arrays[0], row, self._row_modes[0])
         return self.unflatten([_read_leaf(a, row, m) for a, m in zip(arrays, self._row_modes)])
@@ -232,8 +254,6 @@ class FixedLayout:
 
 
 def _read_leaf(array: np.ndarray, row: int, mode: int) -> Any:
-    if mode == 2:
-        return int(array[row])
     return array[row].copy() if mode == 1 else array[row]
 
 
@@ -415,6 +435,35 @@ class BaseVectorEnv:
         self._reset_async(ids, seeds, options)
         self._collect(ids)
         return self._gather_reset(ids)
+
+    def step_reset(
+        self,
+        actions: Any,
+        env_ids: EnvIds = None,
+        *,
+        reset_seeds: Sequence[int | None],
+        may_reset: np.ndarray | None = None,
+        options: dict | None = None,
+    ) -> StepResetResult:
+        """Step env_ids (all when None), then reset at once each env that terminated or truncated.
+
+        ``reset_seeds[j]`` seeds the reset of the j-th env id if it ends; ``may_reset[j]`` False (a bool
+        per env id; None: all True) leaves it ended instead. This saves the collector a second call (for
+        worker processes, a second round trip) per step in which an episode ends. Backends that can do
+        both in one pass override this; here it is a step followed by a reset of the ended envs.
+        """
+        obs, rewards, terms, truncs, infos = self.step(actions, env_ids)
+        ids = self._all_ids if env_ids is None else np.asarray(env_ids, dtype=np.int64)
+        ended = terms | truncs
+        if may_reset is not None:
+            ended &= may_reset
+        if not ended.any():
+            return StepResetResult(obs, rewards, terms, truncs, infos, ids[:0], None, [])
+        positions = np.flatnonzero(ended)
+        reset_ids = ids[positions]
+        seeds = [reset_seeds[p] for p in positions.tolist()]
+        reset_obs, reset_infos = self.reset(reset_ids, seeds=seeds, options=options)
+        return StepResetResult(obs, rewards, terms, truncs, infos, reset_ids, reset_obs, reset_infos)
 
     def __enter__(self) -> BaseVectorEnv:
         return self

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -14,12 +14,21 @@ from vcollect.envs.base import (
     EnvIds,
     ResetResult,
     Seeds,
+    StepResetResult,
     StepResult,
     _Failure,
     normalize_seeds,
 )
 
 __all__ = ["DummyVectorEnv"]
+
+
+class _Restarts(NamedTuple):
+    """How step_reset restarts the envs that end: seed and permission per stepped env id, options."""
+
+    seeds: Sequence[int | None]
+    allowed: Sequence[bool] | None
+    options: dict | None
 
 
 class DummyVectorEnv(BaseVectorEnv):
@@ -46,6 +55,9 @@ class DummyVectorEnv(BaseVectorEnv):
         self.env_spec = first.spec
         self.metadata = dict(first.metadata)
         self._obs_rows = self.obs_layout.allocate(self.num_envs)
+        self._reset_rows = self.obs_layout.allocate(self.num_envs)  # first observations of step_reset restarts
+        self._reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
+        self._restarted: list[int] = []
 
     # -- the hot path: a synchronous step without the async bookkeeping -----------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
@@ -55,6 +67,34 @@ class DummyVectorEnv(BaseVectorEnv):
         self._run_steps(ids, leaves)
         self._raise_failure()
         return self._gather_step(None if env_ids is None else ids)
+
+    def step_reset(
+        self,
+        actions: Any,
+        env_ids: EnvIds = None,
+        *,
+        reset_seeds: Sequence[int | None],
+        may_reset: np.ndarray | None = None,
+        options: dict | None = None,
+    ) -> StepResetResult:
+        """Step env_ids (all when None) and reset each env that ends right after its step, in one pass."""
+        ids = self._idle_ids(env_ids)
+        leaves = self.act_layout.batch_leaves(actions, ids.size)
+        if len(reset_seeds) != ids.size:
+            raise ValueError(f"got {len(reset_seeds)} reset seeds for {ids.size} env ids")
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        allowed = None if may_reset is None else may_reset.tolist()
+        self._restarted = []
+        self._run_steps(ids, leaves, _Restarts(reset_seeds, allowed, options))
+        self._raise_failure()
+        obs, rewards, terms, truncs, infos = self._gather_step(None if env_ids is None else ids)
+        restarted = np.array(self._restarted, dtype=np.int64)
+        if not restarted.size:
+            return StepResetResult(obs, rewards, terms, truncs, infos, restarted, None, [])
+        reset_obs = self.obs_layout.gather(self._reset_rows, restarted)
+        reset_infos = [self._reset_infos[i] for i in self._restarted]
+        return StepResetResult(obs, rewards, terms, truncs, infos, restarted, reset_obs, reset_infos)
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
         """Reset env_ids (all when None) in order; results are fresh arrays in env_ids order."""
@@ -66,7 +106,8 @@ class DummyVectorEnv(BaseVectorEnv):
         self._raise_failure()
         return self._gather_reset(ids)
 
-    def _run_steps(self, ids: np.ndarray, leaves: list[np.ndarray]) -> None:
+    def _run_steps(self, ids: np.ndarray, leaves: list[np.ndarray], restarts: _Restarts | None = None) -> None:
+        """Step ids in order, writing the step rows; with ``restarts``, reset each env that ends at once."""
         envs = self.envs
         infos = self._infos
         rewards, terms, truncs = self._rewards, self._terminations, self._truncations
@@ -75,8 +116,8 @@ class DummyVectorEnv(BaseVectorEnv):
         flat_obs = rows[0] if layout.flat else None
         act_layout = self.act_layout
         flat_act: Any = None
-        if act_layout.flat:  # Discrete actions go to the envs as Python ints, like in the workers
-            flat_act = leaves[0].tolist() if act_layout.discrete[0] else leaves[0]
+        if act_layout.flat:  # Discrete actions go to the envs as numpy scalars, like in the workers
+            flat_act = list(leaves[0]) if act_layout.discrete[0] else leaves[0]
         for j, i in enumerate(ids.tolist()):
             action = flat_act[j] if flat_act is not None else act_layout.read_row(leaves, j)
             try:
@@ -96,6 +137,23 @@ class DummyVectorEnv(BaseVectorEnv):
             terms[i] = terminated
             truncs[i] = truncated
             infos[i] = info
+            if restarts is not None and (terminated or truncated) and (restarts.allowed is None or restarts.allowed[j]):
+                self._restart(i, restarts.seeds[j], restarts.options)
+
+    def _restart(self, i: int, seed: int | None, options: dict | None) -> None:
+        """Reset env i inside step_reset: its first observation goes to the reset rows."""
+        try:
+            obs, info = self.envs[i].reset(seed=seed, options=options)
+        except Exception as exc:
+            self._failures.append(_Failure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
+            return
+        try:
+            self.obs_layout.write_row(self._reset_rows, i, obs)
+        except Exception as exc:
+            self._failures.append(_obs_failure(i, exc, self.single_observation_space))
+            return
+        self._reset_infos[i] = info
+        self._restarted.append(i)
 
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         n_failed = len(self._failures)

@@ -72,6 +72,10 @@ class InfoRecordingEnv:
     writes that env's finished episode.
     """
 
+    step_reset = None
+    """Not offered (the collector then steps and resets in separate calls): an episode's infos are taken
+    after its last step, before its env restarts."""
+
     def __init__(self, envs: Any) -> None:
         self.envs = envs
         self.num_envs: int = envs.num_envs

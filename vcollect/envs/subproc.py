@@ -5,7 +5,10 @@ Protocol (one message each way per worker per command):
   holding some of them one pickled command naming its local env indices;
 - the worker steps those envs one by one, writes observations, rewards and flags into the env ids'
   shared rows and replies once: an empty message when every info is empty and nothing failed, else
-  pickled (infos, failures);
+  pickled (infos, failures, reset infos);
+- a step-and-reset command (``step_reset``) also resets each env that ended, right after its step,
+  with the seed the parent put in the env's shared row; its first observation goes to the shared
+  reset rows and its flag ``restarted`` is set;
 - the parent copies the rows out (fancy indexing gives fresh arrays), so a later step never changes
   what an earlier call returned.
 Each worker has a FIFO of outstanding commands, so async sends, resets and replies stay matched.
@@ -45,6 +48,7 @@ from vcollect.envs.base import (
     FixedLayout,
     ResetResult,
     Seeds,
+    StepResetResult,
     StepResult,
     _Failure,
     normalize_seeds,
@@ -53,7 +57,8 @@ from vcollect.errors import EnvWorkerError
 
 __all__ = ["SubprocVectorEnv"]
 
-_STEP, _RESET, _RENDER, _CLOSE = 0, 1, 2, 3
+_STEP, _RESET, _RENDER, _CLOSE, _STEP_RESET = 0, 1, 2, 3, 4
+_NO_RESET, _SEEDED, _UNSEEDED = 0, 1, 2  # what a step-and-reset command does with an env that ends
 _LIVENESS_POLL_S = 0.5
 _CLOSE_JOIN_S = 2.0
 _SPIN_S = 300e-6
@@ -147,7 +152,8 @@ def _spin(poller: select.poll, seconds: float) -> None:
 
 
 class _SharedRows:
-    """Views of the shared file: observation and action rows per env id, rewards, flags, markers."""
+    """Views of the shared file: observation and action rows per env id, rewards, flags, markers, and
+    the rows of step-and-reset commands (reset plan in, first observations and ``restarted`` out)."""
 
     def __init__(
         self, buffer: Any, obs: FixedLayout, act: FixedLayout, num_envs: int, num_workers: int
@@ -168,12 +174,17 @@ class _SharedRows:
         self.truncations = take((num_envs,), np.dtype(bool))
         # env id each worker is calling right now (-1 when idle): names the env when a worker dies
         self.current = take((num_workers,), np.dtype(np.int64))
+        self.reset_obs = [take((num_envs,) + s, d) for s, d in zip(obs.shapes, obs.dtypes)]
+        self.reset_seed = take((num_envs,), np.dtype(np.int64))
+        self.reset_mode = take((num_envs,), np.dtype(np.int8))
+        self.restarted = take((num_envs,), np.dtype(bool))
 
     @staticmethod
     def size(obs: FixedLayout, act: FixedLayout, num_envs: int, num_workers: int) -> int:
         """Bytes the rows need (each array starts on an _ALIGN boundary)."""
         sizes = obs.nbytes(num_envs) + act.nbytes(num_envs)
         sizes += [8 * num_envs, num_envs, num_envs, 8 * num_workers]
+        sizes += obs.nbytes(num_envs) + [8 * num_envs, num_envs, num_envs]
         return sum(_aligned(s) for s in sizes)
 
 
@@ -271,17 +282,19 @@ def _serve(
             continue
         infos: list[Any] = []
         failures: list[tuple[int, str, str, str]] = []
+        reset_infos: dict[int, Any] = {}
+        stepping = op != _RESET
         for k, li in enumerate(local):
             g = env_ids[li]
             current[index] = g
             try:
-                if op == _STEP:
+                if stepping:
                     action = act_layout.read_row(act_rows, g)
                     obs, reward, terminated, truncated, info = envs[li].step(action)
                 else:
                     obs, info = envs[li].reset(seed=payload[0][k], options=payload[1])
             except Exception as exc:
-                what = "step" if op == _STEP else "reset"
+                what = "step" if stepping else "reset"
                 failures.append((g, "env", f"{what} raised {exc!r}", traceback.format_exc()))
                 infos.append({})
                 continue
@@ -295,17 +308,21 @@ def _serve(
                 failures.append((g, "obs", message, traceback.format_exc()))
                 infos.append({})
                 continue
-            if op == _STEP:
+            if stepping:
                 rewards[g] = reward
                 terminations[g] = terminated
                 truncations[g] = truncated
             infos.append(info)
+            if op == _STEP_RESET and (terminated or truncated) and rows.reset_mode[g] != _NO_RESET:
+                failure = _restart(envs[li], g, rows, obs_layout, payload, reset_infos)
+                if failure is not None:
+                    failures.append(failure)
         current[index] = -1
-        if not failures and not any(infos):
+        if not failures and not any(infos) and not reset_infos:
             channel.send(b"")
             continue
         try:
-            reply = pickle.dumps((infos, failures), protocol=_PROTOCOL)
+            reply = pickle.dumps((infos, failures, reset_infos), protocol=_PROTOCOL)
         except Exception as exc:
             trace = traceback.format_exc()
             failed = {f[0] for f in failures}
@@ -314,8 +331,27 @@ def _serve(
                 for li in local
                 if env_ids[li] not in failed
             ]
-            reply = pickle.dumps(([{} for _ in local], failures), protocol=_PROTOCOL)
+            reply = pickle.dumps(([{} for _ in local], failures, {}), protocol=_PROTOCOL)
         channel.send(reply)
+
+
+def _restart(
+    env: gym.Env, g: int, rows: _SharedRows, obs_layout: FixedLayout, options: Any, reset_infos: dict[int, Any]
+) -> tuple[int, str, str, str] | None:
+    """Reset env g (which just ended) for a step-and-reset command; a failure tuple if that failed."""
+    seed = int(rows.reset_seed[g]) if rows.reset_mode[g] == _SEEDED else None
+    try:
+        obs, info = env.reset(seed=seed, options=options)
+    except Exception as exc:
+        return (g, "env", f"reset raised {exc!r}", traceback.format_exc())
+    try:
+        obs_layout.write_row(rows.reset_obs, g, obs)
+    except Exception as exc:
+        return (g, "obs", f"observation does not fit {obs_layout.space}: {exc!r}", traceback.format_exc())
+    rows.restarted[g] = True
+    if info:
+        reset_infos[g] = info
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -440,6 +476,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._truncations = rows.truncations
         rows.current[:] = -1
         self._full_parts = self._parts(_STEP, np.arange(num_envs), None)
+        self._full_step_reset_parts = self._parts(_STEP_RESET, np.arange(num_envs), None)
 
     def _handshake(self, w: int) -> tuple[gym.Space, gym.Space, Any, dict]:
         """Wait for worker w to report its spaces (or the error that stopped it)."""
@@ -493,6 +530,72 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._raise_failure()
         return self._gather_reset(ids)
 
+    def step_reset(
+        self,
+        actions: Any,
+        env_ids: EnvIds = None,
+        *,
+        reset_seeds: Sequence[int | None],
+        may_reset: np.ndarray | None = None,
+        options: dict | None = None,
+    ) -> StepResetResult:
+        """Step env_ids (all when None); each worker resets its envs that end right after their step, so
+        an ended episode costs no second round trip. Results in env_ids order."""
+        given = [s for s in reset_seeds if s is not None]
+        if self.closed or any(self._commands) or (given and not 0 <= min(given) <= max(given) < 2**63):
+            # not in flight-free sync mode, or seeds that do not fit the shared int64 rows
+            return super().step_reset(actions, env_ids, reset_seeds=reset_seeds, may_reset=may_reset, options=options)
+        seeds = [-1 if s is None else s for s in reset_seeds]
+        ids = self._ids(env_ids)
+        leaves = self.act_layout.batch_leaves(actions, ids.size)
+        if len(seeds) != ids.size:
+            raise ValueError(f"got {len(seeds)} reset seeds for {ids.size} env ids")
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        rows = self._rows
+        assert rows is not None
+        seed_array = np.array(seeds, dtype=np.int64)
+        modes = np.where(seed_array >= 0, _SEEDED, _UNSEEDED).astype(np.int8)
+        if may_reset is not None:
+            modes[~may_reset] = _NO_RESET
+        if env_ids is None:
+            for row, leaf in zip(self._act_rows, leaves):
+                row[...] = leaf
+            rows.reset_seed[...] = seed_array
+            rows.reset_mode[...] = modes
+            rows.restarted[...] = False
+        else:
+            for row, leaf in zip(self._act_rows, leaves):
+                row[ids] = leaf
+            rows.reset_seed[ids] = seed_array
+            rows.reset_mode[ids] = modes
+            rows.restarted[ids] = False
+        if env_ids is None and options is None:
+            parts = self._full_step_reset_parts
+        else:
+            parts = self._parts(_STEP_RESET, ids, options)
+        reset_infos: dict[int, dict[str, Any]] = {}
+        infos = self._roundtrip(parts, store_infos=False, reset_infos=reset_infos)
+        self._raise_failure()
+        if env_ids is None:
+            obs = self.obs_layout.gather(self._obs_rows, None)
+            step = (obs, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos)
+        else:
+            step = (
+                self.obs_layout.gather(self._obs_rows, ids),
+                self._rewards[ids],
+                self._terminations[ids],
+                self._truncations[ids],
+                infos,
+            )
+        restarted = ids[rows.restarted[ids]]
+        if not restarted.size:
+            return StepResetResult(*step, restarted, None, [])
+        reset_obs = self.obs_layout.gather(rows.reset_obs, restarted)
+        return StepResetResult(
+            *step, restarted, reset_obs, [reset_infos.get(i, {}) for i in restarted.tolist()]
+        )
+
     def _split(self, ids: np.ndarray) -> list[tuple[int, tuple[int, ...], np.ndarray]]:
         """(worker, local indices, env ids) for each worker holding some of ids, in worker order."""
         owners = self._worker_of[ids]
@@ -518,9 +621,12 @@ class SubprocVectorEnv(BaseVectorEnv):
             parts.append((w, pickle.dumps((op, local, worker_payload), protocol=_PROTOCOL), group))
         return parts
 
-    def _roundtrip(self, parts: list[_Part], store_infos: bool = True) -> list[dict[str, Any]]:
+    def _roundtrip(
+        self, parts: list[_Part], store_infos: bool = True, reset_infos: dict[int, dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         """Send each worker its command, then collect the replies in order: rows land in shared memory,
-        infos are returned in parts order (and stored per env id if store_infos), failures recorded."""
+        infos are returned in parts order (and stored per env id if store_infos), failures recorded, the
+        infos of step-and-reset restarts put in ``reset_infos`` by env id."""
         infos: list[dict[str, Any]] = []
         owed = [w for w, _, _ in parts]
         try:
@@ -529,7 +635,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             for w, _, group in parts:
                 reply = self._recv_from(w, group)
                 owed.pop(0)
-                infos += self._unpack(reply) if reply else [{} for _ in range(group.size)]
+                infos += self._unpack(reply, reset_infos) if reply else [{} for _ in range(group.size)]
         except BaseException:
             # interrupted: the replies still owed are drained (and ignored) by later waits
             if not self.closed:
@@ -541,10 +647,12 @@ class SubprocVectorEnv(BaseVectorEnv):
                 self._infos[env_id] = info
         return infos
 
-    def _unpack(self, reply: bytes) -> list[dict[str, Any]]:
-        infos, failures = pickle.loads(reply)
+    def _unpack(self, reply: bytes, reset_infos: dict[int, dict[str, Any]] | None) -> list[dict[str, Any]]:
+        infos, failures, restart_infos = pickle.loads(reply)
         for env_id, kind, message, trace in failures:
             self._failures.append(_Failure(env_id, kind, message, trace))
+        if reset_infos is not None:
+            reset_infos.update(restart_infos)
         return infos
 
     # -- messaging -------------------------------------------------------------------------------
@@ -606,7 +714,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         if command.op == _RENDER:
             self._render_results[w] = pickle.loads(reply)
             return
-        infos, failures = pickle.loads(reply) if reply else (None, [])
+        infos, failures, _ = pickle.loads(reply) if reply else (None, [], None)
         live = command.ids[command.live].tolist()
         failed = set()
         for env_id, kind, message, trace in failures:
