@@ -35,3 +35,15 @@ def test_streams_differ_between_envs_and_between_seeds() -> None:
     assert ResetSeeds(3, 1).take([0, 1, 2]) != firsts
     assert ResetSeeds(3, 0).take([0, 1, 2]) == firsts
     assert a.take([0]) != firsts[:1]  # taking used the seed up
+
+
+def test_upcoming_reads_the_same_seeds_as_peek_without_using_them() -> None:
+    seeds = ResetSeeds(4, 7)
+    env_ids = [3, 0, 2]
+    view = seeds.upcoming(env_ids)
+    assert len(view) == 3
+    assert list(view) == [view[0], view[1], view[2]] == view[0:3] == seeds.peek(env_ids)
+    assert view[1:] == seeds.peek([0, 2])
+    shown = list(view)
+    assert seeds.take(env_ids) == shown  # nothing was used up by reading the view
+    assert list(view) != shown  # the view is live: it now shows the seeds after those

@@ -7,7 +7,8 @@ inside the step that ended it) and makes it the same on every backend and in any
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 import numpy as np
 
@@ -38,7 +39,37 @@ class ResetSeeds:
         upcoming = self._upcoming
         return [(upcoming[i] or self._refill(i))[-1] for i in env_ids]
 
+    def upcoming(self, env_ids: Sequence[int]) -> Sequence[int]:
+        """Like :meth:`peek`, as a sequence that looks a seed up only when it is read: a backend that
+        restarts only the envs that end reads one or two of them per step, not all."""
+        return _Upcoming(self, env_ids)
+
     def take(self, env_ids: Sequence[int]) -> list[int]:
         """The seed of each env id's next reset, used up (the env's following reset gets the next one)."""
         upcoming = self._upcoming
         return [(upcoming[i] or self._refill(i)).pop() for i in env_ids]
+
+
+class _Upcoming(Sequence[int]):
+    """The next reset seed of each of ``env_ids`` (see ResetSeeds.upcoming), read on demand."""
+
+    def __init__(self, seeds: ResetSeeds, env_ids: Sequence[int]) -> None:
+        self._seeds = seeds
+        self._env_ids = env_ids
+
+    def __len__(self) -> int:
+        return len(self._env_ids)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._seeds.peek(self._env_ids))
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return self._seeds.peek(self._env_ids[index])
+        return self._seeds.peek((self._env_ids[index],))[0]

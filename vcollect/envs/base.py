@@ -375,7 +375,7 @@ class BaseVectorEnv:
         if self.closed:
             self._check_open()
         ids = self._ids(env_ids)
-        if self._flight.any():
+        if np.count_nonzero(self._flight):
             self._check_idle(ids)
         return ids
 

@@ -541,11 +541,12 @@ class SubprocVectorEnv(BaseVectorEnv):
     ) -> StepResetResult:
         """Step env_ids (all when None); each worker resets its envs that end right after their step, so
         an ended episode costs no second round trip. Results in env_ids order."""
-        given = [s for s in reset_seeds if s is not None]
+        seed_list = list(reset_seeds)
+        given = [s for s in seed_list if s is not None]
         if self.closed or any(self._commands) or (given and not 0 <= min(given) <= max(given) < 2**63):
             # not in flight-free sync mode, or seeds that do not fit the shared int64 rows
-            return super().step_reset(actions, env_ids, reset_seeds=reset_seeds, may_reset=may_reset, options=options)
-        seeds = [-1 if s is None else s for s in reset_seeds]
+            return super().step_reset(actions, env_ids, reset_seeds=seed_list, may_reset=may_reset, options=options)
+        seeds = seed_list if len(given) == len(seed_list) else [-1 if s is None else s for s in seed_list]
         ids = self._ids(env_ids)
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         if len(seeds) != ids.size:
@@ -555,9 +556,12 @@ class SubprocVectorEnv(BaseVectorEnv):
         rows = self._rows
         assert rows is not None
         seed_array = np.array(seeds, dtype=np.int64)
-        modes = np.where(seed_array >= 0, _SEEDED, _UNSEEDED).astype(np.int8)
-        if may_reset is not None:
-            modes[~may_reset] = _NO_RESET
+        if len(given) == len(seeds) and may_reset is None:
+            modes: np.ndarray | int = _SEEDED  # the usual case: one value for every row
+        else:
+            modes = np.where(seed_array >= 0, _SEEDED, _UNSEEDED).astype(np.int8)
+            if may_reset is not None:
+                modes[~may_reset] = _NO_RESET
         if env_ids is None:
             for row, leaf in zip(self._act_rows, leaves):
                 row[...] = leaf

@@ -313,6 +313,9 @@ class EpisodeStore:
         self._act_leaves = leaves(action_space)
         self._obs_shapes = [leaf.shape for leaf in self._obs_leaves]
         self._act_shapes = [leaf.shape for leaf in self._act_leaves]
+        # bytes of one observation / action row in the space dtypes (the pending-bytes estimate)
+        self._obs_row_bytes = sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in self._obs_leaves)
+        self._act_row_bytes = sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in self._act_leaves)
         self._obs_store_dtypes = [_int_storage_dtype(leaf) for leaf in self._obs_leaves]
         self._act_store_dtypes = [_int_storage_dtype(leaf) for leaf in self._act_leaves]
         self._pid = os.getpid()
@@ -523,13 +526,19 @@ class EpisodeStore:
                                        flatten_batch(self.observation_space, observations), steps + 1)
         act_copies = self._copy_leaves("actions", self._act_leaves, self._act_shapes,
                                        flatten_batch(self.action_space, actions), steps)
+        # Infos, extras and metadata are checked against the structure the first episode fixed; an episode
+        # without any (the Collector's usual case) skips that when the structure has none either.
         trees: dict[str, dict[str, np.ndarray]] = {}
         structures = {}
-        for group, tree in (("infos", infos), ("extras", extras)):
-            arrays = _flatten_tree(tree, group) if tree else {}
-            structures[group] = self._schemas[group].check(arrays, steps)
-            trees[group] = {name: np.array(arr) for name, arr in arrays.items()}
-        meta, meta_fields = self._check_metadata(metadata)
+        if infos or extras or self._schemas["infos"].fields or self._schemas["extras"].fields:
+            for group, tree in (("infos", infos), ("extras", extras)):
+                arrays = _flatten_tree(tree, group) if tree else {}
+                structures[group] = self._schemas[group].check(arrays, steps)
+                trees[group] = {name: np.array(arr) for name, arr in arrays.items()}
+        meta: dict[str, np.ndarray] = {}
+        meta_fields: dict[str, tuple[str, tuple[int, ...]]] = {}
+        if metadata or self._metadata_fields:
+            meta, meta_fields = self._check_metadata(metadata)
         if seed is None:
             seed_value, seed_valid = -1, False
         else:
@@ -545,9 +554,9 @@ class EpisodeStore:
             # a negative seed and such a seed cannot share one shard.
             self._commit()
         # Everything validated: only now touch the pending state (the first episode fixes the structure).
-        for group, structure in structures.items():
+        for group in ("infos", "extras"):
             if self._schemas[group].fields is None:
-                self._schemas[group].fields = structure
+                self._schemas[group].fields = structures.get(group, {})
         if self._metadata_fields is None:
             self._metadata_fields = meta_fields
         for store, arr in zip(self._pending_obs, obs_copies):
@@ -561,6 +570,7 @@ class EpisodeStore:
             pending = self._pending_trees[group]
             for name, arr in arrays.items():
                 pending.setdefault(name, []).append(arr)
+                self._pending_bytes += arr.nbytes
         for name, value in meta.items():
             self._pending_meta.setdefault(name, []).append(value)
         self._lengths.append(steps)
@@ -569,14 +579,15 @@ class EpisodeStore:
         self._seeds.append(seed_value)
         self._seed_valid.append(seed_valid)
         if seed_valid:
-            self._seed_min = min(self._seed_min, seed_value)
-            self._seed_max = max(self._seed_max, seed_value)
+            if seed_value < self._seed_min:
+                self._seed_min = seed_value
+            elif seed_value > self._seed_max:
+                self._seed_max = seed_value
         self._options.append(options_json)
         self._pending_episodes += 1
         self._pending_steps += steps
-        self._pending_bytes += rew.nbytes * 2 + sum(a.nbytes for a in obs_copies) + sum(a.nbytes for a in act_copies)
-        for arrays in trees.values():
-            self._pending_bytes += sum(a.nbytes for a in arrays.values())
+        # rewards (float64) and the two flag columns, then the copied observation and action rows
+        self._pending_bytes += 10 * steps + (steps + 1) * self._obs_row_bytes + steps * self._act_row_bytes
         if self._pending_steps >= self.shard_steps or (
             self.shard_bytes is not None and self._pending_bytes >= self.shard_bytes
         ):
