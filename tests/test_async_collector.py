@@ -241,8 +241,20 @@ def test_ledger_matches_a_list_reference(data: st.DataObject) -> None:
     ledger = TransitionLedger(num_envs)
     model: list[tuple[int, bool, float]] = []  # (env id, ended, return) oldest first
     for _ in range(data.draw(st.integers(1, 12))):
-        op = data.draw(st.sampled_from(["push", "push", "steps", "episodes"]))
-        if op == "push":
+        op = data.draw(st.sampled_from(["push", "push", "rows", "rows", "steps", "episodes"]))
+        if op == "rows":  # push_rows: every env id but the skipped ones, in env id order
+            skipped = sorted(data.draw(st.sets(st.integers(0, num_envs - 1))))
+            ended = np.asarray([e not in skipped and data.draw(st.booleans()) for e in range(num_envs)], bool)
+            rets = [float(data.draw(st.integers(0, 99))) for _ in range(int(ended.sum()))]
+            it = iter(rets)
+            model += [(e, bool(ended[e]), next(it) if ended[e] else 0.0) for e in range(num_envs) if e not in skipped]
+            ledger.push_rows(
+                np.asarray(skipped, np.int64) if data.draw(st.booleans()) or skipped else None,
+                ended,
+                np.asarray(rets, np.float64),
+                np.asarray(rets, np.int64),
+            )
+        elif op == "push":
             ids = data.draw(st.permutations(range(num_envs)))[: data.draw(st.integers(0, num_envs))]
             ended = [data.draw(st.booleans()) for _ in ids]
             rets = [float(data.draw(st.integers(0, 99))) for e in ended if e]

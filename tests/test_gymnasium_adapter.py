@@ -231,3 +231,25 @@ def test_every_mode_keeps_counts_exact_under_a_policy(mode: AutoresetMode) -> No
         stats = [collector.collect(n_step=n) for n in (2, 11, 40)]
         assert [s.n_collected_steps for s in stats] == [2, 11, 40]
         assert 53 + collector.pending_transitions == len(collector.buffer)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_policy_after_random_steps_sees_each_envs_latest_observation(mode: AutoresetMode) -> None:
+    """Random collection keeps no observation cache: a policy acting next reads the rings' last rows, and
+    the arrays handed to it are never written to afterwards."""
+    seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def policy(obs: np.ndarray, state: None) -> tuple[np.ndarray, None]:
+        seen.append((obs, obs.copy(), collector.buffer.last_obs(np.arange(3))))
+        return (obs[:, 2] > 0).astype(np.int64), None
+
+    fns = [lambda: gym.make("CartPole-v1")] * 3
+    with Collector(policy, SyncVectorEnv(fns, autoreset_mode=mode), seed=3) as collector:
+        collector.reset()
+        for n in (5, 7, 13, 4, 30):
+            collector.collect(n_step=n, random=True)
+            collector.collect(n_step=n)
+    assert len(seen) >= 18
+    for obs, at_call, latest in seen:
+        np.testing.assert_array_equal(obs, latest)
+        np.testing.assert_array_equal(obs, at_call)

@@ -262,6 +262,91 @@ def test_ring_buffer_matches_list_of_rows_reference(
     event(f"keep_overflow={keep_overflow}, longest episode > 2 rings: {longest > 2 * capacity}")
 
 
+all_op = st.tuples(
+    st.sampled_from(["all"] * 20 + ["add"] * 3 + ["start"] * 3 + ["reset"]),
+    st.lists(st.booleans(), min_size=3, max_size=3),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    data=st.data(),
+    cfg=st.sampled_from([PLAIN, NESTED]),
+    num_envs=st.integers(1, 3),
+    capacity=st.integers(2, 6),
+    keep_overflow=st.booleans(),
+    pass_mask=st.booleans(),
+    ops=st.lists(all_op, min_size=15, max_size=50),
+)
+def test_add_all_matches_list_of_rows_reference(
+    data: st.DataObject,
+    cfg: Config,
+    num_envs: int,
+    capacity: int,
+    keep_overflow: bool,
+    pass_mask: bool,
+    ops: list,
+) -> None:
+    """add_all (every env steps, the `started` ones restart instead) against the reference's add/start per
+    env, mixed with per-subset add and start_episodes; with and without the optional `stepped` mask."""
+    buf = VectorRingBuffer(num_envs, capacity, cfg.obs_space, cfg.act_space, keep_overflow=keep_overflow)
+    ref = Reference(num_envs, capacity, keep_overflow)
+    rng = np.random.default_rng(0)
+    counter = 0
+    for kind, flags in ops:
+        picked = [e for e in range(num_envs) if flags[e]]
+        if kind == "reset":
+            buf.reset()
+            ref = Reference(num_envs, capacity, keep_overflow)
+            check_against_reference(buf, ref, cfg, rng)
+            continue
+        if kind == "add":
+            picked = [e for e in picked if ref.envs[e].start is not None]
+        if kind == "all":  # envs without an episode must start one; `picked` ones restart
+            picked = [e for e in range(num_envs) if flags[e] or ref.envs[e].start is None]
+            ids = list(range(num_envs))
+        else:
+            ids = picked
+        if not ids:
+            continue
+        obs_rows = []
+        for _ in ids:
+            counter += 1
+            obs_rows.append(cfg.obs_leaves(counter))
+        if kind == "start":
+            buf.start_episodes(np.array(ids), batch_of(cfg.obs_space, obs_rows))
+            for e, o in zip(ids, obs_rows):
+                ref.start(e, o)
+            check_against_reference(buf, ref, cfg, rng)
+            continue
+        act_rows = [cfg.act_leaves(data.draw(st.integers(0, 50), label="action")) for _ in ids]
+        rewards = data.draw(
+            st.lists(st.floats(-10, 10, allow_nan=False), min_size=len(ids), max_size=len(ids)), label="r"
+        )
+        terms = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="term")
+        truncs = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="trunc")
+        batch = (
+            batch_of(cfg.act_space, act_rows),
+            np.array(rewards, np.float64),
+            np.array(terms, bool),
+            np.array(truncs, bool),
+            batch_of(cfg.obs_space, obs_rows),
+        )
+        if kind == "add":
+            buf.add(np.array(ids), *batch)
+        else:
+            started = np.array(picked, dtype=np.int64)
+            stepped = np.ones(num_envs, bool)
+            stepped[started] = False
+            buf.add_all(*batch, started=started, stepped=stepped if pass_mask else None)
+        for i, e in enumerate(ids):
+            if kind == "all" and e in picked:
+                ref.start(e, obs_rows[i])
+            else:
+                ref.add(e, act_rows[i], rewards[i], terms[i], truncs[i], obs_rows[i])
+        check_against_reference(buf, ref, cfg, rng)
+
+
 # ------------------------------------------------------------------------------ example-based tests
 
 

@@ -324,10 +324,12 @@ class Collector:
         if not self._autoresets:
             self._reset_pending(self._all_ids, call.reset_options)
         if n_step is not None:
-            while len(carry) < n_step:
-                before = len(carry)
+            held = len(carry)
+            while held < n_step:
                 self._step_all_envs(call.random, call.render, call.reset_options)
-                call.bar.update(min(len(carry), n_step) - min(before, n_step))
+                now = len(carry)
+                call.bar.update(min(now, n_step) - held)
+                held = now
             return carry.take_steps(n_step, call.returns, call.lens)
         assert quota is not None
         while (carry.episode_ends < quota).any():
@@ -353,7 +355,7 @@ class Collector:
         result = self._step_reset(
             actions,
             ids_arg,
-            reset_seeds=self._reset_seeds.peek(env_ids.tolist()),
+            reset_seeds=self._reset_seeds.upcoming(env_ids.tolist()),
             may_reset=may_reset,
             options=call.reset_options,
         )
@@ -379,10 +381,10 @@ class Collector:
 
     def _choose_actions(self, env_ids: np.ndarray, random: bool) -> Any:
         """Actions for env_ids' latest observations: the policy's (checked), or random ones."""
-        obs = self._current_obs(env_ids)
         if random:
             # RandomPolicy samples inside the action space by construction: nothing to check.
-            return self._random_policy(obs)[0]
+            return self._random_policy.sample(len(env_ids))
+        obs = self._current_obs(env_ids)
         actions = self._act(obs, env_ids)
         if self.validate:
             actions = self._checked_actions(actions, env_ids)
@@ -415,7 +417,7 @@ class Collector:
             self.envs.render()
             time.sleep(render)
         done = terminations | truncations
-        if not done.any():
+        if not np.count_nonzero(done):  # count_nonzero: a C call, several times cheaper than .any()
             return env_ids[:0]
         finished = env_ids[done]
         returns.extend(self.buffer.episode_returns[finished].tolist())
@@ -428,40 +430,65 @@ class Collector:
 
     def _step_all_envs(self, random: bool, render: float | None, reset_options: dict[str, Any] | None) -> None:
         """One step of a backend that steps every env at once (see GymnasiumVectorEnv.step_all): every
-        transition is recorded and held in the ledger; episodes the env restarted itself start with seed None."""
-        ids = self._all_ids
-        actions = self._choose_actions(ids, random)
+        transition is recorded and held in the ledger; episodes the env restarted itself start with seed None.
+
+        Every row goes to the rings in one write (VectorRingBuffer.add_all), NEXT_STEP restart rows as the
+        first observations of their episodes, so no row is gathered or copied per subset of envs.
+        """
+        all_ids = self._all_ids
+        actions = self._choose_actions(all_ids, random)
         step = self.envs.step_all(actions)  # type: ignore[attr-defined]
+        obs, started, transitions = step.obs, step.started, step.transitions
         if self.validate:  # once for every row (first observations of restarted episodes included)
-            self._check_obs(step.obs, ids, "an observation")
-            if step.next_obs is not step.obs:
-                self._check_obs(step.next_obs, ids, "a final observation")
-        started = step.started
-        if step.transitions is not None or started.size:
-            self._obs_cache = None  # replaced whole below: no per-subset copies meanwhile
-        if step.transitions is not None:
-            ids = np.flatnonzero(step.transitions)
-            actions = unflatten_batch(
-                self.action_space, [np.asarray(a)[ids] for a in flatten_batch(self.action_space, actions)]
+            self._check_obs(obs, all_ids, "an observation")
+            if step.next_obs is not obs:
+                self._check_obs(step.next_obs, all_ids, "a final observation")
+        if transitions is None:  # every row is a transition (SAME_STEP restarts are started below)
+            self.buffer.add_all(actions, step.rewards, step.terminations, step.truncations, step.next_obs)
+        else:  # NEXT_STEP: the other rows are the restarts of the envs in `started`
+            self.buffer.add_all(
+                actions, step.rewards, step.terminations, step.truncations, obs, started, transitions
             )
-            obs_leaves = flatten_batch(self.observation_space, step.next_obs)
-            next_obs = unflatten_batch(self.observation_space, [leaf[ids] for leaf in obs_leaves])
-            rewards, terms, truncs = step.rewards[ids], step.terminations[ids], step.truncations[ids]
-        else:
-            next_obs, rewards, terms, truncs = step.next_obs, step.rewards, step.terminations, step.truncations
-        ends_r: list[float] = []
-        ends_l: list[int] = []
-        finished = self._record(ids, actions, next_obs, rewards, terms, truncs, render, ends_r, ends_l, check=False)
-        self._carry.push(ids, terms | truncs, ends_r, ends_l)
+        if render is not None:
+            self.envs.render()
+            time.sleep(render)
+        ended = step.ended
+        finished = ended.nonzero()[0]
+        if finished.size:
+            if self.store is not None:
+                for env_id in finished.tolist():
+                    self._write_episode(env_id)
+            if not self._autoresets:  # envs that restart by themselves never wait for a reset
+                self._needs_reset[finished] = True
+        self._carry.push_rows(
+            None if transitions is None else started,
+            ended,
+            self.buffer.episode_returns[finished],
+            self.buffer.episode_lengths[finished],
+        )
         if started.size:
-            first = unflatten_batch(
-                self.observation_space, [leaf[started] for leaf in flatten_batch(self.observation_space, step.obs)]
-            )
-            self._start_episodes(started, first, [None] * started.size, None, check=False)
-        if self._obs_cache is None:
-            self._remember_obs(self._all_ids, step.obs)
+            if transitions is None:
+                first = unflatten_batch(
+                    self.observation_space, [leaf[started] for leaf in flatten_batch(self.observation_space, obs)]
+                )
+                self._start_episodes(started, first, [None] * started.size, None, check=False, remember=False)
+            else:
+                self._self_started(started)
+        if random:  # random actions read no observations: the policy, when it acts, reads the rings' last rows
+            self._obs_cache = None
+        else:
+            self._remember_obs(all_ids, obs)
         if finished.size and not self._autoresets:
             self._reset_envs(finished, reset_options)
+
+    def _self_started(self, env_ids: np.ndarray) -> None:
+        """Bookkeeping for episodes an env started by itself whose first rows are already in the rings: no
+        seed or options (not replayable by seed), the policy's state reset."""
+        for env_id in env_ids.tolist():
+            self._seeds[env_id] = None
+            self._options[env_id] = None
+        if self._state is not None and hasattr(self.policy, "reset_state"):
+            self._state = self.policy.reset_state(self._state, env_ids)  # type: ignore[union-attr]
 
     def _current_obs(self, env_ids: np.ndarray) -> Any:
         """The latest observation of each env id: from the cache when it holds them, else the ring."""

@@ -30,6 +30,10 @@ class TransitionLedger:
         self._returns: list[np.ndarray] = []  # one value per *ended* transition, in order
         self._lens: list[np.ndarray] = []
         self._count = 0
+        # push_rows() steps not yet turned into the env id form above (all newer than it), in order
+        self._row_skipped: list[np.ndarray | None] = []
+        self._row_ended: list[np.ndarray] = []
+        self._row_counts: list[int] = []  # transitions of each
 
     def __len__(self) -> int:
         """Number of transitions held."""
@@ -41,6 +45,8 @@ class TransitionLedger:
         not copied: do not modify them afterwards."""
         if len(env_ids) == 0:
             return
+        if self._row_ended:
+            self._flush_rows()
         self._ids.append(env_ids)
         self._ended.append(ended)
         self._count += len(env_ids)
@@ -49,7 +55,48 @@ class TransitionLedger:
             self._lens.append(np.asarray(lens, dtype=np.int64))
             self.episode_ends[env_ids[ended]] += 1
 
+    def push_rows(
+        self, skipped: np.ndarray | None, ended: np.ndarray, returns: np.ndarray, lens: np.ndarray
+    ) -> None:
+        """Hold the transitions of one step of every env: one per env id except ``skipped`` (ascending env
+        ids whose row is no transition; None: none). ``ended`` (bool per env id) marks the transitions that
+        ended an episode, whose whole-episode return and length are ``returns``/``lens`` in env id order.
+
+        What ``push`` holds for the same transitions, at a fraction of the per-step cost: env ids and
+        episode-end flags are made in bulk, when transitions are taken. The arrays are kept, not copied:
+        do not modify them afterwards.
+        """
+        n = self.num_envs if skipped is None else self.num_envs - len(skipped)
+        self._row_skipped.append(skipped)
+        self._row_ended.append(ended)
+        self._row_counts.append(n)
+        self._count += n
+        if len(returns):
+            self._returns.append(returns)
+            self._lens.append(lens)
+            self.episode_ends += ended
+
+    def _rows_as_ids(self, first: int) -> tuple[np.ndarray, np.ndarray]:
+        """Env ids and episode-end flags of the push_rows() steps from index ``first`` on, in order."""
+        skipped, ended = self._row_skipped[first:], self._row_ended[first:]
+        stepped = np.ones((len(ended), self.num_envs), dtype=bool)
+        sizes = [0 if ids is None else len(ids) for ids in skipped]
+        if any(sizes):
+            steps = np.repeat(np.arange(len(sizes)), sizes)
+            stepped[steps, np.concatenate([ids for ids in skipped if ids is not None])] = False
+        # row-major: step by step, env ids ascending within a step
+        return stepped.nonzero()[1].astype(np.int64, copy=False), np.stack(ended)[stepped]
+
+    def _flush_rows(self) -> None:
+        """Turn the push_rows() steps held into the env id form, in chronological order."""
+        ids, ended = self._rows_as_ids(0)
+        self._ids.append(ids)
+        self._ended.append(ended)
+        self._row_skipped, self._row_ended, self._row_counts = [], [], []
+
     def _joined(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._row_ended:
+            self._flush_rows()
         if len(self._ids) != 1:
             self._ids = [np.concatenate(self._ids).astype(np.int64, copy=False)] if self._ids else [np.zeros(0, np.int64)]
             self._ended = [np.concatenate(self._ended)] if self._ended else [np.zeros(0, bool)]
@@ -76,9 +123,36 @@ class TransitionLedger:
         """Report the oldest min(n, len) transitions; returns how many."""
         if self._count == 0 or n <= 0:
             return 0
+        if self._count - n <= sum(self._row_counts):
+            return self._take_all_but_rows(n, returns_out, lens_out)
         taken = np.zeros(self._count, dtype=bool)
         taken[: min(n, self._count)] = True
         return self._keep(taken, returns_out, lens_out)
+
+    def _take_all_but_rows(self, n: int, returns_out: list[float], lens_out: list[int]) -> int:
+        """take_steps where the transitions kept all come from the last push_rows() steps (the usual case:
+        a collect call leaves less than one step over). Only those steps are turned into env ids."""
+        keep, first, held = max(self._count - n, 0), len(self._row_counts), 0
+        while held < keep:  # the steps holding the newest `keep` transitions
+            first -= 1
+            held += self._row_counts[first]
+        if keep:
+            ids, ended = self._rows_as_ids(first)
+            ids, ended = ids[held - keep :], ended[held - keep :]
+        else:
+            ids, ended = np.zeros(0, np.int64), np.zeros(0, bool)
+        rets = np.concatenate(self._returns) if self._returns else np.zeros(0)
+        lens = np.concatenate(self._lens) if self._lens else np.zeros(0, np.int64)
+        n_ends = len(rets) - int(np.count_nonzero(ended))  # the kept episode ends are the newest ones
+        returns_out.extend(rets[:n_ends].tolist())
+        lens_out.extend(lens[:n_ends].tolist())
+        self._ids, self._ended = [ids], [ended]
+        self._returns, self._lens = [rets[n_ends:]], [lens[n_ends:]]
+        self._row_skipped, self._row_ended, self._row_counts = [], [], []
+        self.episode_ends[:] = np.bincount(ids[ended], minlength=self.num_envs)
+        taken = self._count - keep
+        self._count = keep
+        return taken
 
     def take_episodes(self, quota: np.ndarray, returns_out: list[float], lens_out: list[int]) -> tuple[int, int]:
         """Report, for each env, its transitions up to and including its ``quota[env]``-th episode end.

@@ -89,6 +89,8 @@ class VectorRingBuffer:
         self._has_step = np.zeros((n, c), dtype=bool)
         self._obs_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._obs, self._obs_leaves)]
         self._act_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._act, self._act_leaves)]
+        self._obs_items = [_row_items(a) for a in self._obs_flat]
+        self._act_items = [_row_items(a) for a in self._act_flat]
         self._rew_flat = self._rew.reshape(-1)
         self._term_flat = self._term.reshape(-1)
         self._trunc_flat = self._trunc.reshape(-1)
@@ -96,6 +98,8 @@ class VectorRingBuffer:
         # Flat index of the row after each flat row (wrapping inside the env's own ring).
         self._next_flat = np.arange(1, n * c + 1, dtype=np.intp)
         self._next_flat[c - 1 :: c] -= c
+        self._all_ids = np.arange(n)
+        self._ones = np.ones(n, dtype=np.int64)  # adding an array is cheaper than adding the scalar 1
 
         self.episode_lengths = np.zeros(n, dtype=np.int64)
         self.episode_returns = np.zeros(n, dtype=np.float64)
@@ -138,12 +142,7 @@ class VectorRingBuffer:
         self.episode_lengths[env_ids] = 0
         self.episode_returns[env_ids] = 0.0
         if self.keep_overflow:
-            self._spilled[env_ids] = 0
-            if self._overflow:
-                restarted = np.zeros(self.num_envs, dtype=bool)
-                restarted[env_ids] = True
-                for env in [e for e in self._overflow if restarted[e]]:
-                    del self._overflow[env]
+            self._restart_overflow(env_ids)
 
     def add(
         self,
@@ -176,6 +175,73 @@ class VectorRingBuffer:
         self._last_flat[env_ids] = nxt
         self.episode_lengths[env_ids] += 1
         self.episode_returns[env_ids] += rewards
+
+    def add_all(
+        self,
+        actions: Any,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        next_obs: Any,
+        started: np.ndarray | None = None,
+        stepped: np.ndarray | None = None,
+    ) -> None:
+        """Record one row for every env at once: a step (as ``add``) for each env, except that the envs in
+        ``started`` (ascending env ids) begin a new episode with their row of ``next_obs`` as its first
+        observation (as ``start_episodes``), their action, reward and flags being ignored. ``stepped``, the
+        bool mask of the other envs, may be passed where the caller has it. The other envs need an episode.
+
+        Equal to ``add`` for the other envs followed by ``start_episodes(started, ...)``, with one write per
+        array: both put the observation in the row after each env's last row. This is the step of a
+        backend that steps every env and restarts ended ones itself on their next step.
+        """
+        if started is not None and started.size == 0:
+            started = stepped = None
+        elif started is not None and stepped is None:
+            stepped = np.ones(self.num_envs, dtype=bool)
+            stepped[started] = False
+        if self.keep_overflow:
+            if self._headroom <= 0:
+                self._spill_full(self._all_ids if stepped is None else stepped.nonzero()[0])
+            self._headroom -= 1
+        cur = self._last_flat
+        nxt = self._next_flat[cur]
+        acts = flatten_batch(self.action_space, actions) if self._act_nested else (actions,)
+        for store, items, value in zip(self._act_flat, self._act_items, acts):
+            if items is None:
+                store[cur] = value
+            else:
+                _scatter(store, items, cur, value)
+        self._rew_flat[cur] = rewards
+        self._term_flat[cur] = terminations
+        self._trunc_flat[cur] = truncations
+        # a restarting env's current row ends its previous episode: it holds no step
+        self._has_flat[cur] = True if stepped is None else stepped
+        obs = flatten_batch(self.observation_space, next_obs) if self._obs_nested else (next_obs,)
+        for store, items, value in zip(self._obs_flat, self._obs_items, obs):
+            if items is None:
+                store[nxt] = value
+            else:
+                _scatter(store, items, nxt, value)
+        self._has_flat[nxt] = False
+        self._last_flat = nxt
+        self.episode_lengths += self._ones
+        self.episode_returns += rewards
+        if started is not None:
+            self._has_episode[started] = True
+            self.episode_lengths[started] = 0
+            self.episode_returns[started] = 0.0
+            if self.keep_overflow:
+                self._restart_overflow(started)
+
+    def _restart_overflow(self, env_ids: np.ndarray) -> None:
+        """Forget the spilled steps of env_ids, whose episodes were just restarted."""
+        self._spilled[env_ids] = 0
+        if self._overflow:
+            restarted = np.zeros(self.num_envs, dtype=bool)
+            restarted[env_ids] = True
+            for env in [e for e in self._overflow if restarted[e]]:
+                del self._overflow[env]
 
     def _spill_full(self, env_ids: np.ndarray) -> None:
         """Copy aside the step rows of every env in env_ids whose ring is full of its current episode."""
@@ -275,3 +341,29 @@ class VectorRingBuffer:
             "terminations": self._term_flat[rows],
             "truncations": self._trunc_flat[rows],
         }
+
+
+def _row_items(rows: np.ndarray) -> np.ndarray | None:
+    """A 1-D view of C-contiguous ``rows`` (N, ...) holding each row as one opaque (void) item, or None where
+    rows are single values or empty. numpy scatters such items several times faster than the rows of a
+    2-D array, which it copies through a slower per-row loop."""
+    if rows.ndim < 2 or rows[0].nbytes == 0:
+        return None
+    return rows.reshape(len(rows), -1).view(np.dtype((np.void, rows[0].nbytes)))[:, 0]
+
+
+def _scatter(store: np.ndarray, items: np.ndarray | None, rows: np.ndarray, values: Any) -> None:
+    """``store[rows] = values``, through ``items`` (``_row_items(store)``) where values are C-contiguous rows
+    of the same dtype and shape, the usual case, else numpy's general (casting, broadcasting) assignment."""
+    if (
+        items is not None
+        and type(values) is np.ndarray
+        and values.dtype == store.dtype
+        and values.shape[1:] == store.shape[1:]
+        and values.flags.c_contiguous
+    ):
+        if values.ndim > 2:
+            values = values.reshape(len(values), -1)
+        items[rows] = values.view(items.dtype).ravel()  # (k, 1) items, as a 1-D view
+    else:
+        store[rows] = values

@@ -84,6 +84,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self._obs_rows = self.obs_layout.allocate(num_envs)
         self._in_pool = np.zeros(num_envs, dtype=bool)  # sent to the pool, result not received from it yet
         self._restarting = np.zeros(num_envs, dtype=bool)  # finished: the pool restarts them on their next step
+        self._in_order = np.arange(num_envs, dtype=np.int32).tobytes()  # info["env_id"] of an in-order answer
         self.steps_all_envs = not self.is_async
 
     @classmethod
@@ -133,7 +134,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             self._check_open()
         if self.is_async:
             raise ValueError("step_all needs a sync pool (batch_size == num_envs)")
-        if self._flight.any():
+        if np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
         leaves = self.act_layout.batch_leaves(actions, self.num_envs)
         try:
@@ -141,24 +142,40 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         except Exception as exc:
             raise _pool_error("step", exc) from exc
         # rows in env id order (a sync pool answers in the order sent, but the env ids say for sure)
-        order = info["env_id"]
-        obs_leaves = []
-        for leaf, dtype in zip(self.obs_layout.flatten(obs), self.obs_layout.dtypes):
-            rows = np.empty((self.num_envs, *leaf.shape[1:]), dtype)
-            rows[order] = leaf
-            obs_leaves.append(rows)
-        rewards_out = np.empty(self.num_envs, np.float64)
-        rewards_out[order] = rewards
-        terminations_out = np.empty(self.num_envs, bool)
-        terminations_out[order] = terminations
-        truncations_out = np.empty(self.num_envs, bool)
-        truncations_out[order] = truncations
+        order = np.asarray(info["env_id"])
+        if order.tobytes() == self._in_order:  # one C call; any other dtype or order takes the general path
+            obs_leaves = [  # copies: the policy keeps them
+                np.array(leaf, dtype=dtype, order="C")
+                for leaf, dtype in zip(self.obs_layout.flatten(obs), self.obs_layout.dtypes)
+            ]
+            rewards_out = np.asarray(rewards, dtype=np.float64)
+            terminations_out = np.asarray(terminations, dtype=bool)
+            truncations_out = np.asarray(truncations, dtype=bool)
+        else:
+            obs_leaves = []
+            for leaf, dtype in zip(self.obs_layout.flatten(obs), self.obs_layout.dtypes):
+                rows = np.empty((self.num_envs, *leaf.shape[1:]), dtype)
+                rows[order] = leaf
+                obs_leaves.append(rows)
+            rewards_out = np.empty(self.num_envs, np.float64)
+            rewards_out[order] = rewards
+            terminations_out = np.empty(self.num_envs, bool)
+            terminations_out[order] = terminations
+            truncations_out = np.empty(self.num_envs, bool)
+            truncations_out[order] = truncations
         restarted = self._restarting
-        started = np.flatnonzero(restarted) if restarted.any() else _NO_IDS
-        transitions = ~restarted if started.size else None
-        self._restarting = terminations_out | truncations_out
+        done = terminations_out | truncations_out
+        self._restarting = done  # never written in place (see _absorb), so ``ended`` may share it
+        started = restarted.nonzero()[0]
+        if started.size:
+            transitions: np.ndarray | None = ~restarted
+            ended = done & transitions
+        else:
+            started, transitions, ended = _NO_IDS, None, done
         batch = self.obs_layout.unflatten(obs_leaves)
-        return AllEnvStep(batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started)
+        return AllEnvStep(
+            batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started, ended
+        )
 
     def _pool_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         if self._restarting[ids].any():
@@ -184,13 +201,15 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         ids = np.asarray(info["env_id"], dtype=np.int64)
         for rows, leaf in zip(self._obs_rows, self.obs_layout.flatten(obs)):
             rows[ids] = leaf
+        restarting = self._restarting.copy()  # not in place: a step_all's ``ended`` may be this array
         if steps:
             self._rewards[ids] = rewards
             self._terminations[ids] = terminations
             self._truncations[ids] = truncations
-            self._restarting[ids] = self._terminations[ids] | self._truncations[ids]
+            restarting[ids] = self._terminations[ids] | self._truncations[ids]
         else:
-            self._restarting[ids] = False
+            restarting[ids] = False
+        self._restarting = restarting
         keys = [k for k, v in info.items() if k != "players" and not isinstance(v, dict)]
         columns = [np.asarray(info[k]).tolist() for k in keys]
         for env_id, values in zip(ids.tolist(), zip(*columns)):

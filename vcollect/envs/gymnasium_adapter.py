@@ -34,17 +34,22 @@ __all__ = ["AllEnvStep", "GymnasiumVectorEnv"]
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_IDS.flags.writeable = False
+_NEXT_STEP, _SAME_STEP = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
 
 
-@dataclass
+@dataclass(slots=True)
 class AllEnvStep:
     """One step of every env of a backend that cannot step a subset.
 
     ``obs``: the latest observation of every env (what the policy sees next), fresh arrays.
     ``next_obs``: the next observation of each transition row (``obs``, except SAME_STEP rows of envs that
-    finished, which hold ``info["final_obs"]``). ``transitions``: bool mask of the rows that are
-    transitions, None when all are. ``started``: env ids whose next episode the env started by itself in
-    this step (its first observation is their row of ``obs``). ``infos``: gymnasium's vector info dict.
+    finished, which hold ``info["final_obs"]``). ``rewards`` (float64), ``terminations``, ``truncations``
+    (bool): one per row, possibly arrays the env reuses, so read them before the next step.
+    ``transitions``: bool mask of the rows that are transitions, None when all are; where given, the other
+    rows are exactly the restarts of ``started`` (NEXT_STEP). ``started``: env ids whose next episode the
+    env started by itself in this step (its first observation is their row of ``obs``). ``ended``: bool
+    mask of the transition rows that ended an episode, a fresh array the backend never writes to.
+    ``infos``: gymnasium's vector info dict.
     """
 
     obs: Any
@@ -55,6 +60,7 @@ class AllEnvStep:
     infos: dict[str, Any]
     transitions: np.ndarray | None
     started: np.ndarray
+    ended: np.ndarray
 
 
 class GymnasiumVectorEnv(BaseVectorEnv):
@@ -147,13 +153,13 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         """Step every env once and report transitions and self-started episodes (see AllEnvStep)."""
         if self.closed:
             self._check_open()
-        if self._flight.any():
+        if np.count_nonzero(self._flight):  # a C call, several times cheaper than .any() on small arrays
             self._check_idle(self._all_ids)
         return self._step_all(actions)
 
     def _step_all(self, actions: Any) -> AllEnvStep:
         finished = self._finished
-        if not self.autoresets and finished.any():
+        if not self.autoresets and np.count_nonzero(finished):
             raise ValueError(
                 f"env ids {np.flatnonzero(finished).tolist()} finished and were not reset; this vector env has "
                 "autoreset_mode=DISABLED: reset them (reset_mask) before the next step"
@@ -164,23 +170,31 @@ class GymnasiumVectorEnv(BaseVectorEnv):
             raise EnvWorkerError(
                 None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc()
             ) from exc
-        leaves = self._fresh_leaves(obs)
-        obs = self.obs_layout.unflatten(leaves)
-        rewards = np.array(rewards, dtype=np.float64)
-        terminations = np.array(terminations, dtype=bool)
-        truncations = np.array(truncations, dtype=bool)
-        done = terminations | truncations
+        if self.obs_layout.flat:
+            obs = np.array(obs, dtype=self._obs_dtypes[0], order="C")  # as _fresh_leaves, one call less
+            leaves = [obs]
+        else:
+            leaves = self._fresh_leaves(obs)
+            obs = self.obs_layout.unflatten(leaves)
+        rewards = np.asarray(rewards, dtype=np.float64)  # converted once here, the rings take float64 fastest
+        terminations = np.asarray(terminations, dtype=bool)
+        truncations = np.asarray(truncations, dtype=bool)
+        done = terminations | truncations  # fresh; self._finished is never written in place, so it may share it
+        ended = done
         next_obs = obs
         transitions: np.ndarray | None = None
         started = _NO_IDS
-        if self.autoreset_mode == AutoresetMode.NEXT_STEP:
-            if finished.any():  # these rows are the restarts: not transitions
-                started = np.flatnonzero(finished)
+        if self.autoreset_mode is _NEXT_STEP:
+            restarts = finished.nonzero()[0]
+            if restarts.size:  # these rows are the restarts: not transitions
+                started = restarts
                 transitions = ~finished
+                ended = done & transitions
             self._finished = done
-        elif self.autoreset_mode == AutoresetMode.SAME_STEP:
-            if done.any():
-                started = np.flatnonzero(done)
+        elif self.autoreset_mode is _SAME_STEP:
+            done_ids = done.nonzero()[0]
+            if done_ids.size:
+                started = done_ids
                 next_leaves = [leaf.copy() for leaf in leaves]
                 final_obs = infos["final_obs"]
                 for i in started.tolist():
@@ -188,11 +202,16 @@ class GymnasiumVectorEnv(BaseVectorEnv):
                 next_obs = self.obs_layout.unflatten(next_leaves)
         else:
             self._finished = done
-        return AllEnvStep(obs, next_obs, rewards, terminations, truncations, infos, transitions, started)
+        return AllEnvStep(obs, next_obs, rewards, terminations, truncations, infos, transitions, started, ended)
 
     def _fresh_leaves(self, obs: Any) -> list[np.ndarray]:
-        """Copies of the observation leaves in the layout dtypes (the vector env may reuse its arrays)."""
-        return [np.array(leaf, dtype=dtype) for leaf, dtype in zip(self.obs_layout.flatten(obs), self._obs_dtypes)]
+        """C-ordered copies of the observation leaves in the layout dtypes (the vector env may reuse its
+        arrays). C order because vector entry points often return transposed (Fortran-ordered) batches,
+        which numpy compares and scatters into the rings several times slower."""
+        return [
+            np.array(leaf, dtype=dtype, order="C")
+            for leaf, dtype in zip(self.obs_layout.flatten(obs), self._obs_dtypes)
+        ]
 
     # -- the VectorEnv protocol ---------------------------------------------------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
@@ -210,15 +229,16 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         result = self._step_all(actions)
         self._finished = result.terminations | result.truncations
         infos = _split_infos(result.infos, self.num_envs)
+        rewards = np.array(result.rewards, dtype=np.float64)  # copies: the caller keeps them
         if ids is not self._all_ids and not np.array_equal(ids, self._all_ids):
             return (
                 self.obs_layout.gather(self.obs_layout.flatten(result.next_obs), ids),
-                result.rewards[ids],
+                rewards[ids],
                 result.terminations[ids],
                 result.truncations[ids],
                 [infos[i] for i in ids.tolist()],
             )
-        return result.next_obs, result.rewards, result.terminations, result.truncations, infos
+        return result.next_obs, rewards, result.terminations.copy(), result.truncations.copy(), infos
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
         """Reset env_ids (all when None): all at once, or through ``reset_mask`` where the env takes one."""
@@ -253,7 +273,9 @@ class GymnasiumVectorEnv(BaseVectorEnv):
                 None, f"{type(self.env).__name__}.reset raised {exc!r}", traceback.format_exc()
             ) from exc
         leaves = self._fresh_leaves(obs)
-        self._finished[ids] = False
+        finished = self._finished.copy()  # not in place: a step's ``ended`` may be this array
+        finished[ids] = False
+        self._finished = finished
         split = _split_infos(infos, n)
         return self.obs_layout.gather(leaves, ids), [split[i] for i in ids.tolist()]
 
