@@ -30,6 +30,13 @@ __all__ = [
 ]
 
 _NESTED = (gs.Dict, gs.Tuple)
+_LEAF_TYPES = frozenset({gs.Box, gs.Discrete, gs.MultiDiscrete, gs.MultiBinary})
+
+
+def _is_nested(space: gym.Space[Any]) -> bool:
+    """isinstance(space, (Dict, Tuple)), but cheap for the plain leaf classes (Dict and Tuple are
+    typing.Mapping/Sequence subclasses, so isinstance goes through the slow ABC check)."""
+    return type(space) not in _LEAF_TYPES and isinstance(space, _NESTED)
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ def flatten_batch(space: gym.Space[Any], batch: Any) -> list[np.ndarray]:
 
     Only the structure is walked, so it works alike for one value, a batch or a (T, ...) sequence.
     """
-    if not isinstance(space, _NESTED):
+    if not _is_nested(space):
         return [np.asarray(batch)]
     out: list[np.ndarray] = []
     _flatten_into(space, batch, out, "")
@@ -127,7 +134,7 @@ def _unflatten_from(space: gym.Space[Any], it: Any) -> Any:
 
 def unflatten_batch(space: gym.Space[Any], arrays: Sequence[np.ndarray]) -> Any:
     """Inverse of :func:`flatten_batch`: rebuild the nested dict/tuple structure around leaf arrays."""
-    if not isinstance(space, _NESTED):
+    if not _is_nested(space):
         if len(arrays) != 1:
             raise ValueError(f"expected 1 leaf array for {space!r}, got {len(arrays)}")
         return arrays[0]

@@ -16,6 +16,9 @@ from gymnasium import spaces
 
 Sampler = Callable[[int], Any]
 
+BLOCK_ROWS = 1024
+"""Rows a single-leaf RandomPolicy draws per numpy call, handed out a batch at a time."""
+
 # Integers on [low, high] are drawn as low + floor(u * count) with u = j * 2**-53 in [0, 1): for
 # count <= 2**52 the product rounds to at most count - 1, and it is about twice as fast as
 # Generator.integers for small batches (which dominate per-step calls). Larger ranges use integers.
@@ -53,7 +56,9 @@ class RandomPolicy:
     ) -> None:
         self.action_space = action_space
         self._rng = np.random.default_rng(seed)
-        self._sample = _compile(action_space, self._rng)
+        sampler = _compile(action_space, self._rng)
+        nested = isinstance(action_space, (spaces.Dict, spaces.Tuple))
+        self._sample = sampler if nested else _blocked(sampler)
 
     def __call__(self, obs: Any, state: Any = None) -> tuple[Any, None]:
         """Return one random action per row of ``obs`` and no state."""
@@ -84,6 +89,28 @@ def _compile(space: gym.Space[Any], rng: np.random.Generator) -> Sampler:
         f"RandomPolicy cannot sample {space!r}: supported spaces are Box, Discrete, MultiDiscrete, "
         "MultiBinary, and Dict/Tuple of them"
     )
+
+
+def _blocked(sample: Sampler) -> Sampler:
+    """Hand out rows of blocks of BLOCK_ROWS samples: one numpy call per block, not per batch.
+
+    A leaf's rows come from its generator stream in order, so the rows are those that per-batch draws
+    would give (exactly so for the uniform samplers). Batches are copies, never views of the block.
+    """
+    block = sample(0)
+    pos = 0
+
+    def take(k: int) -> Any:
+        nonlocal block, pos
+        if pos + k > len(block):
+            fresh = sample(max(BLOCK_ROWS, k))
+            block = np.concatenate([block[pos:], fresh]) if pos < len(block) else fresh
+            pos = 0
+        rows = block[pos : pos + k].copy()
+        pos += k
+        return rows
+
+    return take
 
 
 def _scalar_if_constant(values: np.ndarray) -> float | int | np.ndarray:
