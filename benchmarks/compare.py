@@ -63,6 +63,7 @@ def mlp_policy(action_space: gym.Space) -> object:
     from vcollect.policies import TorchPolicy
 
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # as tianshou_peer.py does: a tiny net on CPU is fastest single-threaded
     net = torch.nn.Sequential(
         torch.nn.Linear(4, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2)
     )

@@ -24,6 +24,7 @@ def tianshou_collect_speed(num_envs: int, steps: int, backend: str, policy: str 
     vector_cls = DummyVectorEnv if backend == "dummy" else SubprocVectorEnv
     envs = vector_cls([lambda: gym.make("CartPole-v1") for _ in range(num_envs)])
     torch.manual_seed(0)
+    torch.set_num_threads(1)  # as compare.py's mlp_policy does: a tiny net on CPU is fastest single-threaded
     net = Net(state_shape=4, action_shape=2, hidden_sizes=[64, 64])
     dqn = DiscreteQLearningPolicy(model=net, action_space=envs.action_space[0])
     collector = Collector(dqn, envs, VectorReplayBuffer(20_000, num_envs))

@@ -350,6 +350,30 @@ def test_torch_policy_discrete_argmax_matches_torch(start: int) -> None:
     np.testing.assert_array_equal(policy(obs.astype(np.float64))[0], expected)
 
 
+class Cast(torch.nn.Module):
+    """out = obs in ``dtype`` (logits chosen exactly by the test, in the dtype under test)."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, obs: Any) -> Any:
+        return obs.to(self.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("k", [7, 40_000])  # small batches take numpy's argmax, large ones torch's
+def test_torch_policy_discrete_argmax_ties_nan_and_inf_like_torch(dtype: torch.dtype, k: int) -> None:
+    nan, inf = float("nan"), float("inf")
+    rows = [[1, 3, 3], [2, 2, 2], [1, nan, 5], [nan, nan, 0], [-inf, -inf, -inf], [0, inf, nan], [-0.0, 0.0, -1]]
+    obs = np.resize(np.array(rows, dtype=np.float32), (k, 3))
+    actions, _ = TorchPolicy(Cast(dtype), spaces.Discrete(3, start=-1))(obs)
+    expected = torch.as_tensor(obs).to(dtype).argmax(dim=-1).numpy() - 1
+    assert actions.dtype == np.int64 and actions.shape == (k,)
+    np.testing.assert_array_equal(actions, expected)
+    np.testing.assert_array_equal(actions[:7], [0, -1, 0, -1, -1, 1, -1])
+
+
 def test_torch_policy_samples_from_the_categorical_distribution() -> None:
     net = torch.nn.Linear(4, 2)
     with torch.no_grad():
@@ -585,3 +609,21 @@ def test_recurrent_hidden_batch_dim_zero_for_cell_modules() -> None:
     state2[torch.as_tensor([0])] = state2[[0]]  # the collector writes rows into returned state
     expected = net.cell(torch.as_tensor(obs), net.cell(torch.as_tensor(obs)))
     torch.testing.assert_close(state2, expected.detach())
+
+
+@pytest.mark.parametrize(
+    "space",
+    [spaces.Discrete(3, start=-1), spaces.Box(-1.0, 2.0, (3,), np.float32), spaces.MultiDiscrete([3, 4]),
+     spaces.MultiBinary(5)],
+)
+def test_random_policy_block_draws_equal_per_batch_draws(space: gym.Space[Any]) -> None:
+    # RandomPolicy draws BLOCK_ROWS rows per numpy call; the rows must be those per-batch draws give.
+    from vcollect.policies import random as random_module
+
+    sizes = [8, 8, 5, random_module.BLOCK_ROWS - 20, 3 * random_module.BLOCK_ROWS, 2]
+    policy = RandomPolicy(space, seed=3)
+    batches = [policy.sample(k) for k in sizes]
+    per_batch = random_module._compile(space, np.random.default_rng(3))
+    for batch, k in zip(batches, sizes):
+        np.testing.assert_array_equal(batch, per_batch(k))
+    assert not np.shares_memory(batches[0], batches[1])  # batches are copies, not views of one block
