@@ -410,7 +410,10 @@ class Collector:
         ``remember=False``: the caller updates the latest observations itself."""
         if check and self.validate:
             self._check_obs(next_obs, env_ids, "an observation")
-        self.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
+        if len(env_ids) == self.num_envs:  # env ids come ascending: every env, in order
+            self.buffer.add_all(actions, rewards, terminations, truncations, next_obs)
+        else:
+            self.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
         if remember:
             self._remember_obs(env_ids, next_obs)
         if render is not None:

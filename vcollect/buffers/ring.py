@@ -100,6 +100,7 @@ class VectorRingBuffer:
         self._next_flat[c - 1 :: c] -= c
         self._all_ids = np.arange(n)
         self._ones = np.ones(n, dtype=np.int64)  # adding an array is cheaper than adding the scalar 1
+        self._all_true = np.ones(n, dtype=bool)  # and writing an array cheaper than writing the scalar True
 
         self.episode_lengths = np.zeros(n, dtype=np.int64)
         self.episode_returns = np.zeros(n, dtype=np.float64)
@@ -134,8 +135,8 @@ class VectorRingBuffer:
         env_ids = np.asarray(env_ids)
         rows = self._next_flat[self._last_flat[env_ids]]
         obs = flatten_batch(self.observation_space, obs_batch) if self._obs_nested else (obs_batch,)
-        for store, value in zip(self._obs_flat, obs):
-            store[rows] = value
+        for store, items, value in zip(self._obs_flat, self._obs_items, obs):
+            _scatter(store, items, rows, value)
         self._has_flat[rows] = False
         self._last_flat[env_ids] = rows
         self._has_episode[env_ids] = True
@@ -162,15 +163,15 @@ class VectorRingBuffer:
         cur = self._last_flat[env_ids]
         nxt = self._next_flat[cur]
         acts = flatten_batch(self.action_space, actions) if self._act_nested else (actions,)
-        for store, value in zip(self._act_flat, acts):
-            store[cur] = value
+        for store, items, value in zip(self._act_flat, self._act_items, acts):
+            _scatter(store, items, cur, value)
         self._rew_flat[cur] = rewards
         self._term_flat[cur] = terminations
         self._trunc_flat[cur] = truncations
         self._has_flat[cur] = True
         obs = flatten_batch(self.observation_space, next_obs) if self._obs_nested else (next_obs,)
-        for store, value in zip(self._obs_flat, obs):
-            store[nxt] = value
+        for store, items, value in zip(self._obs_flat, self._obs_items, obs):
+            _scatter(store, items, nxt, value)
         self._has_flat[nxt] = False
         self._last_flat[env_ids] = nxt
         self.episode_lengths[env_ids] += 1
@@ -216,7 +217,7 @@ class VectorRingBuffer:
         self._term_flat[cur] = terminations
         self._trunc_flat[cur] = truncations
         # a restarting env's current row ends its previous episode: it holds no step
-        self._has_flat[cur] = True if stepped is None else stepped
+        self._has_flat[cur] = self._all_true if stepped is None else stepped
         obs = flatten_batch(self.observation_space, next_obs) if self._obs_nested else (next_obs,)
         for store, items, value in zip(self._obs_flat, self._obs_items, obs):
             if items is None:
