@@ -115,11 +115,15 @@ class DummyVectorEnv(BaseVectorEnv):
         rows = self._obs_rows
         flat_obs = rows[0] if layout.flat else None
         act_layout = self.act_layout
-        flat_act: Any = None
-        if act_layout.flat:  # Discrete actions go to the envs as numpy scalars, like in the workers
-            flat_act = list(leaves[0]) if act_layout.discrete[0] else leaves[0]
-        for j, i in enumerate(ids.tolist()):
-            action = flat_act[j] if flat_act is not None else act_layout.read_row(leaves, j)
+        id_list = ids.tolist()
+        actions: Any
+        if not act_layout.flat:
+            actions = [act_layout.read_row(leaves, j) for j in range(len(id_list))]
+        elif act_layout.discrete[0]:  # Discrete actions go to the envs as numpy scalars, like in the workers
+            actions = list(leaves[0])
+        else:
+            actions = leaves[0]
+        for i, action in zip(id_list, actions):
             try:
                 obs, reward, terminated, truncated, info = envs[i].step(action)
             except Exception as exc:
@@ -137,8 +141,10 @@ class DummyVectorEnv(BaseVectorEnv):
             terms[i] = terminated
             truncs[i] = truncated
             infos[i] = info
-            if restarts is not None and (terminated or truncated) and (restarts.allowed is None or restarts.allowed[j]):
-                self._restart(i, restarts.seeds[j], restarts.options)
+            if restarts is not None and (terminated or truncated):
+                j = id_list.index(i)  # the env's position in this call (rare: only for envs that ended)
+                if restarts.allowed is None or restarts.allowed[j]:
+                    self._restart(i, restarts.seeds[j], restarts.options)
 
     def _restart(self, i: int, seed: int | None, options: dict | None) -> None:
         """Reset env i inside step_reset: its first observation goes to the reset rows."""
