@@ -148,18 +148,25 @@ class DummyVectorEnv(BaseVectorEnv):
 
     def _restart(self, i: int, seed: int | None, options: dict | None) -> None:
         """Reset env i inside step_reset: its first observation goes to the reset rows."""
+        if self._reset_one(i, seed, options, self._reset_rows, self._reset_infos):
+            self._restarted.append(i)
+
+    def _reset_one(
+        self, i: int, seed: int | None, options: dict | None, rows: list[np.ndarray], infos: list[dict[str, Any]]
+    ) -> bool:
+        """Reset env i into row i of ``rows``/``infos``; False (the failure recorded) if that failed."""
         try:
             obs, info = self.envs[i].reset(seed=seed, options=options)
         except Exception as exc:
             self._failures.append(_Failure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
-            return
+            return False
         try:
-            self.obs_layout.write_row(self._reset_rows, i, obs)
+            self.obs_layout.write_row(rows, i, obs)
         except Exception as exc:
             self._failures.append(_obs_failure(i, exc, self.single_observation_space))
-            return
-        self._reset_infos[i] = info
-        self._restarted.append(i)
+            return False
+        infos[i] = info
+        return True
 
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         n_failed = len(self._failures)
@@ -173,17 +180,7 @@ class DummyVectorEnv(BaseVectorEnv):
 
     def _run_resets(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
         for i, seed in zip(ids.tolist(), seeds):
-            try:
-                obs, info = self.envs[i].reset(seed=seed, options=options)
-            except Exception as exc:
-                self._failures.append(_Failure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
-                continue
-            try:
-                self.obs_layout.write_row(self._obs_rows, i, obs)
-            except Exception as exc:
-                self._failures.append(_obs_failure(i, exc, self.single_observation_space))
-                continue
-            self._infos[i] = info
+            self._reset_one(i, seed, options, self._obs_rows, self._infos)
 
     def _mark_done(self, ids: np.ndarray, n_failed_before: int) -> None:
         """Mark ids done, except those that failed (they leave the in-flight set)."""
