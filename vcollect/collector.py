@@ -267,7 +267,7 @@ class Collector:
     ) -> int:
         if self._steps_all:
             return self._collect_all_env_steps(n_step, None, call)
-        all_ids = np.arange(self.num_envs)
+        all_ids = self._all_ids
         self._reset_pending(all_ids, call.reset_options)
         collected = 0
         while collected < n_step:
@@ -295,6 +295,8 @@ class Collector:
         collected = 0
         while True:
             ready = np.flatnonzero(quota > 0)
+            if ready.size == self.num_envs:
+                ready = self._all_ids  # the object _record recognises as "every env, in order"
             if ready.size == 0:
                 return collected
             finished = self._step(ready, call, quota[ready] > 1)
@@ -410,7 +412,7 @@ class Collector:
         ``remember=False``: the caller updates the latest observations itself."""
         if check and self.validate:
             self._check_obs(next_obs, env_ids, "an observation")
-        if len(env_ids) == self.num_envs:  # env ids come ascending: every env, in order
+        if env_ids is self._all_ids:  # every env, in order: one write per array
             self.buffer.add_all(actions, rewards, terminations, truncations, next_obs)
         else:
             self.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
