@@ -242,6 +242,62 @@ def test_subproc_step_reset_seeds_in_shared_rows_or_beyond_int64(closing, monkey
     assert [info["seed"] for info in got.reset_infos] == [None, 3, 2**63 - 1]
 
 
+@pytest.mark.parametrize("spin_s", [0.0, 300e-6])
+def test_subproc_step_reset_of_every_env_skips_the_pipes(closing, monkeypatch, spin_s):
+    # The collector's call (all envs, a seed each) goes through the shared control words and semaphores:
+    # no pipe message while infos are empty, the same results as in process, restarts included.
+    fast = SubprocVectorEnv([make_cartpole] * 4, num_workers=2, spin_s=spin_s)
+    closing.append(fast)
+    twin = make(closing, "dummy", [make_cartpole] * 4)
+    fast.reset(seeds=0)
+    twin.reset(seeds=0)
+    sent: list[int] = []
+    monkeypatch.setattr(fast, "_send_to", lambda w, message: sent.append(w))
+    rng = np.random.default_rng(0)
+    restarts = 0
+    for t in range(80):
+        actions = rng.integers(0, 2, 4)
+        seeds = [1000 * t + j for j in range(4)]
+        got = fast.step_reset(actions, reset_seeds=seeds)
+        want = twin.step_reset(actions, reset_seeds=seeds)
+        for a, b in zip(got[:4], want[:4]):
+            assert_identical(a, b)
+        assert got.infos == want.infos and got.reset_ids.tolist() == want.reset_ids.tolist()
+        if want.reset_ids.size:
+            assert_identical(got.reset_obs, want.reset_obs)
+            restarts += want.reset_ids.size
+        else:
+            assert got.reset_obs is None and got.reset_infos == []
+    assert sent == [] and restarts >= 4
+
+
+@pytest.mark.parametrize("interrupted", ["_await_done", "_recv_from"])
+def test_subproc_interrupted_fast_step_reset_is_finished_by_the_next_call(closing, monkeypatch, interrupted):
+    # Ctrl-C while waiting for a worker's answer (or for its pickled reply): the workers still do the step,
+    # and the next call reads and drops those answers before writing the shared rows again.
+    envs = make(closing, "subproc", [functools.partial(CountingEnv, 100)] * 4)
+    assert isinstance(envs, SubprocVectorEnv)
+    envs.reset()
+    original = getattr(envs, interrupted)
+
+    def interrupt_once(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(envs, interrupted, original)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(envs, interrupted, interrupt_once)
+    with pytest.raises(KeyboardInterrupt):
+        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
+    assert any(envs._owed)
+    obs, *_, infos = envs.step(np.zeros(4, np.int64))
+    assert obs.ravel().tolist() == [2, 2, 2, 2] and infos == [{"t": 2}] * 4
+    assert not any(envs._owed)
+    monkeypatch.setattr(envs, interrupted, interrupt_once)
+    with pytest.raises(KeyboardInterrupt):
+        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
+    got = envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
+    assert got.obs.ravel().tolist() == [4, 4, 4, 4] and got.infos == [{"t": 4}] * 4
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_subsets_step_only_those_envs_in_the_given_order(closing, backend):
     envs = make(closing, backend, [functools.partial(CountingEnv, 100)] * 5)
@@ -502,6 +558,32 @@ def test_dying_worker_raises_quickly_and_closes(closing):
     assert envs.closed
     with pytest.raises(CollectorStateError):
         envs.step(np.zeros(4, np.int64))
+
+
+def test_dying_worker_during_fast_step_reset_raises_quickly_and_closes(closing):
+    # The worker dies while the parent waits on its done semaphore (no pipe to read end-of-file from).
+    fns = [CountingEnv, CountingEnv, functools.partial(DyingEnv, die_step=2), CountingEnv]
+    envs = make(closing, "subproc", fns)
+    envs.reset()
+    envs.step_reset(np.zeros(4, np.int64), reset_seeds=[0, 1, 2, 3])
+    start = time.monotonic()
+    with pytest.raises(EnvWorkerError, match="exit code 3") as info:
+        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[0, 1, 2, 3])
+    assert time.monotonic() - start < 5
+    assert info.value.env_id == 2
+    assert envs.closed
+
+
+def test_workers_exit_when_the_parent_is_gone(closing):
+    # A worker waiting on its command semaphore notices that the parent's end of its command pipe closed.
+    envs = SubprocVectorEnv([CountingEnv] * 2, num_workers=2)
+    closing.append(envs)
+    envs.reset()
+    for writer in envs._pipes[0::2]:  # each worker's command pipe: what a parent that died leaves behind
+        writer.close()
+    for proc in envs._procs:
+        proc.join(5)
+        assert proc.exitcode == 0
 
 
 def test_dying_worker_during_async_recv(closing):

@@ -14,9 +14,17 @@ Protocol (one message each way per worker per command):
 Each worker has a FIFO of outstanding commands, so async sends, resets and replies stay matched.
 Messages are length-prefixed frames on two plain pipes per worker, written and read with os.write /
 os.read: that is several times cheaper per round trip than multiprocessing.Connection over a socket.
+Every command is also announced on the worker's command semaphore, which is what the worker waits on.
+The collector's usual call, a synchronous ``step_reset`` of every env with a seed for each and nothing
+else in flight, skips the pipes: the parent sets the worker's ``fast`` control word and posts the
+semaphore; the worker answers by setting its ``reply`` control word and posting its done semaphore, and
+sends a pickled reply on its pipe only when there is something to say (infos, failures). Semaphores
+(futexes) order the shared-memory writes on every platform and cost no system call while the other side
+is polling, which halves the round trip against pipes.
 Shared memory is one anonymous file (memfd) handed to the workers at start and sized once they have
-reported their spaces, so no env has to be built in the parent. A worker that dies is seen at once: its
-reply pipe reads end-of-file and its process sentinel becomes ready.
+reported their spaces, so no env has to be built in the parent. A worker that dies is seen at once on
+the pipes (its reply pipe reads end-of-file) and within _LIVENESS_POLL_S on a semaphore (its process is
+checked whenever a wait times out); a worker whose parent is gone sees its command pipe hang up.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing import reduction
 from multiprocessing.context import BaseContext
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import gymnasium as gym
 import numpy as np
@@ -63,6 +71,14 @@ _LIVENESS_POLL_S = 0.5
 _CLOSE_JOIN_S = 2.0
 _SPIN_S = 300e-6
 _ALIGN = 64
+# Each worker's control row (one cache line of int64 words in shared memory):
+_CTRL_FAST = 0  # parent -> worker: 1 when the announced command is a full step-and-reset without a message
+_CTRL_REPLY = 1  # worker -> parent: _REPLY_* bits of the answer to that command
+_CTRL_CURRENT = 2  # the env id the worker is calling right now (-1 when idle): names the env if it dies
+_CTRL_WORDS = _ALIGN // 8
+_REPLY_RESTARTED, _REPLY_MESSAGE = 1, 2  # some env was restarted; a pickled reply follows on the pipe
+# what the parent still owes to read from a worker after an interrupted fast command
+_OWE_NOTHING, _OWE_DONE, _OWE_MESSAGE = 0, 1, 2
 _HEADER = struct.Struct("<I")
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 
@@ -147,6 +163,25 @@ def _spin(poller: select.poll, seconds: float) -> None:
         os.sched_yield()
 
 
+def _spin_acquire(semaphore: Any, seconds: float) -> bool:
+    """Try to take semaphore without sleeping (yielding the CPU between tries) for up to seconds.
+
+    Like _spin: a waiting side that polls a short while is not put to sleep, so the other side's post
+    costs no system call and this side needs no slow wake-up.
+    """
+    if semaphore.acquire(False):
+        return True
+    if seconds <= 0:
+        return False
+    deadline = time.perf_counter() + seconds
+    while True:
+        os.sched_yield()
+        if semaphore.acquire(False):
+            return True
+        if time.perf_counter() > deadline:
+            return False
+
+
 # --------------------------------------------------------------------------------------------------
 # shared rows, laid out identically in the parent and in every worker
 
@@ -172,8 +207,9 @@ class _SharedRows:
         self.rewards = take((num_envs,), np.dtype(np.float64))
         self.terminations = take((num_envs,), np.dtype(bool))
         self.truncations = take((num_envs,), np.dtype(bool))
-        # env id each worker is calling right now (-1 when idle): names the env when a worker dies
-        self.current = take((num_workers,), np.dtype(np.int64))
+        # one cache line of control words per worker (_CTRL_*), so workers never write each other's line
+        self.control = take((num_workers, _CTRL_WORDS), np.dtype(np.int64))
+        self.current = self.control[:, _CTRL_CURRENT]
         self.reset_obs = [take((num_envs,) + s, d) for s, d in zip(obs.shapes, obs.dtypes)]
         self.reset_seed = take((num_envs,), np.dtype(np.int64))
         self.reset_mode = take((num_envs,), np.dtype(np.int8))
@@ -183,7 +219,7 @@ class _SharedRows:
     def size(obs: FixedLayout, act: FixedLayout, num_envs: int, num_workers: int) -> int:
         """Bytes the rows need (each array starts on an _ALIGN boundary)."""
         sizes = obs.nbytes(num_envs) + act.nbytes(num_envs)
-        sizes += [8 * num_envs, num_envs, num_envs, 8 * num_workers]
+        sizes += [8 * num_envs, num_envs, num_envs, _ALIGN * num_workers]
         sizes += obs.nbytes(num_envs) + [8 * num_envs, num_envs, num_envs]
         return sum(_aligned(s) for s in sizes)
 
@@ -194,6 +230,9 @@ def _aligned(nbytes: int) -> int:
 
 # --------------------------------------------------------------------------------------------------
 # worker process
+
+
+_FailureTuple = tuple[int, str, str, str]  # (env id, kind, message, traceback) of a failed env call
 
 
 def _describe(exc: BaseException) -> str:
@@ -210,6 +249,8 @@ def _worker(
     num_envs: int,
     num_workers: int,
     spin_s: float,
+    commands: Any,
+    done: Any,
 ) -> None:
     channel = _Channel(cmd_reader.fileno(), reply_writer.fileno())
     envs: list[gym.Env] = []
@@ -242,7 +283,7 @@ def _worker(
         obs_layout = FixedLayout(first.observation_space)
         act_layout = FixedLayout(first.action_space)
         rows = _SharedRows(buffer, obs_layout, act_layout, num_envs, num_workers)
-        _serve(index, env_ids, envs, channel, rows, obs_layout, act_layout, spin_s)
+        _serve(index, env_ids, envs, channel, rows, obs_layout, act_layout, spin_s, commands, done)
     except (KeyboardInterrupt, EOFError, OSError):
         pass
     finally:
@@ -260,39 +301,41 @@ def _serve(
     obs_layout: FixedLayout,
     act_layout: FixedLayout,
     spin_s: float,
+    commands: Any,
+    done: Any,
 ) -> None:
     """Answer commands until told to close (or the parent goes away).
 
-    After each reply the worker polls for the next command for up to spin_s seconds before blocking.
+    After each reply the worker polls its command semaphore for up to spin_s seconds before sleeping.
     """
-    current = rows.current
+    control = rows.control[index]
     obs_rows, act_rows = rows.obs, rows.act
     rewards, terminations, truncations = rows.rewards, rows.terminations, rows.truncations
+    reset_mode = rows.reset_mode
     obs_flat = obs_rows[0] if obs_layout.flat else None
+    # a single scalar action leaf (Discrete and the like): the row's numpy scalar is what read_row gives
+    act_scalar = act_rows[0] if act_layout.flat and not act_layout.shapes[0] else None
+    everything = tuple(range(len(envs)))
     poller = select.poll()
     poller.register(channel.read_fd, select.POLLIN)
-    while True:
-        if spin_s > 0 and not channel.has_message():
-            _spin(poller, spin_s)
-        op, local, payload = pickle.loads(channel.recv())
-        if op == _CLOSE:
-            return
-        if op == _RENDER:
-            channel.send(pickle.dumps([env.render() for env in envs], protocol=_PROTOCOL))
-            continue
+
+    def run(op: int, local: Sequence[int], payload: Any) -> tuple[list[Any], list[_FailureTuple], dict, int]:
+        """Step (or reset) the envs at local indices: (infos, failures, restart infos, restarts)."""
         infos: list[Any] = []
-        failures: list[tuple[int, str, str, str]] = []
+        failures: list[_FailureTuple] = []
         reset_infos: dict[int, Any] = {}
+        restarts = 0
         stepping = op != _RESET
         for k, li in enumerate(local):
             g = env_ids[li]
-            current[index] = g
+            control[_CTRL_CURRENT] = g
             try:
-                if stepping:
-                    action = act_layout.read_row(act_rows, g)
-                    obs, reward, terminated, truncated, info = envs[li].step(action)
-                else:
+                if not stepping:
                     obs, info = envs[li].reset(seed=payload[0][k], options=payload[1])
+                elif act_scalar is not None:
+                    obs, reward, terminated, truncated, info = envs[li].step(act_scalar[g])
+                else:
+                    obs, reward, terminated, truncated, info = envs[li].step(act_layout.read_row(act_rows, g))
             except Exception as exc:
                 what = "step" if stepping else "reset"
                 failures.append((g, "env", f"{what} raised {exc!r}", traceback.format_exc()))
@@ -313,31 +356,70 @@ def _serve(
                 terminations[g] = terminated
                 truncations[g] = truncated
             infos.append(info)
-            if op == _STEP_RESET and (terminated or truncated) and rows.reset_mode[g] != _NO_RESET:
+            if op == _STEP_RESET and (terminated or truncated) and reset_mode[g] != _NO_RESET:
                 failure = _restart(envs[li], g, rows, obs_layout, payload, reset_infos)
-                if failure is not None:
+                if failure is None:
+                    restarts += 1
+                else:
                     failures.append(failure)
-        current[index] = -1
-        if not failures and not any(infos) and not reset_infos:
-            channel.send(b"")
-            continue
+        control[_CTRL_CURRENT] = -1
+        return infos, failures, reset_infos, restarts
+
+    def encode(local: Sequence[int], infos: list[Any], failures: list[_FailureTuple], reset_infos: dict) -> bytes:
+        """The pickled reply; an env whose info cannot be pickled becomes a failure."""
         try:
-            reply = pickle.dumps((infos, failures, reset_infos), protocol=_PROTOCOL)
+            return pickle.dumps((infos, failures, reset_infos), protocol=_PROTOCOL)
         except Exception as exc:
             trace = traceback.format_exc()
             failed = {f[0] for f in failures}
-            failures += [
+            failures = failures + [
                 (env_ids[li], "env", f"info is not picklable: {exc!r}", trace)
                 for li in local
                 if env_ids[li] not in failed
             ]
-            reply = pickle.dumps(([{} for _ in local], failures, {}), protocol=_PROTOCOL)
-        channel.send(reply)
+            return pickle.dumps(([{} for _ in local], failures, {}), protocol=_PROTOCOL)
+
+    while True:
+        _await_command(commands, poller, spin_s)
+        if control[_CTRL_FAST]:
+            control[_CTRL_FAST] = 0
+            infos, failures, reset_infos, restarts = run(_STEP_RESET, everything, None)
+            flags = _REPLY_RESTARTED if restarts else 0
+            if not failures and not reset_infos and not any(infos):
+                control[_CTRL_REPLY] = flags
+                done.release()
+                continue
+            reply = encode(everything, infos, failures, reset_infos)
+            control[_CTRL_REPLY] = flags | _REPLY_MESSAGE
+            done.release()  # before sending: a reply bigger than the pipe is read while it is written
+            channel.send(reply)
+            continue
+        op, local, payload = pickle.loads(channel.recv())
+        if op == _CLOSE:
+            return
+        if op == _RENDER:
+            channel.send(pickle.dumps([env.render() for env in envs], protocol=_PROTOCOL))
+            continue
+        infos, failures, reset_infos, _ = run(op, local, payload)
+        if not failures and not any(infos) and not reset_infos:
+            channel.send(b"")
+        else:
+            channel.send(encode(local, infos, failures, reset_infos))
+
+
+def _await_command(commands: Any, poller: select.poll, spin_s: float) -> None:
+    """Return once the parent has announced a command; EOFError once the parent is gone (its end of the
+    command pipe hung up), checked whenever a wait of _LIVENESS_POLL_S times out."""
+    if _spin_acquire(commands, spin_s):
+        return
+    while not commands.acquire(True, _LIVENESS_POLL_S):
+        if any(events & select.POLLHUP for _, events in poller.poll(0)):
+            raise EOFError("the parent process is gone")
 
 
 def _restart(
     env: gym.Env, g: int, rows: _SharedRows, obs_layout: FixedLayout, options: Any, reset_infos: dict[int, Any]
-) -> tuple[int, str, str, str] | None:
+) -> _FailureTuple | None:
     """Reset env g (which just ended) for a step-and-reset command; a failure tuple if that failed."""
     seed = int(rows.reset_seed[g]) if rows.reset_mode[g] == _SEEDED else None
     try:
@@ -377,7 +459,7 @@ class SubprocVectorEnv(BaseVectorEnv):
     per worker. `context` is a multiprocessing start method name or context (default "forkserver" where
     available, else "spawn"); factories are sent with cloudpickle, so lambdas work as well.
     `spin_s`: how long a worker waiting for its next command, and the parent waiting for a reply, poll
-    (yielding the CPU) before they sleep; 0 sleeps at once. Polling avoids a slow wake-up per message when
+    (yielding the CPU) before they sleep; 0 sleeps at once. Polling avoids a slow wake-up per command when
     steps follow each other quickly, at the price of at most spin_s of CPU per wait.
     A worker process that dies raises EnvWorkerError and closes the vector env.
     """
@@ -412,6 +494,11 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._commands: list[collections.deque[_Command]] = [collections.deque() for _ in range(num_workers)]
         self._render_results: dict[int, list[Any]] = {}
         self._spin_s = spin_s
+        self._command_sems: list[Any] = []  # posted once per command (what the worker waits on)
+        self._done_sems: list[Any] = []  # posted by the worker when it has answered a fast command
+        self._owed = [_OWE_NOTHING] * num_workers  # answers of interrupted fast commands, read before others
+        self._modes_seeded = False  # every shared reset_mode row is _SEEDED
+        self._restarted_dirty = True  # some shared restarted row may be True
 
         ctx = _context(context)
         shared_fd = _shared_file()
@@ -420,6 +507,7 @@ class SubprocVectorEnv(BaseVectorEnv):
                 cmd_reader, cmd_writer = ctx.Pipe(duplex=False)
                 reply_reader, reply_writer = ctx.Pipe(duplex=False)
                 fns = [CloudpickleWrapper(env_fns[i]) for i in group]
+                commands, done = ctx.Semaphore(0), ctx.Semaphore(0)  # type: ignore[attr-defined]
                 proc = ctx.Process(  # type: ignore[attr-defined]
                     target=_worker,
                     args=(
@@ -432,11 +520,15 @@ class SubprocVectorEnv(BaseVectorEnv):
                         num_envs,
                         num_workers,
                         spin_s,
+                        commands,
+                        done,
                     ),
                     name=f"vcollect-env-worker-{w}",
                     daemon=True,
                 )
                 self._pipes += [cmd_writer, reply_reader]
+                self._command_sems.append(commands)
+                self._done_sems.append(done)
                 self._channels.append(_Channel(reply_reader.fileno(), cmd_writer.fileno()))
                 poller = select.poll()
                 poller.register(reply_reader.fileno(), select.POLLIN)
@@ -459,8 +551,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             size = _SharedRows.size(self.obs_layout, self.act_layout, num_envs, num_workers)
             os.ftruncate(shared_fd, size)
             self._buffer = mmap.mmap(shared_fd, size)
-            for w in range(num_workers):
-                self._send_to(w, pickle.dumps(size))
+            for w in range(num_workers):  # read before the worker waits for commands: no semaphore post
+                self._channels[w].send(pickle.dumps(size))
         except BaseException:
             self.closed = True
             self._shutdown()
@@ -475,6 +567,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._terminations = rows.terminations
         self._truncations = rows.truncations
         rows.current[:] = -1
+        self._worker_sizes = [g.size for g in self._group_ids]
         self._full_parts = self._parts(_STEP, np.arange(num_envs), None)
         self._full_step_reset_parts = self._parts(_STEP_RESET, np.arange(num_envs), None)
 
@@ -496,6 +589,8 @@ class SubprocVectorEnv(BaseVectorEnv):
     # -- the hot paths: synchronous calls while nothing else is in flight ---------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
         """Step env_ids (all when None): one message per worker holding them; results in env_ids order."""
+        if any(self._owed):
+            self._settle_owed()
         if self.closed or any(self._commands):
             return super().step(actions, env_ids)
         ids = self._ids(env_ids)
@@ -520,6 +615,8 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
         """Reset env_ids (all when None): one message per worker holding them; results in env_ids order."""
+        if any(self._owed):
+            self._settle_owed()
         if self.closed or any(self._commands):
             return super().reset(env_ids, seeds, options)
         ids = self._ids(env_ids)
@@ -541,6 +638,12 @@ class SubprocVectorEnv(BaseVectorEnv):
     ) -> StepResetResult:
         """Step env_ids (all when None); each worker resets its envs that end right after their step, so
         an ended episode costs no second round trip. Results in env_ids order."""
+        if env_ids is None and may_reset is None and options is None and not self.closed and not any(self._commands):
+            result = self._step_reset_all(actions, reset_seeds)
+            if result is not None:
+                return result
+        if any(self._owed):
+            self._settle_owed()
         seed_list = list(reset_seeds)
         given = [s for s in seed_list if s is not None]
         if self.closed or any(self._commands) or (given and not 0 <= min(given) <= max(given) < 2**63):
@@ -562,6 +665,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             modes = np.where(seed_array >= 0, _SEEDED, _UNSEEDED).astype(np.int8)
             if may_reset is not None:
                 modes[~may_reset] = _NO_RESET
+            self._modes_seeded = False
+        self._restarted_dirty = True
         if env_ids is None:
             for row, leaf in zip(self._act_rows, leaves):
                 row[...] = leaf
@@ -599,6 +704,88 @@ class SubprocVectorEnv(BaseVectorEnv):
         return StepResetResult(
             *step, restarted, reset_obs, [reset_infos.get(i, {}) for i in restarted.tolist()]
         )
+
+    def _step_reset_all(self, actions: Any, reset_seeds: Sequence[int | None]) -> StepResetResult | None:
+        """step_reset of every env with a seed for each and nothing in flight: the collector's call, made
+        without pipes (see the module docstring). None when the seeds are not one int in [0, 2**63) per
+        env: the general path handles (or rejects) those."""
+        seeds = list(reset_seeds)
+        rows = self._rows
+        assert rows is not None
+        if any(self._owed):
+            self._settle_owed()
+        try:
+            rows.reset_seed[:] = seeds  # raises for None, seeds from 2**63 on and a wrong count
+        except (TypeError, ValueError, OverflowError):
+            return None
+        if min(cast("list[int]", seeds)) < 0:
+            return None
+        leaves = self.act_layout.batch_leaves(actions, self.num_envs)
+        for row, leaf in zip(self._act_rows, leaves):
+            row[...] = leaf
+        if not self._modes_seeded:
+            rows.reset_mode[...] = _SEEDED
+            self._modes_seeded = True
+        if self._restarted_dirty:
+            rows.restarted[...] = False
+            self._restarted_dirty = False
+        control = rows.control
+        owed = self._owed
+        for w, commands in enumerate(self._command_sems):
+            control[w, _CTRL_FAST] = 1
+            owed[w] = _OWE_DONE
+            commands.release()
+        infos: list[dict[str, Any]] = []
+        reset_infos: dict[int, dict[str, Any]] = {}
+        flags = 0
+        for w, size in enumerate(self._worker_sizes):
+            reply = self._settle(w)
+            if reply is None:
+                infos += [{} for _ in range(size)]
+            else:
+                infos += self._unpack(reply, reset_infos)
+            flags |= int(control[w, _CTRL_REPLY])
+        if flags & _REPLY_RESTARTED:
+            self._restarted_dirty = True
+        self._raise_failure()
+        obs = self.obs_layout.gather(self._obs_rows, None)
+        step = (obs, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos)
+        if not flags & _REPLY_RESTARTED:
+            return StepResetResult(*step, self._all_ids[:0], None, [])
+        restarted = np.flatnonzero(rows.restarted)
+        reset_obs = self.obs_layout.gather(rows.reset_obs, restarted)
+        return StepResetResult(*step, restarted, reset_obs, [reset_infos.get(i, {}) for i in restarted.tolist()])
+
+    def _settle_owed(self) -> None:
+        """Finish the fast commands whose answers an interrupted call left unread (and drop the answers):
+        the workers may still be reading the shared rows the next command is about to write."""
+        for w in range(self.num_workers):
+            if self._owed[w] and not self.closed:
+                self._settle(w)
+
+    def _settle(self, w: int) -> bytes | None:
+        """Wait for worker w's answer to its fast command: its pickled reply, or None if it had nothing
+        to say. What is still owed is tracked (self._owed), so an interrupted wait is finished later."""
+        if self._owed[w] == _OWE_DONE:
+            self._await_done(w)
+            if not self._rows.control[w, _CTRL_REPLY] & _REPLY_MESSAGE:  # type: ignore[union-attr]
+                self._owed[w] = _OWE_NOTHING
+                return None
+            self._owed[w] = _OWE_MESSAGE
+        reply = self._recv_from(w, self._group_ids[w], spin=False)
+        self._owed[w] = _OWE_NOTHING
+        return reply
+
+    def _await_done(self, w: int) -> None:
+        """Take worker w's done semaphore, checking every _LIVENESS_POLL_S that the worker is alive."""
+        done = self._done_sems[w]
+        if _spin_acquire(done, self._spin_s):
+            return
+        while not done.acquire(True, _LIVENESS_POLL_S):
+            if not self._procs[w].is_alive():
+                if done.acquire(False):  # answered, then died: the next command finds out
+                    return
+                self._worker_died(w, self._group_ids[w])
 
     def _split(self, ids: np.ndarray) -> list[tuple[int, tuple[int, ...], np.ndarray]]:
         """(worker, local indices, env ids) for each worker holding some of ids, in worker order."""
@@ -661,10 +848,14 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     # -- messaging -------------------------------------------------------------------------------
     def _send_to(self, w: int, message: bytes) -> None:
+        """Send worker w a command and announce it (after reading what an interrupted fast command owes)."""
+        if self._owed[w]:
+            self._settle(w)
         try:
             self._channels[w].send(message)
         except OSError:
             self._worker_died(w, None)
+        self._command_sems[w].release()
 
     def _recv_from(self, w: int, ids: np.ndarray | None, spin: bool = True) -> bytes:
         """The next message of worker w, checking it is alive while waiting (its dead pipe reads EOF)."""
@@ -700,6 +891,8 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     # -- async half ------------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        if any(self._owed):
+            self._settle_owed()
         for row, leaf in zip(self._act_rows, action_leaves):
             row[ids] = leaf
         self._dispatch(self._parts(_STEP, ids, None), _STEP)
@@ -789,10 +982,11 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     def _shutdown(self) -> None:
         close_message = pickle.dumps((_CLOSE, (), None))
-        for channel, proc in zip(self._channels, self._procs):
+        for channel, proc, commands in zip(self._channels, self._procs, self._command_sems):
             if proc.is_alive():
                 with contextlib.suppress(OSError):
                     channel.send(close_message)
+                    commands.release()
         deadline = time.monotonic() + _CLOSE_JOIN_S
         for proc in self._procs:
             proc.join(max(0.0, deadline - time.monotonic()))
@@ -806,6 +1000,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             pipe.close()
         for queue in self._commands:
             queue.clear()
+        self._owed = [_OWE_NOTHING] * self.num_workers
         self._release_buffer()
 
     def _release_buffer(self) -> None:
