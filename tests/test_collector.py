@@ -363,6 +363,38 @@ def test_action_outside_the_space_is_a_clear_error() -> None:
         collector.collect(n_step=2, reset_before_collect=True)
 
 
+class VouchingPolicy:
+    """Returns action 5 for a Discrete(2) space while claiming its actions lie in the space."""
+
+    def __init__(self, action_space: gym.Space, vouches: bool) -> None:
+        self.action_space = action_space
+        self.actions_in_space = vouches
+
+    def __call__(self, obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:
+        return np.full(len(obs), 5, dtype=np.int64), None
+
+    def add_exploration_noise(self, actions: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        return actions
+
+
+@pytest.mark.parametrize(
+    ("vouches", "same_space", "noise", "checked"),
+    [(True, True, False, False), (False, True, False, True), (True, False, False, True), (True, True, True, True)],
+)
+def test_actions_are_checked_unless_the_policy_vouches_for_them(
+    vouches: bool, same_space: bool, noise: bool, checked: bool
+) -> None:
+    space = CountingEnv().action_space if same_space else gym.spaces.Discrete(3)
+    policy = VouchingPolicy(space, vouches)
+    with Collector(policy, counting_fns(2), seed=0, exploration_noise=noise) as collector:
+        if checked:
+            with pytest.raises(ActionError, match="outside"):
+                collector.collect(n_step=2, reset_before_collect=True)
+        else:  # CountingEnv ignores its action: the unchecked 5 is what the ring holds
+            collector.collect(n_step=2, reset_before_collect=True)
+            assert np.all(collector.buffer.sample(8, np.random.default_rng(0))["actions"] == 5)
+
+
 def test_policy_not_returning_a_pair_is_a_clear_error() -> None:
     policy = lambda obs, state=None: np.zeros(len(obs), dtype=np.int64)  # noqa: E731
     with Collector(policy, [cartpole] * 2, seed=0) as collector, pytest.raises(ActionError, match="actions, state"):

@@ -627,3 +627,11 @@ def test_random_policy_block_draws_equal_per_batch_draws(space: gym.Space[Any]) 
     for batch, k in zip(batches, sizes):
         np.testing.assert_array_equal(batch, per_batch(k))
     assert not np.shares_memory(batches[0], batches[1])  # batches are copies, not views of one block
+
+
+def test_torch_policy_vouches_for_index_valued_actions_only() -> None:
+    net = torch.nn.Linear(3, 4)
+    assert TorchPolicy(net, spaces.Discrete(4)).actions_in_space
+    assert TorchPolicy(net, spaces.MultiBinary(4)).actions_in_space
+    # a module that outputs NaN gives NaN Box actions: those stay checked by the collector
+    assert not TorchPolicy(net, spaces.Box(-1.0, 1.0, (4,), np.float32)).actions_in_space

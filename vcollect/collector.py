@@ -155,6 +155,7 @@ class Collector:
         self._autoresets = bool(getattr(self.envs, "autoresets", False))
         self._seeded_resets = bool(getattr(self.envs, "seeded_resets", True))
         self._carry = TransitionLedger(self.num_envs)
+        self._trusted_actions = False  # set per collect() call: see _policy_in_space
         step_reset = getattr(self.envs, "step_reset", None)
         self._step_reset: Callable[..., StepResetResult] | None = None if self._steps_all else step_reset
 
@@ -241,6 +242,7 @@ class Collector:
                 "reset_before_collect=True"
             )
 
+        self._trusted_actions = self._policy_in_space()
         start = time.perf_counter()
         bar = tqdm(total=int(target), unit="step" if n_step is not None else "ep", disable=not progress)
         call = CollectCall(random, render, reset_options, bar)
@@ -388,9 +390,19 @@ class Collector:
             return self._random_policy.sample(len(env_ids))
         obs = self._current_obs(env_ids)
         actions = self._act(obs, env_ids)
-        if self.validate:
+        if self.validate and not self._trusted_actions:
             actions = self._checked_actions(actions, env_ids)
         return actions
+
+    def _policy_in_space(self) -> bool:
+        """Whether the policy vouches that its actions lie in the env's action space (see
+        vcollect.policies.base), so that checking them again would be wasted work."""
+        policy = self.policy
+        if not getattr(policy, "actions_in_space", False) or (
+            self.exploration_noise and hasattr(policy, "add_exploration_noise")
+        ):
+            return False
+        return getattr(policy, "action_space", None) == self.action_space
 
     def _record(
         self,

@@ -3,6 +3,10 @@
 A policy maps a batch of observations of the ready envs (batched nested form) and their state rows to
 a batch of actions and the new state rows. State has the env axis first (or is None), so the
 collector can keep one row per env id and hand a policy only the rows of the envs it steps.
+
+A policy whose actions lie in its ``action_space`` by construction may say so with a true
+``actions_in_space`` attribute; where that space equals the env's (and no exploration noise is added),
+the collector then skips its per-step check of the actions (TorchPolicy does for index-valued spaces).
 """
 
 from __future__ import annotations

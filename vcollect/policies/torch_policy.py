@@ -14,6 +14,7 @@ import torch
 from gymnasium import spaces
 
 from vcollect.errors import ActionError
+from vcollect.spaces import leaves
 
 # (module output for one action leaf, deterministic) -> batch of actions for that leaf
 ActionMap = Callable[[Any, bool], Any]
@@ -55,6 +56,9 @@ class TorchPolicy:
         # torch.nn.GRU/LSTM keep hidden as (num_layers, batch, H): batch on axis 1; GRUCell-style on 0
         self.hidden_batch_dim = hidden_batch_dim
         self._map = _compile_action_map(action_space, squash, self.device)
+        # Index-valued actions (argmax, samples, thresholds) always lie in the space; Box actions do not
+        # when the module outputs NaN, so the collector keeps checking those.
+        self.actions_in_space = not any(isinstance(leaf.space, spaces.Box) for leaf in leaves(action_space))
 
     def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
         """Return numpy actions for the observation batch ``obs`` and (if recurrent) the new state rows."""
