@@ -488,3 +488,51 @@ def test_record_infos_is_refused_for_backends_that_reset_by_themselves() -> None
     vector = gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="sync")
     with pytest.raises(ValueError, match="record_infos"):
         Collector(None, vector, record_infos=True)
+
+
+class OneByOneStore:
+    """An EpisodeStore seen through write_episode only: the Collector then writes every episode at once."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def write_episode(self, *args: Any, **kwargs: Any) -> None:
+        self.store.write_episode(*args, **kwargs)
+
+    def flush(self) -> None:
+        self.store.flush()
+
+
+def test_queued_batch_writes_store_the_same_episodes_as_one_by_one_writes(tmp_path) -> None:
+    # Lengths around a 10-row ring: short episodes are queued and gathered later (also across ring
+    # wrap-arounds and WRITE_BATCH flushes), an 11-step one is spilled and written at once, in order.
+    from vcollect.store import EpisodeStore, load_dataset
+
+    lengths = (2, 3, 11, 5)
+    space = CountingEnv()
+    datasets = []
+    for name, batched in (("t/batched-v0", True), ("t/single-v0", False)):
+        store = EpisodeStore.create(name, space.observation_space, space.action_space, root=tmp_path)
+        fns = [lambda length=length: CountingEnv(length) for length in lengths]
+        buffer = VectorRingBuffer(4, 10, space.observation_space, space.action_space, keep_overflow=True)
+        sink = store if batched else OneByOneStore(store)
+        with store, Collector(None, fns, buffer=buffer, store=sink, seed=4) as collector:
+            collector.collect(n_episode=90, random=True, reset_before_collect=True)
+            collector.collect(n_step=37, random=True, reset_options={"start": 50.0})
+            if batched:
+                assert collector._queued == []  # every finished episode reached the store by the call's end
+            collector.collect(n_episode=9, random=True)
+        datasets.append(load_dataset(name, root=tmp_path))
+    batched_ds, single_ds = datasets
+    assert batched_ds.total_episodes == single_ds.total_episodes >= 99
+    for a, b in zip(batched_ds, single_ds):
+        assert (a.seed, a.env_id, a.options) == (b.seed, b.env_id, b.options)
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        np.testing.assert_array_equal(a.terminations, b.terminations)
+        np.testing.assert_array_equal(a.truncations, b.truncations)
+    for episode in batched_ds:  # CountingEnv: observation t counts the steps since the (optioned) start
+        start = episode.observations[0, 0]
+        np.testing.assert_array_equal(episode.observations[:, 0], start + np.arange(len(episode) + 1))
+    assert {len(e) for e in batched_ds} == set(lengths)

@@ -489,3 +489,49 @@ def test_cartpole_episodes_match_a_recorded_rollout() -> None:
                 recorded[i] = {"obs": [fresh[j]], "act": [], "rew": []}
     for env in envs:
         env.close()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    num_envs=st.integers(1, 3),
+    capacity=st.integers(2, 8),
+    episodes=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9)), min_size=1, max_size=14),
+)
+def test_gather_episodes_equals_the_episode_slices_while_their_rows_are_in_the_ring(
+    num_envs: int, capacity: int, episodes: list[tuple[int, int]]
+) -> None:
+    """Episodes run one after another on random envs; every finished episode whose rows are still in its
+    ring (its env wrote at most capacity - T - 1 rows since) is gathered in one call and compared with the
+    copy of episode() taken when it finished (a plain reference: per-episode slicing)."""
+    buf = VectorRingBuffer(num_envs, capacity, PLAIN.obs_space, PLAIN.act_space)
+    written = [0] * num_envs  # rows each env has written so far
+    finished = []  # (env, ref, rows written at finish, episode copy)
+    value = 0.0
+    for env, steps in episodes:
+        env %= num_envs
+        ids = np.array([env])
+        value += 1
+        buf.start_episodes(ids, np.full((1, 4), value, np.float32))
+        written[env] += 1
+        for t in range(steps):
+            value += 1
+            buf.add(ids, np.array([t % 2]), np.array([value]), np.array([t == steps - 1]), np.array([False]),
+                    np.full((1, 4), value, np.float32))
+            written[env] += 1
+        ref = buf.episode_ref(env)
+        assert (ref is None) == (steps + 1 > capacity)
+        if ref is not None:
+            ep = buf.episode(env)
+            copy = (ep.observations.copy(), ep.actions.copy(), ep.rewards.copy(), ep.terminations.copy())
+            finished.append((env, ref, written[env], copy))
+    safe = [f for f in finished if written[f[0]] - f[2] <= capacity - f[1][1] - 1]
+    if not safe:
+        return
+    obs, acts, rew, term, trunc = buf.gather_episodes(
+        np.array([f[0] for f in safe]), np.array([f[1][0] for f in safe]), np.array([f[1][1] for f in safe])
+    )
+    np.testing.assert_array_equal(obs[0], np.concatenate([f[3][0] for f in safe]))
+    np.testing.assert_array_equal(acts[0], np.concatenate([f[3][1] for f in safe]))
+    np.testing.assert_array_equal(rew, np.concatenate([f[3][2] for f in safe]))
+    np.testing.assert_array_equal(term, np.concatenate([f[3][3] for f in safe]))
+    assert not trunc.any()

@@ -407,3 +407,58 @@ def test_replay_stored_episodes_reproduces_them_exactly(tmp_path: Path) -> None:
     fresh = ds.recover_environment()
     for ep in ds:
         assert_replays(fresh, ep)
+
+
+def test_write_episodes_stores_what_write_episode_stores(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    lengths = [3, 1, 4, 2]
+    episodes = [
+        dict(observations=sample_batch(DICT, t + 1, rng), actions=sample_batch(DISCRETE, t, rng),
+             rewards=rng.normal(size=t), terminations=np.arange(t) == t - 1, truncations=np.zeros(t, bool))
+        for t in lengths
+    ]
+    seeds, env_ids, options = [5, None, 2**64 - 1, 7], [0, 1, 2, 0], [None, {"a": 1}, None, {"b": [2]}]
+    with EpisodeStore.create("ns/one-v0", DICT, DISCRETE, root=tmp_path) as store:
+        for ep, seed, env_id, opts in zip(episodes, seeds, env_ids, options):
+            store.write_episode(**ep, seed=seed, env_id=env_id, options=opts)
+    with EpisodeStore.create("ns/batch-v0", DICT, DISCRETE, root=tmp_path) as store:
+        def cat(key: str, space: gym.Space) -> object:
+            parts = [flatten_batch(space, ep[key]) for ep in episodes]
+            return unflatten_batch(space, [np.concatenate(leaf) for leaf in zip(*parts)])
+
+        store.write_episodes(
+            cat("observations", DICT), cat("actions", DISCRETE),
+            np.concatenate([ep["rewards"] for ep in episodes]),
+            np.concatenate([ep["terminations"] for ep in episodes]),
+            np.concatenate([ep["truncations"] for ep in episodes]),
+            lengths, seeds=seeds, env_ids=env_ids, options=options,
+        )
+        with pytest.raises(ValueError, match="one each per episode"):
+            store.write_episodes(cat("observations", DICT), cat("actions", DISCRETE), np.zeros(10),
+                                 np.zeros(10, bool), np.zeros(10, bool), lengths, seeds=[1], env_ids=env_ids)
+        with pytest.raises(ValueError, match="sum of lengths"):
+            store.write_episodes(cat("observations", DICT), cat("actions", DISCRETE), np.zeros(9),
+                                 np.zeros(9, bool), np.zeros(9, bool), lengths, seeds=seeds, env_ids=env_ids)
+        assert store.pending_episodes == 4  # the rejected calls left nothing behind
+    one, batch = load_dataset("ns/one-v0", root=tmp_path), load_dataset("ns/batch-v0", root=tmp_path)
+    assert batch.total_episodes == 4 and batch.total_steps == sum(lengths)
+    for a, b in zip(one, batch):
+        assert_nested_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        np.testing.assert_array_equal(a.terminations, b.terminations)
+        assert (a.seed, a.env_id, a.options) == (b.seed, b.env_id, b.options)
+    with EpisodeStore.create("ns/infos-v0", BOX, DISCRETE, root=tmp_path) as store:
+        store.write_episode(np.zeros((2, 3), np.float32), np.zeros(1, np.int64), [1.0], [True], [False],
+                            seed=0, env_id=0, infos={"x": np.zeros(1)})
+        with pytest.raises(InfoStructureError, match="write each with write_episode"):
+            store.write_episodes(np.zeros((2, 3), np.float32), np.zeros(1, np.int64), [1.0], [True], [False],
+                                 [1], seeds=[0], env_ids=[0])
+
+
+def test_write_episodes_with_negative_and_64_bit_seeds_splits_shards(tmp_path: Path) -> None:
+    with EpisodeStore.create("ns/seeds-v0", BOX, DISCRETE, root=tmp_path) as store:
+        store.write_episodes(np.zeros((4, 3), np.float32), np.zeros(2, np.int64), [1.0, 2.0], [True, True],
+                             [False, False], [1, 1], seeds=[-3, 2**64 - 1], env_ids=[0, 1])
+    ds = load_dataset("ns/seeds-v0", root=tmp_path)
+    assert [e.seed for e in ds] == [-3, 2**64 - 1] and [float(e.rewards[0]) for e in ds] == [1.0, 2.0]

@@ -39,6 +39,9 @@ from vcollect.stats import CollectStats
 DEFAULT_BUFFER_ROWS = 20_000
 """Rows of ring buffer made when none is given, split evenly between the envs."""
 
+WRITE_BATCH = 64
+"""Finished episodes a collector gathers from its rings before handing them to a store that takes batches."""
+
 
 def as_vector_env(envs: Any) -> VectorEnv:
     """Accept a VectorEnv, a gymnasium vector env, an EnvPool pool, one gymnasium.Env, or a list of env factories."""
@@ -156,6 +159,12 @@ class Collector:
         self._seeded_resets = bool(getattr(self.envs, "seeded_resets", True))
         self._carry = TransitionLedger(self.num_envs)
         self._trusted_actions = False  # set per collect() call: see _policy_in_space
+        # Finished episodes not yet given to the store (env id, last ring row, steps, seed, options), for
+        # stores with write_episodes: their rows stay in the rings until _write_queued gathers them at once.
+        self._queued: list[tuple[int, int, int, int | None, dict[str, Any] | None]] = []
+        self._records = 0  # calls of _record/_step_all_envs: between two, an env writes at most 2 ring rows
+        self._write_by: int | None = None  # the _records count at which the queue must be written
+        self._batch_writes = hasattr(store, "write_episodes") and not record_infos
         step_reset = getattr(self.envs, "step_reset", None)
         self._step_reset: Callable[..., StepResetResult] | None = None if self._steps_all else step_reset
 
@@ -178,6 +187,7 @@ class Collector:
         ``seed`` re-seeds the collector's generator first. Unfinished episodes are discarded.
         """
         self._check_open()
+        self._write_queued()
         if seed is not None:
             self._reseed(seed)
         if reset_buffer:
@@ -193,6 +203,7 @@ class Collector:
             return
         self._closed = True
         try:
+            self._write_queued()
             if self.store is not None and hasattr(self.store, "flush"):
                 self.store.flush()
         finally:
@@ -253,7 +264,10 @@ class Collector:
             else:
                 steps = self._collect_episodes(int(target), call)
         finally:
-            bar.close()
+            try:
+                bar.close()
+            finally:
+                self._write_queued()  # every episode finished in the call reaches the store, even on an error
         return CollectStats(
             n_collected_steps=steps,
             n_collected_episodes=len(returns),
@@ -422,6 +436,7 @@ class Collector:
         """Record one step of env_ids into the rings; write finished episodes; return their env ids.
 
         ``remember=False``: the caller updates the latest observations itself."""
+        self._before_ring_writes()
         if check and self.validate:
             self._check_obs(next_obs, env_ids, "an observation")
         if env_ids is self._all_ids:  # every env, in order: one write per array
@@ -455,6 +470,7 @@ class Collector:
         all_ids = self._all_ids
         actions = self._choose_actions(all_ids, random)
         step = self.envs.step_all(actions)  # type: ignore[attr-defined]
+        self._before_ring_writes()
         obs, started, transitions = step.obs, step.started, step.transitions
         if self.validate:  # once for every row (first observations of restarted episodes included)
             self._check_obs(obs, all_ids, "an observation")
@@ -621,8 +637,31 @@ class Collector:
                 f"{self.observation_space}: {problem}. Fix the env, or widen its observation_space"
             )
 
+    def _before_ring_writes(self) -> None:
+        """Count a round of ring writes; first give the store the queued episodes whose rows it could reach."""
+        self._records += 1
+        if self._write_by is not None and self._records >= self._write_by:
+            self._write_queued()
+
     def _write_episode(self, env_id: int) -> None:
+        """Give env_id's just finished episode to the store: queued, for stores that take batches, while its
+        rows are safe in the ring; else at once (after the queue, so episodes reach the store in order)."""
         assert self.store is not None
+        if self._batch_writes:
+            ref = self.buffer.episode_ref(env_id)
+            if ref is not None:
+                last_row, steps = ref
+                # rows the env may still write before reaching the episode's first row, 2 per round of writes
+                # (its step and a restart), less the restart that may follow in this round
+                rounds = (self.buffer.capacity - steps - 2) // 2
+                if rounds >= 1:
+                    self._queued.append((env_id, last_row, steps, self._seeds[env_id], self._options[env_id]))
+                    deadline = self._records + rounds
+                    self._write_by = deadline if self._write_by is None else min(self._write_by, deadline)
+                    if len(self._queued) >= WRITE_BATCH:
+                        self._write_queued()
+                    return
+        self._write_queued()
         episode = self.buffer.episode(env_id)
         infos = None
         if self.record_infos:
@@ -637,6 +676,30 @@ class Collector:
             env_id=env_id,
             options=self._options[env_id],
             infos=infos,
+        )
+
+    def _write_queued(self) -> None:
+        """Gather the queued episodes from the rings in one pass and hand them to the store's write_episodes."""
+        queued = self._queued
+        if not queued:
+            return
+        self._queued = []
+        self._write_by = None
+        env_ids, last_rows, steps, seeds, options = zip(*queued)
+        lengths = np.array(steps, dtype=np.int64)
+        obs, acts, rewards, terms, truncs = self.buffer.gather_episodes(
+            np.array(env_ids, dtype=np.int64), np.array(last_rows, dtype=np.int64), lengths
+        )
+        self.store.write_episodes(  # type: ignore[union-attr]
+            unflatten_batch(self.observation_space, obs),
+            unflatten_batch(self.action_space, acts),
+            rewards,
+            terms,
+            truncs,
+            lengths,
+            seeds=list(seeds),
+            env_ids=list(env_ids),
+            options=list(options),
         )
 
     def _check_open(self) -> None:

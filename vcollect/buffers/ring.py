@@ -313,6 +313,41 @@ class VectorRingBuffer:
             trunc,
         )
 
+    def episode_ref(self, env_id: int) -> tuple[int, int] | None:
+        """(flat index of the last row, steps) of env_id's current episode when all of it is in the ring, else
+        None (part of it spilled, or cut short by the ring): a handle for :meth:`gather_episodes`, valid
+        until the env has written ``capacity - steps - 1`` more rows."""
+        env = self._check_env(env_id)
+        steps = int(self.episode_lengths[env])
+        if self._spilled[env] or steps + 1 > self.capacity:
+            return None
+        return int(self._last_flat[env]), steps
+
+    def gather_episodes(
+        self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """Copies of several episodes' rows, concatenated in order, from their :meth:`episode_ref` handles:
+        (observation leaves, action leaves, rewards, terminations, truncations), in flat leaf form.
+
+        One fancy index per array for all the episodes instead of a slice (and a copy) per episode. Each
+        episode's rows must still be in its env's ring (see episode_ref).
+        """
+        c = self.capacity
+        lengths = steps + 1
+        offsets = np.cumsum(lengths) - lengths  # where each episode starts in the concatenation
+        within = np.arange(int(lengths.sum())) - np.repeat(offsets, lengths)  # 0 .. T per episode
+        base = env_ids * c
+        first = (last_rows - base - steps) % c  # the episode's first row, inside its env's ring
+        rows = np.repeat(base, lengths) + (np.repeat(first, lengths) + within) % c
+        step_rows = rows[within < np.repeat(steps, lengths)]  # all but each episode's last row
+        return (
+            [a[rows] for a in self._obs_flat],
+            [a[step_rows] for a in self._act_flat],
+            self._rew_flat[step_rows],
+            self._term_flat[step_rows],
+            self._trunc_flat[step_rows],
+        )
+
     def episode_truncated_in_ring(self, env_id: int) -> bool:
         """Whether :meth:`episode` lacks the start of the env's episode (too long, keep_overflow=False)."""
         env = self._check_env(env_id)

@@ -24,7 +24,7 @@ import shutil
 import time
 import uuid
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from vcollect.errors import (
     InfoStructureError,
     SpaceMismatchError,
 )
-from vcollect.spaces import Leaf, flatten_batch, leaves, space_from_dict, space_to_dict
+from vcollect.spaces import Leaf, flatten_batch, leaves, space_from_dict, space_to_dict, unflatten_batch
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 
 __all__ = [
@@ -592,6 +592,125 @@ class EpisodeStore:
             self.shard_bytes is not None and self._pending_bytes >= self.shard_bytes
         ):
             self._commit()
+
+    def write_episodes(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        lengths: Sequence[int] | np.ndarray,
+        *,
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """Buffer several completed episodes at once, as ``write_episode`` would one by one.
+
+        Episode i has ``lengths[i]`` steps; the arrays are the episodes' arrays concatenated in order
+        (observations: lengths[i] + 1 rows each, the rest lengths[i]). No infos, extras or metadata: for
+        writers that finish many plain episodes (the Collector), whose per-episode Python cost this saves.
+        """
+        if self._closed:
+            raise DatasetError(f"EpisodeStore for {self._dataset_id!r} is closed")
+        lens = np.asarray(lengths, dtype=np.int64)
+        n = len(lens)
+        if lens.ndim != 1 or (n and int(lens.min()) < 0):
+            raise ValueError(f"lengths must be a 1-D sequence of step counts >= 0, got {lengths!r}")
+        opts = [None] * n if options is None else list(options)
+        if len(seeds) != n or len(env_ids) != n or len(opts) != n:
+            raise ValueError(
+                f"got {n} lengths, {len(seeds)} seeds, {len(env_ids)} env ids and {len(opts)} options: one each per episode"
+            )
+        if self._schemas["infos"].fields or self._schemas["extras"].fields or self._metadata_fields:
+            raise InfoStructureError(
+                f"dataset {self._dataset_id!r} holds episodes with infos, extras or metadata: write each with write_episode"
+            )
+        if n == 0:
+            return
+        steps = int(lens.sum())
+        rew = np.array(rewards, dtype=np.float64)
+        terms = np.array(terminations, dtype=np.bool_)
+        truncs = np.array(truncations, dtype=np.bool_)
+        if rew.shape != (steps,) or terms.shape != (steps,) or truncs.shape != (steps,):
+            raise ValueError(
+                f"rewards/terminations/truncations must have shape ({steps},) (the sum of lengths), got "
+                f"{rew.shape}, {terms.shape} and {truncs.shape}"
+            )
+        obs_copies = self._copy_leaves("observations", self._obs_leaves, self._obs_shapes,
+                                       flatten_batch(self.observation_space, observations), steps + n)
+        act_copies = self._copy_leaves("actions", self._act_leaves, self._act_shapes,
+                                       flatten_batch(self.action_space, actions), steps)
+        seed_values = [-1 if seed is None else int(seed) for seed in seeds]
+        valid = [seed is not None for seed in seeds]
+        given = [v for v, ok in zip(seed_values, valid) if ok]
+        if given and not (min(given) >= -(2**63) and max(given) < 2**64):
+            raise ValueError(f"seeds {given} do not all fit in 64 bits (int64 or uint64)")
+        low = min([self._seed_min, *given])
+        high = max([self._seed_max, *given])
+        if low < 0 and high >= 2**63:
+            # negative seeds and seeds that need uint64 cannot share a shard: write one by one (write_episode
+            # commits between them)
+            self._write_each(obs_copies, act_copies, rew, terms, truncs, lens, seeds, env_ids, opts)
+            return
+        options_json = [None if o is None else _to_json(o, "options") for o in opts]
+        # Everything validated: only now touch the pending state (no infos, extras or metadata, for good).
+        for group in ("infos", "extras"):
+            if self._schemas[group].fields is None:
+                self._schemas[group].fields = {}
+        if self._metadata_fields is None:
+            self._metadata_fields = {}
+        for store, arr in zip(self._pending_obs, obs_copies):
+            store.append(arr)
+        for store, arr in zip(self._pending_act, act_copies):
+            store.append(arr)
+        self._pending_rew.append(rew)
+        self._pending_term.append(terms)
+        self._pending_trunc.append(truncs)
+        ends = np.cumsum(lens).tolist()
+        self._returns.extend(float(rew[end - length : end].sum()) for end, length in zip(ends, lens.tolist()))
+        self._lengths.extend(lens.tolist())
+        self._env_ids.extend(int(e) for e in env_ids)
+        self._seeds.extend(seed_values)
+        self._seed_valid.extend(valid)
+        self._seed_min, self._seed_max = low, high
+        self._options.extend(options_json)
+        self._pending_episodes += n
+        self._pending_steps += steps
+        self._pending_bytes += 10 * steps + (steps + n) * self._obs_row_bytes + steps * self._act_row_bytes
+        if self._pending_steps >= self.shard_steps or (
+            self.shard_bytes is not None and self._pending_bytes >= self.shard_bytes
+        ):
+            self._commit()
+
+    def _write_each(
+        self,
+        obs: list[np.ndarray],
+        acts: list[np.ndarray],
+        rew: np.ndarray,
+        terms: np.ndarray,
+        truncs: np.ndarray,
+        lens: np.ndarray,
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None],
+    ) -> None:
+        """write_episodes' arrays written episode by episode with write_episode."""
+        step = row = 0
+        for length, seed, env_id, opts in zip(lens.tolist(), seeds, env_ids, options):
+            self.write_episode(
+                unflatten_batch(self.observation_space, [a[row : row + length + 1] for a in obs]),
+                unflatten_batch(self.action_space, [a[step : step + length] for a in acts]),
+                rew[step : step + length],
+                terms[step : step + length],
+                truncs[step : step + length],
+                seed=seed,
+                env_id=env_id,
+                options=opts,
+            )
+            step += length
+            row += length + 1
 
     def flush(self) -> None:
         """Commit the pending episodes as one shard now (no-op when nothing is pending, e.g. after close)."""
