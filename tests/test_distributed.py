@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +203,15 @@ def test_ray_vector_env_env_error_and_dead_actor(ray_ready: Any) -> None:
         obs, *_ = envs.step(np.zeros(1, np.int64), [0])  # env 0 is fine and went on stepping
         assert obs[0, 0] == 3.0
 
-        ray_ready.kill(envs._actors[0])
+        actor = envs._actors[0]
+        ray_ready.kill(actor)
+        deadline = time.monotonic() + 30
+        while True:  # ray.kill returns at once: wait (bounded) until the actor no longer answers
+            try:
+                ray_ready.get(actor.describe.remote(), timeout=5)
+            except ray_ready.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "the killed actor still answers after 30 s"
         envs.send(np.zeros(1, np.int64), [0])
         with pytest.raises(EnvWorkerError, match="actor running env 0 .*died") as info:
             envs.recv()
