@@ -1,10 +1,8 @@
 """Print a table of steps/s: the raw gymnasium loop, vcollect's Collector on each backend, and peers.
 
-Ratios are taken within one run (the machines are shared and noisy). Every measurement runs in a fresh
-Python process (``--row NAME`` prints one number), so that no row inherits another's garbage, imports,
-threads or worker processes; rounds are interleaved and each row keeps its best. Usage:
+Ratios are taken within one run (the machines are shared and noisy). Usage:
 
-    python benchmarks/compare.py [--steps 200000] [--num-envs 8] [--only raw,dummy,...] [--rounds 3]
+    python benchmarks/compare.py [--steps 200000] [--num-envs 8] [--only raw,dummy,...]
 
 Tianshou's Collector is measured when `tianshou` is importable or $TIANSHOU_PYTHON names an
 interpreter that has it (it is not a vcollect dependency).
@@ -173,20 +171,12 @@ PAIRS = {
 """Ratios printed in the second table: (row, baseline row)."""
 
 
-def measure_in_fresh_process(row: str, steps: int, num_envs: int) -> float | None:
-    """Steps/s of one row, measured by ``compare.py --row`` in a new interpreter (None: not installed)."""
-    command = [sys.executable, __file__, "--row", row, "--steps", str(steps), "--num-envs", str(num_envs)]
-    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout.split()
-    return None if not output or output[-1] == "None" else float(output[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--only", default="", help="comma-separated row names to run")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; each row keeps its best")
-    parser.add_argument("--row", default="", help="measure this one row in this process and print steps/s")
     args = parser.parse_args()
     n, steps = args.num_envs, args.steps
     space = gym.make("CartPole-v1").action_space
@@ -209,17 +199,11 @@ def main() -> None:
         "raw envpool": lambda: raw_envpool_loop(n, steps),
         "envpool": lambda: envpool_collector_speed(n, steps),
     }
-    if args.row:
-        print(rows[args.row]())
-        return
     wanted = [name for name in args.only.split(",") if name] or list(rows)
-    unknown = [name for name in wanted if name not in rows]
-    if unknown:
-        parser.error(f"unknown rows {unknown}; rows: {', '.join(rows)}")
     results: dict[str, float | None] = {}
     for _ in range(args.rounds):  # interleaved, so a noisy neighbour slows every row alike
         for name in wanted:
-            speed = measure_in_fresh_process(name, steps, n)
+            speed = rows[name]()
             best = results.get(name)
             results[name] = speed if best is None or (speed is not None and speed > best) else best
     raw = results.get("raw")
