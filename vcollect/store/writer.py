@@ -559,13 +559,6 @@ class EpisodeStore:
                 self._schemas[group].fields = structures.get(group, {})
         if self._metadata_fields is None:
             self._metadata_fields = meta_fields
-        for store, arr in zip(self._pending_obs, obs_copies):
-            store.append(arr)
-        for store, arr in zip(self._pending_act, act_copies):
-            store.append(arr)
-        self._pending_rew.append(rew)
-        self._pending_term.append(terms)
-        self._pending_trunc.append(truncs)
         for group, arrays in trees.items():
             pending = self._pending_trees[group]
             for name, arr in arrays.items():
@@ -573,25 +566,10 @@ class EpisodeStore:
                 self._pending_bytes += arr.nbytes
         for name, value in meta.items():
             self._pending_meta.setdefault(name, []).append(value)
-        self._lengths.append(steps)
-        self._returns.append(float(rew.sum()))
-        self._env_ids.append(int(env_id))
-        self._seeds.append(seed_value)
-        self._seed_valid.append(seed_valid)
-        if seed_valid:
-            if seed_value < self._seed_min:
-                self._seed_min = seed_value
-            elif seed_value > self._seed_max:
-                self._seed_max = seed_value
-        self._options.append(options_json)
-        self._pending_episodes += 1
-        self._pending_steps += steps
-        # rewards (float64) and the two flag columns, then the copied observation and action rows
-        self._pending_bytes += 10 * steps + (steps + 1) * self._obs_row_bytes + steps * self._act_row_bytes
-        if self._pending_steps >= self.shard_steps or (
-            self.shard_bytes is not None and self._pending_bytes >= self.shard_bytes
-        ):
-            self._commit()
+        self._append_pending(
+            obs_copies, act_copies, rew, terms, truncs, [steps], [int(env_id)], [seed_value], [seed_valid],
+            [options_json],
+        )
 
     def write_episodes(
         self,
@@ -647,9 +625,7 @@ class EpisodeStore:
         given = [v for v, ok in zip(seed_values, valid) if ok]
         if given and not (min(given) >= -(2**63) and max(given) < 2**64):
             raise ValueError(f"seeds {given} do not all fit in 64 bits (int64 or uint64)")
-        low = min([self._seed_min, *given])
-        high = max([self._seed_max, *given])
-        if low < 0 and high >= 2**63:
+        if min([self._seed_min, *given]) < 0 and max([self._seed_max, *given]) >= 2**63:
             # negative seeds and seeds that need uint64 cannot share a shard: write one by one (write_episode
             # commits between them)
             self._write_each(obs_copies, act_copies, rew, terms, truncs, lens, seeds, env_ids, opts)
@@ -661,23 +637,50 @@ class EpisodeStore:
                 self._schemas[group].fields = {}
         if self._metadata_fields is None:
             self._metadata_fields = {}
-        for store, arr in zip(self._pending_obs, obs_copies):
+        self._append_pending(
+            obs_copies, act_copies, rew, terms, truncs, lens.tolist(), [int(e) for e in env_ids], seed_values,
+            valid, options_json,
+        )
+
+    def _append_pending(
+        self,
+        obs: list[np.ndarray],
+        acts: list[np.ndarray],
+        rew: np.ndarray,
+        terms: np.ndarray,
+        truncs: np.ndarray,
+        lengths: list[int],
+        env_ids: list[int],
+        seeds: list[int],
+        seed_valid: list[bool],
+        options_json: list[str | None],
+    ) -> None:
+        """Add validated episodes (arrays concatenated in episode order) to the pending shard; commit it
+        when it holds shard_steps steps or shard_bytes bytes."""
+        for store, arr in zip(self._pending_obs, obs):
             store.append(arr)
-        for store, arr in zip(self._pending_act, act_copies):
+        for store, arr in zip(self._pending_act, acts):
             store.append(arr)
         self._pending_rew.append(rew)
         self._pending_term.append(terms)
         self._pending_trunc.append(truncs)
-        ends = np.cumsum(lens).tolist()
-        self._returns.extend(float(rew[end - length : end].sum()) for end, length in zip(ends, lens.tolist()))
-        self._lengths.extend(lens.tolist())
-        self._env_ids.extend(int(e) for e in env_ids)
-        self._seeds.extend(seed_values)
-        self._seed_valid.extend(valid)
-        self._seed_min, self._seed_max = low, high
+        start = 0
+        for length in lengths:
+            self._returns.append(float(rew[start : start + length].sum()))
+            start += length
+        self._lengths.extend(lengths)
+        self._env_ids.extend(env_ids)
+        self._seeds.extend(seeds)
+        self._seed_valid.extend(seed_valid)
+        given = [seed for seed, valid in zip(seeds, seed_valid) if valid]
+        if given:
+            self._seed_min = min(self._seed_min, *given)
+            self._seed_max = max(self._seed_max, *given)
         self._options.extend(options_json)
+        n, steps = len(lengths), start
         self._pending_episodes += n
         self._pending_steps += steps
+        # rewards (float64) and the two flag columns, then the copied observation and action rows
         self._pending_bytes += 10 * steps + (steps + n) * self._obs_row_bytes + steps * self._act_row_bytes
         if self._pending_steps >= self.shard_steps or (
             self.shard_bytes is not None and self._pending_bytes >= self.shard_bytes
