@@ -1,8 +1,10 @@
 """Print a table of steps/s: the raw gymnasium loop, vcollect's Collector on each backend, and peers.
 
-Ratios are taken within one run (the machines are shared and noisy). Usage:
+The machines are shared and noisy, so every ratio is measured in pairs: in each round the baseline
+runs and then the row right after it, and the table reports the median of the rounds' ratios (with
+their range). Usage:
 
-    python benchmarks/compare.py [--steps 200000] [--num-envs 8] [--only raw,dummy,...]
+    python benchmarks/compare.py [--steps 200000] [--num-envs 8] [--rounds 5] [--only raw,dummy,...]
 
 Tianshou's Collector is measured when `tianshou` is importable or $TIANSHOU_PYTHON names an
 interpreter that has it (it is not a vcollect dependency).
@@ -96,8 +98,7 @@ def tianshou_speed(num_envs: int, steps: int, backend: str, policy: str = "rando
 
 
 # ---------------------------------------------------------------------------------------------------
-# issue 4: async collection on uneven envs, gymnasium vector envs, EnvPool. Each pair of rows is compared
-# with its own baseline in the second table (PAIRS).
+# issue 4: async collection on uneven envs, gymnasium vector envs, EnvPool, each against its own baseline.
 
 
 def slow_env_speed(collector_cls: str, steps: int, num_envs: int = 8) -> float:
@@ -163,20 +164,27 @@ def envpool_collector_speed(num_envs: int, steps: int) -> float | None:
     return collector_speed(vcollect.make_vector("CartPole-v1", num_envs, backend="envpool", seed=0), steps)
 
 
-PAIRS = {
-    "AsyncCollector / Collector, 8 slow envs (8 workers), issue target >= 2": ("slow envs async", "slow envs sync"),
-    "Collector / raw loop, CartPole vector entry point, 64 envs, target >= 0.8": ("vector entry 64", "raw vector entry 64"),
-    "Collector / raw loop, EnvPool CartPole, 8 envs, target >= 0.7": ("envpool", "raw envpool"),
-}
-"""Ratios printed in the second table: (row, baseline row)."""
+RATIOS: list[tuple[str, str, str, float]] = [
+    ("Collector dummy / raw SyncVectorEnv (issue 2)", "dummy", "raw", 0.85),
+    ("Collector subproc, 2 workers / raw (issue 2)", "subproc (2 workers)", "raw", 0.6),
+    ("Collector dummy / Tianshou dummy, random (issue 2)", "dummy", "tianshou dummy", 4.0),
+    ("Collector subproc / Tianshou subproc, random (issue 2)", "subproc (2 workers)", "tianshou subproc", 4.0),
+    ("TorchPolicy MLP / Tianshou DQN, same MLP (issue 2)", "dummy+torch mlp", "tianshou dummy+dqn mlp", 4.0),
+    ("Collector dummy + store / raw (issue 3)", "dummy+store", "raw", 0.75),
+    ("AsyncCollector / Collector, 8 slow envs on 8 workers (issue 4)", "slow envs async", "slow envs sync", 2.0),
+    ("Collector / raw, CartPole vector entry point, 64 envs (issue 4)", "vector entry 64", "raw vector entry 64", 0.8),
+    ("Collector / raw, EnvPool CartPole, 8 envs (issue 4)", "envpool", "raw envpool", 0.7),
+]
+"""The issues' ratios: (label, row, baseline row, bar). Each round measures the baseline and then the row
+right after it, so that both see the same load; the ratio reported is the median of the rounds'."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--steps", type=int, default=200_000)
     parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--only", default="", help="comma-separated row names to run")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; each row keeps its best")
+    parser.add_argument("--only", default="", help="comma-separated row names: only the ratios between them")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of paired measurements")
     args = parser.parse_args()
     n, steps = args.num_envs, args.steps
     space = gym.make("CartPole-v1").action_space
@@ -194,37 +202,48 @@ def main() -> None:
         "tianshou dummy+dqn mlp": lambda: tianshou_speed(n, steps // 8, "dummy", "dqn"),
         "slow envs sync": lambda: slow_env_speed("sync", max(1_000, steps // 40)),
         "slow envs async": lambda: slow_env_speed("async", max(1_000, steps // 40)),
-        "raw vector entry 64": lambda: raw_vector_entry_loop(64, steps),
-        "vector entry 64": lambda: vector_entry_collector_speed(64, steps),
+        # a 64-env vector step is ~20x cheaper per transition than 8 CartPole envs: more steps, same duration
+        "raw vector entry 64": lambda: raw_vector_entry_loop(64, steps * 4),
+        "vector entry 64": lambda: vector_entry_collector_speed(64, steps * 4),
         "raw envpool": lambda: raw_envpool_loop(n, steps),
         "envpool": lambda: envpool_collector_speed(n, steps),
     }
-    wanted = [name for name in args.only.split(",") if name] or list(rows)
-    results: dict[str, float | None] = {}
-    for _ in range(args.rounds):  # interleaved, so a noisy neighbour slows every row alike
-        for name in wanted:
-            speed = rows[name]()
-            best = results.get(name)
-            results[name] = speed if best is None or (speed is not None and speed > best) else best
-    raw = results.get("raw")
-    table = Table(title=f"CartPole-v1, {n} envs, random policy (steps/s, best of {args.rounds} interleaved rounds)")
+    only = {name for name in args.only.split(",") if name}
+    ratios = [r for r in RATIOS if not only or (r[1] in only and r[2] in only)]
+    speeds: dict[str, list[float]] = {}
+    paired: dict[str, list[float]] = {label: [] for label, *_ in ratios}
+    for _ in range(args.rounds):
+        for label, row, base, _bar in ratios:
+            base_speed = rows[base]()
+            row_speed = rows[row]() if base_speed is not None else None
+            for name, speed in ((base, base_speed), (row, row_speed)):
+                if speed is not None:
+                    speeds.setdefault(name, []).append(speed)
+            if base_speed and row_speed:
+                paired[label].append(row_speed / base_speed)
+
+    table = Table(title=f"CartPole-v1, {n} envs unless said (steps/s over {args.rounds} rounds)")
     table.add_column("what")
-    table.add_column("steps/s", justify="right")
-    table.add_column("x raw loop", justify="right")
-    for name, speed in results.items():
-        if speed is None:
+    table.add_column("best steps/s", justify="right")
+    table.add_column("median steps/s", justify="right")
+    for name in rows:
+        got = speeds.get(name)
+        if got:
+            table.add_row(name, f"{max(got):,.0f}", f"{float(np.median(got)):,.0f}")
+        elif any(name in (r[1], r[2]) for r in ratios):
             table.add_row(name, "not installed", "-")
+    console = Console(width=130)
+    console.print(table)
+    summary = Table(title="ratios: each round's row over the baseline measured just before it")
+    for column in ("ratio", "median", "min", "max", "bar"):
+        summary.add_column(column, justify="left" if column == "ratio" else "right")
+    for label, _row, _base, bar in ratios:
+        got = paired[label]
+        if got:
+            summary.add_row(label, f"{float(np.median(got)):.2f}", f"{min(got):.2f}", f"{max(got):.2f}", f">= {bar:g}")
         else:
-            table.add_row(name, f"{speed:,.0f}", f"{speed / raw:.2f}" if raw else "-")
-    Console().print(table)
-    pairs = Table(title="issue 4 rows against their own baselines (best of the rounds)")
-    pairs.add_column("ratio")
-    pairs.add_column("measured", justify="right")
-    for label, (row, base) in PAIRS.items():
-        if results.get(row) and results.get(base):
-            pairs.add_row(label, f"{results[row] / results[base]:.2f}")  # type: ignore[operator]
-    if pairs.row_count:
-        Console().print(pairs)
+            summary.add_row(label, "not installed", "-", "-", f">= {bar:g}")
+    console.print(summary)
 
 
 if __name__ == "__main__":

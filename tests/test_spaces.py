@@ -16,6 +16,7 @@ from minari.serialization import deserialize_space, serialize_space
 
 from vcollect import spaces as vs
 from vcollect.spaces import (
+    BatchCheck,
     Leaf,
     allocate,
     batch_contains,
@@ -211,6 +212,7 @@ def test_batch_contains_agrees_with_gymnasium_contains(data: st.DataObject, whic
     else:
         assert result is not None
         assert f"element {inside.index(False)} " in result
+    assert BatchCheck(space)(batch) == result  # the Collector's precompiled form says the same
 
 
 def test_batch_contains_discrete_with_nonzero_start() -> None:
@@ -251,6 +253,7 @@ def test_batch_contains_nested_names_the_leaf() -> None:
     batch["inner"][1][2, 0, 1] = 2
     msg = batch_contains(space, batch)
     assert msg is not None and "'inner/1'" in msg and "element 2" in msg
+    assert BatchCheck(space)(batch) == msg
 
 
 def test_batch_contains_reports_structure_shape_dtype_and_size_problems() -> None:

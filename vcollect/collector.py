@@ -33,7 +33,7 @@ from vcollect.ledger import TransitionLedger
 from vcollect.policies import Policy, RandomPolicy
 from vcollect.policy_state import put_state_rows, take_state_rows
 from vcollect.reset_seeds import ResetSeeds
-from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
+from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
 from vcollect.stats import CollectStats
 
 DEFAULT_BUFFER_ROWS = 20_000
@@ -143,6 +143,8 @@ class Collector:
         self.validate = validate
         self._reseed(seed)
         self._action_leaves = leaves(self.action_space)
+        self._obs_check = BatchCheck(self.observation_space)
+        self._action_check = BatchCheck(self.action_space)
         self._state: Any = None
         self._obs_cache: list[np.ndarray] | None = None
         self._obs_cache_owned = False  # the cache's arrays are ours alone (not yet handed to the policy)
@@ -389,12 +391,16 @@ class Collector:
                 restarted, result.reset_obs, seeds if self._seeded_resets else [None] * restarted.size,
                 call.reset_options, remember=False,
             )
-            # The policy acts next on the restarted envs' first observations: put them in the (fresh) rows.
-            rows = restarted if ids_arg is None else np.searchsorted(env_ids, restarted)
-            obs_leaves = flatten_batch(self.observation_space, obs)
-            for leaf, first in zip(obs_leaves, flatten_batch(self.observation_space, result.reset_obs)):
-                leaf[rows] = first
-        self._remember_obs(env_ids, obs, owned=True)
+            if not call.random:
+                # The policy acts next on the restarted envs' first observations: put them in the (fresh) rows.
+                rows = restarted if ids_arg is None else np.searchsorted(env_ids, restarted)
+                obs_leaves = flatten_batch(self.observation_space, obs)
+                for leaf, first in zip(obs_leaves, flatten_batch(self.observation_space, result.reset_obs)):
+                    leaf[rows] = first
+        if call.random:  # random actions read no observations: the policy, when it acts, reads the rings' last rows
+            self._obs_cache = None
+        else:
+            self._remember_obs(env_ids, obs, owned=True)
         return finished
 
     def _choose_actions(self, env_ids: np.ndarray, random: bool) -> Any:
@@ -585,7 +591,7 @@ class Collector:
                     f"policy returned actions of shape {np.shape(array)}{where} for {len(env_ids)} ready envs; "
                     f"expected {expected} (one action of shape {leaf.shape} per ready env)"
                 )
-        problem = batch_contains(self.action_space, actions)
+        problem = self._action_check(actions)
         if problem is not None:
             raise ActionError(
                 f"policy returned actions outside the action space {self.action_space} for envs "
@@ -630,7 +636,7 @@ class Collector:
 
     def _check_obs(self, obs: Any, env_ids: np.ndarray, what: str) -> None:
         """ObservationError unless every row of obs is in the observation space."""
-        problem = batch_contains(self.observation_space, obs)
+        problem = self._obs_check(obs)
         if problem is not None:
             raise ObservationError(
                 f"envs {env_ids.tolist()} returned {what} outside the observation space "
