@@ -13,8 +13,11 @@ import time
 import gymnasium as gym
 
 
-def tianshou_collect_speed(num_envs: int, steps: int, backend: str, policy: str = "random") -> float:
-    """Steps/s of Tianshou's Collector, random actions (``collect(random=True)``) or a DQN MLP policy."""
+def tianshou_collect_speed(
+    num_envs: int, steps: int, backend: str, policy: str = "random", windows: int = 1
+) -> float:
+    """Steps/s of Tianshou's Collector, random actions (``collect(random=True)``) or a DQN MLP policy: the
+    best of ``windows`` timed ``collect(n_step=steps)`` calls on one collector (as compare.py times ours)."""
     import torch
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
     from tianshou.data import Collector, VectorReplayBuffer
@@ -31,19 +34,21 @@ def tianshou_collect_speed(num_envs: int, steps: int, backend: str, policy: str 
     collector.reset()
     random = policy == "random"
     collector.collect(n_step=1_000, random=random)
-    start = time.perf_counter()
-    collector.collect(n_step=steps, random=random)
-    elapsed = time.perf_counter() - start
+    best = 0.0
+    for _ in range(windows):
+        start = time.perf_counter()
+        collector.collect(n_step=steps, random=random)
+        best = max(best, steps / (time.perf_counter() - start))
     envs.close()
-    return steps / elapsed
+    return best
 
 
 if __name__ == "__main__":
     import sys
 
-    if len(sys.argv) == 5:  # num_envs steps backend policy: one number, for compare.py
+    if len(sys.argv) in (5, 6):  # num_envs steps backend policy [windows]: one number, for compare.py
         n, steps, backend, policy = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
-        print(tianshou_collect_speed(n, steps, backend, policy))
+        print(tianshou_collect_speed(n, steps, backend, policy, int(sys.argv[5]) if len(sys.argv) == 6 else 1))
     else:
         for backend in ("dummy", "subproc"):
             for policy in ("random", "dqn"):

@@ -168,6 +168,42 @@ def test_same_seed_gives_identical_data_on_dummy_and_subprocess() -> None:
         np.testing.assert_array_equal(a.rewards, b.rewards)
 
 
+def test_seed_every_reset_false_seeds_each_envs_first_reset_only_and_is_reproducible() -> None:
+    """Tianshou-style resets: the first episode of each env carries its seed, later ones None (the env's own
+    generator carried on). Same data on both backends (the subprocess one restarts envs in its shared-memory
+    call), twice over, and the first episodes replay by seed."""
+    results = []
+    for backend in ("dummy", "subproc", "dummy"):
+        store = ListStore()
+        envs = make_vector("CartPole-v1", 4, backend=backend, **({"num_workers": 2} if backend == "subproc" else {}))
+        with Collector(None, envs, store=store, seed=42, seed_every_reset=False) as collector:
+            collector.collect(n_step=400, random=True, reset_before_collect=True)
+            collector.reset(seed=7)  # a re-seed seeds each env's next (first) reset again
+            collector.collect(n_episode=8, random=True)
+        results.append(store.episodes)
+    first_run = results[0]
+    assert len(first_run) >= 16
+    for run in results[1:]:
+        assert len(run) == len(first_run)
+        for a, b in zip(first_run, run):
+            assert (a.seed, a.env_id) == (b.seed, b.env_id)
+            np.testing.assert_array_equal(a.observations, b.observations)
+            np.testing.assert_array_equal(a.actions, b.actions)
+    # per env: seeded first episode, then None until the re-seed, whose first episode is seeded again
+    for env_id in range(4):
+        seeds = [e.seed for e in first_run if e.env_id == env_id]
+        assert seeds[0] is not None and seeds[1] is None
+        assert sum(seed is not None for seed in seeds) == 2
+    with Collector(None, [cartpole] * 4, seed=42) as every:  # the default seeds every reset
+        store = ListStore()
+        every.store = store
+        every.collect(n_episode=8, random=True, reset_before_collect=True)
+    assert all(e.seed is not None for e in store.episodes)
+    firsts = [e for e in first_run if e.seed is not None]
+    for episode in firsts:
+        assert_replays(cartpole(), episode)
+
+
 class StepThenResetEnvs(DummyVectorEnv):
     """A DummyVectorEnv without step_reset: the Collector steps, then resets the ended envs in a second call."""
 

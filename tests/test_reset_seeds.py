@@ -47,3 +47,24 @@ def test_upcoming_reads_the_same_seeds_as_peek_without_using_them() -> None:
     shown = list(view)
     assert seeds.take(env_ids) == shown  # nothing was used up by reading the view
     assert list(view) != shown  # the view is live: it now shows the seeds after those
+
+
+@given(
+    seed=st.integers(0, 2**32),
+    calls=st.lists(st.lists(st.integers(0, 3), unique=True, max_size=4), max_size=20),
+)
+def test_first_reset_only_hands_out_each_envs_first_seed_then_none(seed: int, calls: list[list[int]]) -> None:
+    seeds = ResetSeeds(4, seed, every_reset=False)
+    every = ResetSeeds(4, seed)
+    taken_before: set[int] = set()
+    for env_ids in calls:
+        view = list(seeds.upcoming(env_ids))
+        assert view == seeds.peek(env_ids)
+        taken = seeds.take(env_ids)
+        assert taken == view  # peek/upcoming show what take hands out
+        for env_id, value in zip(env_ids, taken):
+            if env_id in taken_before:
+                assert value is None
+            else:  # the first seed of the env's stream, as with every_reset=True
+                assert value == every.take([env_id])[0]
+                taken_before.add(env_id)

@@ -63,12 +63,13 @@ class AsyncCollector(Collector):
         exploration_noise: bool = False,
         validate: bool = True,
         record_infos: bool = False,
+        seed_every_reset: bool = True,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
         super().__init__(
             policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate,
-            record_infos=record_infos,
+            record_infos=record_infos, seed_every_reset=seed_every_reset,
         )
         if wait_num is not None and not (isinstance(wait_num, int) and 1 <= wait_num <= self.num_envs):
             raise ValueError(f"wait_num must be an int in 1..{self.num_envs} (the number of envs), got {wait_num!r}")

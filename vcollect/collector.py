@@ -87,6 +87,11 @@ class Collector:
     whole; transitions beyond the requested count are recorded and stored at once and reported by the
     next call (``pending_transitions``). Episodes an env restarts by itself, or whose reset the backend
     cannot seed (``seeded_resets`` False, e.g. EnvPool), are stored with ``seed=None``.
+
+    ``seed_every_reset=False`` seeds only each env's first reset (after construction or ``reset(seed=...)``);
+    later episodes continue the env's own generator, as Tianshou's and Minari's collectors reset, and are
+    stored with ``seed=None``: the data is still reproducible from ``seed`` as a whole, but an episode can
+    no longer be replayed alone by its seed. It saves gymnasium's new generator per reset (about 10 us).
     """
 
     #: whether this class keeps enough envs in flight for backends that return results in fixed-size batches
@@ -103,8 +108,10 @@ class Collector:
         exploration_noise: bool = False,
         validate: bool = True,
         record_infos: bool = False,
+        seed_every_reset: bool = True,
     ) -> None:
         self.envs: VectorEnv = as_vector_env(envs)
+        self.seed_every_reset = seed_every_reset
         self.record_infos = record_infos
         if record_infos:
             if getattr(self.envs, "steps_all_envs", False) or getattr(self.envs, "autoresets", False):
@@ -173,7 +180,9 @@ class Collector:
     def _reseed(self, seed: int | None) -> None:
         """(Re)make the generator, the per-env reset seed streams and the random policy from ``seed``."""
         self._rng = np.random.default_rng(seed)
-        self._reset_seeds = ResetSeeds(self.num_envs, int(self._rng.integers(0, 2**63)))
+        self._reset_seeds = ResetSeeds(
+            self.num_envs, int(self._rng.integers(0, 2**63)), every_reset=self.seed_every_reset
+        )
         self._random_policy = RandomPolicy(self.action_space, seed=int(self._rng.integers(0, 2**63)))
 
     @property

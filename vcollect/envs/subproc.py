@@ -497,7 +497,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._command_sems: list[Any] = []  # posted once per command (what the worker waits on)
         self._done_sems: list[Any] = []  # posted by the worker when it has answered a fast command
         self._owed = [_OWE_NOTHING] * num_workers  # answers of interrupted fast commands, read before others
-        self._modes_seeded = False  # every shared reset_mode row is _SEEDED
+        self._rows_mode: int | None = None  # the reset_mode of every shared row (None: not one for all)
         self._restarted_dirty = True  # some shared restarted row may be True
 
         ctx = _context(context)
@@ -665,7 +665,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             modes = np.where(seed_array >= 0, _SEEDED, _UNSEEDED).astype(np.int8)
             if may_reset is not None:
                 modes[~may_reset] = _NO_RESET
-            self._modes_seeded = False
+        # one mode for every row only when every row was just written with one value
+        self._rows_mode = modes if env_ids is None and isinstance(modes, int) else None
         self._restarted_dirty = True
         if env_ids is None:
             for row, leaf in zip(self._act_rows, leaves):
@@ -706,26 +707,30 @@ class SubprocVectorEnv(BaseVectorEnv):
         )
 
     def _step_reset_all(self, actions: Any, reset_seeds: Sequence[int | None]) -> StepResetResult | None:
-        """step_reset of every env with a seed for each and nothing in flight: the collector's call, made
-        without pipes (see the module docstring). None when the seeds are not one int in [0, 2**63) per
-        env: the general path handles (or rejects) those."""
+        """step_reset of every env with nothing in flight, each env with a seed or each without: the
+        collector's call, made without pipes (see the module docstring). None when the seeds are not one
+        int in [0, 2**63) per env, nor all None: the general path handles (or rejects) those."""
         seeds = list(reset_seeds)
         rows = self._rows
         assert rows is not None
         if any(self._owed):
             self._settle_owed()
-        try:
-            rows.reset_seed[:] = seeds  # raises for None, seeds from 2**63 on and a wrong count
-        except (TypeError, ValueError, OverflowError):
-            return None
-        if min(cast("list[int]", seeds)) < 0:
-            return None
+        if len(seeds) == self.num_envs and seeds.count(None) == len(seeds):
+            mode = _UNSEEDED
+        else:
+            mode = _SEEDED
+            try:
+                rows.reset_seed[:] = seeds  # raises for None, seeds from 2**63 on and a wrong count
+            except (TypeError, ValueError, OverflowError):
+                return None
+            if min(cast("list[int]", seeds)) < 0:
+                return None
         leaves = self.act_layout.batch_leaves(actions, self.num_envs)
         for row, leaf in zip(self._act_rows, leaves):
             row[...] = leaf
-        if not self._modes_seeded:
-            rows.reset_mode[...] = _SEEDED
-            self._modes_seeded = True
+        if self._rows_mode != mode:
+            rows.reset_mode[...] = mode
+            self._rows_mode = mode
         if self._restarted_dirty:
             rows.restarted[...] = False
             self._restarted_dirty = False
