@@ -285,5 +285,8 @@ def test_ledger_matches_a_list_reference(data: st.DataObject) -> None:
             assert sorted(out_r) == sorted(want_r) and np.array_equal(left, owed)
             model = kept
         assert len(ledger) == len(model)
-        ends = np.bincount([i for i, e, _ in model if e], minlength=num_envs)
-        assert np.array_equal(ledger.episode_ends, ends)
+        if data.draw(st.booleans()):  # read only sometimes: push_rows() steps are counted in when read
+            ends = np.bincount([i for i, e, _ in model if e], minlength=num_envs)
+            assert np.array_equal(ledger.episode_ends, ends)
+    ends = np.bincount([i for i, e, _ in model if e], minlength=num_envs)
+    assert np.array_equal(ledger.episode_ends, ends)

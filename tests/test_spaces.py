@@ -200,6 +200,9 @@ def _values(space: gym.Space, k: int) -> st.SearchStrategy[np.ndarray]:
     return st.builds(build, st.integers(0, 2**16), st.lists(corruption, max_size=3))
 
 
+_BATCH_CHECKS: dict[int, BatchCheck] = {}  # one per leaf space, kept across examples like the Collector's
+
+
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), which=st.integers(0, len(leaf_spaces) - 1), k=st.integers(1, 6))
 def test_batch_contains_agrees_with_gymnasium_contains(data: st.DataObject, which: int, k: int) -> None:
@@ -212,7 +215,10 @@ def test_batch_contains_agrees_with_gymnasium_contains(data: st.DataObject, whic
     else:
         assert result is not None
         assert f"element {inside.index(False)} " in result
-    assert BatchCheck(space)(batch) == result  # the Collector's precompiled form says the same
+    # the Collector's precompiled form says the same, also once it has seen valid batches of this shape
+    check = _BATCH_CHECKS.setdefault(which, BatchCheck(space))
+    assert check(batch) == result
+    assert BatchCheck(space)(batch) == result
 
 
 def test_batch_contains_discrete_with_nonzero_start() -> None:
@@ -374,3 +380,14 @@ def test_serialization_errors() -> None:
         space_from_dict({"type": "Blob"})
     with pytest.raises(ValueError):
         space_from_dict({"n": 3})
+
+
+def test_batch_check_keeps_rejecting_after_it_has_seen_valid_batches_of_the_shape() -> None:
+    space = gs.Box(low=-np.array([4.8, np.inf], np.float32), high=np.array([4.8, np.inf], np.float32))
+    check = BatchCheck(space)
+    good = np.array([[1.0, 1e30], [-4.8, -np.inf], [0.0, 0.0]], np.float32)
+    assert check(good) is None and check(good) is None  # the second call takes the cached bounds
+    for bad in ([[1.0, 0.0], [4.9, 0.0], [0.0, 0.0]], [[1.0, 0.0], [0.0, 0.0], [np.nan, 0.0]]):
+        batch = np.array(bad, np.float32)
+        assert check(batch) == batch_contains(space, batch) is not None
+    assert "element 1" in (check(np.array([[1.0, 0.0], [4.9, 0.0], [0.0, 0.0]], np.float32)) or "")

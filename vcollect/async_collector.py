@@ -251,7 +251,9 @@ class AsyncCollector(Collector):
             self._resetting[ids] = False
             self._start_episodes(ids, obs, [self._reset_seed[i] for i in ids.tolist()], None)
             for env_id in ids.tolist():
-                self._options[env_id] = self._reset_options[env_id]
+                options = self._options[env_id] = self._reset_options[env_id]
+                if options is not None:
+                    self._described = True
         if steps is None:
             return np.zeros(0, dtype=np.int64)
         next_obs, rewards, terminations, truncations, _infos, ids = steps

@@ -158,6 +158,7 @@ class Collector:
         self._needs_reset = np.ones(self.num_envs, dtype=bool)
         self._seeds: list[int | None] = [None] * self.num_envs
         self._options: list[dict[str, Any] | None] = [None] * self.num_envs
+        self._described = False  # whether some env's seed or options were ever set (not None)
         self._was_reset = False
         self._closed = False
         self._next_env = 0
@@ -532,9 +533,10 @@ class Collector:
     def _self_started(self, env_ids: np.ndarray) -> None:
         """Bookkeeping for episodes an env started by itself whose first rows are already in the rings: no
         seed or options (not replayable by seed), the policy's state reset."""
-        for env_id in env_ids.tolist():
-            self._seeds[env_id] = None
-            self._options[env_id] = None
+        if self._described:  # else every env's seed and options are None already
+            for env_id in env_ids.tolist():
+                self._seeds[env_id] = None
+                self._options[env_id] = None
         if self._state is not None and hasattr(self.policy, "reset_state"):
             self._state = self.policy.reset_state(self._state, env_ids)  # type: ignore[union-attr]
 
@@ -639,6 +641,8 @@ class Collector:
         for env_id, seed in zip(env_ids.tolist(), seeds):
             self._seeds[env_id] = seed
             self._options[env_id] = options
+        if not self._described and (options is not None or any(seed is not None for seed in seeds)):
+            self._described = True
         self._needs_reset[env_ids] = False
         if self._state is not None and hasattr(self.policy, "reset_state"):
             self._state = self.policy.reset_state(self._state, env_ids)  # type: ignore[union-attr]

@@ -24,7 +24,7 @@ class TransitionLedger:
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = int(num_envs)
-        self.episode_ends = np.zeros(self.num_envs, dtype=np.int64)
+        self._ends = np.zeros(self.num_envs, dtype=np.int64)
         self._ids: list[np.ndarray] = []
         self._ended: list[np.ndarray] = []
         self._returns: list[np.ndarray] = []  # one value per *ended* transition, in order
@@ -34,10 +34,25 @@ class TransitionLedger:
         self._row_skipped: list[np.ndarray | None] = []
         self._row_ended: list[np.ndarray] = []
         self._row_counts: list[int] = []  # transitions of each
+        self._rows_counted = 0  # how many of the push_rows() steps are in _ends already
 
     def __len__(self) -> int:
         """Number of transitions held."""
         return self._count
+
+    @property
+    def episode_ends(self) -> np.ndarray:
+        """Episode ends held per env id: one array, kept up to date in place (push_rows() steps are
+        counted in when it is read, so that a step after which no one reads the counts costs nothing)."""
+        self._count_row_ends()
+        return self._ends
+
+    def _count_row_ends(self) -> None:
+        rows = self._row_ended
+        if self._rows_counted < len(rows):
+            for ended in rows[self._rows_counted :]:
+                self._ends += ended
+            self._rows_counted = len(rows)
 
     def push(self, env_ids: np.ndarray, ended: np.ndarray, returns: list[float], lens: list[int]) -> None:
         """Hold one transition per env id; ``ended`` (bool) marks those that ended an episode, whose
@@ -53,7 +68,7 @@ class TransitionLedger:
         if len(returns):
             self._returns.append(np.asarray(returns, dtype=np.float64))
             self._lens.append(np.asarray(lens, dtype=np.int64))
-            self.episode_ends[env_ids[ended]] += 1
+            self._ends[env_ids[ended]] += 1
 
     def push_rows(
         self, skipped: np.ndarray | None, ended: np.ndarray, returns: np.ndarray, lens: np.ndarray
@@ -74,7 +89,6 @@ class TransitionLedger:
         if len(returns):
             self._returns.append(returns)
             self._lens.append(lens)
-            self.episode_ends += ended
 
     def _rows_as_ids(self, first: int) -> tuple[np.ndarray, np.ndarray]:
         """Env ids and episode-end flags of the push_rows() steps from index ``first`` on, in order."""
@@ -89,10 +103,12 @@ class TransitionLedger:
 
     def _flush_rows(self) -> None:
         """Turn the push_rows() steps held into the env id form, in chronological order."""
+        self._count_row_ends()
         ids, ended = self._rows_as_ids(0)
         self._ids.append(ids)
         self._ended.append(ended)
         self._row_skipped, self._row_ended, self._row_counts = [], [], []
+        self._rows_counted = 0
 
     def _joined(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         if self._row_ended:
@@ -111,7 +127,7 @@ class TransitionLedger:
         taken_ends = taken[ended]
         returns_out.extend(rets[taken_ends].tolist())
         lens_out.extend(lens[taken_ends].tolist())
-        self.episode_ends -= np.bincount(ids[taken & ended], minlength=self.num_envs)
+        self._ends -= np.bincount(ids[taken & ended], minlength=self.num_envs)  # _joined() counted every row in
         kept = ~taken
         self._ids, self._ended = [ids[kept]], [ended[kept]]
         self._returns, self._lens = [rets[~taken_ends]], [lens[~taken_ends]]
@@ -149,7 +165,8 @@ class TransitionLedger:
         self._ids, self._ended = [ids], [ended]
         self._returns, self._lens = [rets[n_ends:]], [lens[n_ends:]]
         self._row_skipped, self._row_ended, self._row_counts = [], [], []
-        self.episode_ends[:] = np.bincount(ids[ended], minlength=self.num_envs)
+        self._rows_counted = 0
+        self._ends[:] = np.bincount(ids[ended], minlength=self.num_envs)
         taken = self._count - keep
         self._count = keep
         return taken

@@ -185,6 +185,11 @@ class _LeafCheck:
         self._tiled: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._symmetric = low.dtype.kind == "f" and bool(np.array_equal(low, -high))
 
+    @property
+    def symmetric(self) -> bool:
+        """Whether float batches are checked as ``|x| <= high`` (bounds with ``low == -high``)."""
+        return self._symmetric
+
     def bounds(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) to compare a batch of k values with: repeated to (k, *shape) while small."""
         got = self._tiled.get(k)
@@ -254,19 +259,29 @@ class BatchCheck:
     """``batch_contains`` for one space, its compiled checks looked up once (the Collector checks every
     observation batch; the per-call cache lookup would cost a fifth of a small batch's check)."""
 
-    __slots__ = ("space", "_leaf")
+    __slots__ = ("space", "_leaf", "_float_high")
 
     def __init__(self, space: gym.Space[Any]) -> None:
         self.space = space
         nested, checks = _checks_for(space)
         self._leaf = None if nested else checks[0]
+        # symmetric float bounds (|x| <= high) repeated to each float batch shape seen: one lookup per call
+        self._float_high: dict[tuple[int, ...], np.ndarray] = {}
 
     def __call__(self, batch: Any) -> str | None:
         """None if every element of the batch lies in the space, else what batch_contains says."""
         leaf = self._leaf
         if leaf is not None and type(batch) is np.ndarray:
             shape = batch.shape
-            if shape and shape[1:] == leaf.shape and batch.dtype.kind in leaf.kinds and leaf.holds(batch, shape[0]):
+            high = self._float_high.get(shape) if batch.dtype.kind == "f" else None
+            if high is not None:
+                if np.count_nonzero(np.abs(batch) <= high) == batch.size:
+                    return None
+            elif shape and shape[1:] == leaf.shape and batch.dtype.kind in leaf.kinds and leaf.holds(batch, shape[0]):
+                if leaf.symmetric and batch.dtype.kind == "f" and len(self._float_high) < _TILE_MAX_SIZES:
+                    tiled = leaf.bounds(shape[0])[1]
+                    if tiled.shape == shape:
+                        self._float_high[shape] = tiled
                 return None
         return batch_contains(self.space, batch)
 

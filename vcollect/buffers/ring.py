@@ -207,31 +207,31 @@ class VectorRingBuffer:
             self._headroom -= 1
         cur = self._last_flat
         nxt = self._next_flat[cur]
-        acts = flatten_batch(self.action_space, actions) if self._act_nested else (actions,)
-        for store, items, value in zip(self._act_flat, self._act_items, acts):
-            if items is None:
-                store[cur] = value
-            else:
+        if self._act_nested:
+            for store, items, value in zip(self._act_flat, self._act_items, flatten_batch(self.action_space, actions)):
                 _scatter(store, items, cur, value)
+        else:  # one leaf, written without the loop (this is the per-step path of all-env backends)
+            _scatter(self._act_flat[0], self._act_items[0], cur, actions)
         self._rew_flat[cur] = rewards
         self._term_flat[cur] = terminations
         self._trunc_flat[cur] = truncations
+        has = self._has_flat
         # a restarting env's current row ends its previous episode: it holds no step
-        self._has_flat[cur] = self._all_true if stepped is None else stepped
-        obs = flatten_batch(self.observation_space, next_obs) if self._obs_nested else (next_obs,)
-        for store, items, value in zip(self._obs_flat, self._obs_items, obs):
-            if items is None:
-                store[nxt] = value
-            else:
+        has[cur] = self._all_true if stepped is None else stepped
+        if self._obs_nested:
+            for store, items, value in zip(self._obs_flat, self._obs_items, flatten_batch(self.observation_space, next_obs)):
                 _scatter(store, items, nxt, value)
-        self._has_flat[nxt] = False
+        else:
+            _scatter(self._obs_flat[0], self._obs_items[0], nxt, next_obs)
+        has[nxt] = False
         self._last_flat = nxt
-        self.episode_lengths += self._ones
-        self.episode_returns += rewards
+        lengths, returns = self.episode_lengths, self.episode_returns
+        lengths += self._ones
+        returns += rewards
         if started is not None:
             self._has_episode[started] = True
-            self.episode_lengths[started] = 0
-            self.episode_returns[started] = 0.0
+            lengths[started] = 0
+            returns[started] = 0.0
             if self.keep_overflow:
                 self._restart_overflow(started)
 
@@ -391,9 +391,10 @@ def _row_items(rows: np.ndarray) -> np.ndarray | None:
 def _scatter(store: np.ndarray, items: np.ndarray | None, rows: np.ndarray, values: Any) -> None:
     """``store[rows] = values``, through ``items`` (``_row_items(store)``) where values are C-contiguous rows
     of the same dtype and shape, the usual case, else numpy's general (casting, broadcasting) assignment."""
-    if (
-        items is not None
-        and type(values) is np.ndarray
+    if items is None:
+        store[rows] = values
+    elif (
+        type(values) is np.ndarray
         and values.dtype == store.dtype
         and values.shape[1:] == store.shape[1:]
         and values.flags.c_contiguous

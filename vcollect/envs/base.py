@@ -336,6 +336,7 @@ class BaseVectorEnv:
         self.closed = False
         # 0 = idle, 1 = step in flight, 2 = reset in flight
         self._flight = np.zeros(num_envs, np.int8)
+        self._went_async = False  # whether send/reset_async was ever called (else nothing can be in flight)
         self._done = np.zeros(num_envs, bool)
         self._failures: list[_Failure] = []
         self._obs_rows: list[np.ndarray] = []
@@ -480,6 +481,7 @@ class BaseVectorEnv:
         self._check_open()
         self._check_idle(ids)
         leaves = self.act_layout.batch_leaves(actions, ids.size)
+        self._went_async = True
         self._flight[ids] = 1
         self._dispatch_step(ids, leaves)
 
@@ -489,6 +491,7 @@ class BaseVectorEnv:
         seed_list = normalize_seeds(seeds, ids.size)
         if options is not None and not isinstance(options, dict):
             raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        self._went_async = True
         self._flight[ids] = 2
         self._dispatch_reset(ids, seed_list, options)
 

@@ -153,7 +153,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         """Step every env once and report transitions and self-started episodes (see AllEnvStep)."""
         if self.closed:
             self._check_open()
-        if np.count_nonzero(self._flight):  # a C call, several times cheaper than .any() on small arrays
+        if self._went_async and np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
         return self._step_all(actions)
 
