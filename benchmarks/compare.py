@@ -61,15 +61,22 @@ def raw_sync_vector_loop(num_envs: int) -> Window:
     return window
 
 
-def collector_window(envs: Any, policy: object = None, store: object = None, every_reset: bool = True) -> Window:
-    """``collect(n_step=n)`` on one Collector kept for the whole run (its rings wrap, its store commits
+def collector_window(
+    envs: Any,
+    policy: object = None,
+    store: object = None,
+    every_reset: bool = True,
+    collector_cls: type[vcollect.Collector] = vcollect.Collector,
+    warm_up: int = 1_000,
+) -> Window:
+    """``collect(n_step=n)`` on one collector kept for the whole run (its rings wrap, its store commits
     shards as usual), timed from the call to its return. ``every_reset=False``: seed_every_reset=False."""
-    collector = vcollect.Collector(
+    collector = collector_cls(
         policy, envs, store=store, seed=0, seed_every_reset=every_reset  # type: ignore[arg-type]
     )
     CLEANUP.callback(collector.close)  # closes its envs; runs before the store's close (registered later)
     random = policy is None
-    collector.collect(n_step=1_000, reset_before_collect=True, random=random)
+    collector.collect(n_step=warm_up, reset_before_collect=True, random=random)
 
     def window(steps: int) -> float:
         start = time.perf_counter()
@@ -137,16 +144,7 @@ def slow_env_window(collector_cls: str, num_envs: int = 8) -> Window:
 
     cls = AsyncCollector if collector_cls == "async" else vcollect.Collector
     envs = vcollect.SubprocVectorEnv([SlowEnv] * num_envs, num_workers=num_envs)
-    collector = cls(None, envs, seed=0)
-    CLEANUP.callback(collector.close)
-    collector.collect(n_step=200, reset_before_collect=True, random=True)
-
-    def window(steps: int) -> float:
-        start = time.perf_counter()
-        collector.collect(n_step=steps, random=True)
-        return steps / (time.perf_counter() - start)
-
-    return window
+    return collector_window(envs, collector_cls=cls, warm_up=200)
 
 
 def real_transitions_window(envs: Any, num_envs: int) -> Window:
