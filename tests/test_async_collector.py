@@ -290,3 +290,24 @@ def test_ledger_matches_a_list_reference(data: st.DataObject) -> None:
             assert np.array_equal(ledger.episode_ends, ends)
     ends = np.bincount([i for i, e, _ in model if e], minlength=num_envs)
     assert np.array_equal(ledger.episode_ends, ends)
+
+
+@pytest.mark.parametrize("backend", ["subproc", "gymnasium"])
+def test_async_collector_seeds_only_first_resets_when_asked(backend: str) -> None:
+    """seed_every_reset=False reaches AsyncCollector's own reset path too (subprocess workers, and a
+    gymnasium SyncVectorEnv reset through reset_mask): each env's first episode has a seed that replays
+    it, every later one None."""
+    if backend == "subproc":
+        envs = SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * 4, num_workers=2)
+    else:
+        from vcollect import make_vector
+
+        envs = make_vector("CartPole-v1", 4, backend="gymnasium", vectorization_mode="sync")
+    store = ListStore()
+    with AsyncCollector(None, envs, store=store, seed=3, seed_every_reset=False) as collector:
+        stats = collector.collect(n_episode=12, random=True, reset_before_collect=True)
+    assert stats.n_collected_episodes == 12
+    for env_id in range(4):
+        episodes = [e for e in store.episodes if e.env_id == env_id]
+        assert episodes[0].seed is not None and all(e.seed is None for e in episodes[1:])
+        assert_replays(gym.make("CartPole-v1"), episodes[0])
