@@ -346,7 +346,15 @@ def test_killed_worker_raises_naming_it_and_close_works(ray_ready: Any, tmp_path
     )
     try:
         assert dc.collect(n_step=20, random=True).n_collected_episodes == 4  # 5 steps per env: one episode each
-        ray_ready.kill(dc.workers[1])
+        killed = dc.workers[1]
+        ray_ready.kill(killed)
+        deadline = time.monotonic() + 30
+        while True:  # ray.kill returns at once: wait (bounded) until the actor no longer answers, or the
+            try:  # next collect may still run on it (then worker 1 finishes its second quota too)
+                ray_ready.get(killed.__ray_ready__.remote(), timeout=5)
+            except ray_ready.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "the killed worker still answers after 30 s"
         with pytest.raises(EnvWorkerError, match=r"distributed worker 1 \(global env ids 2\.\.3.* died during collect"):
             dc.collect(n_step=20, random=True)
         with pytest.raises(CollectorStateError, match=r"worker\(s\) \[1\] died"):
