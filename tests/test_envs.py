@@ -226,6 +226,20 @@ def test_step_reset_failing_restart_names_the_env(closing, backend):
     assert info.value.env_id == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_step_reset_and_reset_refuse_a_wrong_seed_count_and_non_dict_options(closing, backend):
+    envs = make(closing, backend, [functools.partial(CountingEnv, 3)] * 2)
+    envs.reset(seeds=0)
+    with pytest.raises(ValueError, match="got 1 reset seeds for 2 env ids"):
+        envs.step_reset(np.zeros(2, np.int64), reset_seeds=[1])
+    with pytest.raises(ValueError, match="options must be a dict or None, got list"):
+        envs.step_reset(np.zeros(2, np.int64), reset_seeds=[1, 2], options=[1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="options must be a dict or None, got str"):
+        envs.reset(options="start")  # type: ignore[arg-type]
+    obs, *_ = envs.step(np.zeros(2, np.int64))  # nothing was stepped or reset by the refused calls
+    np.testing.assert_array_equal(obs[:, 0], [1.0, 1.0])
+
+
 def test_subproc_step_reset_seeds_in_shared_rows_or_beyond_int64(closing, monkeypatch):
     envs = make(closing, "subproc", [functools.partial(CountingEnv, 1)] * 3)
     envs.reset(seeds=0)

@@ -197,6 +197,20 @@ def check_against_reference(
 
 # --------------------------------------------------------------------------------- property test
 
+
+def draw_steps(data: st.DataObject, cfg: Config, n: int) -> tuple[list[Any], list[float], list[bool], list[bool]]:
+    """Action rows, rewards, terminations and truncations for n env ids."""
+    act_rows = [cfg.act_leaves(data.draw(st.integers(0, 50), label="action")) for _ in range(n)]
+    rewards = data.draw(st.lists(st.floats(-10, 10, allow_nan=False), min_size=n, max_size=n), label="r")
+    terms = data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="term")
+    truncs = data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="trunc")
+    return act_rows, rewards, terms, truncs
+
+
+def numbered_obs(cfg: Config, first: int, n: int) -> list[Any]:
+    """n observation rows numbered first, first + 1, ... (every row of a test distinct)."""
+    return [cfg.obs_leaves(first + i) for i in range(n)]
+
 # Mostly steps, so that episodes often outgrow the tiny rings (several times over) before restarting.
 op = st.tuples(
     st.sampled_from(["add"] * 24 + ["start"] * 5 + ["reset"]),
@@ -231,21 +245,14 @@ def test_ring_buffer_matches_list_of_rows_reference(
             ids = [e for e in ids if ref.envs[e].start is not None]
         if not ids:
             continue
-        obs_rows = []
-        for _ in ids:
-            counter += 1
-            obs_rows.append(cfg.obs_leaves(counter))
+        obs_rows = numbered_obs(cfg, counter + 1, len(ids))
+        counter += len(ids)
         if kind == "start":
             buf.start_episodes(np.array(ids), batch_of(cfg.obs_space, obs_rows))
             for e, o in zip(ids, obs_rows):
                 ref.start(e, o)
         else:
-            act_rows = [cfg.act_leaves(data.draw(st.integers(0, 50), label="action")) for _ in ids]
-            rewards = data.draw(
-                st.lists(st.floats(-10, 10, allow_nan=False), min_size=len(ids), max_size=len(ids)), label="r"
-            )
-            terms = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="term")
-            truncs = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="trunc")
+            act_rows, rewards, terms, truncs = draw_steps(data, cfg, len(ids))
             buf.add(
                 np.array(ids),
                 batch_of(cfg.act_space, act_rows),
@@ -309,22 +316,15 @@ def test_add_all_matches_list_of_rows_reference(
             ids = picked
         if not ids:
             continue
-        obs_rows = []
-        for _ in ids:
-            counter += 1
-            obs_rows.append(cfg.obs_leaves(counter))
+        obs_rows = numbered_obs(cfg, counter + 1, len(ids))
+        counter += len(ids)
         if kind == "start":
             buf.start_episodes(np.array(ids), batch_of(cfg.obs_space, obs_rows))
             for e, o in zip(ids, obs_rows):
                 ref.start(e, o)
             check_against_reference(buf, ref, cfg, rng)
             continue
-        act_rows = [cfg.act_leaves(data.draw(st.integers(0, 50), label="action")) for _ in ids]
-        rewards = data.draw(
-            st.lists(st.floats(-10, 10, allow_nan=False), min_size=len(ids), max_size=len(ids)), label="r"
-        )
-        terms = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="term")
-        truncs = data.draw(st.lists(st.booleans(), min_size=len(ids), max_size=len(ids)), label="trunc")
+        act_rows, rewards, terms, truncs = draw_steps(data, cfg, len(ids))
         batch = (
             batch_of(cfg.act_space, act_rows),
             np.array(rewards, np.float64),

@@ -286,6 +286,12 @@ def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> np.ndarray | None:
     return ids
 
 
+def check_reset_options(options: Any) -> None:
+    """ValueError unless ``options`` (given to the reset of every env it applies to) is a dict or None."""
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+
+
 def normalize_seeds(seeds: Seeds, k: int) -> list[int | None]:
     """One seed per env id: an int s seeds the j-th listed env with s + j (gymnasium's convention)."""
     if seeds is None:
@@ -384,6 +390,17 @@ class BaseVectorEnv:
         busy = ids[self._flight[ids] != 0]
         if busy.size:
             raise ValueError(f"env id(s) {busy.tolist()} already have a step or reset in flight")
+
+    def _step_reset_leaves(
+        self, actions: Any, ids: np.ndarray, reset_seeds: Sequence[int | None], options: dict | None
+    ) -> list[np.ndarray]:
+        """The action leaves of a step_reset call over ids, with one reset seed per env id and the options
+        checked (what every backend's own step_reset checks first)."""
+        leaves = self.act_layout.batch_leaves(actions, ids.size)
+        if len(reset_seeds) != ids.size:
+            raise ValueError(f"got {len(reset_seeds)} reset seeds for {ids.size} env ids")
+        check_reset_options(options)
+        return leaves
 
     def _raise_failure(self) -> None:
         """Raise the first recorded failure (naming any others, which are cleared with it)."""
@@ -489,8 +506,7 @@ class BaseVectorEnv:
         self._check_open()
         self._check_idle(ids)
         seed_list = normalize_seeds(seeds, ids.size)
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        check_reset_options(options)
         self._went_async = True
         self._flight[ids] = 2
         self._dispatch_reset(ids, seed_list, options)

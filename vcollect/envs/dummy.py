@@ -17,6 +17,7 @@ from vcollect.envs.base import (
     StepResetResult,
     StepResult,
     _Failure,
+    check_reset_options,
     normalize_seeds,
 )
 
@@ -79,11 +80,7 @@ class DummyVectorEnv(BaseVectorEnv):
     ) -> StepResetResult:
         """Step env_ids (all when None) and reset each env that ends right after its step, in one pass."""
         ids = self._idle_ids(env_ids)
-        leaves = self.act_layout.batch_leaves(actions, ids.size)
-        if len(reset_seeds) != ids.size:
-            raise ValueError(f"got {len(reset_seeds)} reset seeds for {ids.size} env ids")
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        leaves = self._step_reset_leaves(actions, ids, reset_seeds, options)
         allowed = None if may_reset is None else may_reset.tolist()
         self._restarted = []
         self._run_steps(ids, leaves, _Restarts(reset_seeds, allowed, options))
@@ -100,8 +97,7 @@ class DummyVectorEnv(BaseVectorEnv):
         """Reset env_ids (all when None) in order; results are fresh arrays in env_ids order."""
         ids = self._idle_ids(env_ids)
         seed_list = normalize_seeds(seeds, ids.size)
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        check_reset_options(options)
         self._run_resets(ids, seed_list, options)
         self._raise_failure()
         return self._gather_reset(ids)

@@ -27,7 +27,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from vcollect.envs.base import BaseVectorEnv, EnvIds, ResetResult, Seeds, StepResult, normalize_seeds
+from vcollect.envs.base import (
+    BaseVectorEnv,
+    EnvIds,
+    ResetResult,
+    Seeds,
+    StepResult,
+    check_reset_options,
+    normalize_seeds,
+)
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["AllEnvStep", "GymnasiumVectorEnv"]
@@ -246,8 +254,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         return self._protocol_reset(ids, normalize_seeds(seeds, ids.size), options)
 
     def _protocol_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> ResetResult:
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        check_reset_options(options)
         n = self.num_envs
         per_env: list[int | None] = [None] * n
         for env_id, seed in zip(ids.tolist(), seeds):

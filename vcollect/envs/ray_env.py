@@ -30,6 +30,7 @@ from vcollect.envs.base import (
     Seeds,
     StepResult,
     _Failure,
+    check_reset_options,
     normalize_seeds,
 )
 from vcollect.errors import EnvWorkerError
@@ -186,8 +187,7 @@ class RayVectorEnv(BaseVectorEnv):
             return super().reset(env_ids, seeds, options)
         ids = self._ids(env_ids)
         seed_list = normalize_seeds(seeds, ids.size)
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        check_reset_options(options)
         refs = [self._actors[i].reset.remote(s, options) for i, s in zip(ids.tolist(), seed_list)]
         for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs)):
             self._store(env_id, _RESET, reply)

@@ -59,6 +59,7 @@ from vcollect.envs.base import (
     StepResetResult,
     StepResult,
     _Failure,
+    check_reset_options,
     normalize_seeds,
 )
 from vcollect.errors import EnvWorkerError
@@ -621,8 +622,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             return super().reset(env_ids, seeds, options)
         ids = self._ids(env_ids)
         seed_list = normalize_seeds(seeds, ids.size)
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        check_reset_options(options)
         self._roundtrip(self._parts(_RESET, ids, (seed_list, options)))
         self._raise_failure()
         return self._gather_reset(ids)
@@ -651,11 +651,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             return super().step_reset(actions, env_ids, reset_seeds=seed_list, may_reset=may_reset, options=options)
         seeds = seed_list if len(given) == len(seed_list) else [-1 if s is None else s for s in seed_list]
         ids = self._ids(env_ids)
-        leaves = self.act_layout.batch_leaves(actions, ids.size)
-        if len(seeds) != ids.size:
-            raise ValueError(f"got {len(seeds)} reset seeds for {ids.size} env ids")
-        if options is not None and not isinstance(options, dict):
-            raise ValueError(f"options must be a dict or None, got {type(options).__name__}")
+        leaves = self._step_reset_leaves(actions, ids, seeds, options)
         rows = self._rows
         assert rows is not None
         seed_array = np.array(seeds, dtype=np.int64)
@@ -715,12 +711,14 @@ class SubprocVectorEnv(BaseVectorEnv):
         assert rows is not None
         if any(self._owed):
             self._settle_owed()
-        if len(seeds) == self.num_envs and seeds.count(None) == len(seeds):
+        if len(seeds) != self.num_envs:  # (one seed would broadcast to every row)
+            return None
+        if seeds.count(None) == len(seeds):
             mode = _UNSEEDED
         else:
             mode = _SEEDED
             try:
-                rows.reset_seed[:] = seeds  # raises for None, seeds from 2**63 on and a wrong count
+                rows.reset_seed[:] = seeds  # raises for None and seeds from 2**63 on
             except (TypeError, ValueError, OverflowError):
                 return None
             if min(cast("list[int]", seeds)) < 0:
