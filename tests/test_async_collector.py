@@ -242,15 +242,22 @@ def test_ledger_matches_a_list_reference(data: st.DataObject) -> None:
     model: list[tuple[int, bool, float]] = []  # (env id, ended, return) oldest first
     for _ in range(data.draw(st.integers(1, 12))):
         op = data.draw(st.sampled_from(["push", "push", "rows", "rows", "steps", "episodes"]))
-        if op == "rows":  # push_rows: every env id but the skipped ones, in env id order
-            skipped = sorted(data.draw(st.sets(st.integers(0, num_envs - 1))))
-            ended = np.asarray([e not in skipped and data.draw(st.booleans()) for e in range(num_envs)], bool)
-            rets = [float(data.draw(st.integers(0, 99))) for _ in range(int(ended.sum()))]
-            it = iter(rets)
-            model += [(e, bool(ended[e]), next(it) if ended[e] else 0.0) for e in range(num_envs) if e not in skipped]
+        if op == "rows":  # push_rows: k steps, each of every env id but the skipped ones, in env id order
+            k = data.draw(st.integers(1, 3))
+            stepped = np.ones((k, num_envs), bool)
+            ended = np.zeros((k, num_envs), bool)
+            rets: list[float] = []
+            for j in range(k):
+                for e in range(num_envs):
+                    stepped[j, e] = data.draw(st.booleans())
+                    ended[j, e] = stepped[j, e] and data.draw(st.booleans())
+                    ret = float(data.draw(st.integers(0, 99))) if ended[j, e] else 0.0
+                    rets += [ret] if ended[j, e] else []
+                    model += [(e, bool(ended[j, e]), ret)] if stepped[j, e] else []
+            one_step = k == 1 and data.draw(st.booleans())  # a (num_envs,) step rather than a (1, num_envs) block
             ledger.push_rows(
-                np.asarray(skipped, np.int64) if data.draw(st.booleans()) or skipped else None,
-                ended,
+                None if stepped.all() and data.draw(st.booleans()) else (stepped[0] if one_step else stepped),
+                ended[0] if one_step else ended,
                 np.asarray(rets, np.float64),
                 np.asarray(rets, np.int64),
             )

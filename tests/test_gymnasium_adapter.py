@@ -4,6 +4,7 @@ exact counts with surplus transitions carried to the next call, vector entry poi
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -235,16 +236,30 @@ def test_every_mode_keeps_counts_exact_under_a_policy(mode: AutoresetMode) -> No
 
 @pytest.mark.parametrize("mode", MODES)
 def test_policy_after_random_steps_sees_each_envs_latest_observation(mode: AutoresetMode) -> None:
-    """Random collection keeps no observation cache: a policy acting next reads the rings' last rows, and
-    the arrays handed to it are never written to afterwards."""
+    """A policy acting after random collection (which keeps no observation cache) gets each env's latest
+    observation, the one the vector env returned last, and the arrays handed to it are never written to
+    afterwards (NEXT_STEP collection stages steps in blocks: the rings may lag behind while it runs)."""
     seen: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
 
+    class Latest(gym.vector.VectorWrapper):
+        """Remembers the last batch of observations the vector env returned."""
+
+        def step(self, actions: Any) -> Any:
+            result = super().step(actions)
+            self.latest = np.array(result[0])
+            return result
+
+        def reset(self, **kwargs: Any) -> Any:
+            result = super().reset(**kwargs)
+            self.latest = np.array(result[0])
+            return result
+
     def policy(obs: np.ndarray, state: None) -> tuple[np.ndarray, None]:
-        seen.append((obs, obs.copy(), collector.buffer.last_obs(np.arange(3))))
+        seen.append((obs, obs.copy(), envs.latest.copy()))
         return (obs[:, 2] > 0).astype(np.int64), None
 
-    fns = [lambda: gym.make("CartPole-v1")] * 3
-    with Collector(policy, SyncVectorEnv(fns, autoreset_mode=mode), seed=3) as collector:
+    envs = Latest(SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 3, autoreset_mode=mode))
+    with Collector(policy, envs, seed=3) as collector:
         collector.reset()
         for n in (5, 7, 13, 4, 30):
             collector.collect(n_step=n, random=True)

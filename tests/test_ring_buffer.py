@@ -535,3 +535,110 @@ def test_gather_episodes_equals_the_episode_slices_while_their_rows_are_in_the_r
     np.testing.assert_array_equal(rew, np.concatenate([f[3][2] for f in safe]))
     np.testing.assert_array_equal(term, np.concatenate([f[3][3] for f in safe]))
     assert not trunc.any()
+
+
+# ------------------------------------------------------------------------------- add_steps (blocks)
+
+
+def ring_state(buf: VectorRingBuffer) -> list[np.ndarray]:
+    """Every array that makes up a ring buffer's contents and positions."""
+    return [
+        *buf._obs, *buf._act, buf._rew, buf._term, buf._trunc, buf._has_step, buf._last_flat, buf._has_episode,
+        buf.episode_lengths, buf.episode_returns,
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    cfg=st.sampled_from([PLAIN, NESTED]),
+    num_envs=st.integers(1, 4),
+    capacity=st.integers(2, 7),
+    keep_overflow=st.booleans(),
+    blocks=st.integers(1, 4),
+)
+def test_add_steps_equals_add_all_step_by_step(
+    data: st.DataObject, cfg: Config, num_envs: int, capacity: int, keep_overflow: bool, blocks: int
+) -> None:
+    """add_steps(k steps) leaves the buffer exactly as k add_all calls do (wrapping rings, env positions
+    aligned or not, nested spaces) and reports the episodes that ended as they end step by step: env id,
+    the episode_ref handle (last row, steps) and its return. Integer rewards, so that every sum is exact."""
+    blocked = VectorRingBuffer(num_envs, capacity, cfg.obs_space, cfg.act_space, keep_overflow=keep_overflow)
+    stepwise = VectorRingBuffer(num_envs, capacity, cfg.obs_space, cfg.act_space, keep_overflow=keep_overflow)
+    counter = 0
+    all_ids = np.arange(num_envs)
+    first = numbered_obs(cfg, counter, num_envs)
+    counter += num_envs
+    for buf in (blocked, stepwise):
+        buf.start_episodes(all_ids, batch_of(cfg.obs_space, first))
+    done_before = np.zeros(num_envs, bool)
+    for _ in range(blocks):
+        late = sorted(data.draw(st.sets(st.integers(0, num_envs - 1)), label="restarted apart"))
+        if late:  # some envs start an episode on their own: their rows move out of line with the others'
+            obs = numbered_obs(cfg, counter, len(late))
+            counter += len(late)
+            for buf in (blocked, stepwise):
+                buf.start_episodes(np.array(late), batch_of(cfg.obs_space, obs))
+            done_before[late] = False
+        k = data.draw(st.integers(1, capacity), label="k")
+        if not blocked.can_add_steps(k):
+            event("add_steps refused: k too large, or an episode might spill")
+            assert k >= capacity or keep_overflow
+            continue
+        acts = [[cfg.act_leaves(data.draw(st.integers(0, 50))) for _ in range(num_envs)] for _ in range(k)]
+        rewards = np.array(data.draw(st.lists(st.integers(-9, 9), min_size=k * num_envs, max_size=k * num_envs)), np.float64)
+        rewards = rewards.reshape(k, num_envs)
+        terms = np.array(data.draw(st.lists(st.booleans(), min_size=k * num_envs, max_size=k * num_envs))).reshape(k, num_envs)
+        truncs = np.array(data.draw(st.lists(st.booleans(), min_size=k * num_envs, max_size=k * num_envs))).reshape(k, num_envs)
+        extra = np.array(data.draw(st.lists(st.booleans(), min_size=k * num_envs, max_size=k * num_envs))).reshape(k, num_envs)
+        # an env that was done restarts in the next step (NEXT_STEP); others may restart too
+        restarts = extra.copy()
+        restarts[0] |= done_before
+        restarts[1:] |= (terms | truncs)[:-1]
+        done_before = (terms | truncs)[-1]
+        obs = [numbered_obs(cfg, counter + j * num_envs, num_envs) for j in range(k)]
+        counter += k * num_envs
+        expected = []  # (step, env id, last row, steps, return) as add_all leaves them
+        for j in range(k):
+            started = np.flatnonzero(restarts[j])
+            stepwise.add_all(
+                batch_of(cfg.act_space, acts[j]), rewards[j], terms[j], truncs[j], batch_of(cfg.obs_space, obs[j]),
+                started=started,
+            )
+            for e in np.flatnonzero((terms[j] | truncs[j]) & ~restarts[j]).tolist():
+                ref = stepwise.episode_ref(e)
+                last_row, steps = (int(stepwise._last_flat[e]), int(stepwise.episode_lengths[e])) if ref is None else ref
+                expected.append((j, e, last_row, steps, float(stepwise.episode_returns[e])))
+        cols = blocked._last_flat % capacity
+        event("env rows in line" if (cols == cols[0]).all() else "env rows out of line")
+        act_block = [
+            np.stack([flatten_batch(cfg.act_space, batch_of(cfg.act_space, acts[j]))[i] for j in range(k)])
+            for i in range(len(leaves(cfg.act_space)))
+        ]
+        obs_block = [
+            np.stack([flatten_batch(cfg.obs_space, batch_of(cfg.obs_space, obs[j]))[i] for j in range(k)])
+            for i in range(len(leaves(cfg.obs_space)))
+        ]
+        ends = blocked.add_steps(act_block, rewards, terms, truncs, obs_block, restarts)
+        got = list(
+            zip(ends.steps.tolist(), ends.env_ids.tolist(), ends.last_rows.tolist(), ends.lengths.tolist(), ends.returns.tolist())
+        )
+        assert got == expected
+        np.testing.assert_array_equal(ends.mask, (terms | truncs) & ~restarts)
+        for a, b in zip(ring_state(blocked), ring_state(stepwise)):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_add_steps_refuses_an_end_without_its_restart() -> None:
+    """add_steps' contract: an env done in step j restarts in step j + 1 (NEXT_STEP); anything else is a
+    clear error, not a silently lost episode end."""
+    buf = plain_buffer(num_envs=2, capacity=6)
+    buf.start_episodes(np.arange(2), np.zeros((2, 4), np.float32))
+    k = 3
+    terms = np.zeros((k, 2), bool)
+    terms[0, 1] = True
+    with pytest.raises(ValueError, match="restart"):
+        buf.add_steps(
+            [np.zeros((k, 2), np.int64)], np.zeros((k, 2)), terms, np.zeros((k, 2), bool),
+            [np.zeros((k, 2, 4), np.float32)], np.zeros((k, 2), bool),
+        )

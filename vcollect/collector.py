@@ -18,8 +18,9 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers import EpisodeEnds, StepBlock, VectorRingBuffer
 from vcollect.envs import (
+    AllEnvStep,
     DummyVectorEnv,
     EnvPoolVectorEnv,
     GymnasiumVectorEnv,
@@ -41,6 +42,9 @@ DEFAULT_BUFFER_ROWS = 20_000
 
 WRITE_BATCH = 64
 """Finished episodes a collector gathers from its rings before handing them to a store that takes batches."""
+
+BLOCK_STEPS = 64
+"""Steps of a NEXT_STEP all-env backend staged in a StepBlock before they go to the rings, ledger and store."""
 
 
 def as_vector_env(envs: Any) -> VectorEnv:
@@ -175,6 +179,14 @@ class Collector:
         self._records = 0  # calls of _record/_step_all_envs: between two, an env writes at most 2 ring rows
         self._write_by: int | None = None  # the _records count at which the queue must be written
         self._batch_writes = hasattr(store, "write_episodes") and not record_infos
+        # n_step collection from a NEXT_STEP all-env backend stages its steps (see _collect_blocks); a store
+        # must take batches, as episodes are queued from the rows the block wrote
+        self._blocks = (
+            self._steps_all
+            and bool(getattr(self.envs, "steps_in_blocks", False))
+            and (store is None or self._batch_writes)
+        )
+        self._block: StepBlock | None = None
         step_reset = getattr(self.envs, "step_reset", None)
         self._step_reset: Callable[..., StepResetResult] | None = None if self._steps_all else step_reset
 
@@ -354,6 +366,8 @@ class Collector:
         if not self._autoresets:
             self._reset_pending(self._all_ids, call.reset_options)
         if n_step is not None:
+            if self._blocks and call.render is None:
+                return self._collect_blocks(n_step, call)
             held = len(carry)
             while held < n_step:
                 self._step_all_envs(call.random, call.render, call.reset_options)
@@ -367,6 +381,129 @@ class Collector:
             self._step_all_envs(call.random, call.render, call.reset_options)
             call.bar.update(int(np.minimum(carry.episode_ends, quota).sum()) - before)
         return carry.take_episodes(quota, call.returns, call.lens)[0]
+
+    def _collect_blocks(self, n_step: int, call: CollectCall) -> int:
+        """n_step from a backend that writes its steps into a StepBlock (``step_into``): per step only the
+        env's step and a row copy of each array; the rings, the ledger, the store and (with random actions)
+        the observation checks take the block at once. Every staged step is recorded before this returns,
+        also when it raises."""
+        carry, all_ids, random, n = self._carry, self._all_ids, call.random, self.num_envs
+        size = max(1, min(BLOCK_STEPS, self.buffer.capacity - 1))
+        block = self._block
+        if block is None or block.size != size:
+            block = self._block = StepBlock(n, size, self.observation_space, self.action_space)
+        single_action = len(block.actions) == 1
+        held = len(carry)  # transitions recorded; the block's are counted only when they might be enough
+        try:
+            while held < n_step:
+                actions = self._choose_actions(all_ids, random)
+                k = block.count
+                self.envs.step_into(actions, block)  # type: ignore[attr-defined]
+                if single_action:
+                    block.actions[0][k] = actions
+                else:
+                    for leaf, value in zip(block.actions, flatten_batch(self.action_space, actions)):
+                        leaf[k] = value
+                if not random:  # the policy acts next on these observations: checked now, not with the block
+                    self._block_row_for_policy(block, k)
+                if block.full:
+                    self._flush_block(block, random)
+                    call.bar.update(min(len(carry), n_step) - min(held, n_step))
+                    held = len(carry)
+                elif held + (k + 1) * n >= n_step and held + block.transitions() >= n_step:
+                    break  # (every row a transition would not be enough: no need to count them before)
+        finally:
+            self._flush_block(block, random)
+        call.bar.update(min(len(carry), n_step) - min(held, n_step))
+        if random:  # random actions read no observations: the policy, when it acts, reads the rings' last rows
+            self._obs_cache = None
+        return carry.take_steps(n_step, call.returns, call.lens)
+
+    def _block_row_for_policy(self, block: StepBlock, k: int) -> None:
+        """Check row k's observations and make them the policy's next input; restarted envs' policy state
+        is reset now (their seeds are cleared when the block is recorded)."""
+        if self.validate:
+            self._check_obs(block.obs_row(k), self._all_ids, "an observation")
+            block.checked = k + 1
+        restarted = block.restart_row(k).nonzero()[0]
+        if restarted.size and self._state is not None and hasattr(self.policy, "reset_state"):
+            self._state = self.policy.reset_state(self._state, restarted)  # type: ignore[union-attr]
+        self._obs_cache = [leaf[k] for leaf in block.obs]  # views: a policy's block is renewed, not written over
+        self._obs_cache_owned = False
+
+    def _flush_block(self, block: StepBlock, random: bool) -> None:
+        """Record the block's steps (rings, ledger, store) and empty it. Observations not checked yet are
+        checked first: the steps before the first bad one are recorded, then ObservationError."""
+        k = block.count
+        if k == 0:
+            return
+        bad = None
+        if self.validate and block.checked < k and self._obs_check(block.obs_rows(block.checked, k)) is not None:
+            bad = next(j for j in range(block.checked, k) if self._obs_check(block.obs_row(j)) is not None)
+            k = bad
+        bad_obs = None if bad is None else block.obs_row(bad)
+        try:
+            if k and self.buffer.can_add_steps(k):
+                self._record_block(block, k, random)
+            else:  # an episode spilled or may spill out of its ring: the per-step path handles that
+                restarts = block.restarts(k)
+                for j in range(k):
+                    self._record_all_envs(
+                        unflatten_batch(self.action_space, [leaf[j] for leaf in block.actions]),
+                        _block_step(block, j, restarts[j]),
+                        True,
+                        None,
+                        None,
+                        policy_state=random,
+                    )
+        finally:
+            if random:
+                block.clear()
+            else:  # the policy may still hold views of the rows
+                block.renew()
+        if bad_obs is not None:
+            self._check_obs(bad_obs, self._all_ids, "an observation")
+
+    def _record_block(self, block: StepBlock, k: int, random: bool) -> None:
+        """The first k steps of the block into the rings (one write per array), the ledger and the store.
+        With a policy (not ``random``), restarted envs' policy state was reset step by step already."""
+        if self._write_by is not None and self._records + k >= self._write_by:
+            self._write_queued()  # the block's rows could reach queued episodes' rows
+        self._records += k
+        restarts = block.restarts(k)
+        ends = self.buffer.add_steps(
+            [leaf[:k] for leaf in block.actions],
+            block.rewards[:k],
+            block.terminations[:k],
+            block.truncations[:k],
+            [leaf[:k] for leaf in block.obs],
+            restarts,
+        )
+        restarted = np.flatnonzero(restarts.any(axis=0))
+        self._carry.push_rows(~restarts if restarted.size else None, ends.mask, ends.returns, ends.lengths)
+        if self.store is not None and ends.env_ids.size:
+            self._queue_block_episodes(ends, restarts, k)
+        if restarted.size:
+            self._self_started(restarted, policy_state=random)
+
+    def _queue_block_episodes(self, ends: EpisodeEnds, restarts: np.ndarray, k: int) -> None:
+        """Queue the episodes that ended in a recorded block for the store, in order. All are whole in the
+        rings (VectorRingBuffer.can_add_steps); those the next rounds of writes could reach are written now."""
+        steps = ends.steps
+        # an env's episodes after its first restart in the block were started by the env: no seed, no options
+        own = ((np.cumsum(restarts, axis=0) - restarts)[steps, ends.env_ids] == 0).tolist()
+        # rounds of writes (2 rows each, as in _write_episode) before an episode's first row could be reached,
+        # less the rows its env wrote after it within the block
+        rounds = ((self.buffer.capacity - ends.lengths - 2 - (k - 1 - steps)) // 2).tolist()
+        seeds, options, queued = self._seeds, self._options, self._queued
+        for env_id, last_row, length, first, left in zip(
+            ends.env_ids.tolist(), ends.last_rows.tolist(), ends.lengths.tolist(), own, rounds
+        ):
+            queued.append((env_id, last_row, length, seeds[env_id] if first else None, options[env_id] if first else None))
+            deadline = self._records + max(left, 0)
+            self._write_by = deadline if self._write_by is None else min(self._write_by, deadline)
+        if len(queued) >= WRITE_BATCH or self._write_by <= self._records:  # type: ignore[operator]
+            self._write_queued()
 
     # ------------------------------------------------------------------ one vector step
 
@@ -483,9 +620,23 @@ class Collector:
         Every row goes to the rings in one write (VectorRingBuffer.add_all), NEXT_STEP restart rows as the
         first observations of their episodes, so no row is gathered or copied per subset of envs.
         """
-        all_ids = self._all_ids
-        actions = self._choose_actions(all_ids, random)
+        actions = self._choose_actions(self._all_ids, random)
         step = self.envs.step_all(actions)  # type: ignore[attr-defined]
+        self._record_all_envs(actions, step, random, render, reset_options)
+
+    def _record_all_envs(
+        self,
+        actions: Any,
+        step: AllEnvStep,
+        random: bool,
+        render: float | None,
+        reset_options: dict[str, Any] | None,
+        *,
+        policy_state: bool = True,
+    ) -> None:
+        """Record one step_all step: rings, ledger, store, restarts (see _step_all_envs); ``policy_state``
+        False where the restarted envs' policy state was reset already."""
+        all_ids = self._all_ids
         self._before_ring_writes()
         obs, started, transitions = step.obs, step.started, step.transitions
         if self.validate:  # once for every row (first observations of restarted episodes included)
@@ -510,7 +661,7 @@ class Collector:
             if not self._autoresets:  # envs that restart by themselves never wait for a reset
                 self._needs_reset[finished] = True
         self._carry.push_rows(
-            None if transitions is None else started,
+            transitions,
             ended,
             self.buffer.episode_returns[finished],
             self.buffer.episode_lengths[finished],
@@ -522,7 +673,7 @@ class Collector:
                 )
                 self._start_episodes(started, first, [None] * started.size, None, check=False, remember=False)
             else:
-                self._self_started(started)
+                self._self_started(started, policy_state=policy_state)
         if random:  # random actions read no observations: the policy, when it acts, reads the rings' last rows
             self._obs_cache = None
         else:
@@ -530,14 +681,14 @@ class Collector:
         if finished.size and not self._autoresets:
             self._reset_envs(finished, reset_options)
 
-    def _self_started(self, env_ids: np.ndarray) -> None:
+    def _self_started(self, env_ids: np.ndarray, *, policy_state: bool = True) -> None:
         """Bookkeeping for episodes an env started by itself whose first rows are already in the rings: no
-        seed or options (not replayable by seed), the policy's state reset."""
+        seed or options (not replayable by seed), the policy's state reset (unless done already)."""
         if self._described:  # else every env's seed and options are None already
             for env_id in env_ids.tolist():
                 self._seeds[env_id] = None
                 self._options[env_id] = None
-        if self._state is not None and hasattr(self.policy, "reset_state"):
+        if policy_state and self._state is not None and hasattr(self.policy, "reset_state"):
             self._state = self.policy.reset_state(self._state, env_ids)  # type: ignore[union-attr]
 
     def _current_obs(self, env_ids: np.ndarray) -> Any:
@@ -724,3 +875,16 @@ class Collector:
     def _check_open(self) -> None:
         if self._closed:
             raise CollectorStateError("this collector is closed; make a new Collector")
+
+
+def _block_step(block: StepBlock, j: int, restarts: np.ndarray) -> AllEnvStep:
+    """Row j of a block (its restarts given) as the AllEnvStep that step_all would have returned for it;
+    arrays the ledger keeps are copies (the block is written over)."""
+    obs = unflatten_batch(block.observation_space, [leaf[j] for leaf in block.obs])
+    started = restarts.nonzero()[0]
+    transitions = ~restarts if started.size else None
+    done = block.done[j]
+    ended = done.copy() if transitions is None else done & transitions
+    return AllEnvStep(
+        obs, obs, block.rewards[j], block.terminations[j], block.truncations[j], {}, transitions, started, ended
+    )

@@ -30,8 +30,9 @@ class TransitionLedger:
         self._returns: list[np.ndarray] = []  # one value per *ended* transition, in order
         self._lens: list[np.ndarray] = []
         self._count = 0
-        # push_rows() steps not yet turned into the env id form above (all newer than it), in order
-        self._row_skipped: list[np.ndarray | None] = []
+        # push_rows() blocks of steps not yet turned into the env id form above (all newer than it), in
+        # order: (k, num_envs) masks of the rows that are transitions (None: all) and that ended an episode
+        self._row_stepped: list[np.ndarray | None] = []
         self._row_ended: list[np.ndarray] = []
         self._row_counts: list[int] = []  # transitions of each
         self._rows_counted = 0  # how many of the push_rows() steps are in _ends already
@@ -51,7 +52,7 @@ class TransitionLedger:
         rows = self._row_ended
         if self._rows_counted < len(rows):
             for ended in rows[self._rows_counted :]:
-                self._ends += ended
+                self._ends += ended[0] if len(ended) == 1 else ended.sum(axis=0)
             self._rows_counted = len(rows)
 
     def push(self, env_ids: np.ndarray, ended: np.ndarray, returns: list[float], lens: list[int]) -> None:
@@ -71,18 +72,22 @@ class TransitionLedger:
             self._ends[env_ids[ended]] += 1
 
     def push_rows(
-        self, skipped: np.ndarray | None, ended: np.ndarray, returns: np.ndarray, lens: np.ndarray
+        self, stepped: np.ndarray | None, ended: np.ndarray, returns: np.ndarray, lens: np.ndarray
     ) -> None:
-        """Hold the transitions of one step of every env: one per env id except ``skipped`` (ascending env
-        ids whose row is no transition; None: none). ``ended`` (bool per env id) marks the transitions that
-        ended an episode, whose whole-episode return and length are ``returns``/``lens`` in env id order.
+        """Hold the transitions of one step of every env, or of k steps: ``ended`` is a bool per env id
+        (k, num_envs), marking the transitions that ended an episode, and ``stepped`` the same shape bool
+        mask of the rows that are transitions (None: all are); ``returns``/``lens`` are the whole-episode
+        return and length of each episode end, step by step and in env id order within a step.
 
         What ``push`` holds for the same transitions, at a fraction of the per-step cost: env ids and
         episode-end flags are made in bulk, when transitions are taken. The arrays are kept, not copied:
         do not modify them afterwards.
         """
-        n = self.num_envs if skipped is None else self.num_envs - len(skipped)
-        self._row_skipped.append(skipped)
+        if ended.ndim == 1:
+            ended = ended[None]
+            stepped = None if stepped is None else stepped[None]
+        n = ended.size if stepped is None else int(np.count_nonzero(stepped))
+        self._row_stepped.append(stepped)
         self._row_ended.append(ended)
         self._row_counts.append(n)
         self._count += n
@@ -92,14 +97,14 @@ class TransitionLedger:
 
     def _rows_as_ids(self, first: int) -> tuple[np.ndarray, np.ndarray]:
         """Env ids and episode-end flags of the push_rows() steps from index ``first`` on, in order."""
-        skipped, ended = self._row_skipped[first:], self._row_ended[first:]
-        stepped = np.ones((len(ended), self.num_envs), dtype=bool)
-        sizes = [0 if ids is None else len(ids) for ids in skipped]
-        if any(sizes):
-            steps = np.repeat(np.arange(len(sizes)), sizes)
-            stepped[steps, np.concatenate([ids for ids in skipped if ids is not None])] = False
+        stepped, ended = self._row_stepped[first:], self._row_ended[first:]
+        flags = np.concatenate(ended) if len(ended) > 1 else ended[0]
+        if all(mask is None for mask in stepped):
+            ids = np.tile(np.arange(self.num_envs, dtype=np.int64), len(flags))
+            return ids, flags.reshape(-1)
+        mask = np.concatenate([np.ones_like(e) if s is None else s for s, e in zip(stepped, ended)])
         # row-major: step by step, env ids ascending within a step
-        return stepped.nonzero()[1].astype(np.int64, copy=False), np.stack(ended)[stepped]
+        return mask.nonzero()[1].astype(np.int64, copy=False), flags[mask]
 
     def _flush_rows(self) -> None:
         """Turn the push_rows() steps held into the env id form, in chronological order."""
@@ -107,7 +112,7 @@ class TransitionLedger:
         ids, ended = self._rows_as_ids(0)
         self._ids.append(ids)
         self._ended.append(ended)
-        self._row_skipped, self._row_ended, self._row_counts = [], [], []
+        self._row_stepped, self._row_ended, self._row_counts = [], [], []
         self._rows_counted = 0
 
     def _joined(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -164,7 +169,7 @@ class TransitionLedger:
         lens_out.extend(lens[:n_ends].tolist())
         self._ids, self._ended = [ids], [ended]
         self._returns, self._lens = [rets[n_ends:]], [lens[n_ends:]]
-        self._row_skipped, self._row_ended, self._row_counts = [], [], []
+        self._row_stepped, self._row_ended, self._row_counts = [], [], []
         self._rows_counted = 0
         self._ends[:] = np.bincount(ids[ended], minlength=self.num_envs)
         taken = self._count - keep

@@ -20,7 +20,7 @@ import numpy as np
 
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
-__all__ = ["EpisodeSlice", "VectorRingBuffer"]
+__all__ = ["EpisodeEnds", "EpisodeSlice", "VectorRingBuffer"]
 
 
 @dataclass
@@ -36,6 +36,21 @@ class EpisodeSlice:
     rewards: np.ndarray
     terminations: np.ndarray
     truncations: np.ndarray
+
+
+@dataclass
+class EpisodeEnds:
+    """The episodes that ended in a VectorRingBuffer.add_steps call, in order (step by step, env ids
+    ascending within a step): the step each ended in, its env id, the flat ring row of its final
+    observation (an :meth:`VectorRingBuffer.episode_ref` handle with ``lengths``), its steps and return."""
+
+    steps: np.ndarray
+    env_ids: np.ndarray
+    last_rows: np.ndarray
+    lengths: np.ndarray
+    returns: np.ndarray
+    mask: np.ndarray
+    """(k, num_envs) bool: which steps ended an episode."""
 
 
 @dataclass
@@ -109,6 +124,7 @@ class VectorRingBuffer:
         self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
         self._overflow: dict[int, list[_Chunk]] = {}
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
+        self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
         self.reset()
 
     # ------------------------------------------------------------------------------------------ state
@@ -234,6 +250,108 @@ class VectorRingBuffer:
             returns[started] = 0.0
             if self.keep_overflow:
                 self._restart_overflow(started)
+
+    def can_add_steps(self, k: int) -> bool:
+        """Whether :meth:`add_steps` takes k steps: fewer than the ring's rows, and (keep_overflow) no episode
+        that has spilled or could need to within them."""
+        if k >= self.capacity:
+            return False
+        return not self.keep_overflow or (self._headroom >= k and not self._overflow)
+
+    def add_steps(
+        self,
+        actions: list[np.ndarray],
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        next_obs: list[np.ndarray],
+        restarts: np.ndarray,
+    ) -> EpisodeEnds:
+        """Record k steps of every env at once: equal to ``add_all`` for each step j with ``started`` the env
+        ids of ``restarts[j]``, in one write per array. Arguments are (k, num_envs, ...) arrays, actions and
+        observations in flat leaf form; ``can_add_steps(k)`` must hold, and an env whose step ends an episode
+        must restart in the next step (NEXT_STEP). Returns the episodes that ended, whose returns are sums of
+        their rewards (rounded as numpy's sum does, not as k additions would).
+
+        Every env moves k rows: row j after its last one takes step j's action, reward and flags, row j + 1
+        its next observation. Where every env's last row is in the same ring column (an all-env backend
+        keeps them so) these are column slices of the (num_envs, capacity) arrays.
+        """
+        k, n, c = len(rewards), self.num_envs, self.capacity
+        stepped = ~restarts
+        ended = (terminations | truncations) & stepped
+        if np.count_nonzero(ended[:-1] > restarts[1:]):
+            j, env = np.argwhere(ended[:-1] > restarts[1:])[0].tolist()
+            raise ValueError(
+                f"env {env} ended an episode in step {j} of {k} but does not restart in step {j + 1}: add_steps "
+                "takes NEXT_STEP steps only (an env that is done restarts in its next step); use add_all"
+            )
+        base = self._all_ids * c
+        cols = self._last_flat - base  # each env's last row within its ring
+        t = int(cols[0])
+        if not np.count_nonzero(cols != t):
+            for store, value in zip(self._act, actions):
+                _write_columns(store, t, value)
+            _write_columns(self._rew, t, rewards)
+            _write_columns(self._term, t, terminations)
+            _write_columns(self._trunc, t, truncations)
+            _write_columns(self._has_step, t, stepped)
+            for store, value in zip(self._obs, next_obs):
+                _write_columns(store, (t + 1) % c, value)
+            self._has_step[:, (t + k) % c] = False
+            self._last_flat[:] = base + (t + k) % c
+        else:
+            grid = (cols + np.arange(k + 1)[:, None]) % c + base  # (k + 1, num_envs) flat rows
+            cur, nxt = grid[:-1], grid[1:]
+            for store, items, value in zip(self._act_flat, self._act_items, actions):
+                _scatter(store, items, cur.reshape(-1), value.reshape(k * n, *value.shape[2:]))
+            self._rew_flat[cur] = rewards
+            self._term_flat[cur] = terminations
+            self._trunc_flat[cur] = truncations
+            self._has_flat[cur] = stepped
+            for store, items, value in zip(self._obs_flat, self._obs_items, next_obs):
+                _scatter(store, items, nxt.reshape(-1), value.reshape(k * n, *value.shape[2:]))
+            self._has_flat[grid[k]] = False
+            self._last_flat[:] = grid[k]
+        self._has_episode |= restarts.any(axis=0)
+        ends = self._episode_pieces(k, restarts, np.where(restarts, 0.0, rewards), ended)
+        steps, env_ids = ends[0], ends[1]
+        if self.keep_overflow:
+            self._headroom = int(c - 1 - self.episode_lengths.max())
+        return EpisodeEnds(steps, env_ids, base[env_ids] + (cols[env_ids] + steps + 1) % c, ends[2], ends[3], ended)
+
+    def _episode_pieces(
+        self, k: int, restarts: np.ndarray, rewards: np.ndarray, ended: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Episode accounting for add_steps: each env's k steps cut into pieces at its restarts. Updates
+        episode_lengths/returns to each env's last piece; returns the (step, env id, length, return) of the
+        pieces that end an episode, in step order (env ids ascending within a step)."""
+        n = self.num_envs
+        # env-major order: each env's steps consecutive, so every piece is one contiguous run
+        at_restart = restarts.T.reshape(-1)
+        first_rows = self._piece_firsts.get(k)
+        if first_rows is None:
+            first_rows = self._piece_firsts[k] = np.arange(n * k) % k == 0
+        starts = np.flatnonzero(at_restart | first_rows)
+        stops = np.empty_like(starts)
+        stops[:-1] = starts[1:]
+        stops[-1] = n * k
+        piece_env = starts // k
+        new = at_restart[starts]  # pieces that start a new episode; the others continue the env's last one
+        returns = np.add.reduceat(rewards.T.reshape(-1), starts)  # restart rows' rewards are zeroed
+        lengths = stops - starts - new
+        old = ~new
+        returns[old] += self.episode_returns[piece_env[old]]
+        lengths[old] += self.episode_lengths[piece_env[old]]
+        last = stops - 1
+        final = last % k == k - 1  # one per env, in env id order
+        self.episode_lengths[:] = lengths[final]
+        self.episode_returns[:] = returns[final]
+        done = np.flatnonzero(ended.T.reshape(-1)[last])
+        steps, envs = last[done] % k, piece_env[done]
+        order = np.argsort(steps * n + envs)
+        done = done[order]
+        return steps[order], envs[order], lengths[done], returns[done]
 
     def _restart_overflow(self, env_ids: np.ndarray) -> None:
         """Forget the spilled steps of env_ids, whose episodes were just restarted."""
@@ -377,6 +495,20 @@ class VectorRingBuffer:
             "terminations": self._term_flat[rows],
             "truncations": self._trunc_flat[rows],
         }
+
+
+def _write_columns(store: np.ndarray, start: int, values: np.ndarray) -> None:
+    """``store[:, start + j] = values[j]`` for each of the k rows of values, columns wrapping around the
+    (num_envs, capacity, ...) store's capacity (k <= capacity)."""
+    capacity = store.shape[1]
+    stop = start + len(values)
+    by_env = values.swapaxes(0, 1)
+    if stop <= capacity:
+        store[:, start:stop] = by_env
+    else:
+        split = capacity - start
+        store[:, start:] = by_env[:, :split]
+        store[:, : stop - capacity] = by_env[:, split:]
 
 
 def _row_items(rows: np.ndarray) -> np.ndarray | None:

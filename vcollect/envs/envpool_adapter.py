@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vcollect.buffers.step_block import StepBlock
 from vcollect.envs.base import (
     AsyncResetResult,
     AsyncStepResult,
@@ -176,6 +177,38 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         return AllEnvStep(
             batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started, ended
         )
+
+    @property
+    def steps_in_blocks(self) -> bool:
+        """Whether ``step_into`` can stage steps in a StepBlock (sync mode: every step one row per env)."""
+        return not self.is_async
+
+    def step_into(self, actions: Any, block: StepBlock) -> None:
+        """step_all (sync mode), its results copied into the block's next row in env id order instead of
+        fresh arrays."""
+        if self.closed:
+            self._check_open()
+        if self.is_async:
+            raise ValueError("step_into needs a sync pool (batch_size == num_envs)")
+        if np.count_nonzero(self._flight):
+            self._check_idle(self._all_ids)
+        leaves = self.act_layout.batch_leaves(actions, self.num_envs)
+        try:
+            obs, rewards, terminations, truncations, info = self.pool.step(self.act_layout.unflatten(leaves))
+        except Exception as exc:
+            raise _pool_error("step", exc) from exc
+        k = block.count
+        if k == 0:
+            block.first_restarts = self._restarting.copy()  # may be a view of a row the block writes again
+        order = np.asarray(info["env_id"])
+        rows: Any = slice(None) if order.tobytes() == self._in_order else order  # a sync pool answers in order
+        for leaf, value in zip(block.obs, self.obs_layout.flatten(obs)):
+            leaf[k][rows] = value
+        block.rewards[k][rows] = rewards
+        block.terminations[k][rows] = terminations
+        block.truncations[k][rows] = truncations
+        self._restarting = np.logical_or(block.terminations[k], block.truncations[k], out=block.done[k])
+        block.count = k + 1
 
     def _pool_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         if self._restarting[ids].any():

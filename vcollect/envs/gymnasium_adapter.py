@@ -27,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
+from vcollect.buffers.step_block import StepBlock
 from vcollect.envs.base import (
     BaseVectorEnv,
     EnvIds,
@@ -36,7 +37,7 @@ from vcollect.envs.base import (
     check_reset_options,
     normalize_seeds,
 )
-from vcollect.errors import EnvWorkerError
+from vcollect.errors import EnvWorkerError, ObservationError
 
 __all__ = ["AllEnvStep", "GymnasiumVectorEnv"]
 
@@ -101,6 +102,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         # finished envs whose next episode has not been handed out yet (by a reset, or by step_all)
         self._finished = np.zeros(self.num_envs, dtype=bool)
         self._obs_dtypes = self.obs_layout.dtypes
+        self._obs_batch_shapes = [(self.num_envs, *shape) for shape in self.obs_layout.shapes]
 
     @classmethod
     def make(
@@ -164,6 +166,51 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         if self._went_async and np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
         return self._step_all(actions)
+
+    @property
+    def steps_in_blocks(self) -> bool:
+        """Whether ``step_into`` can stage steps in a StepBlock: NEXT_STEP autoreset, where every step is one
+        row per env (a transition or the restart of an env that finished in the step before)."""
+        return self.autoreset_mode is _NEXT_STEP
+
+    def step_into(self, actions: Any, block: StepBlock) -> None:
+        """step_all (NEXT_STEP only), its results copied into the block's next row (cast to the block's
+        dtypes) instead of fresh arrays."""
+        if self.closed:
+            self._check_open()
+        if self._went_async and np.count_nonzero(self._flight):
+            self._check_idle(self._all_ids)
+        try:
+            obs, rewards, terminations, truncations, _infos = self.env.step(actions)
+        except Exception as exc:
+            raise EnvWorkerError(
+                None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc()
+            ) from exc
+        k = block.count
+        if k == 0:
+            block.first_restarts = self._finished.copy()  # may be a view of a row the block writes again
+        if self.obs_layout.flat:
+            if type(obs) is not np.ndarray or obs.shape != self._obs_batch_shapes[0]:
+                self._check_batch_shape(obs, self._obs_batch_shapes[0])
+            block.obs[0][k] = obs
+        else:
+            for leaf, value, shape in zip(block.obs, self.obs_layout.flatten(obs), self._obs_batch_shapes):
+                self._check_batch_shape(value, shape)
+                leaf[k] = value
+        block.rewards[k] = rewards
+        block.terminations[k] = terminations
+        block.truncations[k] = truncations
+        self._finished = np.logical_or(block.terminations[k], block.truncations[k], out=block.done[k])
+        block.count = k + 1
+
+    def _check_batch_shape(self, value: Any, shape: tuple[int, ...]) -> None:
+        """ObservationError unless value has the shape of a batch of observations: a row copy would
+        broadcast a wrong shape without a word."""
+        if np.shape(value) != shape:
+            raise ObservationError(
+                f"{type(self.env).__name__}.step returned observations of shape {np.shape(value)}, expected "
+                f"{shape} (num_envs, *observation shape); fix the vector env"
+            )
 
     def _step_all(self, actions: Any) -> AllEnvStep:
         finished = self._finished
