@@ -12,10 +12,18 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv
-from tests.test_async_collector import replay
+from tests.test_async_collector import Alternating, replay
 from tests.test_collector import ListStore, StoredEpisode
-from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
+from vcollect import (
+    Collector,
+    CollectorStateError,
+    DummyVectorEnv,
+    EnvWorkerError,
+    ObservationError,
+    make_vector,
+)
 from vcollect.async_collector import AsyncCollector
+from vcollect.buffers import VectorRingBuffer
 from vcollect.envs import GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
 
@@ -268,3 +276,130 @@ def test_policy_after_random_steps_sees_each_envs_latest_observation(mode: Autor
     for obs, at_call, latest in seen:
         np.testing.assert_array_equal(obs, latest)
         np.testing.assert_array_equal(obs, at_call)
+
+
+# ---------------------------------------------------------------- NEXT_STEP steps staged in blocks
+
+
+class BatchStore(ListStore):
+    """A ListStore that also takes write_episodes, as EpisodeStore does: the Collector then queues finished
+    episodes, and stages the steps of NEXT_STEP all-env backends in blocks."""
+
+    def write_episodes(self, observations, actions, rewards, terminations, truncations, lengths, *, seeds, env_ids,
+                       options=None) -> None:
+        obs_at = act_at = 0
+        for i, n in enumerate(np.asarray(lengths).tolist()):
+            self.write_episode(
+                observations[obs_at : obs_at + n + 1], actions[act_at : act_at + n], rewards[act_at : act_at + n],
+                terminations[act_at : act_at + n], truncations[act_at : act_at + n], seed=seeds[i],
+                env_id=env_ids[i], options=None if options is None else options[i],
+            )
+            obs_at, act_at = obs_at + n + 1, act_at + n
+
+
+def next_step_envs(kind: str) -> gym.vector.VectorEnv:
+    """Five CartPoles that restart on the step after they finish: the vector entry point (one seed for all)
+    or a SyncVectorEnv (a seed per env: the first episodes are stored with theirs)."""
+    if kind == "vector entry":
+        return gym.make_vec("CartPole-v1", num_envs=5, vectorization_mode="vector_entry_point")
+    return SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 5, autoreset_mode=AutoresetMode.NEXT_STEP)
+
+
+def collect_in_calls(
+    blocks: bool, capacity: int | None, policy: Any, kind: str
+) -> tuple[list, list[StoredEpisode], int, int]:
+    """Collect in calls of uneven sizes (and one n_episode call, which steps one step at a time), staging
+    steps in blocks or not; returns stats, stored episodes, pending transitions and ring rows."""
+    envs = next_step_envs(kind)
+    store = BatchStore()
+    buffer = None
+    if capacity is not None:
+        buffer = VectorRingBuffer(5, capacity, envs.single_observation_space, envs.single_action_space, keep_overflow=True)
+    random = policy is None
+    with Collector(policy, envs, buffer=buffer, store=store, seed=1) as collector:
+        assert collector._blocks  # the adapter can stage steps: switch that off to get the per-step path
+        collector._blocks = blocks
+        collector.reset(seed=4)
+        stats = [collector.collect(n_step=n, random=random) for n in (3, 70, 7, 400, 1, 200)]
+        stats.append(collector.collect(n_episode=9, random=random))
+        stats.append(collector.collect(n_step=130, random=random))
+        assert (collector._block is not None) == blocks
+        return stats, store.episodes, collector.pending_transitions, len(collector.buffer)
+
+
+@pytest.mark.parametrize("kind", ["vector entry", "sync"])
+@pytest.mark.parametrize("policy", [None, Alternating()], ids=["random", "stateful policy"])
+@pytest.mark.parametrize("capacity", [None, 12, 40], ids=["default rings", "short rings", "rings near episodes"])
+def test_staged_blocks_record_what_the_per_step_path_records(capacity: int | None, policy: Any, kind: str) -> None:
+    """Staging NEXT_STEP steps in blocks changes no data: the same stats per call, the same episodes (seeds
+    included) in the store in the same order, the same transitions left pending. Rings shorter than the
+    episodes make them spill out, which the blocks hand to the per-step path; rings near the episodes'
+    length make queued episodes due for the store within a few blocks; a stateful policy's state is reset
+    when its env restarts by itself."""
+    staged = collect_in_calls(True, capacity, policy, kind)
+    stepwise = collect_in_calls(False, capacity, policy, kind)
+    for a, b in zip(staged[0], stepwise[0]):
+        assert a.n_collected_steps == b.n_collected_steps and a.n_collected_episodes == b.n_collected_episodes
+        np.testing.assert_array_equal(a.returns, b.returns)
+        np.testing.assert_array_equal(a.lens, b.lens)
+    assert len(staged[1]) == len(stepwise[1]) > 15
+    assert any(e.seed is not None for e in staged[1]) == (kind == "sync")
+    for a, b in zip(staged[1], stepwise[1]):
+        assert (a.env_id, a.seed, a.options) == (b.env_id, b.seed, b.options)
+        for field in ("observations", "actions", "rewards", "terminations", "truncations"):
+            np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    assert staged[2:] == stepwise[2:]
+
+
+class Spoiled(gym.vector.VectorWrapper):
+    """From its ``at``-th step on, env 2's observations are NaN (or, with ``short``, one env's row is
+    missing); keeps every observation batch and done mask it returned."""
+
+    def __init__(self, env: gym.vector.VectorEnv, at: int, short: bool = False) -> None:
+        super().__init__(env)
+        self.at, self.short = at, short
+        self.batches: list[np.ndarray] = []
+        self.done: list[np.ndarray] = []
+
+    def step(self, actions: Any) -> Any:
+        obs, rewards, terminations, truncations, infos = super().step(actions)
+        obs = np.array(obs)
+        if len(self.batches) + 1 >= self.at:
+            if self.short:
+                obs = obs[:-1]
+            else:
+                obs[2, 0] = np.nan
+        self.batches.append(obs.copy())
+        self.done.append(np.asarray(terminations | truncations))
+        return obs, rewards, terminations, truncations, infos
+
+
+@pytest.mark.parametrize("random", [True, False], ids=["random", "policy"])
+def test_bad_observation_in_a_block_keeps_every_step_before_it(random: bool) -> None:
+    """An observation outside the space in the middle of a block raises ObservationError naming it; the
+    steps before it are all recorded (rings and pending transitions), none of it or after it; a policy never
+    sees it."""
+    envs = Spoiled(gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point"), at=40)
+
+    def policy(obs: np.ndarray, state: None) -> tuple[np.ndarray, None]:
+        assert np.isfinite(obs).all()
+        return (obs[:, 2] > 0).astype(np.int64), None
+
+    with Collector(None if random else policy, envs, seed=0) as collector:
+        collector.reset(seed=1)
+        with pytest.raises(ObservationError, match="outside the observation space"):
+            collector.collect(n_step=10_000, random=random)
+        np.testing.assert_array_equal(collector.buffer.last_obs(np.arange(4)), envs.batches[38])
+        restarting = np.concatenate([np.zeros((1, 4), bool), np.array(envs.done[:38])])
+        assert collector.pending_transitions == int((~restarting).sum())
+
+
+def test_wrong_observation_shape_from_a_vector_env_is_refused() -> None:
+    """A vector env returning a batch of the wrong shape gets ObservationError saying so (a row copy into a
+    block would broadcast it silently)."""
+    envs = Spoiled(gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point"), at=3, short=True)
+    with Collector(None, envs, seed=0) as collector:
+        collector.reset()
+        with pytest.raises(ObservationError, match=r"shape \(3, 4\), expected \(4, 4\)"):
+            collector.collect(n_step=100, random=True)
+        assert collector.pending_transitions == 8

@@ -394,6 +394,7 @@ class Collector:
             block = self._block = StepBlock(n, size, self.observation_space, self.action_space)
         single_action = len(block.actions) == 1
         held = len(carry)  # transitions recorded; the block's are counted only when they might be enough
+        room = max(1, min(size, self.buffer.steps_room()))  # steps the rings take at once (else: per step)
         try:
             while held < n_step:
                 actions = self._choose_actions(all_ids, random)
@@ -406,10 +407,11 @@ class Collector:
                         leaf[k] = value
                 if not random:  # the policy acts next on these observations: checked now, not with the block
                     self._block_row_for_policy(block, k)
-                if block.full:
+                if block.count == room:
                     self._flush_block(block, random)
                     call.bar.update(min(len(carry), n_step) - min(held, n_step))
                     held = len(carry)
+                    room = max(1, min(size, self.buffer.steps_room()))
                 elif held + (k + 1) * n >= n_step and held + block.transitions() >= n_step:
                     break  # (every row a transition would not be enough: no need to count them before)
         finally:

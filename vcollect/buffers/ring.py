@@ -254,9 +254,13 @@ class VectorRingBuffer:
     def can_add_steps(self, k: int) -> bool:
         """Whether :meth:`add_steps` takes k steps: fewer than the ring's rows, and (keep_overflow) no episode
         that has spilled or could need to within them."""
-        if k >= self.capacity:
-            return False
-        return not self.keep_overflow or (self._headroom >= k and not self._overflow)
+        return 1 <= k <= self.steps_room()
+
+    def steps_room(self) -> int:
+        """The most steps :meth:`add_steps` takes now (0: none; add_all spills what must be)."""
+        if not self.keep_overflow:
+            return self.capacity - 1
+        return 0 if self._overflow else max(0, min(self.capacity - 1, self._headroom))
 
     def add_steps(
         self,

@@ -59,10 +59,6 @@ class StepBlock:
         self.count = 0
         self.checked = 0  # rows whose observations were checked already (the Collector checks a policy's)
 
-    @property
-    def full(self) -> bool:
-        return self.count == self.size
-
     def restarts(self, stop: int | None = None) -> np.ndarray:
         """(rows, num_envs) bool, a new array: which envs restart in each of the rows [0, stop)."""
         stop = self.count if stop is None else stop
