@@ -13,8 +13,8 @@ try:
 except ImportError as exc:  # envpool has wheels for Linux x86-64 only
     pytest.skip(f"envpool cannot be imported on this platform ({exc})", allow_module_level=True)
 
-from tests.test_collector import ListStore, StoredEpisode
-from tests.test_gymnasium_adapter import assert_cartpole_transitions
+from tests.test_collector import StoredEpisode
+from tests.test_gymnasium_adapter import BatchStore, assert_cartpole_transitions
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector
 from vcollect.envs import EnvPoolVectorEnv
@@ -43,8 +43,9 @@ def by_env(episodes: list[StoredEpisode]) -> dict[int, list[StoredEpisode]]:
 def test_sync_mode_collector_exact_counts_and_real_transitions() -> None:
     envs = pool()
     assert envs.seed == 7 and not envs.is_async and envs.recv_batch_size == 1
-    store = ListStore()
+    store = BatchStore()  # takes batches: the Collector stages the pool's steps in blocks
     with Collector(None, envs, store=store, seed=0) as collector:
+        assert collector._blocks
         collector.reset()
         stats = [collector.collect(n_step=n, random=True) for n in (3, 250, 13)]
         assert [s.n_collected_steps for s in stats] == [3, 250, 13]
@@ -64,7 +65,7 @@ def test_async_mode_exact_counts_and_same_per_env_data_as_sync_mode(batch_size: 
     produces the same episodes whatever order the pool returns them in."""
     stores = {}
     for size in (8, batch_size):
-        store = ListStore()
+        store = BatchStore()
         envs = pool(batch_size=size)
         with AsyncCollector(upright, envs, store=store, seed=0) as collector:
             collector.reset()
@@ -87,6 +88,30 @@ def test_async_mode_exact_counts_and_same_per_env_data_as_sync_mode(batch_size: 
     for episodes in other.values():
         for episode in episodes:
             assert_cartpole_transitions(episode)
+
+
+def test_sync_mode_staged_blocks_record_what_the_per_step_path_records() -> None:
+    """The Collector stages a sync pool's steps in blocks (EnvPool restarts envs on their next step); the
+    data equals the per-step path's: stats per call, episodes in the store, transitions pending."""
+    runs = []
+    for blocks in (True, False):
+        store = BatchStore()
+        with Collector(None, pool(), store=store, seed=0) as collector:
+            collector._blocks = blocks
+            collector.reset()
+            stats = [collector.collect(n_step=n, random=True) for n in (5, 3000, 1, 1700)]
+            runs.append((stats, store.episodes, collector.pending_transitions))
+    (staged, staged_eps, staged_pending), (stepwise, stepwise_eps, stepwise_pending) = runs
+    assert [s.n_collected_steps for s in staged] == [s.n_collected_steps for s in stepwise] == [5, 3000, 1, 1700]
+    for a, b in zip(staged, stepwise):
+        np.testing.assert_array_equal(a.lens, b.lens)
+        np.testing.assert_array_equal(a.returns, b.returns)
+    assert len(staged_eps) == len(stepwise_eps) >= 100 and staged_pending == stepwise_pending
+    for a, b in zip(staged_eps, stepwise_eps):
+        assert a.env_id == b.env_id
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
 
 
 def test_collectors_accept_a_pool_directly_and_reject_async_pools_for_sync_collection() -> None:
