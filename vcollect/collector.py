@@ -46,6 +46,9 @@ WRITE_BATCH = 64
 BLOCK_STEPS = 64
 """Steps of a NEXT_STEP all-env backend staged in a StepBlock before they go to the rings, ledger and store."""
 
+BLOCK_BYTES = 4 << 20
+"""Most bytes of observations a StepBlock holds (large observations make shorter blocks)."""
+
 
 def as_vector_env(envs: Any) -> VectorEnv:
     """Accept a VectorEnv, a gymnasium vector env, an EnvPool pool, one gymnasium.Env, or a list of env factories."""
@@ -388,10 +391,12 @@ class Collector:
         the observation checks take the block at once. Every staged step is recorded before this returns,
         also when it raises."""
         carry, all_ids, random, n = self._carry, self._all_ids, call.random, self.num_envs
-        size = max(1, min(BLOCK_STEPS, self.buffer.capacity - 1))
         block = self._block
-        if block is None or block.size != size:
+        if block is None:
+            step_bytes = n * sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(self.observation_space))
+            size = max(1, min(BLOCK_STEPS, self.buffer.capacity - 1, BLOCK_BYTES // max(1, step_bytes)))
             block = self._block = StepBlock(n, size, self.observation_space, self.action_space)
+        size = block.size
         single_action = len(block.actions) == 1
         held = len(carry)  # transitions recorded; the block's are counted only when they might be enough
         room = max(1, min(size, self.buffer.steps_room()))  # steps the rings take at once (else: per step)
