@@ -128,20 +128,24 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self._pool_reset(ids)
         return self._gather_reset(ids)
 
-    def step_all(self, actions: Any) -> AllEnvStep:
-        """Sync mode: step every env in one pool call; envs that finished in the previous step_all are
-        restarted by the pool instead (their rows are new episodes' first observations)."""
+    def _step_every_env(self, actions: Any, caller: str) -> tuple[Any, ...]:
+        """One pool call stepping every env (sync mode, nothing in flight): the pool's raw result."""
         if self.closed:
             self._check_open()
         if self.is_async:
-            raise ValueError("step_all needs a sync pool (batch_size == num_envs)")
+            raise ValueError(f"{caller} needs a sync pool (batch_size == num_envs)")
         if np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
         leaves = self.act_layout.batch_leaves(actions, self.num_envs)
         try:
-            obs, rewards, terminations, truncations, info = self.pool.step(self.act_layout.unflatten(leaves))
+            return tuple(self.pool.step(self.act_layout.unflatten(leaves)))
         except Exception as exc:
             raise _pool_error("step", exc) from exc
+
+    def step_all(self, actions: Any) -> AllEnvStep:
+        """Sync mode: step every env in one pool call; envs that finished in the previous step_all are
+        restarted by the pool instead (their rows are new episodes' first observations)."""
+        obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_all")
         # rows in env id order (a sync pool answers in the order sent, but the env ids say for sure)
         order = np.asarray(info["env_id"])
         if order.tobytes() == self._in_order:  # one C call; any other dtype or order takes the general path
@@ -186,17 +190,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """step_all (sync mode), its results copied into the block's next row in env id order instead of
         fresh arrays."""
-        if self.closed:
-            self._check_open()
-        if self.is_async:
-            raise ValueError("step_into needs a sync pool (batch_size == num_envs)")
-        if np.count_nonzero(self._flight):
-            self._check_idle(self._all_ids)
-        leaves = self.act_layout.batch_leaves(actions, self.num_envs)
-        try:
-            obs, rewards, terminations, truncations, info = self.pool.step(self.act_layout.unflatten(leaves))
-        except Exception as exc:
-            raise _pool_error("step", exc) from exc
+        obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_into")
         k = block.count
         if k == 0:
             block.first_restarts = self._restarting.copy()  # may be a view of a row the block writes again

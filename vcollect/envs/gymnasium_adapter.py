@@ -180,12 +180,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
             self._check_open()
         if self._went_async and np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
-        try:
-            obs, rewards, terminations, truncations, _infos = self.env.step(actions)
-        except Exception as exc:
-            raise EnvWorkerError(
-                None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc()
-            ) from exc
+        obs, rewards, terminations, truncations, _infos = self._env_step(actions)
         k = block.count
         if k == 0:
             block.first_restarts = self._finished.copy()  # may be a view of a row the block writes again
@@ -203,6 +198,16 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         self._finished = np.logical_or(block.terminations[k], block.truncations[k], out=block.done[k])
         block.count = k + 1
 
+    def _env_step(self, actions: Any) -> tuple[Any, ...]:
+        """The wrapped vector env's step; what it raises becomes EnvWorkerError (the vector env does not
+        say which env failed) with the original traceback."""
+        try:
+            return tuple(self.env.step(actions))
+        except Exception as exc:
+            raise EnvWorkerError(
+                None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc()
+            ) from exc
+
     def _check_batch_shape(self, value: Any, shape: tuple[int, ...]) -> None:
         """ObservationError unless value has the shape of a batch of observations: a row copy would
         broadcast a wrong shape without a word."""
@@ -219,12 +224,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
                 f"env ids {np.flatnonzero(finished).tolist()} finished and were not reset; this vector env has "
                 "autoreset_mode=DISABLED: reset them (reset_mask) before the next step"
             )
-        try:
-            obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        except Exception as exc:
-            raise EnvWorkerError(
-                None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc()
-            ) from exc
+        obs, rewards, terminations, truncations, infos = self._env_step(actions)
         if self.obs_layout.flat:
             obs = np.array(obs, dtype=self._obs_dtypes[0], order="C")  # as _fresh_leaves, one call less
             leaves = [obs]
