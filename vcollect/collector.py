@@ -5,6 +5,8 @@ its actions to ``envs.step(actions, env_ids)``, the results into one ring per en
 finished episode (one contiguous ring slice) to the store before the env is reset with the next seed
 of its env id's stream (vcollect.reset_seeds). Backends that can (``step_reset``) restart an ended env
 inside the step that ended it, saving a call (a round trip to a worker process) per ended episode.
+Backends that step every env and restart finished ones on their next step (NEXT_STEP: gymnasium vector
+entry points, EnvPool) stage up to 64 steps in a StepBlock and record them at once (``_collect_blocks``).
 """
 
 from __future__ import annotations
@@ -93,7 +95,10 @@ class Collector:
     Backends that step every env at once (``steps_all_envs``, e.g. a gymnasium vector env) are stepped
     whole; transitions beyond the requested count are recorded and stored at once and reported by the
     next call (``pending_transitions``). Episodes an env restarts by itself, or whose reset the backend
-    cannot seed (``seeded_resets`` False, e.g. EnvPool), are stored with ``seed=None``.
+    cannot seed (``seeded_resets`` False, e.g. EnvPool), are stored with ``seed=None``. Where such a
+    backend restarts envs on their next step (``steps_in_blocks``), ``collect(n_step=...)`` records its
+    steps in blocks (vcollect.buffers.StepBlock): the rings lag behind the envs by up to a block while a
+    call runs, never after it returns.
 
     ``seed_every_reset=False`` seeds only each env's first reset (after construction or ``reset(seed=...)``);
     later episodes continue the env's own generator, as Tianshou's and Minari's collectors reset, and are
