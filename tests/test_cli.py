@@ -167,6 +167,22 @@ def test_collect_append_and_overwrite(tmp_path: Path) -> None:
     assert_usage_error(run(tmp_path, *base[:-1], "cli/none-v0", "--episodes", "1", "--append"), "no dataset")
 
 
+def test_seed_first_reset_only_seeds_each_envs_first_episode(tmp_path: Path) -> None:
+    base = ["collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--episodes", "12", "--seed", "4",
+            "--no-progress"]
+    assert run(tmp_path, *base, "--dataset", "cli/every-v0").returncode == 0
+    result = run(tmp_path, *base, "--dataset", "cli/first-v0", "--seed-first-reset-only")
+    assert result.returncode == 0, result.stderr
+    every, first = load_dataset("cli/every-v0", root=tmp_path), load_dataset("cli/first-v0", root=tmp_path)
+    assert every.metadata["collection"]["seed_every_reset"] is True
+    assert first.metadata["collection"]["seed_every_reset"] is False
+    assert first.total_episodes == 12 and all(episode.seed is not None for episode in every)
+    for env_id in range(3):  # per env: the first episode seeded (as by default), later ones not
+        ours = [episode for episode in first if episode.env_id == env_id]
+        default = next(episode for episode in every if episode.env_id == env_id)
+        assert ours[0].seed == default.seed and all(episode.seed is None for episode in ours[1:])
+
+
 def test_async_collect_or_a_clear_error(tmp_path: Path) -> None:
     args = ["collect", "CartPole-v1", "--num-envs", "4", "--backend", "subproc", "--steps", "333", "--async",
             "--seed", "0", "--dataset", "cli/async-v0", "--no-progress"]

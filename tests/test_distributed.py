@@ -321,6 +321,19 @@ def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp
         assert_replays(env, ep)
 
 
+def test_seed_every_reset_false_reaches_the_workers(ray_ready: Any, tmp_path: Path) -> None:
+    new_dataset("test/first-seeded-v0", tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2))
+    with DistributedCollector(
+        "CartPole-v1", None, num_workers=2, envs_per_worker=1, store="test/first-seeded-v0", root=tmp_path,
+        seed=5, seed_every_reset=False,
+    ) as dc:
+        assert dc.collect(n_episode=6, random=True).n_collected_episodes == 6
+    episodes = list(load_dataset("test/first-seeded-v0", root=tmp_path))
+    for env_id in (0, 1):  # each worker's env: its first episode seeded, the rest continue its generator
+        seeds = [episode.seed for episode in episodes if episode.env_id == env_id]
+        assert len(seeds) == 3 and seeds[0] is not None and seeds[1:] == [None, None]
+
+
 def test_weight_broadcast_changes_torch_policy_actions(ray_ready: Any, tmp_path: Path) -> None:
     import torch
 

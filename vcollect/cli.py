@@ -113,6 +113,11 @@ def build_parser() -> argparse.ArgumentParser:
         "action_space) that returns a policy(obs, state) -> (actions, state)",
     )
     collect.add_argument("--seed", type=int, default=None, metavar="S", help="seed of every reset and random action")
+    collect.add_argument(
+        "--seed-first-reset-only", action="store_true",
+        help="seed only each env's first reset (as Tianshou and Minari do; faster with cheap envs): later "
+        "episodes continue the env's generator and are stored with seed None, so they replay only in sequence",
+    )
     collect.add_argument("--dataset", metavar="ID", default=None, help="store episodes in dataset ns/name-vN")
     exists = collect.add_mutually_exclusive_group()
     exists.add_argument("--overwrite", action="store_true", help="replace the dataset if it exists")
@@ -490,7 +495,10 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 cleanup.callback(store.close)
                 before = len(store.shards_written)
                 sink = StoreSink(store, guard)
-            collector = collector_class(policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos)
+            collector = collector_class(
+                policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
+                seed_every_reset=not args.seed_first_reset_only,
+            )
             try:
                 stats = collector.collect(
                     n_step=n_step,
@@ -565,6 +573,7 @@ def run_collect_distributed(
         root=args.root,
         seed=args.seed,
         collector="async" if args.use_async else "sync",
+        seed_every_reset=not args.seed_first_reset_only,
         store_kwargs={"shard_steps": args.shard_steps},
     )
     try:
@@ -602,6 +611,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
             "backend": args.backend,
             "policy": args.policy,
             "seed": args.seed,
+            "seed_every_reset": not args.seed_first_reset_only,
             "collector": "async" if args.use_async else "sync",
         },
     }

@@ -91,6 +91,7 @@ class _WorkerSpec:
     store_id: str | None
     root: str | None
     store_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed_every_reset: bool = True
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ class _CollectorWorker:
             if spec.store_id is not None:
                 self.writer = _open_store(spec, obs_space, act_space)
                 store = _GlobalEnvIdStore(self.writer, spec.env_id_offset)
-            self.collector = cls(policy, envs, store=store, seed=spec.seed)
+            self.collector = cls(policy, envs, store=store, seed=spec.seed, seed_every_reset=spec.seed_every_reset)
         except BaseException:
             envs.close()
             if self.writer is not None:
@@ -269,7 +270,8 @@ class DistributedCollector:
     ``root`` (resolved here with the default rules, so every worker uses the same path, which must be on a
     filesystem all nodes share); every worker appends its own shards, with global env ids
     ``worker_index * envs_per_worker + local env id``. Worker seeds come from ``SeedSequence(seed).spawn``.
-    ``collector`` is "sync" (Collector) or "async" (AsyncCollector). Uses the connected Ray cluster, or
+    ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset`` goes to it
+    (False: only each env's first reset is seeded, as Tianshou seeds). Uses the connected Ray cluster, or
     starts a local Ray instance when Ray is not initialised. ``worker_options`` go to the actor's
     ``.options(...)`` (default ``num_cpus=1``: give a subproc worker as many CPUs as it has envs);
     ``env_kwargs``/``backend_kwargs`` go to make_vector and ``store_kwargs`` (shard_steps, compression) to
@@ -288,6 +290,7 @@ class DistributedCollector:
         root: str | os.PathLike[str] | None = None,
         seed: int | None = None,
         collector: str = "sync",
+        seed_every_reset: bool = True,
         env_kwargs: Mapping[str, Any] | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
         store_kwargs: Mapping[str, Any] | None = None,
@@ -330,6 +333,7 @@ class DistributedCollector:
                     store_id=store,
                     root=self.root,
                     store_kwargs=dict(store_kwargs or {}),
+                    seed_every_reset=seed_every_reset,
                 ),
             )
             for w in range(self.num_workers)
