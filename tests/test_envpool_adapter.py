@@ -92,7 +92,8 @@ def test_async_mode_exact_counts_and_same_per_env_data_as_sync_mode(batch_size: 
 
 def test_sync_mode_staged_blocks_record_what_the_per_step_path_records() -> None:
     """The Collector stages a sync pool's steps in blocks (EnvPool restarts envs on their next step); the
-    data equals the per-step path's: stats per call, episodes in the store, transitions pending."""
+    data equals the per-step path's, in n_step and n_episode calls: stats per call, episodes in the store,
+    transitions pending."""
     runs = []
     for blocks in (True, False):
         store = BatchStore()
@@ -100,9 +101,11 @@ def test_sync_mode_staged_blocks_record_what_the_per_step_path_records() -> None
             collector._blocks = blocks
             collector.reset()
             stats = [collector.collect(n_step=n, random=True) for n in (5, 3000, 1, 1700)]
+            stats += [collector.collect(n_episode=n, random=True) for n in (3, 50)]
             runs.append((stats, store.episodes, collector.pending_transitions))
     (staged, staged_eps, staged_pending), (stepwise, stepwise_eps, stepwise_pending) = runs
-    assert [s.n_collected_steps for s in staged] == [s.n_collected_steps for s in stepwise] == [5, 3000, 1, 1700]
+    assert [s.n_collected_steps for s in staged[:4]] == [s.n_collected_steps for s in stepwise[:4]] == [5, 3000, 1, 1700]
+    assert [s.n_collected_episodes for s in staged[4:]] == [s.n_collected_episodes for s in stepwise[4:]] == [3, 50]
     for a, b in zip(staged, stepwise):
         np.testing.assert_array_equal(a.lens, b.lens)
         np.testing.assert_array_equal(a.returns, b.returns)

@@ -341,8 +341,8 @@ def next_step_envs(kind: str) -> gym.vector.VectorEnv:
 def collect_in_calls(
     blocks: bool, capacity: int | None, policy: Any, kind: str
 ) -> tuple[list, list[StoredEpisode], int, int, int | None]:
-    """Collect in calls of uneven sizes (and one n_episode call, which steps one step at a time), staging
-    steps in blocks or not; returns stats, stored episodes, pending transitions, ring rows and block size."""
+    """Collect in n_step and n_episode calls of uneven sizes, staging steps in blocks or not; returns stats,
+    stored episodes, pending transitions, ring rows and block size."""
     envs = next_step_envs(kind)
     store = BatchStore()
     buffer = None
@@ -356,6 +356,8 @@ def collect_in_calls(
         stats = [collector.collect(n_step=n, random=random) for n in (3, 70, 7, 400, 1, 200)]
         stats.append(collector.collect(n_episode=9, random=random))
         stats.append(collector.collect(n_step=130, random=random))
+        stats += [collector.collect(n_episode=n, random=random) for n in (1, 23, 2)]
+        stats.append(collector.collect(n_step=11, random=random))
         block_size = None if collector._block is None else collector._block.size
         assert (block_size is not None) == blocks
         return stats, store.episodes, collector.pending_transitions, len(collector.buffer), block_size

@@ -96,9 +96,9 @@ class Collector:
     whole; transitions beyond the requested count are recorded and stored at once and reported by the
     next call (``pending_transitions``). Episodes an env restarts by itself, or whose reset the backend
     cannot seed (``seeded_resets`` False, e.g. EnvPool), are stored with ``seed=None``. Where such a
-    backend restarts envs on their next step (``steps_in_blocks``), ``collect(n_step=...)`` records its
-    steps in blocks (vcollect.buffers.StepBlock): the rings lag behind the envs by up to a block while a
-    call runs, never after it returns.
+    backend restarts envs on their next step (``steps_in_blocks``), ``collect`` records its steps in
+    blocks (vcollect.buffers.StepBlock; not while rendering): the rings lag behind the envs by up to a
+    block while a call runs, never after it returns.
 
     ``seed_every_reset=False`` seeds only each env's first reset (after construction or ``reset(seed=...)``);
     later episodes continue the env's own generator, as Tianshou's and Minari's collectors reset, and are
@@ -373,9 +373,9 @@ class Collector:
         carry = self._carry
         if not self._autoresets:
             self._reset_pending(self._all_ids, call.reset_options)
+        if self._blocks and call.render is None:
+            return self._collect_blocks(n_step, quota, call)
         if n_step is not None:
-            if self._blocks and call.render is None:
-                return self._collect_blocks(n_step, call)
             held = len(carry)
             while held < n_step:
                 self._step_all_envs(call.random, call.render, call.reset_options)
@@ -390,11 +390,11 @@ class Collector:
             call.bar.update(int(np.minimum(carry.episode_ends, quota).sum()) - before)
         return carry.take_episodes(quota, call.returns, call.lens)[0]
 
-    def _collect_blocks(self, n_step: int, call: CollectCall) -> int:
-        """n_step from a backend that writes its steps into a StepBlock (``step_into``): per step only the
-        env's step and a row copy of each array; the rings, the ledger, the store and (with random actions)
-        the observation checks take the block at once. Every staged step is recorded before this returns,
-        also when it raises."""
+    def _collect_blocks(self, n_step: int | None, quota: np.ndarray | None, call: CollectCall) -> int:
+        """_collect_all_env_steps for a backend that writes its steps into a StepBlock (``step_into``): per
+        step only the env's step and a row copy of each array; the rings, the ledger, the store and (with
+        random actions) the observation checks take the block at once. Stops after the same step as the
+        per-step path; every staged step is recorded before this returns, also when it raises."""
         carry, all_ids, random, n = self._carry, self._all_ids, call.random, self.num_envs
         block = self._block
         if block is None:
@@ -403,10 +403,15 @@ class Collector:
             block = self._block = StepBlock(n, size, self.observation_space, self.action_space)
         size = block.size
         single_action = len(block.actions) == 1
-        held = len(carry)  # transitions recorded; the block's are counted only when they might be enough
+        # n_step: transitions recorded (the block's are counted only when they might be enough);
+        # n_episode: episodes each env still owes, less those ending in the block
+        by_steps, goal = n_step is not None, n_step or 0
+        held = len(carry)
+        owed = np.zeros(0, np.int64) if quota is None else quota - carry.episode_ends
+        done = self._block_progress(n_step, quota)
         room = max(1, min(size, self.buffer.steps_room()))  # steps the rings take at once (else: per step)
         try:
-            while held < n_step:
+            while held < goal if by_steps else bool((owed > 0).any()):
                 actions = self._choose_actions(all_ids, random)
                 k = block.count
                 self.envs.step_into(actions, block)  # type: ignore[attr-defined]
@@ -417,19 +422,37 @@ class Collector:
                         leaf[k] = value
                 if not random:  # the policy acts next on these observations: checked now, not with the block
                     self._block_row_for_policy(block, k)
+                if not by_steps:
+                    owed -= block.done[k]
                 if block.count == room:
                     self._flush_block(block, random)
-                    call.bar.update(min(len(carry), n_step) - min(held, n_step))
+                    done = self._block_progress(n_step, quota, call.bar, done)
                     held = len(carry)
+                    if not by_steps:
+                        owed = quota - carry.episode_ends
                     room = max(1, min(size, self.buffer.steps_room()))
-                elif held + (k + 1) * n >= n_step and held + block.transitions() >= n_step:
+                elif by_steps and held + (k + 1) * n >= goal and held + block.transitions() >= goal:
                     break  # (every row a transition would not be enough: no need to count them before)
         finally:
             self._flush_block(block, random)
-        call.bar.update(min(len(carry), n_step) - min(held, n_step))
+        self._block_progress(n_step, quota, call.bar, done)
         if random:  # random actions read no observations: the policy, when it acts, reads the rings' last rows
             self._obs_cache = None
-        return carry.take_steps(n_step, call.returns, call.lens)
+        if quota is None:
+            return carry.take_steps(goal, call.returns, call.lens)
+        return carry.take_episodes(quota, call.returns, call.lens)[0]
+
+    def _block_progress(self, n_step: int | None, quota: np.ndarray | None, bar: Any = None, shown: int = 0) -> int:
+        """What the progress bar counts (steps, or episodes within the quotas) of what is recorded; with a
+        bar, moves it on from ``shown``."""
+        carry = self._carry
+        if quota is None:
+            now = min(len(carry), n_step or 0)
+        else:
+            now = int(np.minimum(carry.episode_ends, quota).sum())
+        if bar is not None:
+            bar.update(now - shown)
+        return now
 
     def _block_row_for_policy(self, block: StepBlock, k: int) -> None:
         """Check row k's observations and make them the policy's next input; restarted envs' policy state
