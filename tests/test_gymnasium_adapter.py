@@ -458,3 +458,14 @@ def test_wrong_observation_shape_from_a_vector_env_is_refused() -> None:
         with pytest.raises(ObservationError, match=r"shape \(3, 4\), expected \(4, 4\)"):
             collector.collect(n_step=100, random=True)
         assert collector.pending_transitions == 8
+
+
+def test_progress_bar_through_blocks_ends_at_the_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """The bar counts what blocks have recorded, steps or episodes within the quotas, ending at the count."""
+    envs = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
+    with Collector(None, envs, seed=0) as collector:
+        collector.reset()
+        collector.collect(n_step=300, random=True, progress=True)
+        assert "300/300" in capsys.readouterr().err
+        collector.collect(n_episode=41, random=True, progress=True)
+        assert "41/41" in capsys.readouterr().err
