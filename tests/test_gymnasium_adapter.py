@@ -460,10 +460,12 @@ def test_wrong_observation_shape_from_a_vector_env_is_refused() -> None:
         assert collector.pending_transitions == 8
 
 
-def test_progress_bar_through_blocks_ends_at_the_count(capsys: pytest.CaptureFixture[str]) -> None:
-    """The bar counts what blocks have recorded, steps or episodes within the quotas, ending at the count."""
+@pytest.mark.parametrize("blocks", [True, False], ids=["blocks", "per step"])
+def test_progress_bar_of_all_env_steps_ends_at_the_count(capsys: pytest.CaptureFixture[str], blocks: bool) -> None:
+    """The bar counts what is recorded, steps or episodes within the quotas, ending at the count."""
     envs = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
     with Collector(None, envs, seed=0) as collector:
+        collector._blocks = blocks
         collector.reset()
         collector.collect(n_step=300, random=True, progress=True)
         assert "300/300" in capsys.readouterr().err

@@ -384,10 +384,10 @@ class Collector:
                 held = now
             return carry.take_steps(n_step, call.returns, call.lens)
         assert quota is not None
+        shown = self._progress(0, quota)
         while (carry.episode_ends < quota).any():
-            before = int(np.minimum(carry.episode_ends, quota).sum())
             self._step_all_envs(call.random, call.render, call.reset_options)
-            call.bar.update(int(np.minimum(carry.episode_ends, quota).sum()) - before)
+            shown = self._progress(0, quota, call.bar, shown)
         return carry.take_episodes(quota, call.returns, call.lens)[0]
 
     def _collect_blocks(self, n_step: int | None, quota: np.ndarray | None, call: CollectCall) -> int:
@@ -408,7 +408,7 @@ class Collector:
         by_steps, goal = n_step is not None, n_step or 0
         held = len(carry)
         owed = np.zeros(0, np.int64) if quota is None else quota - carry.episode_ends
-        done = self._block_progress(goal, quota)
+        done = self._progress(goal, quota)
         room = max(1, min(size, self.buffer.steps_room()))  # steps the rings take at once (else: per step)
         try:
             while held < goal if by_steps else bool((owed > 0).any()):
@@ -426,7 +426,7 @@ class Collector:
                     owed -= block.done[k]
                 if block.count == room:
                     self._flush_block(block, random)
-                    done = self._block_progress(goal, quota, call.bar, done)
+                    done = self._progress(goal, quota, call.bar, done)
                     held = len(carry)
                     if not by_steps:
                         owed = quota - carry.episode_ends
@@ -435,16 +435,16 @@ class Collector:
                     break  # (every row a transition would not be enough: no need to count them before)
         finally:
             self._flush_block(block, random)
-        self._block_progress(goal, quota, call.bar, done)
+        self._progress(goal, quota, call.bar, done)
         if random:  # random actions read no observations: the policy, when it acts, reads the rings' last rows
             self._obs_cache = None
         if quota is None:
             return carry.take_steps(goal, call.returns, call.lens)
         return carry.take_episodes(quota, call.returns, call.lens)[0]
 
-    def _block_progress(self, n_step: int, quota: np.ndarray | None, bar: Any = None, shown: int = 0) -> int:
-        """What the progress bar counts of what is recorded: steps up to n_step, or (with quotas) episodes
-        within them; with a bar, moves it on from ``shown``."""
+    def _progress(self, n_step: int, quota: np.ndarray | None, bar: Any = None, shown: int = 0) -> int:
+        """What the progress bar counts of what is recorded (steps up to n_step, or with quotas the
+        episodes within them), for the all-env loops; with a bar, moves it on from ``shown``."""
         carry = self._carry
         now = min(len(carry), n_step) if quota is None else int(np.minimum(carry.episode_ends, quota).sum())
         if bar is not None:
