@@ -1,0 +1,55 @@
+"""EnvCapabilities: what a vector-env backend can do, declared once and read once.
+
+Collectors choose their step loop from this when they are built, instead of probing the backend with
+``getattr`` on every call; a backend that does not declare it is not a vcollect ``VectorEnv``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["EnvCapabilities", "StepLoop"]
+
+StepLoop = Literal["subset", "all_envs", "blocks"]
+"""``subset``: step the ready envs (step_reset where offered); ``all_envs``: step every env, one step at a
+time; ``blocks``: step every env, staged in StepBlocks."""
+
+
+@dataclass(frozen=True)
+class EnvCapabilities:
+    """Typed facts about a backend (all False / 1: a plain subset-stepping backend).
+
+    ``steps_all_envs``: it can only step every env at once (``step_all``). ``autoresets``: it restarts
+    ended envs by itself (NEXT_STEP or SAME_STEP) instead of through ``reset``. ``seeded_resets``: its
+    ``reset`` seeds each env with its own seed (else stored episodes get seed None). ``step_reset``: it has
+    ``step_reset`` (restart ended envs inside the step that ended them). ``steps_in_blocks``: it writes its
+    NEXT_STEP steps into a ``StepBlock`` (``step_into``). ``recv_batch_size``: async results come this many
+    at a time (EnvPool's async mode; only AsyncCollector takes more than 1). ``recv_any``: it has
+    ``recv_any`` (steps and resets received in one wait, AsyncCollector).
+    """
+
+    steps_all_envs: bool = False
+    autoresets: bool = False
+    seeded_resets: bool = True
+    step_reset: bool = False
+    steps_in_blocks: bool = False
+    recv_batch_size: int = 1
+    recv_any: bool = False
+
+    def __post_init__(self) -> None:
+        if self.recv_batch_size < 1:
+            raise ValueError(f"recv_batch_size must be >= 1, got {self.recv_batch_size}")
+        if self.steps_in_blocks and not (self.steps_all_envs and self.autoresets):
+            raise ValueError("steps_in_blocks needs steps_all_envs and autoresets (NEXT_STEP restarts)")
+        if self.step_reset and self.steps_all_envs:
+            raise ValueError("step_reset steps a subset of envs; a steps_all_envs backend cannot offer it")
+
+    @property
+    def loop(self) -> StepLoop:
+        """The collector step loop these capabilities call for."""
+        if self.steps_in_blocks:
+            return "blocks"
+        if self.steps_all_envs:
+            return "all_envs"
+        return "subset"
