@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from tests.envs import CountingEnv, DyingEnv, FailingEnv, SlowEnv
 from tests.replay import assert_replays
-from tests.test_collector import ListStore, StoredEpisode
+from tests.sinks import ListStore, StoredEpisode
 from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, SubprocVectorEnv
 from vcollect.async_collector import AsyncCollector
 from vcollect.ledger import TransitionLedger

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 import gymnasium as gym
@@ -11,6 +11,7 @@ import pytest
 
 from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, DyingEnv, FailingEnv
 from tests.replay import assert_replays
+from tests.sinks import ListStore
 from vcollect import (
     ActionError,
     Collector,
@@ -23,44 +24,9 @@ from vcollect import (
     VectorRingBuffer,
     make_vector,
 )
+from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.spaces import flatten_batch
 from vcollect.spaces import leaves as leaves_of
-
-
-@dataclass
-class StoredEpisode:
-    observations: Any
-    actions: Any
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    seed: int | None
-    env_id: int
-    options: dict[str, Any] | None
-
-
-class ListStore:
-    """The smallest object the Collector accepts as a store: it keeps copies of every episode."""
-
-    def __init__(self) -> None:
-        self.episodes: list[StoredEpisode] = []
-
-    def write_episode(self, observations, actions, rewards, terminations, truncations, *, seed, env_id,
-                      infos=None, extras=None, metadata=None, options=None) -> None:
-        def copy(x: Any) -> Any:
-            if isinstance(x, dict):
-                return {k: copy(v) for k, v in x.items()}
-            if isinstance(x, tuple):
-                return tuple(copy(v) for v in x)
-            return np.array(x)
-
-        self.episodes.append(
-            StoredEpisode(copy(observations), copy(actions), np.array(rewards), np.array(terminations),
-                          np.array(truncations), seed, env_id, options)
-        )
-
-    def flush(self) -> None:
-        pass
 
 
 def counting_fns(n: int, length: int = 5) -> list:
@@ -205,9 +171,12 @@ def test_seed_every_reset_false_seeds_each_envs_first_reset_only_and_is_reproduc
 
 
 class StepThenResetEnvs(DummyVectorEnv):
-    """A DummyVectorEnv without step_reset: the Collector steps, then resets the ended envs in a second call."""
+    """A DummyVectorEnv that declares no step_reset: the Collector steps, then resets the ended envs in a
+    second call."""
 
-    step_reset = None  # type: ignore[assignment]
+    @property
+    def capabilities(self) -> EnvCapabilities:
+        return dataclasses.replace(super().capabilities, step_reset=False)
 
 
 @pytest.mark.parametrize("backend", ["dummy", "subproc"])
@@ -526,37 +495,23 @@ def test_record_infos_is_refused_for_backends_that_reset_by_themselves() -> None
         Collector(None, vector, record_infos=True)
 
 
-class OneByOneStore:
-    """An EpisodeStore seen through write_episode only: the Collector then writes every episode at once."""
-
-    def __init__(self, store: Any) -> None:
-        self.store = store
-
-    def write_episode(self, *args: Any, **kwargs: Any) -> None:
-        self.store.write_episode(*args, **kwargs)
-
-    def flush(self) -> None:
-        self.store.flush()
-
-
-def test_queued_batch_writes_store_the_same_episodes_as_one_by_one_writes(tmp_path) -> None:
+def test_queued_writes_from_a_small_ring_store_what_a_ring_holding_everything_stores(tmp_path) -> None:
     # Lengths around a 10-row ring: short episodes are queued and gathered later (also across ring
-    # wrap-arounds and WRITE_BATCH flushes), an 11-step one is spilled and written at once, in order.
+    # wrap-arounds, write deadlines and WRITE_BATCH flushes), an 11-step one is spilled and written at once,
+    # in order; a 1000-row ring never reaches a deadline or spills.
     from vcollect.store import EpisodeStore, load_dataset
 
     lengths = (2, 3, 11, 5)
     space = CountingEnv()
     datasets = []
-    for name, batched in (("t/batched-v0", True), ("t/single-v0", False)):
+    for name, rows in (("t/small-ring-v0", 10), ("t/large-ring-v0", 1000)):
         store = EpisodeStore.create(name, space.observation_space, space.action_space, root=tmp_path)
         fns = [lambda length=length: CountingEnv(length) for length in lengths]
-        buffer = VectorRingBuffer(4, 10, space.observation_space, space.action_space, keep_overflow=True)
-        sink = store if batched else OneByOneStore(store)
-        with store, Collector(None, fns, buffer=buffer, store=sink, seed=4) as collector:
+        buffer = VectorRingBuffer(4, rows, space.observation_space, space.action_space)
+        with store, Collector(None, fns, buffer=buffer, store=store, seed=4) as collector:
             collector.collect(n_episode=90, random=True, reset_before_collect=True)
             collector.collect(n_step=37, random=True, reset_options={"start": 50.0})
-            if batched:
-                assert collector._queued == []  # every finished episode reached the store by the call's end
+            assert collector.writer is not None and collector.writer.queued == 0  # all stored by the call's end
             collector.collect(n_episode=9, random=True)
         datasets.append(load_dataset(name, root=tmp_path))
     batched_ds, single_ds = datasets

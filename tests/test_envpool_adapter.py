@@ -13,11 +13,12 @@ try:
 except ImportError as exc:  # envpool has wheels for Linux x86-64 only
     pytest.skip(f"envpool cannot be imported on this platform ({exc})", allow_module_level=True)
 
-from tests.test_collector import StoredEpisode
-from tests.test_gymnasium_adapter import BatchStore, assert_cartpole_transitions
+from tests.sinks import ListStore, StoredEpisode
+from tests.test_gymnasium_adapter import assert_cartpole_transitions
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector
 from vcollect.envs import EnvPoolVectorEnv
+from vcollect.loops import AllEnvLoop, BlockLoop
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # envpool's Box precision warnings
 
@@ -43,9 +44,9 @@ def by_env(episodes: list[StoredEpisode]) -> dict[int, list[StoredEpisode]]:
 def test_sync_mode_collector_exact_counts_and_real_transitions() -> None:
     envs = pool()
     assert envs.seed == 7 and not envs.is_async and envs.recv_batch_size == 1
-    store = BatchStore()  # takes batches: the Collector stages the pool's steps in blocks
+    store = ListStore()
     with Collector(None, envs, store=store, seed=0) as collector:
-        assert collector._blocks
+        assert isinstance(collector.loop, BlockLoop)
         collector.reset()
         stats = [collector.collect(n_step=n, random=True) for n in (3, 250, 13)]
         assert [s.n_collected_steps for s in stats] == [3, 250, 13]
@@ -65,7 +66,7 @@ def test_async_mode_exact_counts_and_same_per_env_data_as_sync_mode(batch_size: 
     produces the same episodes whatever order the pool returns them in."""
     stores = {}
     for size in (8, batch_size):
-        store = BatchStore()
+        store = ListStore()
         envs = pool(batch_size=size)
         with AsyncCollector(upright, envs, store=store, seed=0) as collector:
             collector.reset()
@@ -96,9 +97,9 @@ def test_sync_mode_staged_blocks_record_what_the_per_step_path_records() -> None
     transitions pending."""
     runs = []
     for blocks in (True, False):
-        store = BatchStore()
-        with Collector(None, pool(), store=store, seed=0) as collector:
-            collector._blocks = blocks
+        store = ListStore()
+        with Collector(None, pool(), store=store, seed=0, stage_blocks=blocks) as collector:
+            assert isinstance(collector.loop, BlockLoop if blocks else AllEnvLoop)
             collector.reset()
             stats = [collector.collect(n_step=n, random=True) for n in (5, 3000, 1, 1700)]
             stats += [collector.collect(n_episode=n, random=True) for n in (3, 50)]

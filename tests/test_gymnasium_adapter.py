@@ -12,8 +12,8 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv
+from tests.sinks import ListStore, StoredEpisode
 from tests.test_async_collector import Alternating, replay
-from tests.test_collector import ListStore, StoredEpisode
 from vcollect import (
     Collector,
     CollectorStateError,
@@ -24,9 +24,10 @@ from vcollect import (
 )
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
-from vcollect.collector import BLOCK_BYTES
 from vcollect.envs import GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
+from vcollect.loops import AllEnvLoop, BlockLoop
+from vcollect.loops.blocks import BLOCK_BYTES
 
 MODES = [AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
 
@@ -312,22 +313,6 @@ class Frames(gym.Env):
         return self._frame(), float(action), self._t >= self._length, False, {}
 
 
-class BatchStore(ListStore):
-    """A ListStore that also takes write_episodes, as EpisodeStore does: the Collector then queues finished
-    episodes, and stages the steps of NEXT_STEP all-env backends in blocks."""
-
-    def write_episodes(self, observations, actions, rewards, terminations, truncations, lengths, *, seeds, env_ids,
-                       options=None) -> None:
-        obs_at = act_at = 0
-        for i, n in enumerate(np.asarray(lengths).tolist()):
-            self.write_episode(
-                take(observations, obs_at, obs_at + n + 1), take(actions, act_at, act_at + n), rewards[act_at : act_at + n],
-                terminations[act_at : act_at + n], truncations[act_at : act_at + n], seed=seeds[i],
-                env_id=env_ids[i], options=None if options is None else options[i],
-            )
-            obs_at, act_at = obs_at + n + 1, act_at + n
-
-
 def next_step_envs(kind: str) -> gym.vector.VectorEnv:
     """Five envs that restart on the step after they finish: CartPole's vector entry point (one seed for
     all), or a SyncVectorEnv (a seed per env: the first episodes are stored with theirs) of CartPole, of an
@@ -344,22 +329,21 @@ def collect_in_calls(
     """Collect in n_step and n_episode calls of uneven sizes, staging steps in blocks or not; returns stats,
     stored episodes, pending transitions, ring rows and block size."""
     envs = next_step_envs(kind)
-    store = BatchStore()
+    store = ListStore()
     buffer = None
     if capacity is not None:
         buffer = VectorRingBuffer(5, capacity, envs.single_observation_space, envs.single_action_space, keep_overflow=True)
     random = policy is None
-    with Collector(policy, envs, buffer=buffer, store=store, seed=1) as collector:
-        assert collector._blocks  # the adapter can stage steps: switch that off to get the per-step path
-        collector._blocks = blocks
+    with Collector(policy, envs, buffer=buffer, store=store, seed=1, stage_blocks=blocks) as collector:
+        assert isinstance(collector.loop, BlockLoop if blocks else AllEnvLoop)
         collector.reset(seed=4)
         stats = [collector.collect(n_step=n, random=random) for n in (3, 70, 7, 400, 1, 200)]
         stats.append(collector.collect(n_episode=9, random=random))
         stats.append(collector.collect(n_step=130, random=random))
         stats += [collector.collect(n_episode=n, random=random) for n in (1, 23, 2)]
         stats.append(collector.collect(n_step=11, random=random))
-        block_size = None if collector._block is None else collector._block.size
-        assert (block_size is not None) == blocks
+        loop = collector.loop
+        block_size = loop.block.size if isinstance(loop, BlockLoop) else None
         return stats, store.episodes, collector.pending_transitions, len(collector.buffer), block_size
 
 
@@ -464,8 +448,7 @@ def test_wrong_observation_shape_from_a_vector_env_is_refused() -> None:
 def test_progress_bar_of_all_env_steps_ends_at_the_count(capsys: pytest.CaptureFixture[str], blocks: bool) -> None:
     """The bar counts what is recorded, steps or episodes within the quotas, ending at the count."""
     envs = gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point")
-    with Collector(None, envs, seed=0) as collector:
-        collector._blocks = blocks
+    with Collector(None, envs, seed=0, stage_blocks=blocks) as collector:
         collector.reset()
         collector.collect(n_step=300, random=True, progress=True)
         assert "300/300" in capsys.readouterr().err

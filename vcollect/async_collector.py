@@ -24,8 +24,10 @@ import numpy as np
 from vcollect.buffers import VectorRingBuffer
 from vcollect.collector import CollectCall, Collector
 from vcollect.envs import AsyncResetResult, AsyncStepResult
+from vcollect.loops import StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.spaces import allocate, flatten_batch, unflatten_batch
+from vcollect.store.sink import EpisodeSink
 
 __all__ = ["AsyncCollector"]
 
@@ -42,10 +44,10 @@ class AsyncCollector(Collector):
     1: act as soon as any env is back). ``timeout``: seconds to wait for any step or reset to finish;
     when none does, TimeoutError names the env ids in flight, and nothing is lost (steps in flight and
     steps already received are reported by the next ``collect``; ``timeout`` may be changed in between).
-    Backends that step every env at once (``steps_all_envs``) are collected as the Collector does.
-    Backends that return results in fixed-size batches (EnvPool's async mode, ``recv_batch_size``) get at
-    least that many envs in flight whenever the collector waits; steps added for that are reported by the
-    next call.
+    Backends that step every env at once (``capabilities.steps_all_envs``) are collected as the Collector
+    does. Backends that return results in fixed-size batches (EnvPool's async mode,
+    ``capabilities.recv_batch_size``) get at least that many envs in flight whenever the collector waits;
+    steps added for that are reported by the next call.
     """
 
     handles_batched_recv = True
@@ -55,7 +57,7 @@ class AsyncCollector(Collector):
         policy: Policy | Callable[..., Any] | None,
         envs: Any,
         buffer: VectorRingBuffer | None = None,
-        store: Any | None = None,
+        store: EpisodeSink | None = None,
         *,
         seed: int | None = None,
         wait_num: int | None = None,
@@ -64,49 +66,61 @@ class AsyncCollector(Collector):
         validate: bool = True,
         record_infos: bool = False,
         seed_every_reset: bool = True,
+        stage_blocks: bool = True,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+        self.wait_num = 1 if wait_num is None else wait_num
+        self.timeout = timeout
         super().__init__(
             policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate,
-            record_infos=record_infos, seed_every_reset=seed_every_reset,
+            record_infos=record_infos, seed_every_reset=seed_every_reset, stage_blocks=stage_blocks,
         )
         if wait_num is not None and not (isinstance(wait_num, int) and 1 <= wait_num <= self.num_envs):
             raise ValueError(f"wait_num must be an int in 1..{self.num_envs} (the number of envs), got {wait_num!r}")
-        self.wait_num = wait_num or 1
-        self.timeout = timeout
-        n = self.num_envs
-        self._stepping = np.zeros(n, dtype=bool)
-        self._resetting = np.zeros(n, dtype=bool)
-        self._sent_actions = allocate(self.action_space, (n,))  # the action each stepping env was sent
-        self._reset_seed: list[int | None] = [None] * n  # of each reset in flight
-        self._reset_options: list[dict[str, Any] | None] = [None] * n
-        self._batch = int(getattr(self.envs, "recv_batch_size", 1))
-        self._recv_any: Callable[[float | None], _Received] | None = getattr(self.envs, "recv_any", None)
 
-    # ------------------------------------------------------------------ lifecycle
+    def _make_loop(self, stage_blocks: bool) -> StepLoop:
+        if self.capabilities.steps_all_envs:
+            return super()._make_loop(stage_blocks)
+        return AsyncLoop(self)
 
     def reset(self, seed: int | None = None, *, reset_buffer: bool = True, options: dict[str, Any] | None = None) -> None:
         """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env."""
         self._check_open()
-        self._sync_flights()
-        while self._stepping.any() or self._resetting.any():
-            self._fill_batch(self.policy is None, None)
-            self._take(self._receive(), None)
+        if isinstance(self.loop, AsyncLoop):
+            self.loop.drain()
         super().reset(seed, reset_buffer=reset_buffer, options=options)
 
-    # ------------------------------------------------------------------ collect
 
-    def _collect_steps(
-        self,
-        n_step: int,
-        call: CollectCall,
-    ) -> int:
-        if self._steps_all:
-            return super()._collect_steps(n_step, call)
+class AsyncLoop(SubsetLoop):
+    """The AsyncCollector's step loop: dispatch steps to idle envs, record whichever come back first."""
+
+    def __init__(self, collector: AsyncCollector) -> None:
+        super().__init__(collector)
+        self.ac = collector
+        n = collector.num_envs
+        self._stepping = np.zeros(n, dtype=bool)
+        self._resetting = np.zeros(n, dtype=bool)
+        self._sent_actions = allocate(collector.action_space, (n,))  # the action each stepping env was sent
+        self._reset_seed: list[int | None] = [None] * n  # of each reset in flight
+        self._reset_options: list[dict[str, Any] | None] = [None] * n
+        caps = collector.capabilities
+        self._batch = caps.recv_batch_size
+        self._recv_any: Callable[[float | None], _Received] | None = (
+            collector.envs.recv_any if caps.recv_any else None  # type: ignore[attr-defined]
+        )
+
+    def drain(self) -> None:
+        """Receive and record every step and reset in flight."""
         self._sync_flights()
-        carry = self._carry
-        self._restart(np.flatnonzero(self._needs_reset), call.reset_options)
+        while self._stepping.any() or self._resetting.any():
+            self._fill_batch(self.c.policy is None, None)
+            self._take(self._receive(), None)
+
+    def collect_steps(self, n_step: int, call: CollectCall) -> int:
+        self._sync_flights()
+        carry = self.c.ledger
+        self._restart(np.flatnonzero(self.c._needs_reset), call.reset_options)
         while len(carry) < n_step or self._stepping.any():
             budget = n_step - len(carry) - int(np.count_nonzero(self._stepping))
             if budget > 0:
@@ -117,17 +131,10 @@ class AsyncCollector(Collector):
             call.bar.update(min(len(carry), n_step) - call.bar.n)
         return carry.take_steps(n_step, call.returns, call.lens)
 
-    def _collect_episodes(
-        self,
-        n_episode: int,
-        call: CollectCall,
-    ) -> int:
-        if self._steps_all:
-            return super()._collect_episodes(n_episode, call)
+    def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
         self._sync_flights()
-        quota = self._episode_quota(n_episode)
-        ends = self._carry.episode_ends  # updated in place as transitions are recorded
-        self._restart(np.flatnonzero(self._needs_reset & (ends < quota)), call.reset_options)
+        ends = self.c.ledger.episode_ends  # updated in place as transitions are recorded
+        self._restart(np.flatnonzero(self.c._needs_reset & (ends < quota)), call.reset_options)
         while (owing := ends < quota).any() or self._stepping.any():
             ready = np.flatnonzero(owing & self._idle_mask())
             self._send_steps(ready, ready.size, call.random)
@@ -135,12 +142,12 @@ class AsyncCollector(Collector):
             finished = self._take(self._receive(), call.render)
             self._restart(finished[ends[finished] < quota[finished]], call.reset_options)
             call.bar.update(int(np.minimum(ends, quota).sum()) - call.bar.n)
-        return self._carry.take_episodes(quota, call.returns, call.lens)[0]
+        return self.c.ledger.take_episodes(quota, call.returns, call.lens)[0]
 
     # ------------------------------------------------------------------ dispatching
 
     def _idle_mask(self) -> np.ndarray:
-        return ~(self._stepping | self._resetting | self._needs_reset)
+        return ~(self._stepping | self._resetting | self.c._needs_reset)
 
     def _idle(self) -> np.ndarray:
         return np.flatnonzero(self._idle_mask())
@@ -151,13 +158,13 @@ class AsyncCollector(Collector):
             return
         if candidates.size > limit:
             # rotate which envs go first so that no env id is favoured
-            order = np.argsort((candidates - self._next_env) % self.num_envs, kind="stable")[:limit]
+            order = np.argsort((candidates - self._next_env) % self.c.num_envs, kind="stable")[:limit]
             candidates = np.sort(candidates[order])
-            self._next_env = int(candidates[-1] + 1) % self.num_envs
-        actions = self._choose_actions(candidates, random)
-        for store, values in zip(self._sent_actions, flatten_batch(self.action_space, actions)):
+            self._next_env = int(candidates[-1] + 1) % self.c.num_envs
+        actions = self.c.actor.actions(candidates, random)
+        for store, values in zip(self._sent_actions, flatten_batch(self.c.action_space, actions)):
             store[candidates] = values
-        self.envs.send(actions, candidates)
+        self.c.envs.send(actions, candidates)
         self._stepping[candidates] = True
 
     def _restart(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
@@ -165,11 +172,11 @@ class AsyncCollector(Collector):
         env_ids = env_ids[~(self._stepping[env_ids] | self._resetting[env_ids])]
         if env_ids.size == 0:
             return
-        seeds = self._reset_seeds.take(env_ids.tolist())
-        self.envs.reset_async(env_ids, seeds, options)
+        seeds = self.c._reset_seeds.take(env_ids.tolist())
+        self.c.envs.reset_async(env_ids, seeds, options)
         self._resetting[env_ids] = True
         for env_id, seed in zip(env_ids.tolist(), seeds):
-            self._reset_seed[env_id] = seed if self._seeded_resets else None
+            self._reset_seed[env_id] = seed
             self._reset_options[env_id] = options
 
     def _fill_batch(self, random: bool, options: dict[str, Any] | None) -> None:
@@ -178,14 +185,14 @@ class AsyncCollector(Collector):
         short = self._batch - int(np.count_nonzero(self._stepping | self._resetting))
         if self._batch <= 1 or short <= 0:
             return
-        waiting = np.flatnonzero(self._needs_reset & ~(self._stepping | self._resetting))[:short]
+        waiting = np.flatnonzero(self.c._needs_reset & ~(self._stepping | self._resetting))[:short]
         self._restart(waiting, options)
         self._send_steps(self._idle(), short - waiting.size, random)
 
     def _sync_flights(self) -> None:
         """Forget flights the backend no longer has (e.g. after it raised for a failed env)."""
-        flying = np.zeros(self.num_envs, dtype=bool)
-        flying[self.envs.in_flight] = True
+        flying = np.zeros(self.c.num_envs, dtype=bool)
+        flying[self.c.envs.in_flight] = True
         self._stepping &= flying
         self._resetting &= flying
 
@@ -194,33 +201,34 @@ class AsyncCollector(Collector):
     def _receive(self) -> _Received:
         """Finished steps and resets: those already done, else wait (up to ``timeout``) for some."""
         if self._recv_any is not None:
-            return self._recv_any(self.timeout)
+            return self._recv_any(self.ac.timeout)
         resets = self._poll_resets()
         if not self._stepping.any():
             if resets is not None:
                 return None, resets
             try:
-                return None, self.envs.recv_reset(1, self.timeout)
+                return None, self.c.envs.recv_reset(1, self.ac.timeout)
             except TimeoutError:
                 raise self._timeout_error() from None
         if resets is not None:  # act on the restarted envs now; take whatever steps are done too
             try:
-                return self.envs.recv(1, 0), resets
+                return self.c.envs.recv(1, 0), resets
             except TimeoutError:
                 return None, resets
-        min_ready = min(self.wait_num, int(np.count_nonzero(self._stepping)))
+        min_ready = min(self.ac.wait_num, int(np.count_nonzero(self._stepping)))
         if not self._resetting.any():
             try:
-                return self.envs.recv(min_ready, self.timeout), None
+                return self.c.envs.recv(min_ready, self.ac.timeout), None
             except TimeoutError:
                 raise self._timeout_error() from None
         # steps and resets in flight: wait for steps in short slices, so that a reset finishing meanwhile
         # is acted on at once (recv waits for steps only)
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        timeout = self.ac.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = RESET_POLL_S if deadline is None else min(RESET_POLL_S, max(0.0, deadline - time.monotonic()))
             try:
-                return self.envs.recv(min_ready, wait), self._poll_resets()
+                return self.c.envs.recv(min_ready, wait), self._poll_resets()
             except TimeoutError:
                 resets = self._poll_resets()
                 if resets is not None:
@@ -232,14 +240,14 @@ class AsyncCollector(Collector):
         if not self._resetting.any():
             return None
         try:
-            return self.envs.recv_reset(1, 0)
+            return self.c.envs.recv_reset(1, 0)
         except TimeoutError:
             return None
 
     def _timeout_error(self) -> TimeoutError:
         return TimeoutError(
-            f"AsyncCollector: no env finished a step or reset within timeout={self.timeout} s; env ids in flight: "
-            f"{self.envs.in_flight.tolist()}. Nothing is lost: call collect() again to continue"
+            f"AsyncCollector: no env finished a step or reset within timeout={self.ac.timeout} s; env ids in "
+            f"flight: {self.c.envs.in_flight.tolist()}. Nothing is lost: call collect() again to continue"
         )
 
     def _take(self, received: _Received, render: float | None) -> np.ndarray:
@@ -249,18 +257,24 @@ class AsyncCollector(Collector):
         if resets is not None:
             obs, _infos, ids = resets
             self._resetting[ids] = False
-            self._start_episodes(ids, obs, [self._reset_seed[i] for i in ids.tolist()], None)
-            for env_id in ids.tolist():
-                options = self._options[env_id] = self._reset_options[env_id]
-                if options is not None:
-                    self._described = True
+            id_list = ids.tolist()
+            seeds = [self._reset_seed[i] for i in id_list]
+            options = [self._reset_options[i] for i in id_list]
+            if all(o is options[0] for o in options):
+                self.c._start_episodes(ids, obs, seeds, options[0])
+            else:  # resets dispatched by calls with other reset options: start each with its own
+                space = self.c.observation_space
+                flat = flatten_batch(space, obs)
+                for j in range(len(id_list)):
+                    row = unflatten_batch(space, [leaf[j : j + 1] for leaf in flat])
+                    self.c._start_episodes(ids[j : j + 1], row, seeds[j : j + 1], options[j])
         if steps is None:
             return np.zeros(0, dtype=np.int64)
         next_obs, rewards, terminations, truncations, _infos, ids = steps
         self._stepping[ids] = False
-        actions = unflatten_batch(self.action_space, [store[ids] for store in self._sent_actions])
+        actions = unflatten_batch(self.c.action_space, [store[ids] for store in self._sent_actions])
         ends_r: list[float] = []
         ends_l: list[int] = []
-        finished = self._record(ids, actions, next_obs, rewards, terminations, truncations, render, ends_r, ends_l)
-        self._carry.push(ids, terminations | truncations, ends_r, ends_l)
+        finished = self.record(ids, actions, next_obs, rewards, terminations, truncations, render, ends_r, ends_l)
+        self.c.ledger.push(ids, terminations | truncations, ends_r, ends_l)
         return finished

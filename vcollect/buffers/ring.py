@@ -470,6 +470,22 @@ class VectorRingBuffer:
             self._trunc_flat[step_rows],
         )
 
+    def rows_left(self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """For episodes given by :meth:`episode_ref` handles (env id, flat row of the final observation,
+        steps): how many more rows each env can write before the episode's first row is overwritten."""
+        c = self.capacity
+        written_since = (self._last_flat[env_ids] - last_rows) % c
+        return c - 1 - steps - written_since
+
+    def keep_whole_episodes(self) -> None:
+        """From now on copy aside the rows of an episode longer than its ring before overwriting them
+        (``keep_overflow``), so :meth:`episode` is always whole: what a collector writing to a store needs."""
+        if self.keep_overflow:
+            return
+        self.keep_overflow = True
+        c = self.capacity
+        self._headroom = int((c - 1 - (self.episode_lengths - self._spilled)).min())
+
     def episode_truncated_in_ring(self, env_id: int) -> bool:
         """Whether :meth:`episode` lacks the start of the env's episode (too long, keep_overflow=False)."""
         env = self._check_env(env_id)

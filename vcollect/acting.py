@@ -1,0 +1,168 @@
+"""PolicyActor: the actions a collector sends to its ready envs, from a policy or sampled at random.
+
+It keeps what acting needs between steps: the policy's per-env state (rows of the ready envs in, rows
+out; reset for env ids that restart), the newest observation of every env (so a step does not read its
+observations back from the rings), and whether the policy's actions must be checked against the action
+space (once per call: a policy that declares ``actions_in_space`` for this very space is trusted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.buffers import VectorRingBuffer
+from vcollect.errors import ActionError
+from vcollect.policies import Policy, RandomPolicy
+from vcollect.policy_state import put_state_rows, take_state_rows
+from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
+
+__all__ = ["PolicyActor"]
+
+
+class PolicyActor:
+    """Actions for env ids: ``policy(obs, state) -> (actions, state)`` on their latest observations
+    (checked against the action space unless trusted), or a batch from ``RandomPolicy``."""
+
+    def __init__(
+        self,
+        policy: Policy | Callable[..., Any] | None,
+        buffer: VectorRingBuffer,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        exploration_noise: bool,
+        validate: bool,
+    ) -> None:
+        self.policy = policy
+        self.buffer = buffer
+        self.num_envs = buffer.num_envs
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.exploration_noise = exploration_noise
+        self.validate = validate
+        self._reset_state = getattr(policy, "reset_state", None)  # optional part of the Policy protocol
+        self._noise = getattr(policy, "add_exploration_noise", None) if exploration_noise else None
+        self._action_leaves = leaves(action_space)
+        self._action_check = BatchCheck(action_space)
+        self._random = RandomPolicy(action_space)
+        self.state: Any = None
+        self._obs: list[np.ndarray] | None = None  # newest observation of every env, flat leaf form
+        self._obs_owned = False  # the cached arrays are ours alone (not handed to the policy yet)
+        self._trusted = False
+
+    def reseed(self, seed: int) -> None:
+        """Re-seed the random actions."""
+        self._random = RandomPolicy(self.action_space, seed=seed)
+
+    def clear(self) -> None:
+        """Forget the policy state and the cached observations (every env is being reset)."""
+        self.state = None
+        self._obs = None
+
+    def begin_call(self) -> None:
+        """Once per collect call: whether the policy vouches for its actions (vcollect.policies.base), so
+        checking them again would be wasted work."""
+        policy = self.policy
+        self._trusted = (
+            bool(getattr(policy, "actions_in_space", False))
+            and self._noise is None
+            and getattr(policy, "action_space", None) == self.action_space
+        )
+
+    def actions(self, env_ids: np.ndarray, random: bool) -> Any:
+        """Actions for env_ids' latest observations: the policy's (checked), or random ones."""
+        if random:
+            return self._random.sample(len(env_ids))  # inside the action space by construction
+        obs = self._current_obs(env_ids)
+        actions = self._act(obs, env_ids)
+        if self.validate and not self._trusted:
+            actions = self._checked(actions, env_ids)
+        return actions
+
+    def reset_state(self, env_ids: np.ndarray) -> None:
+        """Fresh policy state for env ids whose episodes restart."""
+        if self.state is not None and self._reset_state is not None:
+            self.state = self._reset_state(self.state, env_ids)
+
+    # ------------------------------------------------------------------ observations
+
+    def forget_obs(self) -> None:
+        """Random actions read no observations: the policy, when it acts, reads the rings' last rows."""
+        self._obs = None
+
+    def use_rows(self, obs_leaves: list[np.ndarray]) -> None:
+        """Make these arrays (one row per env, flat leaf form; the caller never writes them again) the
+        newest observations."""
+        self._obs = obs_leaves
+        self._obs_owned = False
+
+    def remember(self, env_ids: np.ndarray, obs: Any, *, owned: bool = False) -> None:
+        """Keep the newest observations of env_ids. Arrays handed to the policy, or that the caller may still
+        hold (``owned`` False), are never written to afterwards: their rows are replaced copy-on-write."""
+        new = flatten_batch(self.observation_space, obs)
+        if len(env_ids) == self.num_envs:
+            self._obs = new  # fresh arrays from the env, in env id order
+            self._obs_owned = owned
+        elif self._obs is not None:
+            merged = self._obs if self._obs_owned else [leaf.copy() for leaf in self._obs]
+            for leaf, rows in zip(merged, new):
+                leaf[env_ids] = rows
+            self._obs = merged
+            self._obs_owned = True
+
+    def _current_obs(self, env_ids: np.ndarray) -> Any:
+        cache = self._obs
+        if cache is None:
+            return self.buffer.last_obs(env_ids)
+        if len(env_ids) == self.num_envs:
+            self._obs_owned = False
+            return unflatten_batch(self.observation_space, cache)
+        return unflatten_batch(self.observation_space, [leaf[env_ids] for leaf in cache])
+
+    # ------------------------------------------------------------------ the policy
+
+    def _act(self, obs: Any, env_ids: np.ndarray) -> Any:
+        policy = self.policy
+        assert policy is not None
+        result = policy(obs, take_state_rows(self.state, env_ids, self.num_envs))
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise ActionError(
+                f"policy {type(policy).__name__} returned {type(result).__name__}; a vcollect policy "
+                "returns (actions, state); wrap a plain function as lambda obs, state: (fn(obs), None)"
+            )
+        actions, state_out = result
+        if state_out is not None:
+            self.state = put_state_rows(self.state, env_ids, state_out, self.num_envs)
+        if self._noise is not None:
+            actions = self._noise(actions, obs)
+        return actions
+
+    def _checked(self, actions: Any, env_ids: np.ndarray) -> Any:
+        if not isinstance(actions, (dict, tuple)):
+            actions = np.asarray(actions)
+        try:
+            flat = flatten_batch(self.action_space, actions)
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise ActionError(
+                f"policy returned actions of structure {type(actions).__name__} that do not match the "
+                f"action space {self.action_space}: {exc}"
+            ) from exc
+        for leaf, array in zip(self._action_leaves, flat):
+            expected = (len(env_ids), *leaf.shape)
+            if np.shape(array) != expected:
+                where = f" at '{leaf.name}'" if leaf.name else ""
+                raise ActionError(
+                    f"policy returned actions of shape {np.shape(array)}{where} for {len(env_ids)} ready envs; "
+                    f"expected {expected} (one action of shape {leaf.shape} per ready env)"
+                )
+        problem = self._action_check(actions)
+        if problem is not None:
+            raise ActionError(
+                f"policy returned actions outside the action space {self.action_space} for envs "
+                f"{env_ids.tolist()}: {problem}"
+            )
+        return actions

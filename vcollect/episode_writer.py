@@ -1,0 +1,178 @@
+"""EpisodeWriter: hands the episodes finished in the rings to an EpisodeSink, whole, in order, in batches.
+
+A finished episode stays in its env's ring until it is written: the writer queues a handle to it (env id,
+ring row of its final observation, steps, and the seed, options and infos of its reset) and gathers the
+queued episodes from the rings in one pass (``VectorRingBuffer.gather_episodes``) when ``WRITE_BATCH`` are
+queued, before the rings could overwrite one of them, and always before a collect call returns.
+
+"Before the rings could overwrite": the ring answers how many rows an env may still write before an
+episode's first row is overwritten (``rows_left``); the writer counts rounds of ring writes, a round
+writing at most two rows per env (a step and the first observation of a restart), and writes the queue
+before the round that could reach the oldest-deadline episode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from vcollect.buffers import EpisodeEnds, VectorRingBuffer
+from vcollect.spaces import flatten_batch, unflatten_batch
+from vcollect.store.sink import EpisodeSink
+
+__all__ = ["WRITE_BATCH", "EpisodeWriter"]
+
+WRITE_BATCH = 64
+"""Finished episodes gathered from the rings before they are handed to the sink at once."""
+
+EpisodeInfos = Callable[[int, int], "Mapping[str, Any] | None"]
+"""(env id, steps) -> the infos recorded for that env's episode that just ended (record_infos)."""
+
+
+class _Queued(NamedTuple):
+    env_id: int
+    last_row: int
+    steps: int
+    seed: int | None
+    options: dict[str, Any] | None
+    infos: Mapping[str, Any] | None
+
+
+class EpisodeWriter:
+    """The seed and options of each env's current episode, and the queue of finished episodes for the sink.
+
+    ``infos`` (record_infos): called when an episode ends to fetch what was recorded for it.
+    """
+
+    def __init__(self, sink: EpisodeSink, buffer: VectorRingBuffer, infos: EpisodeInfos | None = None) -> None:
+        self.sink = sink
+        self.buffer = buffer
+        self._infos = infos
+        n = buffer.num_envs
+        self.seeds: list[int | None] = [None] * n
+        self.options: list[dict[str, Any] | None] = [None] * n
+        self._described = False  # whether some env's seed or options were ever set (not None)
+        self._queue: list[_Queued] = []
+        self._rounds = 0  # rounds of ring writes so far
+        self._write_by: int | None = None  # the round before which the queue must be written
+
+    @property
+    def queued(self) -> int:
+        """Finished episodes not handed to the sink yet."""
+        return len(self._queue)
+
+    # ------------------------------------------------------------------ episodes starting
+
+    def started(self, env_ids: list[int], seeds: list[int | None], options: dict[str, Any] | None) -> None:
+        """Episodes begun by a reset with these seeds (None: not replayable by seed) and options."""
+        for env_id, seed in zip(env_ids, seeds):
+            self.seeds[env_id] = seed
+            self.options[env_id] = options
+        if not self._described and (options is not None or any(seed is not None for seed in seeds)):
+            self._described = True
+
+    def self_started(self, env_ids: np.ndarray) -> None:
+        """Episodes an env started by itself: no seed, no options."""
+        if self._described:  # else every env's seed and options are None already
+            for env_id in env_ids.tolist():
+                self.seeds[env_id] = None
+                self.options[env_id] = None
+
+    # ------------------------------------------------------------------ episodes ending
+
+    def next_rounds(self, rounds: int = 1) -> None:
+        """Count rounds of ring writes about to happen; first write the queue if they could reach it."""
+        self._rounds += rounds
+        if self._write_by is not None and self._rounds >= self._write_by:
+            self.write_queued()
+
+    def ended(self, env_ids: np.ndarray) -> None:
+        """Queue the episodes of env_ids that ended in this round (whole in their rings, or spilled aside)."""
+        buffer = self.buffer
+        for env_id in env_ids.tolist():
+            infos = None if self._infos is None else self._infos(env_id, int(buffer.episode_lengths[env_id]))
+            ref = buffer.episode_ref(env_id)
+            if ref is None:  # part of it was copied aside (longer than its ring): write it alone, now
+                self.write_queued()
+                self._write_now(env_id, infos)
+                continue
+            last_row, steps = ref
+            rows = int(buffer.rows_left(np.array([env_id]), np.array([last_row]), np.array([steps]))[0])
+            self._queue.append(_Queued(env_id, last_row, steps, self.seeds[env_id], self.options[env_id], infos))
+            rounds = (rows - 1) // 2  # the restart that may follow in this round writes one row first
+            if rounds < 1:
+                self.write_queued()
+            else:
+                self._deadline(rounds)
+        if len(self._queue) >= WRITE_BATCH:
+            self.write_queued()
+
+    def block_ended(self, ends: EpisodeEnds, restarts: np.ndarray) -> None:
+        """Queue the episodes that ended in a block of steps just added to the rings (all whole in them).
+
+        An env's episodes after its first restart in the block were started by the env: no seed, options."""
+        steps = ends.steps
+        own = ((np.cumsum(restarts, axis=0) - restarts)[steps, ends.env_ids] == 0).tolist()
+        rows = self.buffer.rows_left(ends.env_ids, ends.last_rows, ends.lengths)
+        seeds, options, queue = self.seeds, self.options, self._queue
+        for env_id, last_row, length, first, left in zip(
+            ends.env_ids.tolist(), ends.last_rows.tolist(), ends.lengths.tolist(), own, rows.tolist()
+        ):
+            queue.append(_Queued(env_id, last_row, length, seeds[env_id] if first else None,
+                                 options[env_id] if first else None, None))
+            self._deadline((left - 1) // 2)
+        if len(queue) >= WRITE_BATCH or (self._write_by is not None and self._write_by <= self._rounds):
+            self.write_queued()
+
+    def _deadline(self, rounds: int) -> None:
+        deadline = self._rounds + max(rounds, 0)
+        self._write_by = deadline if self._write_by is None else min(self._write_by, deadline)
+
+    # ------------------------------------------------------------------ handing over
+
+    def write_queued(self) -> None:
+        """Gather the queued episodes from the rings in one pass and hand them to the sink."""
+        queue = self._queue
+        if not queue:
+            return
+        self._queue = []
+        self._write_by = None
+        env_ids, last_rows, steps, seeds, options, infos = zip(*queue)
+        lengths = np.array(steps, dtype=np.int64)
+        obs, acts, rewards, terms, truncs = self.buffer.gather_episodes(
+            np.array(env_ids, dtype=np.int64), np.array(last_rows, dtype=np.int64), lengths
+        )
+        self._hand_over(obs, acts, rewards, terms, truncs, lengths, list(seeds), list(env_ids), list(options),
+                        list(infos) if self._infos is not None else None)
+
+    def _write_now(self, env_id: int, infos: Mapping[str, Any] | None) -> None:
+        """Hand over env_id's just finished episode alone (the ring keeps it whole: keep_whole_episodes)."""
+        buffer = self.buffer
+        if buffer.episode_truncated_in_ring(env_id):
+            raise RuntimeError(
+                f"env {env_id}'s episode is longer than its ring and its start was not kept: the collector "
+                "must call keep_whole_episodes() on a ring it writes to a store"
+            )
+        episode = buffer.episode(env_id)
+        self._hand_over(
+            flatten_batch(buffer.observation_space, episode.observations),
+            flatten_batch(buffer.action_space, episode.actions),
+            episode.rewards, episode.terminations, episode.truncations,
+            np.array([len(episode.rewards)], dtype=np.int64), [self.seeds[env_id]], [env_id],
+            [self.options[env_id]], None if self._infos is None else [infos],
+        )
+
+    def _hand_over(
+        self, obs: list[np.ndarray], acts: list[np.ndarray], rewards: np.ndarray, terms: np.ndarray,
+        truncs: np.ndarray, lengths: np.ndarray, seeds: list[int | None], env_ids: list[int],
+        options: list[dict[str, Any] | None], infos: list[Mapping[str, Any] | None] | None,
+    ) -> None:
+        buffer = self.buffer
+        extra: dict[str, Any] = {} if infos is None or not any(infos) else {"infos": infos}
+        self.sink.write_episodes(
+            unflatten_batch(buffer.observation_space, obs),
+            unflatten_batch(buffer.action_space, acts),
+            rewards, terms, truncs, lengths, seeds=seeds, env_ids=env_ids, options=options, **extra,
+        )

@@ -1,0 +1,122 @@
+"""AllEnvLoop: step a backend that can only step every env at once, and keep the counts exact.
+
+Every transition of every step is recorded (rings, store) and held in the collector's ledger; a call
+reports exactly n_step of them (or, per env, its transitions up to its quota-th episode end), and the
+rest are reported by later calls. Envs that restart by themselves (NEXT_STEP: the restart is a row of its
+own; SAME_STEP: the final observation comes in ``next_obs``) start episodes with no seed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vcollect.envs import AllEnvStep
+from vcollect.spaces import flatten_batch, unflatten_batch
+
+if TYPE_CHECKING:
+    from vcollect.collector import CollectCall, Collector
+
+__all__ = ["AllEnvLoop"]
+
+
+class AllEnvLoop:
+    """The step loop of backends that step all envs at once (``capabilities.steps_all_envs``)."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.c = collector
+        self.autoresets = collector.capabilities.autoresets
+
+    def collect_steps(self, n_step: int, call: CollectCall) -> int:
+        ledger = self._prepare(call)
+        held = len(ledger)
+        while held < n_step:
+            self.step(call)
+            now = len(ledger)
+            call.bar.update(min(now, n_step) - held)
+            held = now
+        return ledger.take_steps(n_step, call.returns, call.lens)
+
+    def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
+        ledger = self._prepare(call)
+        shown = self.progress(0, quota)
+        while (ledger.episode_ends < quota).any():
+            self.step(call)
+            shown = self.progress(0, quota, call.bar, shown)
+        return ledger.take_episodes(quota, call.returns, call.lens)[0]
+
+    def _prepare(self, call: CollectCall) -> Any:
+        """Reset the envs that wait for it (backends that restart envs themselves never wait)."""
+        c = self.c
+        if not self.autoresets:
+            c._reset_pending(c._all_ids, call.reset_options)
+        return c.ledger
+
+    def progress(self, n_step: int, quota: np.ndarray | None, bar: Any = None, shown: int = 0) -> int:
+        """What the progress bar counts of what is recorded (steps up to n_step, or with quotas the episodes
+        within them); with a bar, moves it on from ``shown``."""
+        ledger = self.c.ledger
+        now = min(len(ledger), n_step) if quota is None else int(np.minimum(ledger.episode_ends, quota).sum())
+        if bar is not None:
+            bar.update(now - shown)
+        return now
+
+    def step(self, call: CollectCall) -> None:
+        """One step of every env (``step_all``), recorded."""
+        c = self.c
+        actions = c.actor.actions(c._all_ids, call.random)
+        step = c.envs.step_all(actions)  # type: ignore[attr-defined]  # declared by capabilities.steps_all_envs
+        self.record(actions, step, call.random, call.render, call.reset_options)
+
+    def record(
+        self,
+        actions: Any,
+        step: AllEnvStep,
+        random: bool,
+        render: float | None,
+        reset_options: dict[str, Any] | None,
+        *,
+        policy_state: bool = True,
+    ) -> None:
+        """Record one step of every env: rings (one write per array, NEXT_STEP restart rows as the first
+        observations of their episodes), ledger, store, restarts. ``policy_state`` False where the restarted
+        envs' policy state was reset already."""
+        c = self.c
+        all_ids = c._all_ids
+        c._next_rounds()
+        obs, started, transitions = step.obs, step.started, step.transitions
+        if c.validate:  # once for every row (first observations of restarted episodes included)
+            c._check_obs(obs, all_ids, "an observation")
+            if step.next_obs is not obs:
+                c._check_obs(step.next_obs, all_ids, "a final observation")
+        if transitions is None:  # every row is a transition (SAME_STEP restarts are started below)
+            c.buffer.add_all(actions, step.rewards, step.terminations, step.truncations, step.next_obs)
+        else:  # NEXT_STEP: the other rows are the restarts of the envs in `started`
+            c.buffer.add_all(actions, step.rewards, step.terminations, step.truncations, obs, started, transitions)
+        if render is not None:
+            c.envs.render()
+            time.sleep(render)
+        finished = step.ended.nonzero()[0]
+        if finished.size:
+            if c.writer is not None:
+                c.writer.ended(finished)
+            if not self.autoresets:  # envs that restart by themselves never wait for a reset
+                c._needs_reset[finished] = True
+        c.ledger.push_rows(
+            transitions, step.ended, c.buffer.episode_returns[finished], c.buffer.episode_lengths[finished]
+        )
+        if started.size:
+            if transitions is None:
+                space = c.observation_space
+                first = unflatten_batch(space, [leaf[started] for leaf in flatten_batch(space, obs)])
+                c._start_episodes(started, first, [None] * started.size, None, check=False, remember=False)
+            else:
+                c._self_started(started, policy_state=policy_state)
+        if random:
+            c.actor.forget_obs()
+        else:
+            c.actor.remember(all_ids, obs)
+        if finished.size and not self.autoresets:
+            c._reset_envs(finished, reset_options)

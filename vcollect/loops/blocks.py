@@ -1,0 +1,178 @@
+"""BlockLoop: the all-env loop for NEXT_STEP backends, with steps staged in a StepBlock.
+
+Per vector step only the env's step (``step_into``: its results copied into the block's next row) and the
+actions' row copy happen; the rings (``VectorRingBuffer.add_steps``: one write per array), the ledger, the
+store queue and (random actions) the observation checks take up to a block of steps at once. A call stops
+after the same step as the per-step loop would, and every staged step is recorded before it returns, also
+when it raises. While rendering, steps are recorded one by one (AllEnvLoop).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vcollect.buffers import StepBlock
+from vcollect.envs import AllEnvStep
+from vcollect.loops.all_envs import AllEnvLoop
+from vcollect.spaces import flatten_batch, leaves, unflatten_batch
+
+if TYPE_CHECKING:
+    from vcollect.collector import CollectCall, Collector
+
+__all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "BlockLoop"]
+
+BLOCK_STEPS = 64
+"""Steps staged in a StepBlock before they go to the rings, ledger and store."""
+
+BLOCK_BYTES = 4 << 20
+"""Most bytes of observations a StepBlock holds (large observations make shorter blocks)."""
+
+
+class BlockLoop(AllEnvLoop):
+    """The step loop of backends that declare ``capabilities.steps_in_blocks`` (see the module docstring)."""
+
+    def __init__(self, collector: Collector) -> None:
+        super().__init__(collector)
+        c = collector
+        step_bytes = c.num_envs * sum(
+            int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(c.observation_space)
+        )
+        size = max(1, min(BLOCK_STEPS, c.buffer.capacity - 1, BLOCK_BYTES // max(1, step_bytes)))
+        self.block = StepBlock(c.num_envs, size, c.observation_space, c.action_space)
+
+    def collect_steps(self, n_step: int, call: CollectCall) -> int:
+        if call.render is not None:
+            return super().collect_steps(n_step, call)
+        self._prepare(call)
+        self._run(n_step, None, call)
+        return self.c.ledger.take_steps(n_step, call.returns, call.lens)
+
+    def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
+        if call.render is not None:
+            return super().collect_episodes(quota, call)
+        self._prepare(call)
+        self._run(0, quota, call)
+        return self.c.ledger.take_episodes(quota, call.returns, call.lens)[0]
+
+    def _run(self, goal: int, quota: np.ndarray | None, call: CollectCall) -> None:
+        """Stage and record steps until the ledger holds ``goal`` transitions (quota None) or every env's
+        quota of episode ends."""
+        c, block = self.c, self.block
+        ledger, all_ids, random, n = c.ledger, c._all_ids, call.random, c.num_envs
+        single_action = len(block.actions) == 1
+        by_steps = quota is None
+        held = len(ledger)
+        # n_episode: episodes each env still owes, less those ending in the block
+        owed = np.zeros(0, np.int64) if quota is None else quota - ledger.episode_ends
+        done = self.progress(goal, quota)
+        room = self._room()
+        try:
+            while held < goal if by_steps else bool((owed > 0).any()):
+                actions = c.actor.actions(all_ids, random)
+                k = block.count
+                c.envs.step_into(actions, block)  # type: ignore[attr-defined]  # capabilities.steps_in_blocks
+                if single_action:
+                    block.actions[0][k] = actions
+                else:
+                    for leaf, value in zip(block.actions, flatten_batch(c.action_space, actions)):
+                        leaf[k] = value
+                if not random:  # the policy acts next on these observations: checked now, not with the block
+                    self._row_for_policy(k)
+                if not by_steps:
+                    owed -= block.done[k]
+                if block.count == room:
+                    self._flush(random)
+                    done = self.progress(goal, quota, call.bar, done)
+                    held = len(ledger)
+                    if quota is not None:
+                        owed = quota - ledger.episode_ends
+                    room = self._room()
+                elif by_steps and held + (k + 1) * n >= goal and held + block.transitions() >= goal:
+                    break  # (every row a transition would not be enough: no need to count them before)
+        finally:
+            self._flush(random)
+        self.progress(goal, quota, call.bar, done)
+        if random:
+            c.actor.forget_obs()
+
+    def _room(self) -> int:
+        """Steps the rings take at once now (1: record step by step, an episode may spill)."""
+        return max(1, min(self.block.size, self.c.buffer.steps_room()))
+
+    def _row_for_policy(self, k: int) -> None:
+        """Check row k's observations and make them the policy's next input; restarted envs' policy state is
+        reset now (their seeds are cleared when the block is recorded)."""
+        c, block = self.c, self.block
+        if c.validate:
+            c._check_obs(block.obs_row(k), c._all_ids, "an observation")
+            block.checked = k + 1
+        restarted = block.restart_row(k).nonzero()[0]
+        if restarted.size:
+            c.actor.reset_state(restarted)
+        c.actor.use_rows([leaf[k] for leaf in block.obs])  # views: a policy's block is renewed, not written over
+
+    def _flush(self, random: bool) -> None:
+        """Record the block's steps and empty it. Observations not checked yet are checked first: the steps
+        before the first bad one are recorded, then ObservationError."""
+        c, block = self.c, self.block
+        k = block.count
+        if k == 0:
+            return
+        bad = None
+        if c.validate and block.checked < k and c._obs_check(block.obs_rows(block.checked, k)) is not None:
+            bad = next(j for j in range(block.checked, k) if c._obs_check(block.obs_row(j)) is not None)
+            k = bad
+        bad_obs = None if bad is None else block.obs_row(bad)
+        try:
+            if k and c.buffer.can_add_steps(k):
+                self._record_block(k, random)
+            else:  # an episode spilled or may spill out of its ring: record step by step (add_all spills)
+                restarts = block.restarts(k)
+                for j in range(k):
+                    self.record(
+                        unflatten_batch(c.action_space, [leaf[j] for leaf in block.actions]),
+                        _block_step(block, j, restarts[j]), True, None, None, policy_state=random,
+                    )
+        finally:
+            if random:
+                block.clear()
+            else:  # the policy may still hold views of the rows
+                block.renew()
+        if bad_obs is not None:
+            c._check_obs(bad_obs, c._all_ids, "an observation")
+
+    def _record_block(self, k: int, random: bool) -> None:
+        """The first k steps of the block into the rings (one write per array), the ledger and the store.
+        With a policy (not ``random``), restarted envs' policy state was reset step by step already."""
+        c, block = self.c, self.block
+        c._next_rounds(k)
+        restarts = block.restarts(k)
+        ends = c.buffer.add_steps(
+            [leaf[:k] for leaf in block.actions],
+            block.rewards[:k],
+            block.terminations[:k],
+            block.truncations[:k],
+            [leaf[:k] for leaf in block.obs],
+            restarts,
+        )
+        restarted = np.flatnonzero(restarts.any(axis=0))
+        c.ledger.push_rows(~restarts if restarted.size else None, ends.mask, ends.returns, ends.lengths)
+        if c.writer is not None and ends.env_ids.size:
+            c.writer.block_ended(ends, restarts)
+        if restarted.size:
+            c._self_started(restarted, policy_state=random)
+
+
+def _block_step(block: StepBlock, j: int, restarts: np.ndarray) -> AllEnvStep:
+    """Row j of a block (its restarts given) as the AllEnvStep that step_all would have returned for it;
+    arrays the ledger keeps are copies (the block is written over)."""
+    obs = unflatten_batch(block.observation_space, [leaf[j] for leaf in block.obs])
+    started = restarts.nonzero()[0]
+    transitions = ~restarts if started.size else None
+    done = block.done[j]
+    ended = done.copy() if transitions is None else done & transitions
+    return AllEnvStep(
+        obs, obs, block.rewards[j], block.terminations[j], block.truncations[j], {}, transitions, started, ended
+    )

@@ -1,0 +1,146 @@
+"""SubsetLoop: step exactly the envs a call still needs; restart ended envs, inside the step if offered.
+
+n_step: every env steps while the count allows, the last batch only as many envs as still needed (taken
+in rotation, so no env id is favoured). n_episode: envs step until they have finished their quota, then
+idle. A backend with ``step_reset`` restarts the envs that ended within the same call (one round trip
+to a worker process instead of two); otherwise they are reset after the step.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vcollect.spaces import flatten_batch
+
+if TYPE_CHECKING:
+    from vcollect.collector import CollectCall, Collector
+
+__all__ = ["SubsetLoop"]
+
+
+class SubsetLoop:
+    """The step loop of backends that step any subset of their envs (dummy, subprocess, Ray)."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.c = collector
+        self.step_reset = collector.capabilities.step_reset
+        self._next_env = 0  # where the next partial batch starts
+
+    def collect_steps(self, n_step: int, call: CollectCall) -> int:
+        c = self.c
+        all_ids = c._all_ids
+        c._reset_pending(all_ids, call.reset_options)
+        collected = 0
+        while collected < n_step:
+            remaining = n_step - collected
+            if remaining >= c.num_envs:
+                ready = all_ids
+            else:
+                ready = np.sort((self._next_env + np.arange(remaining)) % c.num_envs)
+                self._next_env = (self._next_env + remaining) % c.num_envs
+            self.step(ready, call, None)
+            collected += len(ready)
+            call.bar.update(len(ready))
+        return collected
+
+    def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
+        c = self.c
+        c._reset_pending(np.flatnonzero(quota > 0), call.reset_options)
+        collected = 0
+        while True:
+            ready = np.flatnonzero(quota > 0)
+            if ready.size == c.num_envs:
+                ready = c._all_ids  # the object record() recognises as "every env, in order"
+            if ready.size == 0:
+                return collected
+            finished = self.step(ready, call, quota[ready] > 1)
+            collected += len(ready)
+            if finished.size:
+                call.bar.update(finished.size)
+                quota[finished] -= 1
+
+    def step(self, env_ids: np.ndarray, call: CollectCall, may_reset: np.ndarray | None) -> np.ndarray:
+        """Act, step and record for ``env_ids`` (ascending); write finished episodes and restart them, except
+        where ``may_reset`` (a bool per env id; None: all True) is False. Returns the finished env ids."""
+        c = self.c
+        actions = c.actor.actions(env_ids, call.random)
+        ids_arg = None if len(env_ids) == c.num_envs else env_ids
+        if not self.step_reset:
+            next_obs, rewards, terms, truncs, _infos = c.envs.step(actions, ids_arg)
+            finished = self.record(env_ids, actions, next_obs, rewards, terms, truncs, call.render, call.returns,
+                                   call.lens)
+            restart = finished if may_reset is None else finished[may_reset[np.searchsorted(env_ids, finished)]]
+            if restart.size:
+                c._reset_envs(restart, call.reset_options)
+            return finished
+        result = c.envs.step_reset(  # type: ignore[attr-defined]  # declared by capabilities.step_reset
+            actions,
+            ids_arg,
+            reset_seeds=c._reset_seeds.upcoming(env_ids.tolist()),
+            may_reset=may_reset,
+            options=call.reset_options,
+        )
+        obs = result.obs
+        finished = self.record(
+            env_ids, actions, obs, result.rewards, result.terminations, result.truncations, call.render,
+            call.returns, call.lens, remember=False,
+        )
+        restarted = result.reset_ids
+        if restarted.size:
+            seeds = c._reset_seeds.take(restarted.tolist())
+            c._start_episodes(restarted, result.reset_obs, seeds, call.reset_options, remember=False)
+            if not call.random:
+                # The policy acts next on the restarted envs' first observations: put them in the (fresh) rows.
+                rows = restarted if ids_arg is None else np.searchsorted(env_ids, restarted)
+                obs_leaves = flatten_batch(c.observation_space, obs)
+                for leaf, first in zip(obs_leaves, flatten_batch(c.observation_space, result.reset_obs)):
+                    leaf[rows] = first
+        if call.random:
+            c.actor.forget_obs()
+        else:
+            c.actor.remember(env_ids, obs, owned=True)
+        return finished
+
+    def record(
+        self,
+        env_ids: np.ndarray,
+        actions: Any,
+        next_obs: Any,
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        render: float | None,
+        returns: list[float],
+        lens: list[int],
+        *,
+        remember: bool = True,
+    ) -> np.ndarray:
+        """Record one step of env_ids into the rings; queue finished episodes for the store; return their
+        env ids (their returns and lengths appended to ``returns``/``lens``). ``remember=False``: the caller updates
+        the latest observations itself."""
+        c = self.c
+        c._next_rounds()
+        if c.validate:
+            c._check_obs(next_obs, env_ids, "an observation")
+        if env_ids is c._all_ids:  # every env, in order: one write per array
+            c.buffer.add_all(actions, rewards, terminations, truncations, next_obs)
+        else:
+            c.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
+        if remember:
+            c.actor.remember(env_ids, next_obs)
+        if render is not None:
+            c.envs.render()
+            time.sleep(render)
+        done = terminations | truncations
+        if not np.count_nonzero(done):  # count_nonzero: a C call, several times cheaper than .any()
+            return env_ids[:0]
+        finished = env_ids[done]
+        returns.extend(c.buffer.episode_returns[finished].tolist())
+        lens.extend(c.buffer.episode_lengths[finished].tolist())
+        if c.writer is not None:
+            c.writer.ended(finished)
+        c._needs_reset[finished] = True
+        return finished
