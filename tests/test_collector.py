@@ -222,6 +222,56 @@ def test_episode_longer_than_the_ring_reaches_the_store_whole() -> None:
         assert len(episode.actions) == 25 and episode.terminations[-1]
 
 
+@pytest.mark.parametrize("collector_class", ["Collector", "AsyncCollector"])
+@pytest.mark.parametrize("record_infos", [False, True])
+def test_a_ring_passed_in_without_keep_overflow_still_stores_whole_episodes(collector_class: str,
+                                                                             record_infos: bool) -> None:
+    """Regression: a user's 25-row ring and 30-step episodes used to store 24 steps starting at
+    observation 6, with a seed claiming to replay them. The collector makes any ring it writes from keep
+    episodes whole."""
+    from vcollect import AsyncCollector
+
+    cls = Collector if collector_class == "Collector" else AsyncCollector
+    store = ListStore()
+    env = CountingEnv(30)
+    buffer = VectorRingBuffer(1, 25, env.observation_space, env.action_space)
+    assert not buffer.keep_overflow
+    with cls(None, [lambda: InfoCountingEnv(30)], buffer=buffer, store=store, seed=0, record_infos=record_infos) as c:
+        stats = c.collect(n_episode=2, random=True, reset_before_collect=True)
+    assert stats.lens.tolist() == [30, 30]
+    assert [len(e.rewards) for e in store.episodes] == [30, 30]
+    for episode in store.episodes:
+        np.testing.assert_array_equal(episode.observations[:, 0], np.arange(31))
+        assert episode.terminations[-1] and not episode.terminations[:-1].any()
+        if record_infos:
+            np.testing.assert_array_equal(episode.infos["t"], np.arange(31))
+
+
+def test_a_store_or_ring_that_does_not_fit_the_envs_is_refused_when_the_collector_is_built() -> None:
+    env = CountingEnv()
+
+    class WritesOneByOne:  # the old duck-typed store: would have taken the collector off its batched path
+        observation_space, action_space = env.observation_space, env.action_space
+
+        def write_episode(self, *args: Any, **kwargs: Any) -> None: ...
+
+        def flush(self) -> None: ...
+
+    with pytest.raises(TypeError, match="EpisodeSink.*WritesOneByOne lacks write_episodes, close"):
+        Collector(None, counting_fns(2), store=WritesOneByOne())
+    other_obs = gym.spaces.Box(0.0, 1.0, shape=(3,), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"store holds observation space Box\(0.0, 1.0, \(3,\).*envs have"):
+        Collector(None, counting_fns(2), store=ListStore(other_obs, env.action_space))
+    with pytest.raises(ValueError, match=r"store holds action space Discrete\(3\).*envs have action space Discrete\(2\)"):
+        Collector(None, counting_fns(2), store=ListStore(env.observation_space, gym.spaces.Discrete(3)))
+    with pytest.raises(ValueError, match="buffer has 3 env rings but the collector has 2 envs"):
+        Collector(None, counting_fns(2), buffer=VectorRingBuffer(3, 10, env.observation_space, env.action_space))
+    with pytest.raises(ValueError, match="buffer holds observation space .* envs have observation space"):
+        Collector(None, counting_fns(2), buffer=VectorRingBuffer(2, 10, other_obs, env.action_space))
+    with pytest.raises(TypeError, match="buffer must be a vcollect VectorRingBuffer"):
+        Collector(None, counting_fns(2), buffer=[])  # type: ignore[arg-type]
+
+
 def test_pendulum_box_actions_and_truncation() -> None:
     with Collector(RandomPolicy(gym.make("Pendulum-v1").action_space, seed=0),
                    [lambda: gym.make("Pendulum-v1")] * 2, seed=0) as collector:

@@ -334,7 +334,7 @@ class Collector:
         if remember:
             self.actor.remember(env_ids, obs)
         if self.writer is not None:
-            stored = list(seeds) if self.capabilities.seeded_resets else [None] * len(env_ids)
+            stored: list[int | None] = list(seeds) if self.capabilities.seeded_resets else [None] * len(env_ids)
             self.writer.started(env_ids.tolist(), stored, options)
         self._needs_reset[env_ids] = False
         self.actor.reset_state(env_ids)
