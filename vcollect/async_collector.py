@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,17 @@ from vcollect.store.sink import EpisodeSink
 __all__ = ["AsyncCollector"]
 
 _Received = tuple[AsyncStepResult | None, AsyncResetResult | None]
+
+
+
+@runtime_checkable
+class ReceivesAny(Protocol):
+    """What a backend that declares ``recv_any`` offers: finished steps and resets from one wait."""
+
+    def recv_any(self, timeout: float | None = None) -> _Received:
+        """The steps and resets that finished (either may be None), waiting up to timeout for some."""
+        ...
+
 
 RESET_POLL_S = 0.002
 """While resets and steps are both in flight, how often waiting for steps looks for finished resets."""
@@ -106,9 +117,11 @@ class AsyncLoop(SubsetLoop):
         self._reset_options: list[dict[str, Any] | None] = [None] * n
         caps = collector.capabilities
         self._batch = caps.recv_batch_size
-        self._recv_any: Callable[[float | None], _Received] | None = (
-            collector.envs.recv_any if caps.recv_any else None  # type: ignore[attr-defined]
-        )
+        self._recv_any: Callable[[float | None], _Received] | None = None
+        if caps.recv_any:
+            if not isinstance(collector.envs, ReceivesAny):
+                raise TypeError(f"{type(collector.envs).__name__} declares recv_any but has no recv_any method")
+            self._recv_any = collector.envs.recv_any
 
     def drain(self) -> None:
         """Receive and record every step and reset in flight."""

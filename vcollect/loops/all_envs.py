@@ -9,7 +9,7 @@ own; SAME_STEP: the final observation comes in ``next_obs``) start episodes with
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,7 +19,16 @@ from vcollect.spaces import flatten_batch, unflatten_batch
 if TYPE_CHECKING:
     from vcollect.collector import CollectCall, Collector
 
-__all__ = ["AllEnvLoop"]
+__all__ = ["AllEnvLoop", "StepsAllEnvs"]
+
+
+@runtime_checkable
+class StepsAllEnvs(Protocol):
+    """What a backend that declares ``steps_all_envs`` offers."""
+
+    def step_all(self, actions: Any) -> AllEnvStep:
+        """Step every env once; report transitions and the episodes envs restarted themselves."""
+        ...
 
 
 class AllEnvLoop:
@@ -28,6 +37,10 @@ class AllEnvLoop:
     def __init__(self, collector: Collector) -> None:
         self.c = collector
         self.autoresets = collector.capabilities.autoresets
+        envs = collector.envs
+        if not isinstance(envs, StepsAllEnvs):
+            raise TypeError(f"{type(envs).__name__} declares steps_all_envs but has no step_all(actions)")
+        self.envs: StepsAllEnvs = envs
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
         ledger = self._prepare(call)
@@ -67,7 +80,7 @@ class AllEnvLoop:
         """One step of every env (``step_all``), recorded."""
         c = self.c
         actions = c.actor.actions(c._all_ids, call.random)
-        step = c.envs.step_all(actions)  # type: ignore[attr-defined]  # declared by capabilities.steps_all_envs
+        step = self.envs.step_all(actions)
         self.record(actions, step, call.random, call.render, call.reset_options)
 
     def record(

@@ -9,7 +9,7 @@ when it raises. While rendering, steps are recorded one by one (AllEnvLoop).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 if TYPE_CHECKING:
     from vcollect.collector import CollectCall, Collector
 
-__all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "BlockLoop"]
+__all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "BlockLoop", "StagesBlocks"]
 
 BLOCK_STEPS = 64
 """Steps staged in a StepBlock before they go to the rings, ledger and store."""
@@ -30,12 +30,24 @@ BLOCK_BYTES = 4 << 20
 """Most bytes of observations a StepBlock holds (large observations make shorter blocks)."""
 
 
+@runtime_checkable
+class StagesBlocks(Protocol):
+    """What a backend that declares ``steps_in_blocks`` offers."""
+
+    def step_into(self, actions: Any, block: StepBlock) -> None:
+        """Step every env once, its results written into the block's next row."""
+        ...
+
+
 class BlockLoop(AllEnvLoop):
     """The step loop of backends that declare ``capabilities.steps_in_blocks`` (see the module docstring)."""
 
     def __init__(self, collector: Collector) -> None:
         super().__init__(collector)
         c = collector
+        if not isinstance(c.envs, StagesBlocks):
+            raise TypeError(f"{type(c.envs).__name__} declares steps_in_blocks but has no step_into(actions, block)")
+        self.stager: StagesBlocks = c.envs
         step_bytes = c.num_envs * sum(
             int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(c.observation_space)
         )
@@ -72,7 +84,7 @@ class BlockLoop(AllEnvLoop):
             while held < goal if by_steps else bool((owed > 0).any()):
                 actions = c.actor.actions(all_ids, random)
                 k = block.count
-                c.envs.step_into(actions, block)  # type: ignore[attr-defined]  # capabilities.steps_in_blocks
+                self.stager.step_into(actions, block)
                 if single_action:
                     block.actions[0][k] = actions
                 else:

@@ -9,16 +9,35 @@ to a worker process instead of two); otherwise they are reset after the step.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
 
 if TYPE_CHECKING:
     from vcollect.collector import CollectCall, Collector
 
-__all__ = ["SubsetLoop"]
+__all__ = ["StepsAndResets", "SubsetLoop"]
+
+
+@runtime_checkable
+class StepsAndResets(Protocol):
+    """What a backend that declares ``step_reset`` offers."""
+
+    def step_reset(
+        self,
+        actions: Any,
+        env_ids: Any = None,
+        *,
+        reset_seeds: Sequence[int | None],
+        may_reset: np.ndarray | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> StepResetResult:
+        """Step env_ids, then restart at once each that ended (where may_reset allows)."""
+        ...
 
 
 class SubsetLoop:
@@ -26,7 +45,11 @@ class SubsetLoop:
 
     def __init__(self, collector: Collector) -> None:
         self.c = collector
-        self.step_reset = collector.capabilities.step_reset
+        self.step_reset: StepsAndResets | None = None
+        if collector.capabilities.step_reset:
+            if not isinstance(collector.envs, StepsAndResets):
+                raise TypeError(f"{type(collector.envs).__name__} declares step_reset but has no step_reset method")
+            self.step_reset = collector.envs
         self._next_env = 0  # where the next partial batch starts
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
@@ -68,7 +91,7 @@ class SubsetLoop:
         c = self.c
         actions = c.actor.actions(env_ids, call.random)
         ids_arg = None if len(env_ids) == c.num_envs else env_ids
-        if not self.step_reset:
+        if self.step_reset is None:
             next_obs, rewards, terms, truncs, _infos = c.envs.step(actions, ids_arg)
             finished = self.record(env_ids, actions, next_obs, rewards, terms, truncs, call.render, call.returns,
                                    call.lens)
@@ -76,7 +99,7 @@ class SubsetLoop:
             if restart.size:
                 c._reset_envs(restart, call.reset_options)
             return finished
-        result = c.envs.step_reset(  # type: ignore[attr-defined]  # declared by capabilities.step_reset
+        result = self.step_reset.step_reset(
             actions,
             ids_arg,
             reset_seeds=c._reset_seeds.upcoming(env_ids.tolist()),
