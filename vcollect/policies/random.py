@@ -48,8 +48,11 @@ class RandomPolicy:
     """Samples a batch of uniformly random actions from ``action_space``; ignores observations and state.
 
     Deterministic for a given ``seed``. Supports Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple
-    of them; actions come in batched nested form with the space's dtypes (Discrete: int64).
+    of them; actions come in batched nested form with the space's dtypes (Discrete: int64). Its actions
+    lie in ``action_space`` by construction (``actions_in_space``), so a collector need not check them.
     """
+
+    actions_in_space = True
 
     def __init__(
         self, action_space: gym.Space[Any], seed: int | np.random.SeedSequence | None = None
