@@ -116,14 +116,22 @@ class EpisodeWriter:
         steps = ends.steps
         own = ((np.cumsum(restarts, axis=0) - restarts)[steps, ends.env_ids] == 0).tolist()
         rows = self.buffer.rows_left(ends.env_ids, ends.last_rows, ends.lengths)
-        seeds, options, queue = self.seeds, self.options, self._queue
-        for env_id, last_row, length, first, left in zip(
+        seeds, options = self.seeds, self.options
+        for i, (env_id, last_row, length, first, left) in enumerate(zip(
             ends.env_ids.tolist(), ends.last_rows.tolist(), ends.lengths.tolist(), own, rows.tolist()
-        ):
-            queue.append(_Queued(env_id, last_row, length, seeds[env_id] if first else None,
-                                 options[env_id] if first else None, None))
+        )):
+            seed, opts = (seeds[env_id], options[env_id]) if first else (None, None)
+            chunks = ends.spilled.get(i)
+            if chunks is not None:  # its first steps were copied out of the ring: written alone, now, in order
+                self.write_queued()
+                in_ring = length - ends.spilled_steps(i)
+                obs, acts, rew, term, trunc = self.buffer.gather_spilled_episode(env_id, last_row, in_ring, chunks)
+                self._hand_over(obs, acts, rew, term, trunc, np.array([length], dtype=np.int64), [seed], [env_id],
+                                [opts], None)
+                continue
+            self._queue.append(_Queued(env_id, last_row, length, seed, opts, None))
             self._deadline((left - 1) // 2)
-        if len(queue) >= WRITE_BATCH or (self._write_by is not None and self._write_by <= self._rounds):
+        if len(self._queue) >= WRITE_BATCH or (self._write_by is not None and self._write_by <= self._rounds):
             self.write_queued()
 
     def _deadline(self, rounds: int) -> None:

@@ -12,7 +12,7 @@ microseconds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -39,6 +39,17 @@ class EpisodeSlice:
 
 
 @dataclass
+class _Chunk:
+    """Step rows copied out of a ring before being overwritten (keep_overflow=True), in flat leaf form."""
+
+    observations: list[np.ndarray]
+    actions: list[np.ndarray]
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+
+
+@dataclass
 class EpisodeEnds:
     """The episodes that ended in a VectorRingBuffer.add_steps call, in order (step by step, env ids
     ascending within a step): the step each ended in, its env id, the flat ring row of its final
@@ -51,17 +62,14 @@ class EpisodeEnds:
     returns: np.ndarray
     mask: np.ndarray
     """(k, num_envs) bool: which steps ended an episode."""
+    spilled: dict[int, list[_Chunk]] = field(default_factory=dict)
+    """Episodes (by position in these arrays) whose first steps were copied out of the ring before this
+    block (keep_overflow): those steps, in order; the rest, ``lengths[i] - spilled_steps(i)`` steps, is in
+    the ring. Read them with :meth:`VectorRingBuffer.gather_spilled_episode`."""
 
-
-@dataclass
-class _Chunk:
-    """Step rows copied out of a ring before being overwritten (keep_overflow=True), in flat leaf form."""
-
-    observations: list[np.ndarray]
-    actions: list[np.ndarray]
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
+    def spilled_steps(self, i: int) -> int:
+        """Steps of episode i that are no longer in the ring (0 for most)."""
+        return sum(len(chunk.rewards) for chunk in self.spilled.get(i, ()))
 
 
 class VectorRingBuffer:
@@ -252,15 +260,12 @@ class VectorRingBuffer:
                 self._restart_overflow(started)
 
     def can_add_steps(self, k: int) -> bool:
-        """Whether :meth:`add_steps` takes k steps: fewer than the ring's rows, and (keep_overflow) no episode
-        that has spilled or could need to within them."""
+        """Whether :meth:`add_steps` takes k steps: at least one, fewer than the ring's rows."""
         return 1 <= k <= self.steps_room()
 
     def steps_room(self) -> int:
-        """The most steps :meth:`add_steps` takes now (0: none; add_all spills what must be)."""
-        if not self.keep_overflow:
-            return self.capacity - 1
-        return 0 if self._overflow else max(0, min(self.capacity - 1, self._headroom))
+        """The most steps :meth:`add_steps` takes at once (with keep_overflow it spills what must be first)."""
+        return self.capacity - 1
 
     def add_steps(
         self,
@@ -282,6 +287,8 @@ class VectorRingBuffer:
         keeps them so) these are column slices of the (num_envs, capacity) arrays.
         """
         k, n, c = len(rewards), self.num_envs, self.capacity
+        if not 1 <= k <= c - 1:
+            raise ValueError(f"add_steps takes 1 to {c - 1} steps (capacity - 1) at once, got {k}")
         stepped = ~restarts
         ended = (terminations | truncations) & stepped
         if np.count_nonzero(ended[:-1] > restarts[1:]):
@@ -290,6 +297,20 @@ class VectorRingBuffer:
                 f"env {env} ended an episode in step {j} of {k} but does not restart in step {j + 1}: add_steps "
                 "takes NEXT_STEP steps only (an env that is done restarts in its next step); use add_all"
             )
+        prefixes: dict[int, list[_Chunk]] = {}
+        if self.keep_overflow:
+            # the episode an env continues (not one it restarts from in row 0) plus k rows must fit its ring,
+            # else the rows the block would overwrite (of that episode, whether it ends in the block or
+            # not) are copied aside first
+            continuing = ~restarts[0]
+            in_ring = self.episode_lengths - self._spilled
+            self._spill_steps(np.flatnonzero((in_ring + k > c - 1) & continuing))
+            ending = np.flatnonzero(ended.any(axis=0) & continuing & (self._spilled > 0))
+            for env in ending.tolist():  # the ending episode's spilled steps go with its end
+                prefixes[env] = list(self._overflow[env])
+            restarted = np.flatnonzero(restarts.any(axis=0))
+            if restarted.size:
+                self._restart_overflow(restarted)
         base = self._all_ids * c
         cols = self._last_flat - base  # each env's last row within its ring
         t = int(cols[0])
@@ -320,9 +341,17 @@ class VectorRingBuffer:
         self._has_episode |= restarts.any(axis=0)
         ends = self._episode_pieces(k, restarts, np.where(restarts, 0.0, rewards), ended)
         steps, env_ids = ends[0], ends[1]
+        spilled: dict[int, list[_Chunk]] = {}
+        if prefixes:  # an env's first episode end in the block is the episode that had spilled
+            first_end: dict[int, int] = {}
+            for i, env in enumerate(env_ids.tolist()):
+                first_end.setdefault(env, i)
+            spilled = {first_end[env]: chunks for env, chunks in prefixes.items()}
         if self.keep_overflow:
-            self._headroom = int(c - 1 - self.episode_lengths.max())
-        return EpisodeEnds(steps, env_ids, base[env_ids] + (cols[env_ids] + steps + 1) % c, ends[2], ends[3], ended)
+            self._headroom = int((c - 1 - (self.episode_lengths - self._spilled)).min())
+        return EpisodeEnds(
+            steps, env_ids, base[env_ids] + (cols[env_ids] + steps + 1) % c, ends[2], ends[3], ended, spilled
+        )
 
     def _episode_pieces(
         self, k: int, restarts: np.ndarray, rewards: np.ndarray, ended: np.ndarray
@@ -366,6 +395,28 @@ class VectorRingBuffer:
             for env in [e for e in self._overflow if restarted[e]]:
                 del self._overflow[env]
 
+    def _spill_steps(self, env_ids: np.ndarray) -> None:
+        """Copy aside the step rows of the current episode of each env in env_ids that are still in its ring,
+        so that it can write up to capacity - 1 rows without overwriting any of them."""
+        for env in env_ids.tolist():
+            steps = int(self.episode_lengths[env] - self._spilled[env])
+            if steps == 0:
+                continue
+            _, step_rows = self._ring_rows(env, steps + 1)
+            idx = np.arange(step_rows.start, step_rows.stop) if isinstance(step_rows, slice) else step_rows
+            self._overflow.setdefault(env, []).append(self._copy_rows(idx))
+            self._spilled[env] += steps
+
+    def _copy_rows(self, idx: np.ndarray) -> _Chunk:
+        """Copies of the step rows at flat indices idx (index arrays: reads are copies, never views)."""
+        return _Chunk(
+            [a[idx] for a in self._obs_flat],
+            [a[idx] for a in self._act_flat],
+            self._rew_flat[idx],
+            self._term_flat[idx],
+            self._trunc_flat[idx],
+        )
+
     def _spill_full(self, env_ids: np.ndarray) -> None:
         """Copy aside the step rows of every env in env_ids whose ring is full of its current episode."""
         c = self.capacity
@@ -374,15 +425,7 @@ class VectorRingBuffer:
             _, steps = self._ring_rows(env, c)
             # Index arrays so that the reads below are copies, never views into the ring.
             idx = np.arange(steps.start, steps.stop) if isinstance(steps, slice) else steps
-            self._overflow.setdefault(env, []).append(
-                _Chunk(
-                    [a[idx] for a in self._obs_flat],
-                    [a[idx] for a in self._act_flat],
-                    self._rew_flat[idx],
-                    self._term_flat[idx],
-                    self._trunc_flat[idx],
-                )
-            )
+            self._overflow.setdefault(env, []).append(self._copy_rows(idx))
             self._spilled[env] += c - 1
         self._headroom = int((c - 1 - (self.episode_lengths - self._spilled)).min())
 
@@ -468,6 +511,22 @@ class VectorRingBuffer:
             self._rew_flat[step_rows],
             self._term_flat[step_rows],
             self._trunc_flat[step_rows],
+        )
+
+    def gather_spilled_episode(
+        self, env_id: int, last_row: int, steps: int, chunks: list[_Chunk]
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """One episode of :class:`EpisodeEnds` whose first steps were spilled (``EpisodeEnds.spilled``): the
+        spilled steps followed by the ``steps`` still in the ring, in :meth:`gather_episodes`' form."""
+        obs, acts, rew, term, trunc = self.gather_episodes(
+            np.array([env_id]), np.array([last_row]), np.array([steps])
+        )
+        return (
+            [np.concatenate([*(ch.observations[i] for ch in chunks), o]) for i, o in enumerate(obs)],
+            [np.concatenate([*(ch.actions[i] for ch in chunks), a]) for i, a in enumerate(acts)],
+            np.concatenate([*(ch.rewards for ch in chunks), rew]),
+            np.concatenate([*(ch.terminations for ch in chunks), term]),
+            np.concatenate([*(ch.truncations for ch in chunks), trunc]),
         )
 
     def rows_left(self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray) -> np.ndarray:

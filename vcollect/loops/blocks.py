@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from vcollect.buffers import StepBlock
-from vcollect.envs import AllEnvStep
 from vcollect.loops.all_envs import AllEnvLoop
-from vcollect.spaces import flatten_batch, leaves, unflatten_batch
+from vcollect.spaces import flatten_batch, leaves
 
 if TYPE_CHECKING:
     from vcollect.collector import CollectCall, Collector
@@ -79,7 +78,7 @@ class BlockLoop(AllEnvLoop):
         # n_episode: episodes each env still owes, less those ending in the block
         owed = np.zeros(0, np.int64) if quota is None else quota - ledger.episode_ends
         done = self.progress(goal, quota)
-        room = self._room()
+        size = block.size
         try:
             while held < goal if by_steps else bool((owed > 0).any()):
                 actions = c.actor.actions(all_ids, random)
@@ -94,13 +93,13 @@ class BlockLoop(AllEnvLoop):
                     self._row_for_policy(k)
                 if not by_steps:
                     owed -= block.done[k]
-                if block.count == room:
+                if block.count == size:
                     self._flush(random)
                     done = self.progress(goal, quota, call.bar, done)
                     held = len(ledger)
                     if quota is not None:
                         owed = quota - ledger.episode_ends
-                    room = self._room()
+                    size = block.size
                 elif by_steps and held + (k + 1) * n >= goal and held + block.transitions() >= goal:
                     break  # (every row a transition would not be enough: no need to count them before)
         finally:
@@ -108,10 +107,6 @@ class BlockLoop(AllEnvLoop):
         self.progress(goal, quota, call.bar, done)
         if random:
             c.actor.forget_obs()
-
-    def _room(self) -> int:
-        """Steps the rings take at once now (1: record step by step, an episode may spill)."""
-        return max(1, min(self.block.size, self.c.buffer.steps_room()))
 
     def _row_for_policy(self, k: int) -> None:
         """Check row k's observations and make them the policy's next input; restarted envs' policy state is
@@ -138,15 +133,8 @@ class BlockLoop(AllEnvLoop):
             k = bad
         bad_obs = None if bad is None else block.obs_row(bad)
         try:
-            if k and c.buffer.can_add_steps(k):
+            if k:
                 self._record_block(k, random)
-            else:  # an episode spilled or may spill out of its ring: record step by step (add_all spills)
-                restarts = block.restarts(k)
-                for j in range(k):
-                    self.record(
-                        unflatten_batch(c.action_space, [leaf[j] for leaf in block.actions]),
-                        _block_step(block, j, restarts[j]), True, None, None, policy_state=random,
-                    )
         finally:
             if random:
                 block.clear()
@@ -175,16 +163,3 @@ class BlockLoop(AllEnvLoop):
             c.writer.block_ended(ends, restarts)
         if restarted.size:
             c._self_started(restarted, policy_state=random)
-
-
-def _block_step(block: StepBlock, j: int, restarts: np.ndarray) -> AllEnvStep:
-    """Row j of a block (its restarts given) as the AllEnvStep that step_all would have returned for it;
-    arrays the ledger keeps are copies (the block is written over)."""
-    obs = unflatten_batch(block.observation_space, [leaf[j] for leaf in block.obs])
-    started = restarts.nonzero()[0]
-    transitions = ~restarts if started.size else None
-    done = block.done[j]
-    ended = done.copy() if transitions is None else done & transitions
-    return AllEnvStep(
-        obs, obs, block.rewards[j], block.terminations[j], block.truncations[j], {}, transitions, started, ended
-    )
