@@ -127,6 +127,58 @@ def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path) -
         np.testing.assert_array_equal(a.actions, b.actions)
 
 
+@pytest.mark.parametrize("env_kwargs", [None, {"max_episode_steps": 7}])
+def test_cli_builds_the_vector_env_python_builds_from_the_id(env_kwargs: dict[str, int] | None) -> None:
+    from vcollect.cli import make_envs
+
+    ours = make_envs("CartPole-v1", 6, "gymnasium", env_kwargs)
+    theirs = make_vector("CartPole-v1", 6, backend="gymnasium", env_kwargs=env_kwargs)
+    try:
+        assert type(ours) is type(theirs)
+        assert type(ours.env.unwrapped) is type(theirs.env.unwrapped)  # type: ignore[attr-defined]
+        # CartPole's vector entry point (one numpy-batched env), not a SyncVectorEnv of 6 envs
+        assert not isinstance(ours.env.unwrapped, gym.vector.SyncVectorEnv)  # type: ignore[attr-defined]
+        assert ours.env.spec == theirs.env.spec  # type: ignore[attr-defined]
+        if env_kwargs:
+            assert ours.env.spec.kwargs["max_episode_steps"] == 7  # type: ignore[attr-defined]
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_vector_source_sends_ids_and_keeps_factories_for_worker_processes() -> None:
+    from vcollect.cli import vector_source
+
+    assert vector_source("CartPole-v1", "subproc", {"max_episode_steps": 5}) == ("CartPole-v1", {"max_episode_steps": 5})
+    assert vector_source("CartPole-v1", "gymnasium").env == "CartPole-v1"
+    # module:ENV_ID: the bare id where this process (which imported the module) builds the envs from the id ...
+    assert vector_source("tests.cli_envs:InfoCounter-v0", "gymnasium").env == "InfoCounter-v0"
+    assert vector_source("tests.cli_envs:InfoCounter-v0", "envpool", in_this_process=False).env == "InfoCounter-v0"
+    # ... else a factory that imports the module wherever it runs
+    for backend, here in (("subproc", True), ("dummy", True), ("gymnasium", False)):
+        factory = vector_source("tests.cli_envs:InfoCounter-v0", backend, in_this_process=here).env
+        assert callable(factory)
+        env = factory()
+        assert type(env.unwrapped).__name__ == "InfoCounterEnv"
+        env.close()
+
+
+def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Path) -> None:
+    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "4", "--episodes", "10",
+                 "--seed", "5", "--dataset", "cli/vec-v0", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    envs = make_vector("CartPole-v1", 4, backend="gymnasium")
+    store = EpisodeStore.create("py/vec-v0", envs.single_observation_space, envs.single_action_space, root=tmp_path)
+    with store, Collector(None, envs, store=store, seed=5) as collector:
+        collector.collect(n_episode=10, reset_before_collect=True, random=True)
+    cli, python = load_dataset("cli/vec-v0", root=tmp_path), load_dataset("py/vec-v0", root=tmp_path)
+    assert cli.total_episodes == python.total_episodes >= 10
+    for a, b in zip(cli, python):
+        assert (a.seed, a.env_id) == (b.seed, b.env_id)
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+
+
 def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
     result = run(tmp_path, "collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
                  "--no-progress")

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -39,6 +39,9 @@ from vcollect.errors import (
     VCollectError,
 )
 from vcollect.stats import CollectStats, SummaryStats
+
+if TYPE_CHECKING:
+    from vcollect.envs.base import VectorEnv
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -65,9 +68,6 @@ def _backends() -> list[str]:
     return sorted({*BACKENDS, *FROM_ENV_ID})
 
 
-def _vector_source(env_id: str, env_factory: Callable[[], gym.Env], backend: str) -> Any:
-    """What make_vector builds from: the env factory, except envpool, which takes its own task id."""
-    return env_id.rpartition(":")[2] if backend == "envpool" else env_factory
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -307,6 +307,42 @@ def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> tup
     return functools.partial(gym.make, env_id, **kwargs), spec
 
 
+class VectorSource(NamedTuple):
+    """What ``make_vector`` is given for an ``ENV_ID``: an env id (or envpool task id), or an env factory."""
+
+    env: str | Callable[[], gym.Env]
+    env_kwargs: dict[str, Any]
+
+
+def vector_source(
+    env_id: str, backend: str, env_kwargs: Mapping[str, Any] | None = None, *, in_this_process: bool = True
+) -> VectorSource:
+    """How to hand ``ENV_ID`` to ``make_vector`` so it builds what ``make_vector(id, ...)`` builds in Python.
+
+    A registered id goes as the id (so the gymnasium backend uses the env's vector entry point). A
+    ``module:ENV_ID`` goes as the bare id where the env is built in this process by a backend that takes
+    ids (``resolve_env`` imported the module here), else as a factory calling ``gym.make("module:ENV_ID")``,
+    so worker processes import the module themselves. Envpool always takes the bare id (its own task id).
+    """
+    from vcollect.envs.factory import FROM_ENV_ID
+
+    kwargs = dict(env_kwargs or {})
+    _, sep, bare_id = env_id.rpartition(":")
+    if not sep or backend == "envpool" or (in_this_process and backend in FROM_ENV_ID):
+        return VectorSource(bare_id, kwargs)
+    return VectorSource(functools.partial(gym.make, env_id), kwargs)
+
+
+def make_envs(env_id: str, num_envs: int, backend: str, env_kwargs: Mapping[str, Any] | None = None) -> VectorEnv:
+    """The vector env ``vcollect collect ENV_ID --backend B --num-envs N`` collects from: built by
+    ``make_vector`` from ``vector_source``, as Python's ``make_vector(ENV_ID, N, backend=B)`` builds it."""
+    from vcollect.envs import make_vector
+
+    resolve_env(env_id, env_kwargs)  # imports the module of a module:ENV_ID; UsageError for an unknown id
+    source = vector_source(env_id, backend, env_kwargs)
+    return make_vector(source.env, num_envs, backend=backend, env_kwargs=source.env_kwargs)
+
+
 def load_policy_factory(spec: str) -> Callable[[gym.Space, gym.Space], Any]:
     """Import ``module:callable``, a factory called as ``factory(observation_space, action_space)``."""
     module_name, sep, attr = spec.partition(":")
@@ -440,7 +476,6 @@ class StoreSink:
 
 def run_collect(args: argparse.Namespace, console: Console) -> int:
     """``vcollect collect``: collect exactly --steps or --episodes, optionally into a dataset."""
-    from vcollect.envs import make_vector
     from vcollect.store import EpisodeStore, dataset_path, parse_dataset_id
     from vcollect.store.writer import DATASET_FILE
 
@@ -462,7 +497,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         raise UsageError("--append, --overwrite and --record-infos need --dataset ID")
     policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
     if args.ray_workers is not None:
-        return run_collect_distributed(args, console, env_factory, env_spec, policy_factory, n_step, n_episode)
+        return run_collect_distributed(args, console, env_factory, env_spec, env_kwargs, policy_factory, n_step, n_episode)
     collector_class = _collector_class(args.use_async)
 
     guard = InterruptGuard()
@@ -471,9 +506,9 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     try:
         with guard, contextlib.ExitStack() as cleanup:
             try:
-                envs = make_vector(_vector_source(args.env_id, env_factory, args.backend), args.num_envs,
-                                   backend=args.backend)
-            except (ImportError, gym.error.Error) as exc:  # a missing extra or env dependency
+                envs = make_envs(args.env_id, args.num_envs, args.backend, env_kwargs)
+            except (ImportError, ValueError, TypeError, gym.error.Error) as exc:
+                # a missing extra or env dependency, an id the backend lacks, --env-kwargs the env refuses
                 raise UsageError(f"cannot make {args.env_id} on backend {args.backend!r}: {exc}") from None
             cleanup.callback(envs.close)
             policy = None
@@ -539,6 +574,7 @@ def run_collect_distributed(
     console: Console,
     env_factory: Callable[[], gym.Env],
     env_spec: Any,
+    env_kwargs: Mapping[str, Any],
     policy_factory: Callable[..., Any] | None,
     n_step: int | None,
     n_episode: int | None,
@@ -563,9 +599,11 @@ def run_collect_distributed(
             _open_store(args, _Spaces(env.observation_space, env.action_space), env_spec, EpisodeStore).close()
         finally:
             env.close()
+    source = vector_source(args.env_id, args.backend, env_kwargs, in_this_process=False)
     collector = DistributedCollector(
-        env_factory,
+        source.env,
         policy_factory,
+        env_kwargs=source.env_kwargs,
         num_workers=args.ray_workers,
         envs_per_worker=args.num_envs,
         backend=args.backend,
@@ -965,12 +1003,11 @@ def raw_loop_speed(env_factory: Callable[[], gym.Env], num_envs: int, steps: int
     return batches * num_envs / elapsed
 
 
-def collector_speed(env_source: Any, num_envs: int, backend: str, steps: int, seed: int) -> float:
+def collector_speed(env_id: str, num_envs: int, backend: str, steps: int, seed: int) -> float:
     """Steps/s of ``Collector.collect(n_step=steps, random=True)`` on ``backend``, after a warm-up call."""
     from vcollect.collector import Collector
-    from vcollect.envs import make_vector
 
-    envs = make_vector(env_source, num_envs, backend=backend)
+    envs = make_envs(env_id, num_envs, backend)
     with Collector(None, envs, seed=seed) as collector:
         collector.collect(n_step=min(steps, 1_000), reset_before_collect=True, random=True)
         stats = collector.collect(n_step=steps, random=True)
@@ -992,8 +1029,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         "raw": lambda: raw_loop_speed(env_factory, args.num_envs, args.steps, args.seed)
     }
     for name in backends:
-        source = _vector_source(args.env_id, env_factory, name)
-        measures[name] = functools.partial(collector_speed, source, args.num_envs, name, args.steps, args.seed)
+        measures[name] = functools.partial(collector_speed, args.env_id, args.num_envs, name, args.steps, args.seed)
     best: dict[str, float] = {}
     for _ in range(args.rounds):  # interleaved, so a noisy neighbour slows every row alike
         for name, measure in measures.items():
