@@ -179,6 +179,91 @@ def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Pa
         np.testing.assert_array_equal(a.actions, b.actions)
 
 
+@pytest.mark.parametrize(("backend", "count"), [("dummy", ["--episodes", "30"]), ("gymnasium", ["--steps", "3000"])])
+def test_collect_hands_the_store_whole_batches_of_episodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, count: list[str]
+) -> None:
+    # In process, with the CLI's sink class spied on: every stored episode must arrive through write_episodes.
+    from vcollect.cli import GuardedSink, main
+    from vcollect.store.sink import EpisodeSink
+
+    sinks: list[object] = []
+    batched: list[int] = []
+    single: list[int] = []
+    write_episodes, write_episode = GuardedSink.write_episodes, GuardedSink.write_episode
+
+    def spy_batch(self: GuardedSink, *args: object, **kwargs: object) -> None:
+        sinks.append(self)
+        batched.append(len(args[5]))  # type: ignore[arg-type]  # lengths: one per episode
+        write_episodes(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def spy_single(self: GuardedSink, *args: object, **kwargs: object) -> None:
+        single.append(1)
+        write_episode(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GuardedSink, "write_episodes", spy_batch)
+    monkeypatch.setattr(GuardedSink, "write_episode", spy_single)
+    status = main(["collect", "CartPole-v1", "--backend", backend, "--num-envs", "4", *count, "--seed", "0",
+                   "--dataset", "cli/batched-v0", "--root", str(tmp_path), "--no-progress"])
+    assert status == 0
+    dataset = load_dataset("cli/batched-v0", root=tmp_path)
+    assert dataset.total_episodes >= 1
+    assert single == []
+    assert sum(batched) == dataset.total_episodes
+    assert sinks and all(isinstance(sink, EpisodeSink) for sink in sinks)
+
+
+def test_guarded_sink_forwards_the_whole_protocol_and_holds_ctrl_c_until_a_write_is_whole() -> None:
+    from vcollect.cli import GuardedSink, InterruptGuard
+    from vcollect.store.sink import EpisodeSink
+
+    class InterruptedStore:
+        """Records each call, after a SIGINT arrives in the middle of it."""
+
+        observation_space = gym.spaces.Box(-1.0, 1.0, shape=(2,))
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, dict[str, object]]] = []
+
+        def _call(self, name: str, kwargs: dict[str, object]) -> None:
+            signal.raise_signal(signal.SIGINT)
+            self.calls.append((name, kwargs))
+
+        def write_episodes(self, *args: object, **kwargs: object) -> None:
+            self._call("write_episodes", kwargs)
+
+        def write_episode(self, *args: object, **kwargs: object) -> None:
+            self._call("write_episode", kwargs)
+
+        def flush(self) -> None:
+            self._call("flush", {})
+
+        def close(self) -> None:
+            self._call("close", {})
+
+    store, guard = InterruptedStore(), InterruptGuard()
+    sink = GuardedSink(store, guard)  # type: ignore[arg-type]
+    assert isinstance(sink, EpisodeSink)
+    assert (sink.observation_space, sink.action_space) == (store.observation_space, store.action_space)
+    arrays = (np.zeros((3, 2)), np.zeros(2), np.zeros(2), np.array([False, True]), np.zeros(2, bool), [2])
+    with guard:
+        with pytest.raises(KeyboardInterrupt):  # raised once the write is done, not inside it
+            sink.write_episodes(*arrays, seeds=[7], env_ids=[0])
+        assert store.calls == [("write_episodes", {"seeds": [7], "env_ids": [0], "options": None})]  # no infos=
+        with pytest.raises(KeyboardInterrupt):
+            sink.write_episodes(*arrays, seeds=[7], env_ids=[0], infos=[{"t": np.arange(3)}])
+        assert list(store.calls[-1][1]) == ["seeds", "env_ids", "options", "infos"]
+        with pytest.raises(KeyboardInterrupt):
+            sink.write_episode(*arrays[:5], seed=7, env_id=0)
+        assert store.calls[-1] == ("write_episode", {"seed": 7, "env_id": 0})
+        guard.saving()  # the final commit: SIGINTs are ignored from now on
+        sink.flush()
+        sink.close()
+    assert [name for name, _ in store.calls][-2:] == ["flush", "close"]
+    assert guard.interrupted
+
+
 def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
     result = run(tmp_path, "collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
                  "--no-progress")

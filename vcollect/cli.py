@@ -42,6 +42,7 @@ from vcollect.stats import CollectStats, SummaryStats
 
 if TYPE_CHECKING:
     from vcollect.envs.base import VectorEnv
+    from vcollect.store import EpisodeStore
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -451,23 +452,55 @@ class InterruptGuard:
         self._saving = True
 
 
-class StoreSink:
-    """What the collector writes episodes to on the command line: an EpisodeStore behind an InterruptGuard."""
+class GuardedSink:
+    """The EpisodeSink ``collect`` writes to: an EpisodeStore whose every write and commit runs inside the
+    InterruptGuard's critical section. It forwards the whole EpisodeSink protocol (not just part of it), so
+    the collector keeps handing it episodes in batches, as it would the store itself."""
 
-    def __init__(self, store: Any, guard: InterruptGuard) -> None:
+    def __init__(self, store: EpisodeStore, guard: InterruptGuard) -> None:
         self.store = store
         self.guard = guard
+        self.observation_space = store.observation_space
+        self.action_space = store.action_space
+
+    def write_episodes(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        lengths: Sequence[int] | np.ndarray,
+        *,
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None] | None = None,
+        infos: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """Buffer several finished episodes in the store; a Ctrl-C never cuts the batch in half."""
+        # infos only when given: a store without an infos parameter still takes every other batch
+        extra: dict[str, Any] = {} if infos is None else {"infos": infos}
+        with self.guard.critical():
+            self.store.write_episodes(
+                observations, actions, rewards, terminations, truncations, lengths,
+                seeds=seeds, env_ids=env_ids, options=options, **extra,
+            )
 
     def write_episode(self, observations: Any, actions: Any, rewards: Any, terminations: Any, truncations: Any,
                       **kwargs: Any) -> None:
-        """Buffer one finished episode in the store; a Ctrl-C never cuts it in half."""
+        """Buffer one finished episode in the store (the collector's route for recorded infos), whole."""
         with self.guard.critical():
             self.store.write_episode(observations, actions, rewards, terminations, truncations, **kwargs)
 
     def flush(self) -> None:
-        """Commit the pending episodes as a shard."""
+        """Commit the pending episodes as a shard; a Ctrl-C never cuts the commit."""
         with self.guard.critical():
             self.store.flush()
+
+    def close(self) -> None:
+        """Commit what is left and close the store; a Ctrl-C never cuts the commit."""
+        with self.guard.critical():
+            self.store.close()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -529,7 +562,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 store = _open_store(args, envs, env_spec, EpisodeStore)
                 cleanup.callback(store.close)
                 before = len(store.shards_written)
-                sink = StoreSink(store, guard)
+                sink = GuardedSink(store, guard)
             collector = collector_class(
                 policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
                 seed_every_reset=not args.seed_first_reset_only,
