@@ -127,6 +127,143 @@ def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path) -
         np.testing.assert_array_equal(a.actions, b.actions)
 
 
+@pytest.mark.parametrize("env_kwargs", [None, {"max_episode_steps": 7}])
+def test_cli_builds_the_vector_env_python_builds_from_the_id(env_kwargs: dict[str, int] | None) -> None:
+    from vcollect.cli import make_envs
+
+    ours = make_envs("CartPole-v1", 6, "gymnasium", env_kwargs)
+    theirs = make_vector("CartPole-v1", 6, backend="gymnasium", env_kwargs=env_kwargs)
+    try:
+        assert type(ours) is type(theirs)
+        assert type(ours.env.unwrapped) is type(theirs.env.unwrapped)  # type: ignore[attr-defined]
+        # CartPole's vector entry point (one numpy-batched env), not a SyncVectorEnv of 6 envs
+        assert not isinstance(ours.env.unwrapped, gym.vector.SyncVectorEnv)  # type: ignore[attr-defined]
+        assert ours.env.spec == theirs.env.spec  # type: ignore[attr-defined]
+        if env_kwargs:
+            assert ours.env.spec.kwargs["max_episode_steps"] == 7  # type: ignore[attr-defined]
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_vector_source_sends_ids_and_keeps_factories_for_worker_processes() -> None:
+    from vcollect.cli import vector_source
+
+    assert vector_source("CartPole-v1", "subproc", {"max_episode_steps": 5}) == ("CartPole-v1", {"max_episode_steps": 5})
+    assert vector_source("CartPole-v1", "gymnasium").env == "CartPole-v1"
+    # module:ENV_ID: the bare id where this process (which imported the module) builds the envs from the id ...
+    assert vector_source("tests.cli_envs:InfoCounter-v0", "gymnasium").env == "InfoCounter-v0"
+    assert vector_source("tests.cli_envs:InfoCounter-v0", "envpool", in_this_process=False).env == "InfoCounter-v0"
+    # ... else a factory that imports the module wherever it runs
+    for backend, here in (("subproc", True), ("dummy", True), ("gymnasium", False)):
+        factory = vector_source("tests.cli_envs:InfoCounter-v0", backend, in_this_process=here).env
+        assert callable(factory)
+        env = factory()
+        assert type(env.unwrapped).__name__ == "InfoCounterEnv"
+        env.close()
+
+
+def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Path) -> None:
+    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "4", "--episodes", "10",
+                 "--seed", "5", "--dataset", "cli/vec-v0", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    envs = make_vector("CartPole-v1", 4, backend="gymnasium")
+    store = EpisodeStore.create("py/vec-v0", envs.single_observation_space, envs.single_action_space, root=tmp_path)
+    with store, Collector(None, envs, store=store, seed=5) as collector:
+        collector.collect(n_episode=10, reset_before_collect=True, random=True)
+    cli, python = load_dataset("cli/vec-v0", root=tmp_path), load_dataset("py/vec-v0", root=tmp_path)
+    assert cli.total_episodes == python.total_episodes >= 10
+    for a, b in zip(cli, python):
+        assert (a.seed, a.env_id) == (b.seed, b.env_id)
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+
+
+@pytest.mark.parametrize(("backend", "count"), [("dummy", ["--episodes", "30"]), ("gymnasium", ["--steps", "3000"])])
+def test_collect_hands_the_store_whole_batches_of_episodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, count: list[str]
+) -> None:
+    # In process, with the CLI's sink class spied on: every stored episode must arrive through write_episodes.
+    from vcollect.cli import GuardedSink, main
+    from vcollect.store.sink import EpisodeSink
+
+    sinks: list[object] = []
+    batched: list[int] = []
+    single: list[int] = []
+    write_episodes, write_episode = GuardedSink.write_episodes, GuardedSink.write_episode
+
+    def spy_batch(self: GuardedSink, *args: object, **kwargs: object) -> None:
+        sinks.append(self)
+        batched.append(len(args[5]))  # type: ignore[arg-type]  # lengths: one per episode
+        write_episodes(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    def spy_single(self: GuardedSink, *args: object, **kwargs: object) -> None:
+        single.append(1)
+        write_episode(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(GuardedSink, "write_episodes", spy_batch)
+    monkeypatch.setattr(GuardedSink, "write_episode", spy_single)
+    status = main(["collect", "CartPole-v1", "--backend", backend, "--num-envs", "4", *count, "--seed", "0",
+                   "--dataset", "cli/batched-v0", "--root", str(tmp_path), "--no-progress"])
+    assert status == 0
+    dataset = load_dataset("cli/batched-v0", root=tmp_path)
+    assert dataset.total_episodes >= 1
+    assert single == []
+    assert sum(batched) == dataset.total_episodes
+    assert sinks and all(isinstance(sink, EpisodeSink) for sink in sinks)
+
+
+def test_guarded_sink_forwards_the_whole_protocol_and_holds_ctrl_c_until_a_write_is_whole() -> None:
+    from vcollect.cli import GuardedSink, InterruptGuard
+    from vcollect.store.sink import EpisodeSink
+
+    class InterruptedStore:
+        """Records each call, after a SIGINT arrives in the middle of it."""
+
+        observation_space = gym.spaces.Box(-1.0, 1.0, shape=(2,))
+        action_space = gym.spaces.Discrete(2)
+
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, dict[str, object]]] = []
+
+        def _call(self, name: str, kwargs: dict[str, object]) -> None:
+            signal.raise_signal(signal.SIGINT)
+            self.calls.append((name, kwargs))
+
+        def write_episodes(self, *args: object, **kwargs: object) -> None:
+            self._call("write_episodes", kwargs)
+
+        def write_episode(self, *args: object, **kwargs: object) -> None:
+            self._call("write_episode", kwargs)
+
+        def flush(self) -> None:
+            self._call("flush", {})
+
+        def close(self) -> None:
+            self._call("close", {})
+
+    store, guard = InterruptedStore(), InterruptGuard()
+    sink = GuardedSink(store, guard)  # type: ignore[arg-type]
+    assert isinstance(sink, EpisodeSink)
+    assert (sink.observation_space, sink.action_space) == (store.observation_space, store.action_space)
+    arrays = (np.zeros((3, 2)), np.zeros(2), np.zeros(2), np.array([False, True]), np.zeros(2, bool), [2])
+    with guard:
+        with pytest.raises(KeyboardInterrupt):  # raised once the write is done, not inside it
+            sink.write_episodes(*arrays, seeds=[7], env_ids=[0])
+        assert store.calls == [("write_episodes", {"seeds": [7], "env_ids": [0], "options": None})]  # no infos=
+        with pytest.raises(KeyboardInterrupt):
+            sink.write_episodes(*arrays, seeds=[7], env_ids=[0], infos=[{"t": np.arange(3)}])
+        assert list(store.calls[-1][1]) == ["seeds", "env_ids", "options", "infos"]
+        with pytest.raises(KeyboardInterrupt):
+            sink.write_episode(*arrays[:5], seed=7, env_id=0)
+        assert store.calls[-1] == ("write_episode", {"seed": 7, "env_id": 0})
+        guard.saving()  # the final commit: SIGINTs are ignored from now on
+        sink.flush()
+        sink.close()
+    assert [name for name, _ in store.calls][-2:] == ["flush", "close"]
+    assert guard.interrupted
+
+
 def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
     result = run(tmp_path, "collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
                  "--no-progress")
@@ -236,6 +373,10 @@ def test_ctrl_c_during_collect_keeps_committed_shards(tmp_path: Path) -> None:
         (["collect", "CartPole-v1", "--episodes", "2", "--policy", "tests.cli_envs:broken_policy"], ["broken on purpose"]),
         (["collect", "CartPole-v1", "--episodes", "2", "--dataset", "no version"], ["malformed dataset id"]),
         (["collect", "CartPole-v1", "--episodes", "2", "--backend", "nope"], ["invalid choice"]),
+        (["collect", "CartPole-v1", "--episodes", "2", "--backend", "dummy", "--env-kwargs", '{"no_such_kwarg": 1}'],
+         ["cannot make CartPole-v1 on backend 'dummy'", "no_such_kwarg"]),
+        (["collect", "tests.cli_envs:InfoCounter-v0", "--episodes", "2", "--backend", "envpool"],
+         ["cannot make", "envpool has no task 'InfoCounter-v0'"]),
         (["show", "cli/missing-v0"], ["no dataset 'cli/missing-v0'"]),
         (["show", "../escape"], ["malformed dataset id"]),
         (["export", "cli/missing-v0", "--format", "minari"], ["no dataset"]),

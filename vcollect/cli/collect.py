@@ -1,0 +1,346 @@
+"""``vcollect collect``: run a policy on N envs for exactly --steps or --episodes, optionally into a dataset,
+here or on Ray workers (--ray-workers)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+from rich.console import Console
+from rich.text import Text
+
+from vcollect.cli.exits import EXIT_INTERRUPTED, EXIT_OK, CommandParser, UsageError
+from vcollect.cli.interrupts import GuardedSink, InterruptGuard
+from vcollect.cli.output import stats_table
+from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, vector_source
+from vcollect.errors import DatasetError, VCollectError
+
+
+def add_collect_parser(
+    commands: argparse._SubParsersAction[CommandParser], *, backends: list[str], root_help: str
+) -> None:
+    """Add the ``collect`` command to ``commands``."""
+    collect = commands.add_parser(
+        "collect",
+        help="run a policy on N envs for exactly --steps or --episodes; optionally store a dataset",
+        description="Run a policy on N copies of an env for exactly --steps steps or --episodes episodes, "
+        "with a progress bar, then print the CollectStats. With --dataset every finished episode is "
+        "stored; without it the run only evaluates the policy. Ctrl-C stops cleanly and keeps every "
+        "finished episode.",
+    )
+    collect.add_argument(
+        "env_id", metavar="ENV_ID",
+        help="a registered gymnasium env id (CartPole-v1), or module:EnvId to import the module registering it",
+    )
+    collect.add_argument("--num-envs", type=int, default=8, metavar="N", help="number of env copies (default: 8)")
+    collect.add_argument(
+        "--backend", choices=backends, default="subproc",
+        help=f"vector-env backend: {', '.join(backends)} (default: subproc)",
+    )
+    collect.add_argument("--steps", type=int, metavar="N", help="collect exactly this many transitions")
+    collect.add_argument("--episodes", type=int, metavar="N", help="collect exactly this many whole episodes")
+    collect.add_argument(
+        "--policy", default="random", metavar="SPEC",
+        help="'random' (default), or module:callable, a factory called as factory(observation_space, "
+        "action_space) that returns a policy(obs, state) -> (actions, state)",
+    )
+    collect.add_argument("--seed", type=int, default=None, metavar="S", help="seed of every reset and random action")
+    collect.add_argument(
+        "--seed-first-reset-only", action="store_true",
+        help="seed only each env's first reset (as Tianshou and Minari do; faster with cheap envs): later "
+        "episodes continue the env's generator and are stored with seed None, so they replay only in sequence",
+    )
+    collect.add_argument("--dataset", metavar="ID", default=None, help="store episodes in dataset ns/name-vN")
+    exists = collect.add_mutually_exclusive_group()
+    exists.add_argument("--overwrite", action="store_true", help="replace the dataset if it exists")
+    exists.add_argument("--append", action="store_true", help="add episodes to an existing dataset")
+    collect.add_argument(
+        "--async", dest="use_async", action="store_true",
+        help="use AsyncCollector: act on whichever envs are ready instead of waiting for all",
+    )
+    collect.add_argument("--record-infos", action="store_true", help="store the envs' info dicts with each episode")
+    collect.add_argument(
+        "--ray-workers", type=int, default=None, metavar="N",
+        help="collect on N Ray workers (--num-envs envs each), all writing into --dataset",
+    )
+    collect.add_argument("--author", default=None, help="dataset metadata: author")
+    collect.add_argument("--algorithm-name", default=None, help="dataset metadata: algorithm (default: the --policy)")
+    collect.add_argument("--description", default=None, help="dataset metadata: description")
+    collect.add_argument("--env-kwargs", default=None, metavar="JSON", help="keyword arguments for gymnasium.make")
+    collect.add_argument(
+        "--shard-steps", type=int, default=100_000, metavar="N",
+        help="commit a shard every this many steps (the most a crash can lose; default: 100000)",
+    )
+    collect.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    collect.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    collect.set_defaults(handler=run_collect)
+
+
+def _collector_class(use_async: bool) -> Any:
+    """Collector, or AsyncCollector for --async (UsageError when this vcollect has none)."""
+    if not use_async:
+        from vcollect.collector import Collector
+
+        return Collector
+    try:
+        module = importlib.import_module("vcollect.async_collector")
+        return module.AsyncCollector
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--async needs vcollect.async_collector.AsyncCollector, which is not available: {exc}") from None
+
+
+def _count(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """(n_step, n_episode) from --steps/--episodes: exactly one, positive; else UsageError."""
+    if (args.steps is None) == (args.episodes is None):
+        raise UsageError("pass exactly one of --steps N or --episodes N")
+    for name, value in (("--steps", args.steps), ("--episodes", args.episodes)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be a positive integer, got {value}")
+    return args.steps, args.episodes
+
+
+def _json_option(text: str | None, name: str) -> dict[str, Any]:
+    """The JSON object an option such as --env-kwargs holds ({} when not given); UsageError if not one."""
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{name} must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"{name} must be a JSON object, got {text!r}")
+    return value
+
+
+def run_collect(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect collect``: collect exactly --steps or --episodes, optionally into a dataset."""
+    from vcollect.store import EpisodeStore, dataset_path, parse_dataset_id
+    from vcollect.store.writer import DATASET_FILE
+
+    n_step, n_episode = _count(args)
+    if args.num_envs < 1:
+        raise UsageError(f"--num-envs must be a positive integer, got {args.num_envs}")
+    if args.shard_steps < 1:
+        raise UsageError(f"--shard-steps must be a positive integer, got {args.shard_steps}")
+    env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")
+    env_factory, env_spec = resolve_env(args.env_id, env_kwargs)
+    if args.dataset is not None:
+        parse_dataset_id(args.dataset)
+        exists = (dataset_path(args.dataset, args.root) / DATASET_FILE).is_file()
+        if exists and not (args.overwrite or args.append):
+            raise UsageError(f"dataset {args.dataset!r} exists; pass --append to add to it or --overwrite to replace it")
+        if args.append and not exists:
+            raise UsageError(f"--append: no dataset {args.dataset!r} under {str(dataset_path(args.dataset, args.root))!r}")
+    elif args.append or args.overwrite or args.record_infos:
+        raise UsageError("--append, --overwrite and --record-infos need --dataset ID")
+    policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
+    if args.ray_workers is not None:
+        return run_collect_distributed(args, console, env_factory, env_spec, env_kwargs, policy_factory, n_step, n_episode)
+    collector_class = _collector_class(args.use_async)
+
+    guard = InterruptGuard()
+    store: Any = None
+    before = 0
+    try:
+        with guard, contextlib.ExitStack() as cleanup:
+            try:
+                envs = make_envs(args.env_id, args.num_envs, args.backend, env_kwargs)
+            except (ImportError, ValueError, TypeError, gym.error.Error) as exc:
+                # a missing extra or env dependency, an id the backend lacks, --env-kwargs the env refuses
+                raise UsageError(f"cannot make {args.env_id} on backend {args.backend!r}: {exc}") from None
+            cleanup.callback(envs.close)
+            policy = None
+            if policy_factory is not None:
+                try:
+                    policy = policy_factory(envs.single_observation_space, envs.single_action_space)
+                except Exception as exc:
+                    raise UsageError(f"policy factory {args.policy!r} raised {type(exc).__name__}: {exc}") from None
+                if not callable(policy):
+                    raise UsageError(f"policy factory {args.policy!r} returned {type(policy).__name__}, not a policy")
+            if args.record_infos and (getattr(envs, "steps_all_envs", False) or getattr(envs, "autoresets", False)):
+                raise UsageError(
+                    f"--record-infos needs a backend that steps and resets each env on request; {args.backend!r} "
+                    "steps all envs at once or resets them by itself (use dummy or subproc)"
+                )
+            sink = None
+            if args.dataset is not None:
+                store = _open_store(args, envs, env_spec, EpisodeStore)
+                cleanup.callback(store.close)
+                before = len(store.shards_written)
+                sink = GuardedSink(store, guard)
+            collector = collector_class(
+                policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
+                seed_every_reset=not args.seed_first_reset_only,
+            )
+            try:
+                stats = collector.collect(
+                    n_step=n_step,
+                    n_episode=n_episode,
+                    random=policy is None,
+                    reset_before_collect=True,
+                    progress=not args.no_progress,
+                )
+            finally:
+                guard.saving()
+                collector.close()
+    except BaseException as exc:
+        # A VCollectError after a SIGINT: e.g. the env workers got the terminal's Ctrl-C first and died.
+        interrupted = isinstance(exc, KeyboardInterrupt) or (isinstance(exc, VCollectError) and guard.interrupted)
+        removed = _remove_if_empty(args, store)
+        if interrupted:
+            _report_interrupt(args, store, removed)
+            return EXIT_INTERRUPTED
+        raise
+    collector_name = "AsyncCollector" if args.use_async else "Collector"
+    console.print(stats_table(stats, args.env_id, f"{args.num_envs} x {args.backend}, {collector_name}"))
+    if store is not None:
+        note = " (the unfinished episodes of a --steps run are not stored)" if n_step is not None else ""
+        surplus = store.committed_episodes - stats.n_collected_episodes
+        if surplus > 0:
+            note += f" (including {surplus} episodes the backend finished beyond the count, in its last vector step)"
+        console.print(
+            Text(
+                f"dataset {args.dataset}: wrote {store.committed_episodes:,} episodes ({store.committed_steps:,} steps) "
+                f"(shards committed: {len(store.shards_written) - before}) to {store.path}{note}"
+            )
+        )
+    return EXIT_OK
+
+
+def run_collect_distributed(
+    args: argparse.Namespace,
+    console: Console,
+    env_factory: Callable[[], gym.Env],
+    env_spec: Any,
+    env_kwargs: Mapping[str, Any],
+    policy_factory: Callable[..., Any] | None,
+    n_step: int | None,
+    n_episode: int | None,
+) -> int:
+    """``vcollect collect --ray-workers N``: one Collector per Ray worker, all appending to one dataset."""
+    from vcollect.store import EpisodeStore
+
+    if args.ray_workers < 1:
+        raise UsageError(f"--ray-workers must be a positive integer, got {args.ray_workers}")
+    if args.record_infos:
+        raise UsageError("--record-infos is not supported with --ray-workers")
+    try:
+        from vcollect.distributed import DistributedCollector
+        from vcollect.envs.ray_env import require_ray
+
+        require_ray()
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    if args.dataset is not None and not args.append:
+        env = env_factory()
+        try:
+            _open_store(args, _Spaces(env.observation_space, env.action_space), env_spec, EpisodeStore).close()
+        finally:
+            env.close()
+    source = vector_source(args.env_id, args.backend, env_kwargs, in_this_process=False)
+    collector = DistributedCollector(
+        source.env,
+        policy_factory,
+        env_kwargs=source.env_kwargs,
+        num_workers=args.ray_workers,
+        envs_per_worker=args.num_envs,
+        backend=args.backend,
+        store=args.dataset,
+        root=args.root,
+        seed=args.seed,
+        collector="async" if args.use_async else "sync",
+        seed_every_reset=not args.seed_first_reset_only,
+        store_kwargs={"shard_steps": args.shard_steps},
+    )
+    try:
+        stats = collector.collect(n_step=n_step, n_episode=n_episode, random=policy_factory is None)
+    finally:
+        collector.close()
+    where = f"{args.ray_workers} Ray workers x {args.num_envs} x {args.backend}"
+    console.print(stats_table(stats, args.env_id, where))
+    if args.dataset is not None:
+        console.print(Text(f"dataset {args.dataset}: appended {stats.n_collected_episodes:,} episodes"))
+    return EXIT_OK
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spaces:
+    """The two spaces _open_store reads, for when no vector env exists on the driver."""
+
+    single_observation_space: gym.Space[Any]
+    single_action_space: gym.Space[Any]
+
+
+def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class: Any) -> Any:
+    """The --dataset store for envs of these spaces: opened for --append, else created with the run's metadata."""
+    if args.append:
+        return store_class.open(
+            args.dataset, args.root,
+            observation_space=envs.single_observation_space,
+            action_space=envs.single_action_space,
+            shard_steps=args.shard_steps,
+        )
+    metadata: dict[str, Any] = {
+        "algorithm_name": args.algorithm_name or args.policy,
+        "collection": {
+            "env_id": args.env_id,
+            "num_envs": args.num_envs,
+            "backend": args.backend,
+            "policy": args.policy,
+            "seed": args.seed,
+            "seed_every_reset": not args.seed_first_reset_only,
+            "collector": "async" if args.use_async else "sync",
+        },
+    }
+    if args.author is not None:
+        metadata["author"] = args.author
+    if args.description is not None:
+        metadata["description"] = args.description
+    try:
+        spec_json: Any = env_spec.to_json()
+    except (TypeError, ValueError):
+        spec_json = None  # an env spec with unserializable kwargs: store the dataset without it
+    return store_class.create(
+        args.dataset,
+        envs.single_observation_space,
+        envs.single_action_space,
+        env_spec=spec_json,
+        root=args.root,
+        metadata=metadata,
+        shard_steps=args.shard_steps,
+        overwrite=args.overwrite,
+    )
+
+
+def _remove_if_empty(args: argparse.Namespace, store: Any) -> bool:
+    """After a failed or interrupted run, delete the dataset this run created if it holds no episode."""
+    if store is None or args.append or store.committed_episodes:
+        return False
+    from vcollect.store import delete_dataset
+
+    with contextlib.suppress(DatasetError, OSError):
+        delete_dataset(args.dataset, args.root)
+        return True
+    return False
+
+
+def _report_interrupt(args: argparse.Namespace, store: Any, removed: bool) -> None:
+    """Say on stderr what a Ctrl-C left: nothing, a removed empty dataset, or the episodes saved."""
+    if store is None:
+        message = "interrupted; nothing was stored" + ("" if args.dataset else " (no --dataset)")
+    elif removed:
+        message = f"interrupted before any episode finished; the empty dataset {args.dataset} was removed"
+    else:
+        message = (
+            f"interrupted; {store.committed_episodes:,} episodes ({store.committed_steps:,} steps) were saved "
+            f"to dataset {args.dataset} (every episode finished before Ctrl-C)"
+        )
+    print(f"vcollect collect: {message}", file=sys.stderr)
+

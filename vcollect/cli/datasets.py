@@ -1,0 +1,334 @@
+"""The dataset commands: list, show (and its --plot figure), delete, combine, split, export and import-minari."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from vcollect.cli.exits import EXIT_FAILURE, EXIT_OK, CommandParser, UsageError
+from vcollect.cli.output import cell, human_size, summary_rows
+from vcollect.errors import DatasetError
+from vcollect.stats import SummaryStats
+
+
+def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, root_help: str) -> None:
+    """Add the dataset commands to ``commands``, in the order ``--help`` lists them."""
+    list_cmd = commands.add_parser(
+        "list", help="table of local datasets",
+        description="A table of the datasets under the root: id, episodes, steps, size on disk, author, created.",
+    )
+    list_cmd.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    list_cmd.set_defaults(handler=run_list)
+
+    show = commands.add_parser(
+        "show", help="a dataset's metadata, spaces, counts and statistics",
+        description="A dataset's metadata, spaces, counts and return/length statistics; --plot writes a "
+        "figure with the return and length histograms and the return per episode (needs matplotlib).",
+    )
+    show.add_argument("dataset_id", metavar="ID")
+    show.add_argument("--plot", metavar="FILE.png", default=None, help="write the figure to this file")
+    show.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    show.set_defaults(handler=run_show)
+
+    combine = commands.add_parser(
+        "combine", help="copy the episodes of several datasets into a new one",
+        description="Copy the episodes of datasets (with equal spaces) into a new dataset, in order.",
+    )
+    combine.add_argument("dataset_ids", metavar="ID", nargs="+")
+    combine.add_argument("--into", metavar="NEW_ID", required=True, help="id of the new dataset")
+    combine.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    combine.set_defaults(handler=run_combine)
+
+    split = commands.add_parser(
+        "split", help="split a dataset's episodes at random into new datasets",
+        description="Shuffle a dataset's episodes and copy disjoint parts of the given sizes into new "
+        "datasets. Sizes are episode counts (--sizes 800,200) or percentages of the episodes "
+        "(--sizes 80%,20%).",
+    )
+    split.add_argument("dataset_id", metavar="ID")
+    split.add_argument("--sizes", required=True, metavar="SIZES", help="comma-separated episode counts, or percentages with %%")
+    split.add_argument("--into", metavar="NEW_ID", nargs="+", required=True, help="one new dataset id per size")
+    split.add_argument("--seed", type=int, default=None, help="seed of the shuffle")
+    split.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    split.set_defaults(handler=run_split)
+
+    export = commands.add_parser(
+        "export", help="write a dataset in another format (Minari)",
+        description="Write a dataset as a Minari 0.5 HDF5 dataset that minari.load_dataset reads.",
+    )
+    export.add_argument("dataset_id", metavar="ID")
+    export.add_argument("--format", choices=["minari"], required=True, help="target format")
+    export.add_argument("--minari-id", default=None, help="the Minari dataset id (default: ID)")
+    export.add_argument(
+        "--minari-root", default=None, metavar="DIR", help="Minari datasets folder (default: $MINARI_DATASETS_PATH, else ~/.minari/datasets)"
+    )
+    export.add_argument("--overwrite", action="store_true", help="replace the Minari dataset if it exists")
+    export.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    export.set_defaults(handler=run_export)
+
+    imp = commands.add_parser(
+        "import-minari", help="copy a Minari dataset into a new vcollect dataset",
+        description="Copy a Minari HDF5 dataset (a Minari id under --minari-root, or a path) into a new dataset.",
+    )
+    imp.add_argument("source", metavar="PATH_OR_ID")
+    imp.add_argument("--into", metavar="ID", required=True, help="id of the new vcollect dataset")
+    imp.add_argument("--minari-root", default=None, metavar="DIR", help="Minari datasets folder for a Minari id")
+    imp.add_argument("--overwrite", action="store_true", help="replace the vcollect dataset if it exists")
+    imp.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    imp.set_defaults(handler=run_import_minari)
+
+    delete = commands.add_parser(
+        "delete", help="delete datasets", description="Delete datasets (asks first unless --yes)."
+    )
+    delete.add_argument("dataset_ids", metavar="ID", nargs="+")
+    delete.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    delete.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    delete.set_defaults(handler=run_delete)
+
+
+def run_list(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect list``: a table of the datasets under the root."""
+    from vcollect.store import list_datasets, resolve_root
+
+    datasets = list_datasets(args.root)
+    root = resolve_root(args.root)
+    if not datasets:
+        console.print(Text(f"no datasets under {root}"))
+        return EXIT_OK
+    table = Table(title=f"datasets under {root}")
+    for column in ("id", "episodes", "steps", "size", "author", "created"):
+        table.add_column(column, justify="right" if column in ("episodes", "steps", "size") else "left")
+    notes: list[str] = []
+    for dataset_id, info in datasets.items():
+        author = info.get("author")
+        table.add_row(
+            cell(dataset_id),
+            f"{info.get('total_episodes', 0):,}",
+            f"{info.get('total_steps', 0):,}",
+            human_size(int(info.get("size_bytes", 0))),
+            cell(", ".join(map(str, author)) if isinstance(author, list) else (author or "-")),
+            cell(str(info.get("created_at") or "-")[:19].replace("T", " ")),
+        )
+        if info.get("corrupt_shards"):
+            notes.append(f"{dataset_id}: {len(info['corrupt_shards'])} unreadable shards left out of the counts")
+        if info.get("temporary_files"):
+            notes.append(f"{dataset_id}: {len(info['temporary_files'])} half-written .tmp files (from a crash)")
+    console.print(table)
+    for note in notes:
+        console.print(Text(f"note: {note}"))
+    return EXIT_OK
+
+
+def run_show(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect show ID``: metadata, spaces, counts, return/length statistics (and --plot)."""
+    from vcollect.store import load_dataset
+
+    dataset = load_dataset(args.dataset_id, root=args.root)
+    if args.plot is not None:
+        if dataset.total_episodes == 0:
+            raise UsageError(f"dataset {args.dataset_id!r} has no episodes to plot")
+        _require_matplotlib()
+    table = Table(title=f"dataset {args.dataset_id}", show_header=False)
+    table.add_column("field")
+    table.add_column("value", overflow="fold")
+    size = sum(p.stat().st_size for p in dataset.shard_paths)
+    rows: list[tuple[str, str]] = [
+        ("path", str(dataset.path)),
+        ("episodes", f"{dataset.total_episodes:,}"),
+        ("steps", f"{dataset.total_steps:,}"),
+        ("shards", f"{len(dataset.shard_paths):,} ({human_size(size)})"),
+        ("observation space", str(dataset.observation_space)),
+        ("action space", str(dataset.action_space)),
+        ("env spec", dataset.env_spec.id if dataset.env_spec is not None else "-"),
+    ]
+    for key, value in dataset.metadata.items():
+        if key in ("dataset_id",) or value is None:
+            continue
+        rows.append((key, value if isinstance(value, str) else json.dumps(value)))
+    returns = SummaryStats.from_sequence(dataset.episode_returns)
+    lengths = SummaryStats.from_sequence(dataset.episode_lengths)
+    rows += summary_rows("return", returns) + summary_rows("length", lengths)
+    for name, value in rows:
+        table.add_row(cell(name), cell(value))
+    console.print(table)
+    if args.plot is not None:
+        plot_dataset(dataset, args.plot)
+        console.print(Text(f"figure written to {args.plot}"))
+    return EXIT_OK
+
+
+def _require_matplotlib() -> None:
+    """UsageError naming the extra to install when --plot cannot import matplotlib."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        raise UsageError(
+            "--plot needs matplotlib, which is not installed: pip install 'vcollect[plot]' (or matplotlib)"
+        ) from None
+
+
+def plot_dataset(dataset: Any, path: str | os.PathLike[str]) -> Any:
+    """Write a figure of ``dataset``: return histogram, length histogram, return per episode; returns it."""
+    from matplotlib.figure import Figure
+
+    returns = np.asarray(dataset.episode_returns, dtype=np.float64)
+    lengths = np.asarray(dataset.episode_lengths)
+    bins = int(min(50, max(1, len(returns))))
+    figure = Figure(figsize=(13, 3.8), layout="constrained")
+    ax_return, ax_length, ax_episode = figure.subplots(1, 3)
+    ax_return.hist(returns, bins=bins, color="tab:blue")
+    ax_return.set(title="return histogram", xlabel="return", ylabel="episodes")
+    ax_length.hist(lengths, bins=bins, color="tab:orange")
+    ax_length.set(title="length histogram", xlabel="steps", ylabel="episodes")
+    ax_episode.plot(np.arange(len(returns)), returns, color="tab:blue", linewidth=0.8)
+    ax_episode.set(title="return per episode", xlabel="episode", ylabel="return")
+    figure.suptitle(f"{dataset.id}: {len(returns):,} episodes, {int(lengths.sum()):,} steps")
+    figure.savefig(path, dpi=100)
+    return figure
+
+
+def run_delete(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect delete ID...``: remove datasets (asks first unless --yes)."""
+    from vcollect.store import delete_dataset, load_dataset
+
+    for dataset_id in args.dataset_ids:
+        load_dataset(dataset_id, root=args.root)  # unknown ids fail before anything is deleted
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise UsageError("refusing to delete without confirmation: pass --yes")
+        answer = input(f"delete {', '.join(args.dataset_ids)}? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            console.print("nothing deleted")
+            return EXIT_FAILURE
+    for dataset_id in args.dataset_ids:
+        delete_dataset(dataset_id, root=args.root)
+        console.print(Text(f"deleted {dataset_id}"))
+    return EXIT_OK
+
+
+def _check_new(dataset_ids: Sequence[str], root: str | None) -> None:
+    """UsageError unless every id is well formed, distinct and not taken yet."""
+    from vcollect.store import dataset_path, parse_dataset_id
+    from vcollect.store.writer import DATASET_FILE
+
+    if len(set(dataset_ids)) != len(dataset_ids):
+        raise UsageError(f"the new dataset ids must be distinct, got {list(dataset_ids)}")
+    for dataset_id in dataset_ids:
+        parse_dataset_id(dataset_id)
+        if (dataset_path(dataset_id, root) / DATASET_FILE).is_file():
+            raise UsageError(f"dataset {dataset_id!r} already exists; delete it first or pick another id")
+
+
+def run_combine(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect combine ID... --into NEW_ID``: copy the episodes of several datasets into a new one."""
+    from vcollect.store import combine_datasets, load_dataset
+
+    sources = [load_dataset(dataset_id, args.root) for dataset_id in args.dataset_ids]
+    _check_new([args.into], args.root)
+    combined = combine_datasets(sources, args.into, args.root)
+    console.print(
+        Text(
+            f"combined {len(sources)} datasets into {args.into}: {combined.total_episodes:,} episodes, "
+            f"{combined.total_steps:,} steps"
+        )
+    )
+    return EXIT_OK
+
+
+def parse_sizes(text: str, total: int) -> list[int]:
+    """``--sizes`` -> episode counts: '800,200' as counts, '80%,20%' as shares of ``total`` episodes.
+
+    Percentages are rounded by largest remainder, so '50%,50%' of 7 episodes gives 4 and 3.
+    """
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise UsageError(f"--sizes must list episode counts or percentages, got {text!r}")
+    percent = [part.endswith("%") for part in parts]
+    if any(percent) and not all(percent):
+        raise UsageError(f"--sizes mixes counts and percentages: {text!r}")
+    try:
+        values = [float(part.rstrip("%")) if all(percent) else int(part) for part in parts]
+    except ValueError:
+        raise UsageError(f"--sizes must list whole episode counts or percentages like 80%, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise UsageError(f"--sizes must not be negative, got {text!r}")
+    if not all(percent):
+        counts = [int(v) for v in values]
+    else:
+        if sum(values) > 100 + 1e-9:
+            raise UsageError(f"--sizes percentages add up to {sum(values):g}%, more than 100%")
+        exact = np.asarray(values) * total / 100.0
+        counts_array = np.floor(exact).astype(np.int64)
+        target = int(round(float(exact.sum())))
+        order = np.argsort(-(exact - counts_array), kind="stable")
+        counts_array[order[: max(0, target - int(counts_array.sum()))]] += 1
+        counts = counts_array.tolist()
+    if sum(counts) > total:
+        raise UsageError(f"--sizes {text} add up to {sum(counts)} episodes, more than the {total} the dataset has")
+    return counts
+
+
+def run_split(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect split ID --sizes 80,20 --into A B``: shuffle and copy disjoint parts into new datasets."""
+    from vcollect.store import EpisodeStore, combine_datasets, delete_dataset, load_dataset, split_dataset
+
+    source = load_dataset(args.dataset_id, args.root)
+    sizes = parse_sizes(args.sizes, source.total_episodes)
+    if len(sizes) != len(args.into):
+        raise UsageError(f"--sizes has {len(sizes)} parts but --into names {len(args.into)} datasets")
+    _check_new(args.into, args.root)
+    views = split_dataset(source, sizes, seed=args.seed)
+    inherited = {k: v for k, v in source.metadata.items() if k not in ("dataset_id", "created_at", "format_version")}
+    made: list[str] = []
+    try:
+        for new_id, view in zip(args.into, views):
+            made.append(new_id)
+            part = combine_datasets([view], new_id, args.root)
+            with EpisodeStore.open(new_id, args.root) as store:
+                store.update_metadata({**inherited, "split_from": source.id, "split_sizes": sizes, "split_seed": args.seed})
+            console.print(Text(f"{new_id}: {part.total_episodes:,} episodes, {part.total_steps:,} steps"))
+    except BaseException:
+        for new_id in made:  # all or nothing
+            with contextlib.suppress(DatasetError):
+                delete_dataset(new_id, args.root)
+        raise
+    return EXIT_OK
+
+
+def run_export(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect export ID --format minari``: write the dataset in Minari's format."""
+    from vcollect.store import export_minari, load_dataset
+
+    dataset = load_dataset(args.dataset_id, args.root)
+    minari_id = args.minari_id or args.dataset_id
+    path = export_minari(dataset, minari_id, args.minari_root, overwrite=args.overwrite)
+    console.print(
+        Text(f"exported {dataset.total_episodes:,} episodes of {args.dataset_id} as Minari dataset {minari_id} at {path}")
+    )
+    return EXIT_OK
+
+
+def run_import_minari(args: argparse.Namespace, console: Console) -> int:
+    """``vcollect import-minari PATH_OR_ID --into ID``: copy a Minari dataset into a new vcollect dataset."""
+    from vcollect.store import import_minari, parse_dataset_id
+
+    parse_dataset_id(args.into)
+    if not args.overwrite:
+        _check_new([args.into], args.root)
+    dataset = import_minari(args.source, args.into, args.root, overwrite=args.overwrite, minari_root=args.minari_root)
+    console.print(
+        Text(f"imported {dataset.total_episodes:,} episodes ({dataset.total_steps:,} steps) into {args.into} at {dataset.path}")
+    )
+    return EXIT_OK
+
