@@ -5,7 +5,16 @@ up. So every row is set up once (envs, collector, warm-up), then timed in many s
 taking turns window by window, and each row keeps its fastest window: the speed it reaches when the
 machine leaves it alone. Ratios are taken between those, all within one run. Usage:
 
-    python benchmarks/compare.py [--window-steps 20000] [--rounds 10] [--num-envs 8] [--only raw,dummy,...]
+    python benchmarks/compare.py [--window-steps 20000] [--rounds 10] [--num-envs 8]
+        [--rows issues,entry,distributed,policy] [--only raw,dummy,...] [--markdown] [--list]
+
+--rows picks row sets (default: all): ``issues`` (the rows of issues 2 to 4), ``entry`` (``vcollect
+collect`` as a process against the same collection written in Python, benchmarks/entry_python.py),
+``distributed`` (DistributedCollector with one Ray worker against an in-process Collector), ``policy``
+(RandomPolicy as the policy object against the raw loops of the random=True rows); --only narrows to
+ratios between the named rows (--list prints them); --markdown prints the tables for RESULTS.md. The code
+that runs is the one PYTHONPATH finds (the CLI rows run ``sys.executable -m vcollect``), so a before/after
+comparison is two runs with different PYTHONPATHs.
 
 Tianshou's Collector is measured when `tianshou` is importable or $TIANSHOU_PYTHON names an
 interpreter that has it (it is not a vcollect dependency); benchmarks/tianshou_peer.py times it the same
@@ -17,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import logging
 import os
 import re
 import shutil
@@ -24,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -288,7 +298,7 @@ def distributed_window(backend: str, num_envs: int, shard_steps: int) -> Window 
     from vcollect.store import EpisodeStore
 
     if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     root = tempfile.mkdtemp(prefix="vcollect-distributed-")
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
     dataset = f"bench/distributed-{backend}-v0"
@@ -539,7 +549,7 @@ def policy_collector(envs: Any) -> Window:
     return collector_window(envs, random_policy(envs))
 
 
-def print_markdown(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+def print_markdown(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     """A markdown table (first column left-aligned, the others right), titled, as RESULTS.md has them;
     leading spaces of a label (indented rows) become non-breaking ones."""
     print(f"**{title}**\n")
