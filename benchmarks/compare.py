@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -163,8 +164,13 @@ def tianshou_speed(num_envs: int, steps: int, backend: str, policy: str = "rando
 
 def slow_env_window(collector_cls: str, num_envs: int = 8) -> Window:
     """Collector or AsyncCollector on envs whose steps take 0.2 ms, or 5 ms with probability 0.1, one
-    worker process per env (SlowEnv: tests/envs.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    worker process per env (SlowEnv: tests/envs.py, from the checkout that vcollect was imported from,
+    so that the worker processes, which get this sys.path, import the same vcollect)."""
+    checkout = Path(vcollect.__file__).resolve().parents[1]
+    if (checkout / "tests" / "envs.py").is_file():
+        sys.path.insert(0, str(checkout))
+    else:  # vcollect installed, not a checkout: this script's checkout, after everything else
+        sys.path.append(str(Path(__file__).resolve().parents[1]))
     from tests.envs import SlowEnv
     from vcollect.async_collector import AsyncCollector
 
@@ -233,6 +239,22 @@ def envpool_collector(num_envs: int, policy: bool = False) -> Window | None:
 # ---------------------------------------------------------------------------------------------------
 # issue "One typed route from envs to store": the real entry points against the direct Python route.
 
+
+def vcollect_file() -> str:
+    """Where this process imported vcollect from (also run in a Ray worker)."""
+    import vcollect as module
+
+    return str(module.__file__)
+
+
+def same_vcollect(found: str, where: str) -> None:
+    """RuntimeError unless ``found`` (vcollect's __init__ in another process) is the one this process runs."""
+    if Path(found).resolve() != Path(vcollect.__file__).resolve():
+        raise RuntimeError(
+            f"{where} imports vcollect from {found}, but this process from {vcollect.__file__}: the rows "
+            "would compare different code; set PYTHONPATH to the checkout to measure"
+        )
+
 ENTRY_SHARD_STEPS = 100_000
 """Shard size of the entry-point rows, passed to both sides (the CLI's default --shard-steps)."""
 
@@ -260,6 +282,16 @@ def entry_window(kind: str, backend: str, num_envs: int) -> Window | None:
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
     dataset = f"bench/{kind}-{backend}-v0"
     seed = "0"
+    # `python -m` puts its working directory first on sys.path: run in the empty temporary folder, so that
+    # PYTHONPATH (made absolute) picks vcollect and not a checkout that happens to be the working directory.
+    env = dict(os.environ)
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep))
+    found = subprocess.run(
+        [sys.executable, "-c", "import vcollect; print(vcollect.__file__)"], cwd=root, env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    same_vcollect(found, "a process started in a temporary folder")
 
     def window(steps: int) -> float | None:
         if kind == "cli":
@@ -273,7 +305,7 @@ def entry_window(kind: str, backend: str, num_envs: int) -> Window | None:
                 sys.executable, str(Path(__file__).with_name("entry_python.py")), "CartPole-v1", backend,
                 str(num_envs), str(steps), dataset, root, seed, str(ENTRY_SHARD_STEPS),
             ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
         found = _STEPS_PER_S.search(done.stdout)
         if done.returncode != 0 or found is None:  # reported, and the run goes on without this window
             print(
@@ -301,7 +333,12 @@ def distributed_window(backend: str, num_envs: int, shard_steps: int) -> Window 
     from vcollect.store import EpisodeStore
 
     if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        # Ray puts the driver's working directory on its workers' sys.path: start it from an empty folder,
+        # so that the workers import the vcollect this process imported (checked below), not a checkout
+        # that happens to be the working directory.
+        with contextlib.chdir(tempfile.gettempdir()):
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    same_vcollect(ray.get(ray.remote(vcollect_file).options(num_cpus=0).remote()), "a Ray worker")
     root = tempfile.mkdtemp(prefix="vcollect-distributed-")
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
     dataset = f"bench/distributed-{backend}-v0"
@@ -505,7 +542,13 @@ def measure(args: argparse.Namespace) -> None:
             for name in group:
                 if name in setups:
                     setup, size = setups[name]
-                    made = setup()
+                    try:
+                        made = setup()
+                    except Exception:  # reported; the other rows go on (the row reads "failed")
+                        print(f"compare.py: setting up row {name!r} failed:", file=sys.stderr)
+                        traceback.print_exc()
+                        windows[name] = None
+                        continue
                     windows[name] = None if made is None else (made, size)
                     if made is None:
                         unavailable.add(name)
