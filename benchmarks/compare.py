@@ -336,8 +336,12 @@ def distributed_window(backend: str, num_envs: int, shard_steps: int) -> Window 
         # Ray puts the driver's working directory on its workers' sys.path: start it from an empty folder,
         # so that the workers import the vcollect this process imported (checked below), not a checkout
         # that happens to be the working directory.
-        with contextlib.chdir(tempfile.gettempdir()):
+        here = os.getcwd()
+        os.chdir(tempfile.gettempdir())  # (contextlib.chdir is Python 3.11+)
+        try:
             ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        finally:
+            os.chdir(here)
     same_vcollect(ray.get(ray.remote(vcollect_file).options(num_cpus=0).remote()), "a Ray worker")
     root = tempfile.mkdtemp(prefix="vcollect-distributed-")
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
