@@ -255,6 +255,7 @@ def same_vcollect(found: str, where: str) -> None:
             "would compare different code; set PYTHONPATH to the checkout to measure"
         )
 
+
 ENTRY_SHARD_STEPS = 100_000
 """Shard size of the entry-point rows, passed to both sides (the CLI's default --shard-steps)."""
 
@@ -268,7 +269,7 @@ def entry_window(kind: str, backend: str, num_envs: int) -> Window | None:
 
     Timed from inside: the steps/s of the one collect call, as the CLI prints it (its CollectStats table)
     and as entry_python.py prints it. Timing the whole process instead would add the interpreter start,
-    the imports (the CLI imports rich and its own module; about 0.3 to 0.5 s here), building the envs
+    the imports (0.3 to 0.5 s per process here, and the CLI imports more: rich, its own module), building the envs
     and the store, and the final commit and close, all of which differ between the two sides and vary
     with the machine's load, while the question is what each route costs per collected step. Both sides
     start cold and make one call with ``reset_before_collect=True``, so warm-up is the same on both; the
@@ -355,7 +356,7 @@ def distributed_window(backend: str, num_envs: int, shard_steps: int) -> Window 
         "CartPole-v1", None, num_workers=1, envs_per_worker=num_envs, backend=backend, store=dataset, root=root,
         seed=0, store_kwargs={"shard_steps": shard_steps},
     )
-    CLEANUP.callback(collector.close)  # runs before the folder's removal (registered later)
+    CLEANUP.callback(collector.close)  # registered after the folder's removal, so it runs before it
     collector.collect(n_step=1_000, random=True)  # warm-up: the worker's first reset and shard
 
     def window(steps: int) -> float:
