@@ -5,7 +5,16 @@ up. So every row is set up once (envs, collector, warm-up), then timed in many s
 taking turns window by window, and each row keeps its fastest window: the speed it reaches when the
 machine leaves it alone. Ratios are taken between those, all within one run. Usage:
 
-    python benchmarks/compare.py [--window-steps 20000] [--rounds 10] [--num-envs 8] [--only raw,dummy,...]
+    python benchmarks/compare.py [--window-steps 20000] [--rounds 10] [--num-envs 8]
+        [--rows issues,entry,distributed,policy] [--only raw,dummy,...] [--markdown] [--list]
+
+--rows picks row sets (default: all): ``issues`` (the rows of issues 2 to 4), ``entry`` (``vcollect
+collect`` as a process against the same collection written in Python, benchmarks/entry_python.py),
+``distributed`` (DistributedCollector with one Ray worker against an in-process Collector), ``policy``
+(RandomPolicy as the policy object against the raw loops of the random=True rows); --only narrows to
+ratios between the named rows (--list prints them); --markdown prints the tables for RESULTS.md. The code
+that runs is the one PYTHONPATH finds (the CLI rows run ``sys.executable -m vcollect``), so a before/after
+comparison is two runs with different PYTHONPATHs.
 
 Tianshou's Collector is measured when `tianshou` is importable or $TIANSHOU_PYTHON names an
 interpreter that has it (it is not a vcollect dependency); benchmarks/tianshou_peer.py times it the same
@@ -17,15 +26,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
+import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -33,9 +45,11 @@ from rich.console import Console
 from rich.table import Table
 
 import vcollect
+from vcollect.envs import make_vector
 
-Window = Callable[[int], float]
-"""Run one timed window of about n transitions on an already warmed-up setup; return transitions/s."""
+Window = Callable[[int], float | None]
+"""Run one timed window of about n transitions on an already warmed-up setup; return transitions/s
+(None: the window failed and said why on stderr; only the entry rows' processes do)."""
 
 CLEANUP = contextlib.ExitStack()
 """Closes the envs, collectors and stores of the rows set up so far (see measure: one group at a time)."""
@@ -100,13 +114,18 @@ def mlp_policy(action_space: gym.Space) -> object:
     return TorchPolicy(net, action_space)
 
 
-def store_window(num_envs: int, shard_steps: int, every_reset: bool = True) -> Window:
-    """Collector (dummy backend) writing every episode into an EpisodeStore in a temporary folder; shards
-    of ``shard_steps`` (the window size: each window pays for one shard commit, more often than the
-    100k-step default)."""
+def store_window(
+    num_envs: int, shard_steps: int, every_reset: bool = True, *, backend: str = "dummy", policy: bool = False
+) -> Window | None:
+    """Collector (dummy backend unless said) writing every episode into an EpisodeStore in a temporary
+    folder; shards of ``shard_steps`` (the window size: each window pays for one shard commit, more often
+    than the 100k-step default). ``policy``: RandomPolicy as the policy object instead of random=True.
+    None when the backend is not installed (envpool)."""
     from vcollect.store import EpisodeStore
 
-    envs = vcollect.make_vector("CartPole-v1", num_envs)
+    if backend == "envpool" and importlib.util.find_spec("envpool") is None:
+        return None
+    envs = make_vector("CartPole-v1", num_envs, backend=backend)
     root = tempfile.mkdtemp(prefix="vcollect-compare-")
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
     store = EpisodeStore.create(
@@ -114,7 +133,15 @@ def store_window(num_envs: int, shard_steps: int, every_reset: bool = True) -> W
         shard_steps=shard_steps,
     )
     CLEANUP.callback(store.close)
-    return collector_window(envs, store=store, every_reset=every_reset)
+    return collector_window(envs, random_policy(envs) if policy else None, store=store, every_reset=every_reset)
+
+
+def random_policy(envs: Any) -> object:
+    """RandomPolicy on the envs' action space: random actions drawn through the policy path (the
+    Collector calls it with the observations) instead of the Collector's own ``random=True`` draws."""
+    from vcollect.policies import RandomPolicy
+
+    return RandomPolicy(envs.single_action_space, seed=0)
 
 
 def tianshou_speed(num_envs: int, steps: int, backend: str, policy: str = "random", windows: int = 3) -> float | None:
@@ -137,13 +164,18 @@ def tianshou_speed(num_envs: int, steps: int, backend: str, policy: str = "rando
 
 def slow_env_window(collector_cls: str, num_envs: int = 8) -> Window:
     """Collector or AsyncCollector on envs whose steps take 0.2 ms, or 5 ms with probability 0.1, one
-    worker process per env (SlowEnv: tests/envs.py)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    worker process per env (SlowEnv: tests/envs.py, from the checkout that vcollect was imported from,
+    so that the worker processes, which get this sys.path, import the same vcollect)."""
+    checkout = Path(vcollect.__file__).resolve().parents[1]
+    if (checkout / "tests" / "envs.py").is_file():
+        sys.path.insert(0, str(checkout))
+    else:  # vcollect installed, not a checkout: this script's checkout, after everything else
+        sys.path.append(str(Path(__file__).resolve().parents[1]))
     from tests.envs import SlowEnv
     from vcollect.async_collector import AsyncCollector
 
     cls = AsyncCollector if collector_cls == "async" else vcollect.Collector
-    envs = vcollect.SubprocVectorEnv([SlowEnv] * num_envs, num_workers=num_envs)
+    envs = make_vector(SlowEnv, num_envs, backend="subproc", num_workers=num_envs)
     return collector_window(envs, collector_cls=cls, warm_up=200)
 
 
@@ -177,9 +209,11 @@ def raw_vector_entry_loop(num_envs: int) -> Window:
     return real_transitions_window(envs, num_envs)
 
 
-def vector_entry_collector(num_envs: int) -> Window:
-    """The Collector on the same vector env (wrapped in GymnasiumVectorEnv), real transitions per second."""
-    return collector_window(gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point"))
+def vector_entry_collector(num_envs: int, policy: bool = False) -> Window:
+    """The Collector on the same vector env (wrapped in GymnasiumVectorEnv), real transitions per second.
+    ``policy``: RandomPolicy as the policy object instead of random=True."""
+    envs = gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="vector_entry_point")
+    return collector_window(envs, random_policy(envs) if policy else None)
 
 
 def raw_envpool_loop(num_envs: int) -> Window | None:
@@ -194,34 +228,213 @@ def raw_envpool_loop(num_envs: int) -> Window | None:
     return real_transitions_window(envs, num_envs)
 
 
-def envpool_collector(num_envs: int) -> Window | None:
-    """The Collector on an EnvPoolVectorEnv with the same pool settings."""
+def envpool_collector(num_envs: int, policy: bool = False) -> Window | None:
+    """The Collector on an EnvPoolVectorEnv with the same pool settings (``policy``: RandomPolicy)."""
     if importlib.util.find_spec("envpool") is None:
         return None
-    return collector_window(vcollect.make_vector("CartPole-v1", num_envs, backend="envpool", seed=0))
+    envs = make_vector("CartPole-v1", num_envs, backend="envpool", seed=0)
+    return collector_window(envs, random_policy(envs) if policy else None)
 
 
-RATIOS: list[tuple[str, str, str, float]] = [
-    ("Collector dummy / raw SyncVectorEnv (issue 2)", "dummy", "raw", 0.85),
-    ("  the same, resets seeded as raw's (first only)", "dummy, first reset seeded", "raw", 0.85),
-    ("Collector subproc, 2 workers / raw (issue 2)", "subproc (2 workers)", "raw", 0.6),
-    ("Collector dummy / Tianshou dummy, random (issue 2)", "dummy", "tianshou dummy", 4.0),
-    ("Collector subproc / Tianshou subproc, random (issue 2)", "subproc (2 workers)", "tianshou subproc", 4.0),
-    ("TorchPolicy MLP / Tianshou DQN, same MLP (issue 2)", "dummy+torch mlp", "tianshou dummy+dqn mlp", 4.0),
-    ("  the same, resets seeded as Tianshou's (first only)", "dummy+torch mlp, first reset seeded",
-     "tianshou dummy+dqn mlp", 4.0),
-    ("Collector dummy + store / raw (issue 3)", "dummy+store", "raw", 0.75),
-    ("  the same, resets seeded as raw's (first only)", "dummy+store, first reset seeded", "raw", 0.75),
-    ("AsyncCollector / Collector, 8 slow envs on 8 workers (issue 4)", "slow envs async", "slow envs sync", 2.0),
-    ("Collector / raw, CartPole vector entry point, 64 envs (issue 4)", "vector entry 64", "raw vector entry 64", 0.8),
-    ("Collector / raw, EnvPool CartPole, 8 envs (issue 4)", "envpool", "raw envpool", 0.7),
+# ---------------------------------------------------------------------------------------------------
+# issue "One typed route from envs to store": the real entry points against the direct Python route.
+
+
+def vcollect_file() -> str:
+    """Where this process imported vcollect from (also run in a Ray worker)."""
+    import vcollect as module
+
+    return str(module.__file__)
+
+
+def same_vcollect(found: str, where: str) -> None:
+    """RuntimeError unless ``found`` (vcollect's __init__ in another process) is the one this process runs."""
+    if Path(found).resolve() != Path(vcollect.__file__).resolve():
+        raise RuntimeError(
+            f"{where} imports vcollect from {found}, but this process from {vcollect.__file__}: the rows "
+            "would compare different code; set PYTHONPATH to the checkout to measure"
+        )
+
+
+ENTRY_SHARD_STEPS = 100_000
+"""Shard size of the entry-point rows, passed to both sides (the CLI's default --shard-steps)."""
+
+_STEPS_PER_S = re.compile(r"^\W*steps/s\W+([\d,]+(?:\.\d+)?)", re.MULTILINE)
+
+
+def entry_window(kind: str, backend: str, num_envs: int) -> Window | None:
+    """One fresh process per window: ``vcollect collect`` (kind "cli") or benchmarks/entry_python.py (kind
+    "python", the direct Collector + EpisodeStore), CartPole-v1 on ``backend`` with ``num_envs`` envs,
+    random actions, every episode stored in a dataset in a temporary folder, one collect call of ``steps``.
+
+    Timed from inside: the steps/s of the one collect call, as the CLI prints it (its CollectStats table)
+    and as entry_python.py prints it. Timing the whole process instead would add the interpreter start,
+    the imports (0.3 to 0.5 s per process here, and the CLI imports more: rich, its own module), building the envs
+    and the store, and the final commit and close, all of which differ between the two sides and vary
+    with the machine's load, while the question is what each route costs per collected step. Both sides
+    start cold and make one call with ``reset_before_collect=True``, so warm-up is the same on both; the
+    window sizes make that call a few seconds long. The CLI runs as ``sys.executable -m vcollect``, so
+    PYTHONPATH decides which vcollect both sides run; it shows its progress bar (its default; tqdm on
+    stderr, which is captured here).
+    """
+    if backend == "envpool" and importlib.util.find_spec("envpool") is None:
+        return None
+    root = tempfile.mkdtemp(prefix="vcollect-entry-")
+    CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
+    dataset = f"bench/{kind}-{backend}-v0"
+    seed = "0"
+    # `python -m` puts its working directory first on sys.path: run in the empty temporary folder, so that
+    # PYTHONPATH (made absolute) picks vcollect and not a checkout that happens to be the working directory.
+    env = dict(os.environ)
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep))
+    found = subprocess.run(
+        [sys.executable, "-c", "import vcollect; print(vcollect.__file__)"], cwd=root, env=env,
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    same_vcollect(found, "a process started in a temporary folder")
+
+    def window(steps: int) -> float | None:
+        if kind == "cli":
+            command = [
+                sys.executable, "-m", "vcollect", "collect", "CartPole-v1", "--backend", backend,
+                "--num-envs", str(num_envs), "--steps", str(steps), "--seed", seed, "--dataset", dataset,
+                "--root", root, "--overwrite", "--shard-steps", str(ENTRY_SHARD_STEPS),
+            ]
+        else:
+            command = [
+                sys.executable, str(Path(__file__).with_name("entry_python.py")), "CartPole-v1", backend,
+                str(num_envs), str(steps), dataset, root, seed, str(ENTRY_SHARD_STEPS),
+            ]
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
+        found = _STEPS_PER_S.search(done.stdout)
+        if done.returncode != 0 or found is None:  # reported, and the run goes on without this window
+            print(
+                f"compare.py: {' '.join(command)} exited with {done.returncode} and printed no steps/s:\n"
+                f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}",
+                file=sys.stderr,
+            )
+            return None
+        return float(found.group(1).replace(",", ""))
+
+    return window
+
+
+def distributed_window(backend: str, num_envs: int, shard_steps: int) -> Window | None:
+    """DistributedCollector with one Ray worker (``num_envs`` CartPole-v1 envs on ``backend``, random
+    actions) appending every episode to a dataset in a temporary folder; a window is one ``collect`` call,
+    its steps/s the CollectStats' (the driver's clock: the Ray call and the worker's end-of-call shard
+    commit included). Shards of ``shard_steps`` (the window size), as its baseline's (store_window).
+    Starts a local Ray once, unless Ray is initialised or $RAY_ADDRESS is set; it stays up to the end."""
+    if backend == "envpool" and importlib.util.find_spec("envpool") is None:
+        return None
+    import ray
+
+    from vcollect.distributed import DistributedCollector
+    from vcollect.store import EpisodeStore
+
+    if not ray.is_initialized() and not os.environ.get("RAY_ADDRESS"):
+        # Ray puts the driver's working directory on its workers' sys.path: start it from an empty folder,
+        # so that the workers import the vcollect this process imported (checked below), not a checkout
+        # that happens to be the working directory.
+        here = os.getcwd()
+        os.chdir(tempfile.gettempdir())  # (contextlib.chdir is Python 3.11+)
+        try:
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        finally:
+            os.chdir(here)
+    same_vcollect(ray.get(ray.remote(vcollect_file).options(num_cpus=0).remote()), "a Ray worker")
+    root = tempfile.mkdtemp(prefix="vcollect-distributed-")
+    CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
+    dataset = f"bench/distributed-{backend}-v0"
+    probe = make_vector("CartPole-v1", num_envs, backend=backend)  # the spaces as the worker will see them
+    try:
+        EpisodeStore.create(dataset, probe.single_observation_space, probe.single_action_space, root=root).close()
+    finally:
+        probe.close()
+    collector = DistributedCollector(
+        "CartPole-v1", None, num_workers=1, envs_per_worker=num_envs, backend=backend, store=dataset, root=root,
+        seed=0, store_kwargs={"shard_steps": shard_steps},
+    )
+    CLEANUP.callback(collector.close)  # registered after the folder's removal, so it runs before it
+    collector.collect(n_step=1_000, random=True)  # warm-up: the worker's first reset and shard
+
+    def window(steps: int) -> float:
+        return float(collector.collect(n_step=steps, random=True).collect_speed)
+
+    return window
+
+
+class Ratio(NamedTuple):
+    """One line of the ratio table: ``row``'s best window over ``base``'s, against ``bar`` (None: shown
+    for information, no bar); ``rows`` names the set it belongs to (``--rows``)."""
+
+    label: str
+    row: str
+    base: str
+    bar: float | None
+    rows: str
+
+
+RATIOS: list[Ratio] = [
+    Ratio("Collector dummy / raw SyncVectorEnv (issue 2)", "dummy", "raw", 0.85, "issues"),
+    Ratio("  the same, resets seeded as raw's (first only)", "dummy, first reset seeded", "raw", 0.85, "issues"),
+    Ratio("Collector subproc, 2 workers / raw (issue 2)", "subproc (2 workers)", "raw", 0.6, "issues"),
+    Ratio("Collector dummy / Tianshou dummy, random (issue 2)", "dummy", "tianshou dummy", 4.0, "issues"),
+    Ratio("Collector subproc / Tianshou subproc, random (issue 2)", "subproc (2 workers)", "tianshou subproc", 4.0,
+          "issues"),
+    Ratio("TorchPolicy MLP / Tianshou DQN, same MLP (issue 2)", "dummy+torch mlp", "tianshou dummy+dqn mlp", 4.0,
+          "issues"),
+    Ratio("  the same, resets seeded as Tianshou's (first only)", "dummy+torch mlp, first reset seeded",
+          "tianshou dummy+dqn mlp", 4.0, "issues"),
+    Ratio("Collector dummy + store / raw (issue 3)", "dummy+store", "raw", 0.75, "issues"),
+    Ratio("  the same, resets seeded as raw's (first only)", "dummy+store, first reset seeded", "raw", 0.75, "issues"),
+    Ratio("AsyncCollector / Collector, 8 slow envs on 8 workers (issue 4)", "slow envs async", "slow envs sync", 2.0,
+          "issues"),
+    Ratio("Collector / raw, CartPole vector entry point, 64 envs (issue 4)", "vector entry 64", "raw vector entry 64",
+          0.8, "issues"),
+    Ratio("Collector / raw, EnvPool CartPole, 8 envs (issue 4)", "envpool", "raw envpool", 0.7, "issues"),
+    # the real entry points, each against the direct Python Collector + EpisodeStore on the same work
+    Ratio("`vcollect collect` / Python Collector+EpisodeStore, gymnasium, 64 envs, store on",
+          "CLI gymnasium 64+store", "Python gymnasium 64+store", 0.9, "entry"),
+    Ratio("`vcollect collect` / Python Collector+EpisodeStore, EnvPool, 8 envs, store on",
+          "CLI envpool+store", "Python envpool+store", 0.9, "entry"),
+    Ratio("DistributedCollector, 1 worker / Collector+EpisodeStore, gymnasium, 64 envs, store on",
+          "distributed gymnasium 64+store", "Collector gymnasium 64+store", 0.9, "distributed"),
+    Ratio("DistributedCollector, 1 worker / Collector+EpisodeStore, EnvPool, 8 envs, store on",
+          "distributed envpool+store", "Collector envpool+store", 0.9, "distributed"),
+    # RandomPolicy as the policy object (the policy path) against the raw loop of the random=True row
+    Ratio("Collector dummy + RandomPolicy / raw", "dummy+RandomPolicy", "raw", 0.9, "policy"),
+    Ratio("  the same / Collector dummy, random=True", "dummy+RandomPolicy", "dummy", None, "policy"),
+    Ratio("Collector subproc, 2 workers + RandomPolicy / raw", "subproc (2 workers)+RandomPolicy", "raw", 0.6,
+          "policy"),
+    Ratio("  the same / Collector subproc, random=True", "subproc (2 workers)+RandomPolicy", "subproc (2 workers)",
+          None, "policy"),
+    Ratio("Collector dummy + store + RandomPolicy / raw", "dummy+store+RandomPolicy", "raw", 0.85, "policy"),
+    Ratio("  the same / Collector dummy + store, random=True", "dummy+store+RandomPolicy", "dummy+store", None,
+          "policy"),
+    Ratio("Collector + RandomPolicy / raw, CartPole vector entry point, 64 envs", "vector entry 64+RandomPolicy",
+          "raw vector entry 64", 0.9, "policy"),
+    Ratio("  the same / Collector, random=True", "vector entry 64+RandomPolicy", "vector entry 64", None, "policy"),
+    Ratio("Collector + RandomPolicy / raw, EnvPool CartPole, 8 envs", "envpool+RandomPolicy", "raw envpool", 0.7,
+          "policy"),
+    Ratio("  the same / Collector, random=True", "envpool+RandomPolicy", "envpool", None, "policy"),
 ]
-"""The issues' ratios: (label, row, baseline row, bar), each taken between the two rows' best windows.
+"""The ratios: (label, row, baseline row, bar, row set), each taken between the two rows' best windows.
 
 The Collector seeds every reset by default (each stored episode replays alone from its seed); the raw
 gymnasium loop and Tianshou seed only once, and gymnasium's reset with a seed makes a new generator
-(about 10 us). The indented rows measure the Collector doing the same as the baseline
-(``seed_every_reset=False``)."""
+(about 10 us). The indented "seeded as" rows measure the Collector doing the same as the baseline
+(``seed_every_reset=False``).
+
+Row sets (``--rows``): ``issues``, the rows of issues 2 to 4 (unchanged); ``entry``, ``vcollect collect``
+against the same collection from Python (entry_window); ``distributed``, DistributedCollector with one
+worker against an in-process Collector (distributed_window); ``policy``, RandomPolicy passed as the
+policy object against the raw loop of the matching random=True row (the indented lines: against the
+random=True row itself, for information). Bars of the new sets: the issue's goals (0.9; store on 0.85);
+the subproc and EnvPool policy rows carry their random=True rows' bars, as the issue sets none."""
+
+ROW_SETS = ("issues", "entry", "distributed", "policy")
 
 
 def main() -> None:
@@ -229,14 +442,38 @@ def main() -> None:
     parser.add_argument("--window-steps", type=int, default=20_000, help="transitions per window (8-env rows)")
     parser.add_argument("--rounds", type=int, default=10, help="windows per row, rows taking turns")
     parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument(
+        "--rows", default=",".join(ROW_SETS),
+        help=f"comma-separated row sets: the ratios of these sets only (from: {', '.join(ROW_SETS)}; default: all)",
+    )
     parser.add_argument("--only", default="", help="comma-separated row names: only the ratios between them")
+    parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (for RESULTS.md)")
+    parser.add_argument("--list", action="store_true", help="list the ratios (set, row, baseline) and exit")
     args = parser.parse_args()
+    sets = {name for name in args.rows.split(",") if name}
+    if sets - set(ROW_SETS):
+        parser.error(f"--rows: unknown {sorted(sets - set(ROW_SETS))}; row sets: {', '.join(ROW_SETS)}")
+    if args.list:
+        for ratio in RATIOS:
+            print(f"{ratio.rows:12s} {ratio.row!r} / {ratio.base!r}")
+        return
     measure(args)
 
 
-SEPARATE = ("raw envpool", "envpool")
-"""Rows timed in a group of their own: an EnvPool pool's threads keep polling while it is idle, which
-slowed a plain SyncVectorEnv loop beside it to half its speed here."""
+GROUPS: list[tuple[str, ...]] = [
+    ("raw envpool", "envpool", "envpool+RandomPolicy"),
+    ("CLI gymnasium 64+store", "Python gymnasium 64+store", "CLI envpool+store", "Python envpool+store"),
+    ("distributed gymnasium 64+store", "Collector gymnasium 64+store"),
+    ("distributed envpool+store", "Collector envpool+store"),
+]
+"""Rows timed in groups of their own, after the other rows (closed by then), in this order:
+
+* EnvPool rows: an EnvPool pool's threads keep polling while it is idle, which slowed a plain
+  SyncVectorEnv loop beside it to half its speed here;
+* the entry-point rows: each window is a process of its own, which nothing idle in this one should slow;
+* the DistributedCollector rows, last (Ray's processes stay up once started), each with its in-process
+  baseline, the EnvPool pair apart from the gymnasium one (a pool idling in one process or worker would
+  slow the other side)."""
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -246,20 +483,21 @@ def measure(args: argparse.Namespace) -> None:
 
     # Each row: (set-up returning its window function or None when not installed, steps per window).
     # A 64-env vector step costs ~20x less per transition than 8 CartPole envs: more steps, similar time.
+    # The entry rows' windows are whole collect calls in fresh processes: a few seconds each by default.
     setups: dict[str, tuple[Callable[[], Window | None], int]] = {
         "raw": (lambda: raw_sync_vector_loop(n), steps),
-        "dummy": (lambda: collector_window(vcollect.make_vector("CartPole-v1", n)), steps),
+        "dummy": (lambda: collector_window(make_vector("CartPole-v1", n)), steps),
         "dummy, first reset seeded": (
-            lambda: collector_window(vcollect.make_vector("CartPole-v1", n), every_reset=False), steps
+            lambda: collector_window(make_vector("CartPole-v1", n), every_reset=False), steps
         ),
         "dummy+store": (lambda: store_window(n, steps), steps),
         "dummy+store, first reset seeded": (lambda: store_window(n, steps, every_reset=False), steps),
         "subproc (2 workers)": (
-            lambda: collector_window(vcollect.make_vector("CartPole-v1", n, backend="subproc", num_workers=2)), steps
+            lambda: collector_window(make_vector("CartPole-v1", n, backend="subproc", num_workers=2)), steps
         ),
-        "dummy+torch mlp": (lambda: collector_window(vcollect.make_vector("CartPole-v1", n), mlp_policy(space)), steps // 4),
+        "dummy+torch mlp": (lambda: collector_window(make_vector("CartPole-v1", n), mlp_policy(space)), steps // 4),
         "dummy+torch mlp, first reset seeded": (
-            lambda: collector_window(vcollect.make_vector("CartPole-v1", n), mlp_policy(space), every_reset=False),
+            lambda: collector_window(make_vector("CartPole-v1", n), mlp_policy(space), every_reset=False),
             steps // 4,
         ),
         "slow envs sync": (lambda: slow_env_window("sync"), max(500, steps // 20)),
@@ -268,54 +506,117 @@ def measure(args: argparse.Namespace) -> None:
         "vector entry 64": (lambda: vector_entry_collector(64), steps * 8),
         "raw envpool": (lambda: raw_envpool_loop(n), steps),
         "envpool": (lambda: envpool_collector(n), steps),
+        # policy rows: the random=True rows' set-ups with RandomPolicy as the policy object
+        "dummy+RandomPolicy": (lambda: policy_collector(make_vector("CartPole-v1", n)), steps),
+        "subproc (2 workers)+RandomPolicy": (
+            lambda: policy_collector(make_vector("CartPole-v1", n, backend="subproc", num_workers=2)), steps
+        ),
+        "dummy+store+RandomPolicy": (lambda: store_window(n, steps, policy=True), steps),
+        "vector entry 64+RandomPolicy": (lambda: vector_entry_collector(64, policy=True), steps * 8),
+        "envpool+RandomPolicy": (lambda: envpool_collector(n, policy=True), steps),
+        # entry points
+        "CLI gymnasium 64+store": (lambda: entry_window("cli", "gymnasium", 64), steps * 100),
+        "Python gymnasium 64+store": (lambda: entry_window("python", "gymnasium", 64), steps * 100),
+        "CLI envpool+store": (lambda: entry_window("cli", "envpool", n), steps * 10),
+        "Python envpool+store": (lambda: entry_window("python", "envpool", n), steps * 10),
+        # DistributedCollector, one worker, and the same collection in this process
+        "distributed gymnasium 64+store": (lambda: distributed_window("gymnasium", 64, steps * 16), steps * 16),
+        "Collector gymnasium 64+store": (lambda: store_window(64, steps * 16, backend="gymnasium"), steps * 16),
+        "distributed envpool+store": (lambda: distributed_window("envpool", n, steps * 2), steps * 2),
+        "Collector envpool+store": (lambda: store_window(n, steps * 2, backend="envpool"), steps * 2),
     }
     peers: dict[str, Callable[[], float | None]] = {
         "tianshou dummy": lambda: tianshou_speed(n, steps // 2, "dummy"),
         "tianshou subproc": lambda: tianshou_speed(n, steps // 4, "subproc"),
         "tianshou dummy+dqn mlp": lambda: tianshou_speed(n, steps // 8, "dummy", "dqn"),
     }
+    sets = {name for name in args.rows.split(",") if name}
     only = {name for name in args.only.split(",") if name}
-    ratios = [r for r in RATIOS if not only or (r[1] in only and r[2] in only)]
-    names = [name for name in [*setups, *peers] if any(name in (r[1], r[2]) for r in ratios)]
+    ratios = [r for r in RATIOS if r.rows in sets and (not only or (r.row in only and r.base in only))]
+    names = [name for name in [*setups, *peers] if any(name in (r.row, r.base) for r in ratios)]
     speeds: dict[str, list[float]] = {name: [] for name in names}
-    for group in ([n for n in names if n not in SEPARATE], [n for n in names if n in SEPARATE]):
+    unavailable: set[str] = set()  # rows whose set-up found their backend (or peer) not installed
+    grouped = {name for group in GROUPS for name in group}
+    groups = [[name for name in names if name not in grouped]]
+    groups += [[name for name in names if name in group] for group in GROUPS]
+    for group in groups:
+        if not group:
+            continue
         with CLEANUP:
             windows: dict[str, tuple[Window, int] | None] = {}
             for name in group:
                 if name in setups:
                     setup, size = setups[name]
-                    made = setup()
+                    try:
+                        made = setup()
+                    except Exception:  # reported; the other rows go on (the row reads "failed")
+                        print(f"compare.py: setting up row {name!r} failed:", file=sys.stderr)
+                        traceback.print_exc()
+                        windows[name] = None
+                        continue
                     windows[name] = None if made is None else (made, size)
+                    if made is None:
+                        unavailable.add(name)
             for _ in range(args.rounds):
                 for name in group:
                     if name in peers:
                         got = peers[name]()
+                        if got is None:
+                            unavailable.add(name)
                     else:
                         entry = windows[name]
                         got = None if entry is None else entry[0](entry[1])
                     if got is not None:
                         speeds[name].append(got)
 
+    title = f"CartPole-v1, {n} envs unless said: steps/s over {args.rounds} rounds of windows"
+    speed_rows = [
+        (name, f"{max(speeds[name]):,.0f}", f"{float(np.median(speeds[name])):,.0f}") if speeds[name]
+        else (name, "not installed" if name in unavailable else "failed (see stderr)", "-")
+        for name in names
+    ]
+    ratio_rows = [
+        (
+            r.label,
+            f"{max(speeds[r.row]) / max(speeds[r.base]):.2f}" if speeds[r.row] and speeds[r.base] else "no result",
+            "-" if r.bar is None else f">= {r.bar:g}",
+        )
+        for r in ratios
+    ]
+    if args.markdown:
+        print_markdown(title, ("what", "best window", "median window"), speed_rows)
+        print_markdown("ratios of the best windows", ("ratio", "measured", "bar"), ratio_rows)
+        return
     console = Console(width=130)
-    table = Table(title=f"CartPole-v1, {n} envs unless said: steps/s over {args.rounds} rounds of windows")
-    for column in ("what", "best window", "median window"):
-        table.add_column(column, justify="left" if column == "what" else "right")
-    for name in names:
-        got = speeds[name]
-        if got:
-            table.add_row(name, f"{max(got):,.0f}", f"{float(np.median(got)):,.0f}")
-        else:
-            table.add_row(name, "not installed", "-")
-    console.print(table)
-    summary = Table(title="ratios of the best windows")
-    for column in ("ratio", "measured", "bar"):
-        summary.add_column(column, justify="left" if column == "ratio" else "right")
-    for label, row, base, bar in ratios:
-        if speeds[row] and speeds[base]:
-            summary.add_row(label, f"{max(speeds[row]) / max(speeds[base]):.2f}", f">= {bar:g}")
-        else:
-            summary.add_row(label, "not installed", f">= {bar:g}")
-    console.print(summary)
+    for table_title, columns, rows in (
+        (title, ("what", "best window", "median window"), speed_rows),
+        ("ratios of the best windows", ("ratio", "measured", "bar"), ratio_rows),
+    ):
+        table = Table(title=table_title)
+        for i, column in enumerate(columns):
+            table.add_column(column, justify="left" if i == 0 else "right")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+
+
+def policy_collector(envs: Any) -> Window:
+    """collector_window with RandomPolicy (random_policy) as the policy object."""
+    return collector_window(envs, random_policy(envs))
+
+
+def print_markdown(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    """A markdown table (first column left-aligned, the others right), titled, as RESULTS.md has them;
+    leading spaces of a label (indented rows) become non-breaking ones."""
+    print(f"**{title}**\n")
+    print("| " + " | ".join(columns) + " |")
+    print("| --- |" + " ---: |" * (len(columns) - 1))
+    for row in rows:
+        label = row[0]
+        stripped = label.lstrip(" ")
+        cells = ["&nbsp;" * (len(label) - len(stripped)) + stripped.replace("|", "\\|"), *row[1:]]
+        print("| " + " | ".join(cells) + " |")
+    print()
 
 
 if __name__ == "__main__":
