@@ -164,7 +164,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                     raise UsageError(f"policy factory {args.policy!r} raised {type(exc).__name__}: {exc}") from None
                 if not callable(policy):
                     raise UsageError(f"policy factory {args.policy!r} returned {type(policy).__name__}, not a policy")
-            if args.record_infos and (getattr(envs, "steps_all_envs", False) or getattr(envs, "autoresets", False)):
+            if args.record_infos and (envs.capabilities.steps_all_envs or envs.capabilities.autoresets):
                 raise UsageError(
                     f"--record-infos needs a backend that steps and resets each env on request; {args.backend!r} "
                     "steps all envs at once or resets them by itself (use dummy or subproc)"

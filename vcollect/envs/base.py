@@ -412,6 +412,16 @@ class BaseVectorEnv:
 
     # -- public API ----------------------------------------------------------------------------
     @property
+    def capabilities(self) -> Any:
+        """TEMP shim."""
+        from vcollect.envs.capabilities import EnvCapabilities
+        sa = bool(getattr(self, "steps_all_envs", False))
+        return EnvCapabilities(steps_all_envs=sa, autoresets=bool(getattr(self, "autoresets", False)),
+            seeded_resets=bool(getattr(self, "seeded_resets", True)), step_reset=not sa,
+            steps_in_blocks=bool(getattr(self, "steps_in_blocks", False)),
+            recv_batch_size=int(getattr(self, "recv_batch_size", 1)), recv_any=hasattr(self, "recv_any"))
+
+    @property
     def in_flight(self) -> np.ndarray:
         """Env ids with a step or reset dispatched whose result has not been received yet."""
         return np.flatnonzero(self._flight)

@@ -73,6 +73,12 @@ class InfoRecordingEnv:
     """
 
     step_reset = None
+
+    @property
+    def capabilities(self) -> Any:
+        """TEMP shim."""
+        from vcollect.envs.capabilities import EnvCapabilities
+        return EnvCapabilities()
     """Not offered (the collector then steps and resets in separate calls): an episode's infos are taken
     after its last step, before its env restarts."""
 
