@@ -84,7 +84,7 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _to_json(value: Any, what: str) -> str:
+def to_json(value: Any, what: str) -> str:
     try:
         return json.dumps(value, default=_json_default)
     except (TypeError, ValueError) as exc:
@@ -295,8 +295,11 @@ class EpisodeStore:
         shard_steps: int = 100_000,
         shard_bytes: int | None = 256 * 2**20,
         compression: str | int | None = None,
+        env_id_offset: int = 0,
     ) -> None:
         """Internal: use :meth:`create` or :meth:`open`."""
+        if isinstance(env_id_offset, bool) or not isinstance(env_id_offset, int | np.integer) or env_id_offset < 0:
+            raise ValueError(f"env_id_offset must be an integer >= 0, got {env_id_offset!r}")
         if shard_steps < 1:
             raise ValueError(f"shard_steps must be >= 1, got {shard_steps}")
         if shard_bytes is not None and shard_bytes < 1:
@@ -309,6 +312,7 @@ class EpisodeStore:
         self.shard_steps = int(shard_steps)
         self.shard_bytes = shard_bytes
         self.compression = compression
+        self._env_id_offset = int(env_id_offset)
         self._obs_leaves = leaves(observation_space)
         self._act_leaves = leaves(action_space)
         self._obs_shapes = [leaf.shape for leaf in self._obs_leaves]
@@ -347,12 +351,14 @@ class EpisodeStore:
         shard_bytes: int | None = 256 * 2**20,
         compression: str | int | None = None,
         overwrite: bool = False,
+        env_id_offset: int = 0,
     ) -> EpisodeStore:
         """Create a new, empty dataset and return a writer for it.
 
         ``env_spec``/``eval_env_spec``: a gymnasium EnvSpec or its JSON (for ``recover_environment``).
         ``metadata``: JSON-able dataset metadata (author, description, ...). Raises DatasetExistsError
         when the id exists unless ``overwrite=True`` (which deletes the old dataset first).
+        ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
         """
         parse_dataset_id(dataset_id)
         root_path = resolve_root(root)
@@ -365,12 +371,12 @@ class EpisodeStore:
             "action_space": space_to_dict(action_space),
             "env_spec": _env_spec_json(env_spec, "env_spec"),
             "eval_env_spec": _env_spec_json(eval_env_spec, "eval_env_spec"),
-            "metadata": json.loads(_to_json(dict(metadata or {}), "metadata")),
+            "metadata": json.loads(to_json(dict(metadata or {}), "metadata")),
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         }
         # Fail on unsupported spaces before touching the disk.
         store = cls(path, dataset_id, observation_space, action_space, shard_steps=shard_steps,
-                    shard_bytes=shard_bytes, compression=compression)
+                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
         exists = (path / DATASET_FILE).exists()
         if exists and not overwrite:
             raise DatasetExistsError(
@@ -400,11 +406,13 @@ class EpisodeStore:
         shard_steps: int = 100_000,
         shard_bytes: int | None = 256 * 2**20,
         compression: str | int | None = None,
+        env_id_offset: int = 0,
     ) -> EpisodeStore:
         """Open an existing dataset to append episodes (a new writer; existing shards are never touched).
 
         Spaces come from ``dataset.json``; if given, they must equal the stored ones, else
-        SpaceMismatchError. DatasetNotFoundError names the id and the root searched.
+        SpaceMismatchError. DatasetNotFoundError names the id and the root searched. ``env_id_offset`` is
+        added to every env id this writer stores (see :attr:`env_id_offset`).
         """
         parse_dataset_id(dataset_id)
         root_path = resolve_root(root)
@@ -422,7 +430,7 @@ class EpisodeStore:
                 )
         (path / SHARDS_DIR).mkdir(exist_ok=True)
         return cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
-                   shard_bytes=shard_bytes, compression=compression)
+                   shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
 
     def __enter__(self) -> EpisodeStore:
         return self
@@ -450,6 +458,12 @@ class EpisodeStore:
     def dataset_id(self) -> str:
         """The dataset id this store writes to."""
         return self._dataset_id
+
+    @property
+    def env_id_offset(self) -> int:
+        """Added to every env id written, so several writers (e.g. Ray workers, each numbering its envs from 0)
+        store global env ids without wrapping the store."""
+        return self._env_id_offset
 
     @property
     def writer_name(self) -> str:
@@ -545,7 +559,7 @@ class EpisodeStore:
             seed_value, seed_valid = int(seed), True
             if not -(2**63) <= seed_value < 2**64:
                 raise ValueError(f"seed {seed_value} does not fit in 64 bits (int64 or uint64)")
-        options_json = None if options is None else _to_json(options, "options")
+        options_json = None if options is None else to_json(options, "options")
 
         if seed_valid and (
             (seed_value >= 2**63 and self._seed_min < 0) or (seed_value < 0 and self._seed_max >= 2**63)
@@ -567,7 +581,8 @@ class EpisodeStore:
         for name, value in meta.items():
             self._pending_meta.setdefault(name, []).append(value)
         self._append_pending(
-            obs_copies, act_copies, rew, terms, truncs, [steps], [int(env_id)], [seed_value], [seed_valid],
+            obs_copies, act_copies, rew, terms, truncs, [steps], [int(env_id) + self._env_id_offset], [seed_value],
+            [seed_valid],
             [options_json],
         )
 
@@ -583,12 +598,15 @@ class EpisodeStore:
         seeds: Sequence[int | None],
         env_ids: Sequence[int],
         options: Sequence[Mapping[str, Any] | None] | None = None,
+        infos: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> None:
         """Buffer several completed episodes at once, as ``write_episode`` would one by one.
 
         Episode i has ``lengths[i]`` steps; the arrays are the episodes' arrays concatenated in order
-        (observations: lengths[i] + 1 rows each, the rest lengths[i]). No infos, extras or metadata: for
-        writers that finish many plain episodes (the Collector), whose per-episode Python cost this saves.
+        (observations: lengths[i] + 1 rows each, the rest lengths[i]). ``infos``: one info tree (or None) per
+        episode, as write_episode's ``infos=``; when any is given the episodes go through write_episode one by
+        one, in order. Without infos the episodes are appended in one go: for writers that finish many plain
+        episodes (the Collector), whose per-episode Python cost this saves.
         """
         if self._closed:
             raise DatasetError(f"EpisodeStore for {self._dataset_id!r} is closed")
@@ -597,13 +615,19 @@ class EpisodeStore:
         if lens.ndim != 1 or (n and int(lens.min()) < 0):
             raise ValueError(f"lengths must be a 1-D sequence of step counts >= 0, got {lengths!r}")
         opts = [None] * n if options is None else list(options)
-        if len(seeds) != n or len(env_ids) != n or len(opts) != n:
+        info_list = [None] * n if infos is None else list(infos)
+        if len(seeds) != n or len(env_ids) != n or len(opts) != n or len(info_list) != n:
             raise ValueError(
-                f"got {n} lengths, {len(seeds)} seeds, {len(env_ids)} env ids and {len(opts)} options: one each per episode"
+                f"got {n} lengths, {len(seeds)} seeds, {len(env_ids)} env ids, {len(opts)} options and "
+                f"{len(info_list)} infos: one each per episode"
             )
-        if self._schemas["infos"].fields or self._schemas["extras"].fields or self._metadata_fields:
+        one_by_one = any(info is not None for info in info_list)
+        if not one_by_one and (
+            self._schemas["infos"].fields or self._schemas["extras"].fields or self._metadata_fields
+        ):
             raise InfoStructureError(
-                f"dataset {self._dataset_id!r} holds episodes with infos, extras or metadata: write each with write_episode"
+                f"dataset {self._dataset_id!r} holds episodes with infos, extras or metadata: write each with "
+                "write_episode (or pass their infos)"
             )
         if n == 0:
             return
@@ -625,12 +649,12 @@ class EpisodeStore:
         given = [v for v, ok in zip(seed_values, valid) if ok]
         if given and not (min(given) >= -(2**63) and max(given) < 2**64):
             raise ValueError(f"seeds {given} do not all fit in 64 bits (int64 or uint64)")
-        if min([self._seed_min, *given]) < 0 and max([self._seed_max, *given]) >= 2**63:
-            # negative seeds and seeds that need uint64 cannot share a shard: write one by one (write_episode
-            # commits between them)
-            self._write_each(obs_copies, act_copies, rew, terms, truncs, lens, seeds, env_ids, opts)
+        if one_by_one or (min([self._seed_min, *given]) < 0 and max([self._seed_max, *given]) >= 2**63):
+            # per-episode infos, or negative seeds and seeds that need uint64 (which cannot share a shard):
+            # write one by one (write_episode checks each info tree and commits between such seeds)
+            self._write_each(obs_copies, act_copies, rew, terms, truncs, lens, seeds, env_ids, opts, info_list)
             return
-        options_json = [None if o is None else _to_json(o, "options") for o in opts]
+        options_json = [None if o is None else to_json(o, "options") for o in opts]
         # Everything validated: only now touch the pending state (no infos, extras or metadata, for good).
         for group in ("infos", "extras"):
             if self._schemas[group].fields is None:
@@ -638,8 +662,8 @@ class EpisodeStore:
         if self._metadata_fields is None:
             self._metadata_fields = {}
         self._append_pending(
-            obs_copies, act_copies, rew, terms, truncs, lens.tolist(), [int(e) for e in env_ids], seed_values,
-            valid, options_json,
+            obs_copies, act_copies, rew, terms, truncs, lens.tolist(), [int(e) + self._env_id_offset for e in env_ids],
+            seed_values, valid, options_json,
         )
 
     def _append_pending(
@@ -698,10 +722,11 @@ class EpisodeStore:
         seeds: Sequence[int | None],
         env_ids: Sequence[int],
         options: Sequence[Mapping[str, Any] | None],
+        infos: Sequence[Mapping[str, Any] | None],
     ) -> None:
         """write_episodes' arrays written episode by episode with write_episode."""
         step = row = 0
-        for length, seed, env_id, opts in zip(lens.tolist(), seeds, env_ids, options):
+        for length, seed, env_id, opts, info in zip(lens.tolist(), seeds, env_ids, options, infos):
             self.write_episode(
                 unflatten_batch(self.observation_space, [a[row : row + length + 1] for a in obs]),
                 unflatten_batch(self.action_space, [a[step : step + length] for a in acts]),
@@ -710,6 +735,7 @@ class EpisodeStore:
                 truncs[step : step + length],
                 seed=seed,
                 env_id=env_id,
+                infos=info,
                 options=opts,
             )
             step += length
@@ -742,7 +768,7 @@ class EpisodeStore:
         """
         info = read_dataset_info(self._path, self._dataset_id, self._root())
         if values:
-            info["metadata"] = {**info.get("metadata", {}), **json.loads(_to_json(dict(values), "metadata"))}
+            info["metadata"] = {**info.get("metadata", {}), **json.loads(to_json(dict(values), "metadata"))}
         if env_spec is not None:
             info["env_spec"] = _env_spec_json(env_spec, "env_spec")
         if eval_env_spec is not None:
