@@ -37,9 +37,11 @@ from gymnasium.envs.registration import EnvSpec
 from vcollect.callbacks import STEP_DATA_KEYS, EpisodeMetadataCallback, StepDataCallback
 from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
+from vcollect.store.catalog import delete_dataset
+from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
-from vcollect.store.reader import Dataset, delete_dataset, load_dataset
-from vcollect.store.writer import DATASET_FILE, EpisodeStore
+from vcollect.store.reader import Dataset, load_dataset
+from vcollect.store.writer import EpisodeStore
 
 __all__ = ["STAGING_NAMESPACE", "DataCollector"]
 

@@ -46,7 +46,8 @@ from vcollect.errors import (
     InvalidDatasetIdError,
 )
 from vcollect.spaces import space_from_dict, space_to_dict
-from vcollect.store.reader import Dataset, delete_dataset, load_dataset
+from vcollect.store.catalog import delete_dataset
+from vcollect.store.reader import Dataset, load_dataset
 from vcollect.store.writer import EpisodeStore
 
 __all__ = [
