@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 from vcollect.spaces import Leaf
 from vcollect.store.dataset_info import TMP_SUFFIX
 
-__all__ = ["EPISODE_COLUMNS", "SHARD_FORMAT_NAME", "PendingShard", "column_path", "write_shard"]
+__all__ = ["EPISODE_COLUMNS", "SHARD_FORMAT_NAME", "EpisodeRows", "PendingShard", "column_path", "write_shard"]
 
 SHARD_FORMAT_NAME = "vcollect-shard"
 
@@ -66,6 +67,19 @@ def _encode_strings(arr: np.ndarray) -> np.ndarray:
 
 def _row_bytes(leaf_list: list[Leaf]) -> int:
     return sum(int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaf_list)
+
+
+@dataclass(frozen=True)
+class EpisodeRows:
+    """Validated copies of episodes' arrays, concatenated in episode order (observation leaves: T+1 rows
+    per episode; action leaves, rewards, terminations and truncations: T rows)."""
+
+    obs: list[np.ndarray]
+    acts: list[np.ndarray]
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    lengths: list[int]
 
 
 class PendingShard:
@@ -114,25 +128,21 @@ class PendingShard:
 
     def append(
         self,
-        obs: list[np.ndarray],
-        acts: list[np.ndarray],
-        rew: np.ndarray,
-        terms: np.ndarray,
-        truncs: np.ndarray,
-        lengths: list[int],
+        rows: EpisodeRows,
         env_ids: list[int],
         seeds: list[int],
         seed_valid: list[bool],
         options_json: list[str | None],
     ) -> None:
-        """Add validated episodes (arrays concatenated in episode order; observations T+1 rows each)."""
-        for parts, arr in zip(self._obs, obs):
+        """Add validated episodes with one env id, seed (valid or not) and options JSON each."""
+        rew, lengths = rows.rewards, rows.lengths
+        for parts, arr in zip(self._obs, rows.obs):
             parts.append(arr)
-        for parts, arr in zip(self._act, acts):
+        for parts, arr in zip(self._act, rows.acts):
             parts.append(arr)
         self._rew.append(rew)
-        self._term.append(terms)
-        self._trunc.append(truncs)
+        self._term.append(rows.terminations)
+        self._trunc.append(rows.truncations)
         start = 0
         for length in lengths:
             self._returns.append(float(rew[start : start + length].sum()))

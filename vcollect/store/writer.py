@@ -44,7 +44,7 @@ from vcollect.store.dataset_info import (
 )
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, flatten_columns, to_json
-from vcollect.store.shard import SHARD_FORMAT_NAME, PendingShard, write_shard
+from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
 
 # DATASET_FILE stays importable from here for vcollect.cli, which imported it from this module.
 __all__ = ["DATASET_FILE", "EpisodeStore"]
@@ -329,11 +329,11 @@ class EpisodeStore:
         if self._metadata.fields is None:
             self._metadata.fields = meta_fields
         self._pending.add_side_data(trees, meta)
-        self._append_pending(
-            obs_copies, act_copies, rew, terms, truncs, [steps], [int(env_id) + self._env_id_offset], [seed_value],
-            [seed_valid],
-            [options_json],
+        self._pending.append(
+            EpisodeRows(obs_copies, act_copies, rew, terms, truncs, [steps]),
+            [int(env_id) + self._env_id_offset], [seed_value], [seed_valid], [options_json],
         )
+        self._commit_if_full()
 
     def write_episodes(
         self,
@@ -393,6 +393,7 @@ class EpisodeStore:
                                        flatten_batch(self.observation_space, observations), steps + n)
         act_copies = self._copy_leaves("actions", self._act_leaves, self._act_shapes,
                                        flatten_batch(self.action_space, actions), steps)
+        batch = EpisodeRows(obs_copies, act_copies, rew, terms, truncs, lens.tolist())
         seed_values = [-1 if seed is None else int(seed) for seed in seeds]
         valid = [seed is not None for seed in seeds]
         given = [v for v, ok in zip(seed_values, valid) if ok]
@@ -401,7 +402,7 @@ class EpisodeStore:
         if one_by_one or (min([self._pending.seed_min, *given]) < 0 and max([self._pending.seed_max, *given]) >= 2**63):
             # per-episode infos, or negative seeds and seeds that need uint64 (which cannot share a shard):
             # write one by one (write_episode checks each info tree and commits between such seeds)
-            self._write_each(obs_copies, act_copies, rew, terms, truncs, lens, seeds, env_ids, opts, info_list)
+            self._write_each(batch, seeds, env_ids, opts, info_list)
             return
         options_json = [None if o is None else to_json(o, "options") for o in opts]
         # Everything validated: only now touch the pending state (no infos, extras or metadata, for good).
@@ -410,27 +411,13 @@ class EpisodeStore:
                 self._schemas[group].fields = {}
         if self._metadata.fields is None:
             self._metadata.fields = {}
-        self._append_pending(
-            obs_copies, act_copies, rew, terms, truncs, lens.tolist(), [int(e) + self._env_id_offset for e in env_ids],
-            seed_values, valid, options_json,
+        self._pending.append(
+            batch, [int(e) + self._env_id_offset for e in env_ids], seed_values, valid, options_json
         )
+        self._commit_if_full()
 
-    def _append_pending(
-        self,
-        obs: list[np.ndarray],
-        acts: list[np.ndarray],
-        rew: np.ndarray,
-        terms: np.ndarray,
-        truncs: np.ndarray,
-        lengths: list[int],
-        env_ids: list[int],
-        seeds: list[int],
-        seed_valid: list[bool],
-        options_json: list[str | None],
-    ) -> None:
-        """Add validated episodes (arrays concatenated in episode order) to the pending shard; commit it
-        when it holds shard_steps steps or shard_bytes bytes."""
-        self._pending.append(obs, acts, rew, terms, truncs, lengths, env_ids, seeds, seed_valid, options_json)
+    def _commit_if_full(self) -> None:
+        """Commit the pending shard once it holds shard_steps steps or shard_bytes bytes."""
         if self._pending.steps >= self.shard_steps or (
             self.shard_bytes is not None and self._pending.nbytes >= self.shard_bytes
         ):
@@ -438,12 +425,7 @@ class EpisodeStore:
 
     def _write_each(
         self,
-        obs: list[np.ndarray],
-        acts: list[np.ndarray],
-        rew: np.ndarray,
-        terms: np.ndarray,
-        truncs: np.ndarray,
-        lens: np.ndarray,
+        batch: EpisodeRows,
         seeds: Sequence[int | None],
         env_ids: Sequence[int],
         options: Sequence[Mapping[str, Any] | None],
@@ -451,13 +433,13 @@ class EpisodeStore:
     ) -> None:
         """write_episodes' arrays written episode by episode with write_episode."""
         step = row = 0
-        for length, seed, env_id, opts, info in zip(lens.tolist(), seeds, env_ids, options, infos):
+        for length, seed, env_id, opts, info in zip(batch.lengths, seeds, env_ids, options, infos):
             self.write_episode(
-                unflatten_batch(self.observation_space, [a[row : row + length + 1] for a in obs]),
-                unflatten_batch(self.action_space, [a[step : step + length] for a in acts]),
-                rew[step : step + length],
-                terms[step : step + length],
-                truncs[step : step + length],
+                unflatten_batch(self.observation_space, [a[row : row + length + 1] for a in batch.obs]),
+                unflatten_batch(self.action_space, [a[step : step + length] for a in batch.acts]),
+                batch.rewards[step : step + length],
+                batch.terminations[step : step + length],
+                batch.truncations[step : step + length],
                 seed=seed,
                 env_id=env_id,
                 infos=info,
