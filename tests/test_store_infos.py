@@ -29,7 +29,7 @@ def test_flatten_and_nest_invert_each_other_in_key_order() -> None:
 
 @pytest.mark.parametrize("bad", ["a/b", "", 3])
 def test_a_bad_key_is_named_the_same_way_everywhere(bad: Any, tmp_path: Path) -> None:
-    where = rf"key {bad!r} under 'outer' must be a non-empty str without '/'"
+    where = rf"key {bad!r} under 'outer' cannot be stored: keys must be non-empty str without '/'"
     with pytest.raises(InfoStructureError, match=where):
         flatten_info({"outer": {bad: 1}}, "info")
     with pytest.raises(InfoStructureError, match=where):  # the Collector's record_infos path
@@ -60,7 +60,7 @@ class _OuterInfoEnv(gym.Env[np.ndarray, int]):
 
 def test_recorder_refuses_a_bad_info_key_at_reset_and_records_good_ones(tmp_path: Path) -> None:
     collector = DataCollector(_OuterInfoEnv("a/b"), record_infos=True, root=tmp_path)
-    with pytest.raises(InfoStructureError, match=r"info key 'a/b' under 'outer' must be a non-empty str"):
+    with pytest.raises(InfoStructureError, match=r"info key 'a/b' under 'outer' cannot be stored"):
         collector.reset(seed=1)
     collector.close()
     good = DataCollector(_OuterInfoEnv("ok"), record_infos=True, root=tmp_path)

@@ -32,8 +32,8 @@ def flatten_info(tree: Mapping[Any, Any], what: str = "info", prefix: InfoPath =
     for key, value in tree.items():
         if not isinstance(key, str) or not key or "/" in key:
             raise InfoStructureError(
-                f"{what} key {key!r} under {info_name(prefix) or '<top>'!r} must be a non-empty str without '/' "
-                "(key paths name the stored columns)"
+                f"{what} key {key!r} under {info_name(prefix) or '<top>'!r} cannot be stored: keys must be non-empty "
+                "str without '/' (key paths name the stored columns)"
             )
         path = (*prefix, key)
         if isinstance(value, Mapping):
