@@ -61,6 +61,7 @@ _DEFAULT_METADATA_CALLBACKS = {
     ("minari.data_collector.callbacks.episode_metadata", "EpisodeMetadataCallback"),
 }
 
+
 def _reward_statistics(rewards: np.ndarray) -> dict[str, float]:
     """What the default EpisodeMetadataCallback returns, bit for bit, without numpy's mean/std call overhead."""
     n = rewards.shape[0]

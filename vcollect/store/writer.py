@@ -12,6 +12,9 @@ committed as one shard when ``shard_steps`` steps (or ``shard_bytes`` bytes) are
 and the directory fsynced, so a crash leaves every committed shard whole and at most the pending
 episodes lost. Each store instance has its own writer name (pid + uuid), so many processes append
 to one dataset without coordinating.
+
+This module validates and routes episodes; ``dataset_info`` owns ``dataset.json``, ``schema`` the
+info/extras/metadata structure checks and ``shard`` the pending columns and the shard file write.
 """
 
 from __future__ import annotations
