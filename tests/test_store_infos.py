@@ -11,7 +11,7 @@ import pytest
 
 from vcollect.envs.info_recording import stack_episode_infos
 from vcollect.errors import InfoStructureError
-from vcollect.infos import flatten_info, info_name, nest_info
+from vcollect.infos import flatten_info, info_name, nest_info, stack_rows
 from vcollect.recorder import DataCollector
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.schema import json_default, to_json
@@ -80,3 +80,9 @@ def test_one_json_conversion_for_options_and_metadata(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="reset options \\(to be recorded\\) must be JSON-serializable"):
         collector.reset(options={"bad": object()})
     collector.close()
+
+
+def test_values_that_do_not_stack_are_named() -> None:
+    assert stack_rows([np.zeros(2), np.ones(2)], "x").shape == (2, 2)
+    with pytest.raises(InfoStructureError, match=r"info\['d/x'\] values of one episode do not stack"):
+        stack_episode_infos([{"d": {"x": np.zeros(2)}}, {"d": {"x": np.zeros(3)}}])

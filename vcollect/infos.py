@@ -7,12 +7,14 @@ means an info the envs accept is one the store accepts too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from vcollect.errors import InfoStructureError
 
-__all__ = ["InfoPath", "flatten_info", "info_name", "nest_info"]
+__all__ = ["InfoPath", "flatten_info", "info_name", "nest_info", "stack_rows"]
 
 InfoPath = tuple[str, ...]
 """A leaf's key path in a nested info dict, e.g. ``("pos", "x")`` for ``info["pos"]["x"]``."""
@@ -52,3 +54,12 @@ def nest_info(columns: Mapping[InfoPath, Any]) -> dict[str, Any]:
             node = node.setdefault(part, {})
         node[path[-1]] = value
     return out
+
+
+def stack_rows(rows: Sequence[Any], what: str) -> np.ndarray:
+    """One key's values over an episode (one per reset/step) as one array; InfoStructureError naming ``what``
+    when they differ in shape."""
+    try:
+        return np.array(rows)
+    except ValueError as exc:
+        raise InfoStructureError(f"{what} values of one episode do not stack into one array: {exc}") from None

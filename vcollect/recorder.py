@@ -19,7 +19,6 @@ Behaves like ``minari.DataCollector`` (autoseeded resets, an unfinished episode 
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import os
 import re
 import time
@@ -33,9 +32,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-from vcollect.callbacks import STEP_DATA_KEYS, EpisodeMetadataCallback, StepDataCallback
+from vcollect.callbacks import STEP_DATA_KEYS, EpisodeMetadataCallback, StepDataCallback, reward_statistics
 from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
-from vcollect.infos import InfoPath, flatten_info, info_name, nest_info
+from vcollect.infos import InfoPath, flatten_info, info_name, nest_info, stack_rows
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
 from vcollect.store.catalog import delete_dataset
 from vcollect.store.dataset_info import DATASET_FILE
@@ -62,23 +61,6 @@ _DEFAULT_METADATA_CALLBACKS = {
 }
 
 
-def _reward_statistics(rewards: np.ndarray) -> dict[str, float]:
-    """What the default EpisodeMetadataCallback returns, bit for bit, without numpy's mean/std call overhead."""
-    n = rewards.shape[0]
-    if n == 0:
-        return {"rewards_sum": 0.0, "rewards_mean": 0.0, "rewards_std": 0.0, "rewards_max": 0.0, "rewards_min": 0.0}
-    total = float(rewards.sum())
-    mean = total / n
-    centered = rewards - mean
-    return {
-        "rewards_sum": total,
-        "rewards_mean": mean,
-        "rewards_std": math.sqrt(float((centered * centered).sum()) / n),
-        "rewards_max": float(rewards.max()),
-        "rewards_min": float(rewards.min()),
-    }
-
-
 def _structure_error(what: str, expected: tuple[InfoPath, ...], got: tuple[InfoPath, ...], when: str) -> InfoStructureError:
     missing = [info_name(p) for p in expected if p not in set(got)]
     new = [info_name(p) for p in got if p not in set(expected)]
@@ -88,13 +70,6 @@ def _structure_error(what: str, expected: tuple[InfoPath, ...], got: tuple[InfoP
         f"{'the first reset' if what == 'info' else 'the first step'} (keys {[info_name(p) for p in expected]}), "
         f"got keys {[info_name(p) for p in got]}"
     )
-
-
-def _stack(rows: list[Any], what: str) -> np.ndarray:
-    try:
-        return np.array(rows)
-    except ValueError as exc:
-        raise InfoStructureError(f"{what} values of one episode do not stack into one array: {exc}") from None
 
 
 class _Episode:
@@ -547,8 +522,8 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
 
     def _arrays(self, rows: list[Any], space: gym.Space[Any], nested: bool, what: str) -> Any:
         if not nested:
-            return _stack(rows, what)
-        columns = [_stack([row[i] for row in rows], what) for i in range(len(leaves(space)))]
+            return stack_rows(rows, what)
+        columns = [stack_rows([row[i] for row in rows], what) for i in range(len(leaves(space)))]
         return unflatten_batch(space, columns)
 
     def _end_unfinished(self) -> None:
@@ -576,12 +551,12 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
                 warnings.warn(f"{what} is not in {what.lower()} space: {problem}", UserWarning, stacklevel=3)
         infos = None
         if episode.infos is not None:
-            infos = nest_info({path: _stack(values, f"info[{info_name(path)!r}]") for path, values in episode.infos.items()})
+            infos = nest_info({path: stack_rows(values, f"info[{info_name(path)!r}]") for path, values in episode.infos.items()})
         extras = None
         if episode.extras:
-            extras = nest_info({path: _stack(values, f"extras[{info_name(path)!r}]") for path, values in episode.extras.items()})
+            extras = nest_info({path: stack_rows(values, f"extras[{info_name(path)!r}]") for path, values in episode.extras.items()})
         if self._default_metadata:
-            metadata = _reward_statistics(rewards)
+            metadata = reward_statistics(rewards)
         else:
             metadata = self._episode_metadata_callback(
                 {

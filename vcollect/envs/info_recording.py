@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vcollect.errors import InfoStructureError, VCollectError
-from vcollect.infos import flatten_info, nest_info
+from vcollect.infos import flatten_info, nest_info, stack_rows
 
 
 def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -40,11 +40,7 @@ def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 f"info key {'/'.join(key)!r} is in {present} of the {len(flat)} info dicts of an episode "
                 "(reset and steps); recorded infos need keys present at every step (or every step but the reset)"
             )
-        try:
-            array = np.array(values)
-        except ValueError as exc:
-            raise InfoStructureError(f"info values of {'/'.join(key)!r} do not stack into one array: {exc}") from None
-        out[key] = array
+        out[key] = stack_rows(values, f"info[{'/'.join(key)!r}]")
     return nest_info(out)
 
 
