@@ -74,22 +74,6 @@ def linear_torch_policy(observation_space: gym.Space, action_space: gym.Space) -
     return TorchPolicy(torch.nn.Linear(observation_space.shape[0], int(action_space.n)), action_space)
 
 
-class ListStore:
-    """A store keeping every episode as a hashable key, with env ids shifted like the workers do."""
-
-    def __init__(self, offset: int) -> None:
-        self.offset = offset
-        self.keys: list[tuple] = []
-
-    def write_episode(self, observations, actions, rewards, terminations, truncations, *, seed, env_id,
-                      **_: Any) -> None:
-        self.keys.append(episode_key(env_id + self.offset, seed, observations, actions, rewards,
-                                     terminations, truncations))
-
-    def flush(self) -> None:
-        pass
-
-
 def episode_key(env_id, seed, observations, actions, rewards, terminations, truncations) -> tuple:
     return (
         int(env_id),
@@ -304,13 +288,15 @@ def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp
     assert seeds == derive_seeds(7, 2)[1] and len(set(seeds)) == 2  # reproducible, distinct per worker
     assert stats.n_collected_episodes == 8
 
-    # the same work done here, one plain Collector per worker seed, gives exactly the stored episodes
-    expected: list[tuple] = []
+    # the same work done here, one plain Collector per worker seed writing with the worker's env id offset,
+    # gives exactly the stored episodes
+    new_dataset("test/local-v0", tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2))
     for w, seed in enumerate(seeds):
-        store = ListStore(offset=2 * w)
-        with Collector(None, make_vector("CartPole-v1", 2), store=store, seed=seed) as collector:
+        store = EpisodeStore.open("test/local-v0", tmp_path, env_id_offset=2 * w)
+        with store, Collector(None, make_vector("CartPole-v1", 2), store=store, seed=seed) as collector:
             collector.collect(n_episode=4, random=True, reset_before_collect=True)
-        expected += store.keys
+    expected = dataset_keys("test/local-v0", tmp_path)
+    assert len(expected) == 8
     stored = dataset_keys("test/cartpole-v0", tmp_path)
     assert sorted(stored) == sorted(expected)
     assert sorted(stats.returns.tolist()) == sorted(float(np.frombuffer(k[4]).sum()) for k in stored)
@@ -319,6 +305,44 @@ def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp
     env = gym.make("CartPole-v1")
     for ep in load_dataset("test/cartpole-v0", root=tmp_path):
         assert_replays(env, ep)
+
+
+def _worker_store(worker: Any) -> dict[str, Any]:
+    """What a worker actor's collector writes to (run inside the actor by __ray_call__)."""
+    from vcollect.store.sink import EpisodeSink
+
+    store = worker.collector.store
+    return {
+        "type": type(store).__name__,
+        "is_sink": isinstance(store, EpisodeSink),
+        "is_writer": store is worker.writer,
+        "offset": store.env_id_offset,
+        "shards": [str(p) for p in store.shards_written],
+    }
+
+
+def test_workers_hand_their_episode_store_itself_to_the_collector(ray_ready: Any, tmp_path: Path) -> None:
+    import h5py
+
+    dataset_id = counting_dataset(tmp_path)
+    with DistributedCollector(
+        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=2,
+        env_kwargs={"episode_length": 3},
+    ) as dc:
+        dc.collect(n_episode=8, random=True)
+        seen = [ray_ready.get(actor.__ray_call__.remote(_worker_store)) for actor in dc.workers]
+    for w, info in enumerate(seen):
+        # the full EpisodeSink (write_episodes: the collector's batched path), no wrapper in between
+        assert info["type"] == "EpisodeStore" and info["is_sink"] and info["is_writer"]
+        assert info["offset"] == 2 * w
+        env_ids: list[int] = []
+        for shard in info["shards"]:  # the shards this worker's writer committed hold its global env ids
+            with h5py.File(shard, "r") as f:
+                env_ids += f["episodes/env_id"][()].tolist()
+        assert len(env_ids) >= 4 and set(env_ids) == {2 * w, 2 * w + 1}
+    with pytest.raises(ValueError, match="store_kwargs cannot set env_id_offset"):
+        DistributedCollector(CountingEnv, None, num_workers=1, envs_per_worker=1, store=dataset_id,
+                             root=tmp_path, store_kwargs={"env_id_offset": 3})
 
 
 def test_seed_every_reset_false_reaches_the_workers(ray_ready: Any, tmp_path: Path) -> None:

@@ -14,7 +14,12 @@ import pytest
 from gymnasium import spaces
 
 from tests.envs import DictObsEnv
-from vcollect.errors import DatasetExistsError, DatasetNotFoundError, InvalidDatasetIdError
+from vcollect.errors import (
+    DatasetExistsError,
+    DatasetNotFoundError,
+    InfoStructureError,
+    InvalidDatasetIdError,
+)
 from vcollect.store import (
     EpisodeStore,
     export_minari,
@@ -343,3 +348,12 @@ def test_export_writes_minari_episode_groups(tmp_path: Path, minari_root: Path) 
         assert group["observations"].shape == (len(ds[1]) + 1, 4) and group["observations"].maxshape == (None, 4)
         assert group["rewards"].dtype == np.float64 and group["terminations"].dtype == np.bool_
         assert set(group["infos"]) == {"step", "name"} and "extras" in group
+
+
+def test_export_refuses_an_option_key_that_would_nest_on_import(tmp_path: Path, minari_root: Path) -> None:
+    space = gym.spaces.Discrete(2)
+    with EpisodeStore.create("opt/slash-v0", space, space, root=tmp_path) as store:
+        store.write_episode([0, 1], [0], [1.0], [True], [False], seed=None, env_id=0, options={"a/b": 1})
+    # stored as the attribute "options/a/b", it would come back as {"a": {"b": 1}}: refused, naming the key
+    with pytest.raises(InfoStructureError, match="reset options key 'a/b' under '<top>'"):
+        export_minari("opt/slash-v0", "opt/slash-v0", root=tmp_path)

@@ -462,3 +462,88 @@ def test_write_episodes_with_negative_and_64_bit_seeds_splits_shards(tmp_path: P
                              [False, False], [1, 1], seeds=[-3, 2**64 - 1], env_ids=[0, 1])
     ds = load_dataset("ns/seeds-v0", root=tmp_path)
     assert [e.seed for e in ds] == [-3, 2**64 - 1] and [float(e.rewards[0]) for e in ds] == [1.0, 2.0]
+
+
+def test_episode_store_is_an_episode_sink(tmp_path: Path) -> None:
+    from vcollect.store.sink import EpisodeSink, check_sink
+
+    with EpisodeStore.create("ns/sink-v0", DICT, DISCRETE, root=tmp_path) as store:
+        assert isinstance(store, EpisodeSink)
+        assert check_sink(store, DICT, DISCRETE) is store
+        with pytest.raises(ValueError, match="observation space"):
+            check_sink(store, BOX, DISCRETE)
+
+
+def _concatenated(episodes: list[dict], key: str, space: gym.Space) -> object:
+    parts = [flatten_batch(space, ep[key]) for ep in episodes]
+    return unflatten_batch(space, [np.concatenate(leaf) for leaf in zip(*parts)])
+
+
+def test_write_episodes_with_infos_stores_what_write_episode_stores(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    lengths = [2, 3, 1]
+    episodes = [make_episode(DICT, DISCRETE, t, rng) for t in lengths]
+    infos = [  # T+1 rows ("obs"), T rows ("step") and a nested key, as the Collector's stacked infos are
+        {"x": rng.normal(size=t + 1), "step": np.arange(t), "deep": {"tag": np.array(["a"] * (t + 1))}}
+        for t in lengths
+    ]
+    seeds, env_ids, options = [1, None, 3], [0, 2, 1], [{"o": 1}, None, None]
+    with EpisodeStore.create("ns/each-v0", DICT, DISCRETE, root=tmp_path) as store:
+        for ep, seed, env_id, opts, info in zip(episodes, seeds, env_ids, options, infos):
+            store.write_episode(**ep, seed=seed, env_id=env_id, options=opts, infos=info)
+    with EpisodeStore.create("ns/batch-infos-v0", DICT, DISCRETE, root=tmp_path, env_id_offset=0) as store:
+        store.write_episodes(
+            _concatenated(episodes, "observations", DICT), _concatenated(episodes, "actions", DISCRETE),
+            np.concatenate([ep["rewards"] for ep in episodes]),
+            np.concatenate([ep["terminations"] for ep in episodes]),
+            np.concatenate([ep["truncations"] for ep in episodes]),
+            lengths, seeds=seeds, env_ids=env_ids, options=options, infos=infos,
+        )
+        with pytest.raises(ValueError, match="1 infos: one each per episode"):
+            store.write_episodes(
+                _concatenated(episodes, "observations", DICT), _concatenated(episodes, "actions", DISCRETE),
+                np.zeros(6), np.zeros(6, bool), np.zeros(6, bool), lengths, seeds=seeds, env_ids=env_ids,
+                infos=infos[:1],
+            )
+        # a later batch whose info tree changed structure is refused as write_episode refuses it
+        with pytest.raises(InfoStructureError, match="changed structure"):
+            store.write_episodes(
+                episodes[0]["observations"], episodes[0]["actions"], episodes[0]["rewards"],
+                episodes[0]["terminations"], episodes[0]["truncations"], [2], seeds=[0], env_ids=[0],
+                infos=[{"other": np.zeros(2)}],
+            )
+        assert store.pending_episodes == 3
+    one, batch = load_dataset("ns/each-v0", root=tmp_path), load_dataset("ns/batch-infos-v0", root=tmp_path)
+    assert batch.total_episodes == 3
+    for a, b in zip(one, batch, strict=True):
+        assert_nested_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
+        np.testing.assert_array_equal(a.rewards, b.rewards)
+        np.testing.assert_array_equal(a.terminations, b.terminations)
+        assert_nested_equal(a.infos, b.infos)
+        assert (a.seed, a.env_id, a.options) == (b.seed, b.env_id, b.options)
+    assert batch[1].infos["deep"]["tag"].tolist() == ["a"] * 4 and batch[1].infos["step"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["write_episode", "write_episodes"])
+def test_env_id_offset_shifts_every_stored_env_id(tmp_path: Path, batched: bool) -> None:
+    obs, act = np.zeros((3, 3), np.float32), np.zeros(2, np.int64)
+    EpisodeStore.create("ns/offset-v0", BOX, DISCRETE, root=tmp_path).close()
+    with EpisodeStore.create("ns/offset-v0", BOX, DISCRETE, root=tmp_path, overwrite=True,
+                             env_id_offset=10) as created:
+        assert created.env_id_offset == 10
+        created.write_episode(obs, act, [0.0, 1.0], [False, True], [False, False], seed=None, env_id=1)
+    with EpisodeStore.open("ns/offset-v0", root=tmp_path, env_id_offset=4) as store:
+        if batched:
+            store.write_episodes(np.zeros((6, 3), np.float32), np.zeros(4, np.int64), np.zeros(4),
+                                 [False, True, False, True], np.zeros(4, bool), [2, 2], seeds=[None, 5],
+                                 env_ids=[0, 3])
+        else:
+            for env_id in (0, 3):
+                store.write_episode(obs, act, [0.0, 1.0], [False, True], [False, False], seed=None, env_id=env_id)
+    with h5py.File(store.shards_written[0], "r") as f:
+        assert f["episodes/env_id"][()].tolist() == [4, 7]
+    assert [ep.env_id for ep in load_dataset("ns/offset-v0", root=tmp_path)] == [11, 4, 7]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="env_id_offset must be an integer >= 0"):
+            EpisodeStore.open("ns/offset-v0", root=tmp_path, env_id_offset=bad)  # type: ignore[arg-type]

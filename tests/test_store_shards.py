@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vcollect.store.reader as reader_module
-import vcollect.store.writer as writer_module
 from vcollect.errors import CorruptShardError, DatasetError, SpaceMismatchError
 from vcollect.store import (
     EpisodeStore,
@@ -320,12 +319,12 @@ def test_disk_error_mid_commit_keeps_earlier_shards_and_pending(tmp_path: Path, 
     def failing_replace(src, dst):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(writer_module.os, "replace", failing_replace)
+    monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(DatasetError, match="Input/output error"):
         store.close()
     assert load_dataset("d/fail-v0", root=tmp_path).total_episodes == 1
     assert not any(p.name.endswith(".tmp") for p in shards_dir.iterdir())
-    monkeypatch.setattr(writer_module.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
 
     # Once the disk is fine again, a new writer works and the old one's error left the dataset usable.
     with EpisodeStore.open("d/fail-v0", root=tmp_path) as again:

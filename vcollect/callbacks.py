@@ -6,12 +6,13 @@ the call signatures and the returned keys are the same.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-__all__ = ["STEP_DATA_KEYS", "EpisodeMetadataCallback", "StepDataCallback"]
+__all__ = ["STEP_DATA_KEYS", "EpisodeMetadataCallback", "StepDataCallback", "reward_statistics"]
 
 #: The keys every step_data dict has; any other key a StepDataCallback returns is an "extra".
 STEP_DATA_KEYS = frozenset({"observation", "action", "reward", "terminated", "truncated", "info"})
@@ -58,13 +59,22 @@ class EpisodeMetadataCallback:
 
     def __call__(self, episode: dict[str, Any]) -> dict[str, Any]:
         """Return Minari's default reward statistics of the episode."""
-        rewards = np.asarray(episode["rewards"], dtype=np.float64)
-        if rewards.size == 0:
-            return {"rewards_sum": 0.0, "rewards_mean": 0.0, "rewards_std": 0.0, "rewards_max": 0.0, "rewards_min": 0.0}
-        return {
-            "rewards_sum": float(rewards.sum()),
-            "rewards_mean": float(rewards.mean()),
-            "rewards_std": float(rewards.std()),
-            "rewards_max": float(rewards.max()),
-            "rewards_min": float(rewards.min()),
-        }
+        return reward_statistics(np.asarray(episode["rewards"], dtype=np.float64))
+
+
+def reward_statistics(rewards: np.ndarray) -> dict[str, float]:
+    """Sum, mean, std, max and min of a float64 reward array, bit for bit as numpy's sum/mean/std/max/min
+    give them (Minari's default metadata), without their per-call overhead; all 0.0 for an empty episode."""
+    n = rewards.shape[0]
+    if n == 0:
+        return {"rewards_sum": 0.0, "rewards_mean": 0.0, "rewards_std": 0.0, "rewards_max": 0.0, "rewards_min": 0.0}
+    total = float(rewards.sum())
+    mean = total / n
+    centered = rewards - mean
+    return {
+        "rewards_sum": total,
+        "rewards_mean": mean,
+        "rewards_std": math.sqrt(float((centered * centered).sum()) / n),
+        "rewards_max": float(rewards.max()),
+        "rewards_min": float(rewards.min()),
+    }

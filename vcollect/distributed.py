@@ -22,7 +22,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,9 @@ from vcollect.envs.ray_env import ensure_ray, require_ray
 from vcollect.errors import CollectorStateError, DatasetNotFoundError, EnvWorkerError, VCollectError
 from vcollect.stats import CollectStats
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
+
+if TYPE_CHECKING:
+    from vcollect.store.writer import EpisodeStore
 
 __all__ = ["COLLECTOR_KINDS", "DistributedCollector", "derive_seeds"]
 
@@ -122,25 +125,6 @@ class _RemoteFailure:
         return cls(kind if portable else None, name, str(exc), trace)
 
 
-class _GlobalEnvIdStore:
-    """Passes episodes to the worker's EpisodeStore with the env id shifted to the global one.
-
-    One extra call per episode (not per step); everything else is the store's.
-    """
-
-    def __init__(self, store: Any, offset: int) -> None:
-        self.store = store
-        self.offset = offset
-
-    def write_episode(self, *args: Any, env_id: int, **kwargs: Any) -> None:
-        """EpisodeStore.write_episode with env_id + offset."""
-        self.store.write_episode(*args, env_id=env_id + self.offset, **kwargs)
-
-    def flush(self) -> None:
-        """Commit the pending episodes as a shard."""
-        self.store.flush()
-
-
 class _CollectorWorker:
     """The body of a worker actor. Every public method replies (True, value) or (False, _RemoteFailure)."""
 
@@ -148,7 +132,7 @@ class _CollectorWorker:
         self.index = index
         self.offset = 0
         self.collector: Any = None
-        self.writer: Any = None
+        self.writer: EpisodeStore | None = None
         self.started = False
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
@@ -186,11 +170,11 @@ class _CollectorWorker:
         try:
             obs_space, act_space = envs.single_observation_space, envs.single_action_space
             policy = None if spec.policy_fn is None else spec.policy_fn(obs_space, act_space)
-            store = None
-            if spec.store_id is not None:
+            if spec.store_id is not None:  # the writer shifts env ids to the global ones itself
                 self.writer = _open_store(spec, obs_space, act_space)
-                store = _GlobalEnvIdStore(self.writer, spec.env_id_offset)
-            self.collector = cls(policy, envs, store=store, seed=spec.seed, seed_every_reset=spec.seed_every_reset)
+            self.collector = cls(
+                policy, envs, store=self.writer, seed=spec.seed, seed_every_reset=spec.seed_every_reset
+            )
         except BaseException:
             envs.close()
             if self.writer is not None:
@@ -236,13 +220,15 @@ class _CollectorWorker:
         return 0 if self.writer is None else int(self.writer.committed_episodes)
 
 
-def _open_store(spec: _WorkerSpec, obs_space: gym.Space, act_space: gym.Space) -> Any:
+def _open_store(spec: _WorkerSpec, obs_space: gym.Space, act_space: gym.Space) -> EpisodeStore:
+    """The worker's own writer to the shared dataset, storing global env ids (local id + the worker's offset)."""
     from vcollect.store import EpisodeStore
 
     assert spec.store_id is not None
     try:
         return EpisodeStore.open(
-            spec.store_id, spec.root, observation_space=obs_space, action_space=act_space, **spec.store_kwargs
+            spec.store_id, spec.root, observation_space=obs_space, action_space=act_space,
+            env_id_offset=spec.env_id_offset, **spec.store_kwargs,
         )
     except DatasetNotFoundError as exc:
         raise DatasetNotFoundError(
@@ -303,6 +289,8 @@ class DistributedCollector:
         _collector_class(collector)  # a missing AsyncCollector fails here, before any actor starts
         if store is not None:
             parse_dataset_id(store)
+        if store_kwargs and "env_id_offset" in store_kwargs:
+            raise ValueError("store_kwargs cannot set env_id_offset: each worker's writer gets its own global offset")
         self._closed = True  # until the workers exist
         self._ray = ensure_ray()
         self.num_workers = int(num_workers)

@@ -19,8 +19,6 @@ Behaves like ``minari.DataCollector`` (autoseeded resets, an unfinished episode 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import math
 import os
 import re
 import time
@@ -34,12 +32,17 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-from vcollect.callbacks import STEP_DATA_KEYS, EpisodeMetadataCallback, StepDataCallback
+from vcollect.callbacks import STEP_DATA_KEYS, EpisodeMetadataCallback, StepDataCallback, reward_statistics
 from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
+from vcollect.infos import InfoPath, flatten_info, info_name, nest_info, stack_rows
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
+from vcollect.store.catalog import delete_dataset
+from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
-from vcollect.store.reader import Dataset, delete_dataset, load_dataset
-from vcollect.store.writer import DATASET_FILE, EpisodeStore
+from vcollect.store.reader import Dataset, load_dataset
+from vcollect.store.schema import to_json
+from vcollect.store.transforms import copy_episodes
+from vcollect.store.writer import EpisodeStore
 
 __all__ = ["STAGING_NAMESPACE", "DataCollector"]
 
@@ -57,70 +60,16 @@ _DEFAULT_METADATA_CALLBACKS = {
     ("minari.data_collector.callbacks.episode_metadata", "EpisodeMetadataCallback"),
 }
 
-_Path = tuple[str, ...]
 
-
-def _reward_statistics(rewards: np.ndarray) -> dict[str, float]:
-    """What the default EpisodeMetadataCallback returns, bit for bit, without numpy's mean/std call overhead."""
-    n = rewards.shape[0]
-    if n == 0:
-        return {"rewards_sum": 0.0, "rewards_mean": 0.0, "rewards_std": 0.0, "rewards_max": 0.0, "rewards_min": 0.0}
-    total = float(rewards.sum())
-    mean = total / n
-    centered = rewards - mean
-    return {
-        "rewards_sum": total,
-        "rewards_mean": mean,
-        "rewards_std": math.sqrt(float((centered * centered).sum()) / n),
-        "rewards_max": float(rewards.max()),
-        "rewards_min": float(rewards.min()),
-    }
-
-
-def _flatten_dict(tree: Mapping[str, Any], what: str, prefix: _Path = ()) -> dict[_Path, Any]:
-    """Nested dict -> {key path: leaf value}; keys must be str."""
-    out: dict[_Path, Any] = {}
-    for key, value in tree.items():
-        if not isinstance(key, str):
-            raise InfoStructureError(f"{what} key {key!r} under {'/'.join(prefix) or '<top>'!r} must be a str")
-        path = (*prefix, key)
-        if isinstance(value, Mapping):
-            out.update(_flatten_dict(value, what, path))
-        else:
-            out[path] = value
-    return out
-
-
-def _nest(columns: Mapping[_Path, np.ndarray]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for path, value in columns.items():
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = value
-    return out
-
-
-def _name(path: _Path) -> str:
-    return "/".join(path)
-
-
-def _structure_error(what: str, expected: tuple[_Path, ...], got: tuple[_Path, ...], when: str) -> InfoStructureError:
-    missing = [_name(p) for p in expected if p not in set(got)]
-    new = [_name(p) for p in got if p not in set(expected)]
+def _structure_error(what: str, expected: tuple[InfoPath, ...], got: tuple[InfoPath, ...], when: str) -> InfoStructureError:
+    missing = [info_name(p) for p in expected if p not in set(got)]
+    new = [info_name(p) for p in got if p not in set(expected)]
     key = (missing or new)[0] if (missing or new) else "?"
     return InfoStructureError(
         f"{what} key {key!r} {'is missing' if missing else 'is new'} {when}: the {what} structure is fixed by "
-        f"{'the first reset' if what == 'info' else 'the first step'} (keys {[_name(p) for p in expected]}), "
-        f"got keys {[_name(p) for p in got]}"
+        f"{'the first reset' if what == 'info' else 'the first step'} (keys {[info_name(p) for p in expected]}), "
+        f"got keys {[info_name(p) for p in got]}"
     )
-
-
-def _stack(rows: list[Any], what: str) -> np.ndarray:
-    try:
-        return np.array(rows)
-    except ValueError as exc:
-        raise InfoStructureError(f"{what} values of one episode do not stack into one array: {exc}") from None
 
 
 class _Episode:
@@ -134,10 +83,10 @@ class _Episode:
         self.rew: list[Any] = []
         self.term: list[Any] = []
         self.trunc: list[Any] = []
-        self.infos: dict[_Path, list[Any]] | None = None
-        self.extras: dict[_Path, list[Any]] = {}
-        self.start_extras: tuple[_Path, ...] = ()
-        self.step_extras: tuple[_Path, ...] | None = None
+        self.infos: dict[InfoPath, list[Any]] | None = None
+        self.extras: dict[InfoPath, list[Any]] = {}
+        self.start_extras: tuple[InfoPath, ...] = ()
+        self.step_extras: tuple[InfoPath, ...] | None = None
         self.seed = seed
         self.options = options
 
@@ -199,7 +148,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         self._seed_rng = np.random.default_rng(seed)
         self._seed_block: list[int] = []
         self._env_spec_json = self._spec_json(env.spec, "env")
-        self._info_keys: tuple[_Path, ...] | None = None  # fixed by the first reset when recording infos
+        self._info_keys: tuple[InfoPath, ...] | None = None  # fixed by the first reset when recording infos
         self._episode: _Episode | None = None
         self._store: EpisodeStore | None = None
         self._staging_id: str | None = None
@@ -243,10 +192,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         if seed is None and ((not options) or options.get("minari_autoseed", True)):
             seed = self._next_seed()
         if options is not None:
-            try:
-                json.dumps(options, default=_json_default)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"reset options must be JSON-serializable to be recorded: {exc}") from exc
+            to_json(options, "reset options (to be recorded)")
         obs, info = self.env.reset(seed=seed, options=options)
         if self._default_step:
             step_obs, step_info, extras = obs, info, None
@@ -254,7 +200,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             step_data = self._call_step_callback(obs=obs, info=info)
             step_obs, step_info, extras = step_data["observation"], step_data["info"], self._extras_of(step_data)
         if self._record_infos:
-            flat = _flatten_dict(step_info, "info")
+            flat = flatten_info(step_info, "info")
             keys = tuple(flat)
             if self._info_keys is None:
                 self._info_keys = keys
@@ -448,12 +394,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
                 dataset.id, target_root,
                 observation_space=self._dataset_observation_space, action_space=self._dataset_action_space,
             ) as target:
-                for episode in staged.iterate_episodes():
-                    target.write_episode(
-                        episode.observations, episode.actions, episode.rewards, episode.terminations,
-                        episode.truncations, seed=episode.seed, env_id=episode.env_id, infos=episode.infos or None,
-                        extras=episode.extras or None, metadata=episode.metadata or None, options=episode.options,
-                    )
+                copy_episodes(staged.iterate_episodes(), target)
             self._store.close()
             delete_dataset(self._store.dataset_id, self._root)
             self._store = None
@@ -532,20 +473,20 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         return step_data
 
     @staticmethod
-    def _extras_of(step_data: Mapping[str, Any]) -> dict[_Path, Any]:
+    def _extras_of(step_data: Mapping[str, Any]) -> dict[InfoPath, Any]:
         extra = {key: value for key, value in step_data.items() if key not in STEP_DATA_KEYS}
-        return _flatten_dict(extra, "extras") if extra else {}
+        return flatten_info(extra, "extras") if extra else {}
 
     def _start_episode(
         self, seed: int | None, options: dict[str, Any] | None, obs: Any, info: Mapping[str, Any],
-        extras: dict[_Path, Any] | None,
+        extras: dict[InfoPath, Any] | None,
     ) -> None:
         episode = _Episode(seed, options)
         episode.obs.append(obs.copy() if type(obs) is np.ndarray else obs)
         if self._obs_nested:
             episode.obs[-1] = [np.array(v) for v in flatten_batch(self._dataset_observation_space, obs)]
         if self._record_infos:
-            flat = _flatten_dict(info, "info")
+            flat = flatten_info(info, "info")
             episode.infos = {path: [value] for path, value in flat.items()}
         if extras:
             episode.start_extras = tuple(extras)
@@ -560,14 +501,14 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             episode.act[-1] = [np.array(v) for v in flatten_batch(self._dataset_action_space, episode.act[-1])]
 
     def _add_info(self, episode: _Episode, info: Mapping[str, Any]) -> None:
-        flat = _flatten_dict(info, "info")
+        flat = flatten_info(info, "info")
         assert self._info_keys is not None and episode.infos is not None
         if tuple(flat) != self._info_keys:
             raise _structure_error("info", self._info_keys, tuple(flat), f"at step {len(episode.rew)}")
         for path, value in flat.items():
             episode.infos[path].append(value)
 
-    def _add_step_extras(self, episode: _Episode, extras: dict[_Path, Any]) -> None:
+    def _add_step_extras(self, episode: _Episode, extras: dict[InfoPath, Any]) -> None:
         keys = tuple(extras)
         if episode.step_extras is None:
             missing = [p for p in episode.start_extras if p not in extras]
@@ -581,8 +522,8 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
 
     def _arrays(self, rows: list[Any], space: gym.Space[Any], nested: bool, what: str) -> Any:
         if not nested:
-            return _stack(rows, what)
-        columns = [_stack([row[i] for row in rows], what) for i in range(len(leaves(space)))]
+            return stack_rows(rows, what)
+        columns = [stack_rows([row[i] for row in rows], what) for i in range(len(leaves(space)))]
         return unflatten_batch(space, columns)
 
     def _end_unfinished(self) -> None:
@@ -610,12 +551,12 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
                 warnings.warn(f"{what} is not in {what.lower()} space: {problem}", UserWarning, stacklevel=3)
         infos = None
         if episode.infos is not None:
-            infos = _nest({path: _stack(values, f"info[{_name(path)!r}]") for path, values in episode.infos.items()})
+            infos = nest_info({path: stack_rows(values, f"info[{info_name(path)!r}]") for path, values in episode.infos.items()})
         extras = None
         if episode.extras:
-            extras = _nest({path: _stack(values, f"extras[{_name(path)!r}]") for path, values in episode.extras.items()})
+            extras = nest_info({path: stack_rows(values, f"extras[{info_name(path)!r}]") for path, values in episode.extras.items()})
         if self._default_metadata:
-            metadata = _reward_statistics(rewards)
+            metadata = reward_statistics(rewards)
         else:
             metadata = self._episode_metadata_callback(
                 {
@@ -642,14 +583,6 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             self.flush_seconds is not None and time.monotonic() - self._last_commit >= self.flush_seconds
         ):
             self.flush()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _average_return(env: gym.Env[Any, Any], policy: Callable[[Any], Any], num_episodes: int) -> float:

@@ -15,21 +15,7 @@ from typing import Any
 import numpy as np
 
 from vcollect.errors import InfoStructureError, VCollectError
-
-
-def _flat_info(info: Mapping[Any, Any], prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], Any]:
-    out: dict[tuple[str, ...], Any] = {}
-    for key, value in info.items():
-        if not isinstance(key, str) or not key or "/" in key:
-            raise InfoStructureError(
-                f"info key {key!r} under {'/'.join(prefix) or '<top>'!r} cannot be recorded: keys must be "
-                "non-empty str without '/'"
-            )
-        if isinstance(value, Mapping):
-            out.update(_flat_info(value, (*prefix, key)))
-        else:
-            out[(*prefix, key)] = value
-    return out
+from vcollect.infos import flatten_info, nest_info, stack_rows
 
 
 def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -38,11 +24,11 @@ def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     A key present in every dict gets T+1 rows; a key present in every step's dict but not the reset's
     gets T rows; any other key raises InfoStructureError (it cannot be aligned with the steps).
     """
-    flat = [_flat_info(info) for info in rows]
+    flat = [flatten_info(info, "info") for info in rows]
     keys: dict[tuple[str, ...], None] = {}
     for info in flat:
         keys.update(dict.fromkeys(info))
-    out: dict[str, Any] = {}
+    out: dict[tuple[str, ...], Any] = {}
     for key in keys:
         if all(key in info for info in flat):
             values = [info[key] for info in flat]
@@ -54,15 +40,8 @@ def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                 f"info key {'/'.join(key)!r} is in {present} of the {len(flat)} info dicts of an episode "
                 "(reset and steps); recorded infos need keys present at every step (or every step but the reset)"
             )
-        try:
-            array = np.array(values)
-        except ValueError as exc:
-            raise InfoStructureError(f"info values of {'/'.join(key)!r} do not stack into one array: {exc}") from None
-        node = out
-        for part in key[:-1]:
-            node = node.setdefault(part, {})
-        node[key[-1]] = array
-    return out
+        out[key] = stack_rows(values, f"info[{'/'.join(key)!r}]")
+    return nest_info(out)
 
 
 class InfoRecordingEnv:

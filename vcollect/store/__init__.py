@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vcollect.store.catalog import delete_dataset, list_datasets
 from vcollect.store.minari_interop import (
     export_minari,
     import_minari,
@@ -10,7 +11,7 @@ from vcollect.store.minari_interop import (
     resolve_minari_root,
 )
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
-from vcollect.store.reader import Dataset, EpisodeData, delete_dataset, list_datasets, load_dataset
+from vcollect.store.reader import Dataset, EpisodeData, load_dataset
 from vcollect.store.transforms import combine_datasets, split_dataset
 from vcollect.store.writer import EpisodeStore
 

@@ -45,8 +45,10 @@ from vcollect.errors import (
     InfoStructureError,
     InvalidDatasetIdError,
 )
+from vcollect.infos import flatten_info, info_name, nest_info
 from vcollect.spaces import space_from_dict, space_to_dict
-from vcollect.store.reader import Dataset, delete_dataset, load_dataset
+from vcollect.store.catalog import delete_dataset
+from vcollect.store.reader import Dataset, load_dataset
 from vcollect.store.writer import EpisodeStore
 
 __all__ = [
@@ -178,28 +180,6 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_value(v) for v in value]
     return value
-
-
-def _flatten_options(options: Mapping[str, Any], prefix: str = "options") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in options.items():
-        name = f"{prefix}/{key}"
-        if isinstance(value, Mapping):
-            out.update(_flatten_options(value, name))
-        else:
-            out[name] = value
-    return out
-
-
-def _unflatten(flat: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *parents, last = key.split("/")
-        node = out
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return out
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -355,7 +335,10 @@ def _write_main_file(dataset: Dataset, path: Path) -> None:
             if episode.seed is not None:
                 group.attrs["seed"] = episode.seed
             if episode.options is not None:
-                group.attrs.update(_flatten_options(episode.options))
+                group.attrs.update(
+                    {_OPTIONS_PREFIX + info_name(path): value
+                     for path, value in flatten_info(episode.options, "reset options").items()}
+                )
             group.attrs["total_steps"] = len(episode)
             _write_value(group, "observations", obs_space, episode.observations)
             _write_value(group, "actions", act_space, episode.actions)
@@ -487,7 +470,7 @@ def _iter_minari_episodes(
                 "infos": _read_tree(group["infos"]) if "infos" in group else None,
                 "extras": _read_tree(group["extras"]) if "extras" in group else None,
                 "seed": None if seed is None else int(seed),
-                "options": _unflatten(options_flat) if options_flat else None,
+                "options": nest_info({tuple(k.split("/")): v for k, v in options_flat.items()}) if options_flat else None,
                 "metadata": metadata or None,
             }
 

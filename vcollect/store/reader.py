@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,21 +20,13 @@ import gymnasium as gym
 import h5py
 import numpy as np
 
-from vcollect.errors import CorruptShardError, DatasetNotFoundError
-from vcollect.spaces import Leaf, leaves, space_from_dict, unflatten_batch
+from vcollect.errors import CorruptShardError
+from vcollect.spaces import Leaf, leaves, unflatten_batch
+from vcollect.store.dataset_info import dataset_files, dataset_spaces, read_dataset_info
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
-from vcollect.store.writer import (
-    DATASET_FILE,
-    EPISODE_COLUMNS,
-    SHARD_FORMAT_NAME,
-    SHARD_SUFFIX,
-    SHARDS_DIR,
-    TMP_SUFFIX,
-    column_path,
-    read_dataset_info,
-)
+from vcollect.store.shard import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
 
-__all__ = ["Dataset", "EpisodeData", "delete_dataset", "list_datasets", "load_dataset"]
+__all__ = ["Dataset", "EpisodeData", "load_dataset"]
 
 #: sample_steps copies the sampled columns of all shards into memory when they fit in this many bytes;
 #: above it, it gathers rows from the memory-mapped shards instead.
@@ -198,8 +189,7 @@ class _Index:
         self.dataset_id = dataset_id
         self.path = path
         self.info = info
-        self.observation_space = space_from_dict(info["observation_space"])
-        self.action_space = space_from_dict(info["action_space"])
+        self.observation_space, self.action_space = dataset_spaces(info)
         self.obs_leaves = leaves(self.observation_space)
         self.act_leaves = leaves(self.action_space)
         self.shards = shards
@@ -510,20 +500,6 @@ class Dataset:
         return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
 
 
-def _shard_files(path: Path) -> tuple[list[Path], list[Path]]:
-    """(committed shards sorted by name, temporary files) of a dataset directory."""
-    shards_dir = path / SHARDS_DIR
-    committed: list[Path] = []
-    temporary = sorted(p for p in path.iterdir() if p.name.endswith(TMP_SUFFIX)) if path.is_dir() else []
-    if shards_dir.is_dir():
-        for p in sorted(shards_dir.iterdir()):
-            if p.name.endswith(TMP_SUFFIX):
-                temporary.append(p)
-            elif p.name.endswith(SHARD_SUFFIX):
-                committed.append(p)
-    return committed, temporary
-
-
 def load_dataset(
     dataset_id: str, root: str | os.PathLike[str] | None = None, *, skip_corrupt: bool = False
 ) -> Dataset:
@@ -536,9 +512,9 @@ def load_dataset(
     root_path = resolve_root(root)
     path = dataset_path(dataset_id, root_path)
     info = read_dataset_info(path, dataset_id, root_path)
-    obs_leaves = leaves(space_from_dict(info["observation_space"]))
-    act_leaves = leaves(space_from_dict(info["action_space"]))
-    committed, _ = _shard_files(path)
+    obs_space, act_space = dataset_spaces(info)
+    obs_leaves, act_leaves = leaves(obs_space), leaves(act_space)
+    committed, _ = dataset_files(path)
     shards: list[_Shard] = []
     for file in committed:
         try:
@@ -548,80 +524,3 @@ def load_dataset(
                 raise
             warnings.warn(f"skipping corrupt shard {str(file)!r}: {exc}", UserWarning, stacklevel=2)
     return Dataset(_Index(dataset_id, path, info, shards))
-
-
-def _shard_totals(file: Path) -> tuple[int, int]:
-    with h5py.File(file, "r") as f:
-        if f.attrs.get("format") != SHARD_FORMAT_NAME:
-            raise ValueError("not a vcollect shard")
-        return int(f.attrs["num_episodes"]), int(f.attrs["num_steps"])
-
-
-def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
-    """All datasets under the root: id -> metadata plus totals and any temporary/corrupt shard files.
-
-    Each value holds the dataset metadata (author, ...), ``dataset_id``, ``total_episodes``,
-    ``total_steps``, ``num_shards``, ``size_bytes`` (dataset.json plus readable shards),
-    ``created_at``, ``temporary_files`` (half-written ``.tmp`` files, e.g. left by a
-    crash) and ``corrupt_shards`` (committed files that cannot be opened; not counted in the totals).
-    """
-    root_path = resolve_root(root)
-    out: dict[str, dict[str, Any]] = {}
-    if not root_path.is_dir():
-        return out
-    for dirpath, dirnames, filenames in os.walk(root_path):
-        if SHARDS_DIR in dirnames and DATASET_FILE in filenames:
-            dirnames.remove(SHARDS_DIR)
-        if DATASET_FILE not in filenames:
-            continue
-        path = Path(dirpath)
-        dataset_id = path.relative_to(root_path).as_posix()
-        try:
-            parse_dataset_id(dataset_id)
-            info = read_dataset_info(path, dataset_id, root_path)
-        except Exception:
-            continue
-        committed, temporary = _shard_files(path)
-        episodes = steps = 0
-        size = (path / DATASET_FILE).stat().st_size
-        corrupt: list[str] = []
-        for file in committed:
-            try:
-                n_eps, n_steps = _shard_totals(file)
-                size += file.stat().st_size
-            except Exception:
-                corrupt.append(str(file))
-                continue
-            episodes += n_eps
-            steps += n_steps
-        out[dataset_id] = {
-            **info.get("metadata", {}),
-            "dataset_id": dataset_id,
-            "total_episodes": episodes,
-            "total_steps": steps,
-            "num_shards": len(committed) - len(corrupt),
-            "size_bytes": size,
-            "temporary_files": [str(p) for p in temporary],
-            "corrupt_shards": corrupt,
-            "created_at": info.get("created_at"),
-        }
-    return dict(sorted(out.items()))
-
-
-def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) -> None:
-    """Delete a dataset directory (and namespace directories left empty); DatasetNotFoundError if absent."""
-    parse_dataset_id(dataset_id)
-    root_path = resolve_root(root)
-    path = dataset_path(dataset_id, root_path)
-    if not (path / DATASET_FILE).is_file():
-        raise DatasetNotFoundError(
-            f"no dataset {dataset_id!r} under root {str(root_path)!r} (looked for {str(path / DATASET_FILE)!r})"
-        )
-    shutil.rmtree(path)
-    parent = path.parent
-    while parent != root_path and root_path in parent.parents:
-        try:
-            parent.rmdir()
-        except OSError:
-            break
-        parent = parent.parent

@@ -1,17 +1,18 @@
-"""Dataset transforms with Minari's names: split into views, combine into a new dataset."""
+"""Dataset transforms with Minari's names: split into views, combine into a new dataset (episodes copied
+with :func:`copy_episodes`)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from vcollect.errors import SpaceMismatchError
-from vcollect.store.reader import Dataset, load_dataset
+from vcollect.store.reader import Dataset, EpisodeData, load_dataset
 from vcollect.store.writer import EpisodeStore
 
-__all__ = ["combine_datasets", "split_dataset"]
+__all__ = ["combine_datasets", "copy_episodes", "split_dataset"]
 
 
 def split_dataset(dataset: Dataset, sizes: Sequence[int], seed: int | None = None) -> list[Dataset]:
@@ -64,18 +65,27 @@ def combine_datasets(
     for dataset in loaded:
         # One writer per source, so each source's infos/extras structure gets its own shards.
         with EpisodeStore.open(new_dataset_id, root) as store:
-            for episode in dataset.iterate_episodes():
-                store.write_episode(
-                    episode.observations,
-                    episode.actions,
-                    episode.rewards,
-                    episode.terminations,
-                    episode.truncations,
-                    seed=episode.seed,
-                    env_id=episode.env_id,
-                    infos=episode.infos or None,
-                    extras=episode.extras or None,
-                    metadata=episode.metadata or None,
-                    options=episode.options,
-                )
+            copy_episodes(dataset.iterate_episodes(), store)
     return load_dataset(new_dataset_id, root)
+
+
+def copy_episodes(episodes: Iterable[EpisodeData], store: EpisodeStore) -> int:
+    """Write stored episodes to ``store`` as they were stored (arrays, seed, env id, options, infos, extras,
+    metadata), in order; returns how many. The one copy routine of combine_datasets and add_to_dataset."""
+    count = 0
+    for episode in episodes:
+        store.write_episode(
+            episode.observations,
+            episode.actions,
+            episode.rewards,
+            episode.terminations,
+            episode.truncations,
+            seed=episode.seed,
+            env_id=episode.env_id,
+            infos=episode.infos or None,
+            extras=episode.extras or None,
+            metadata=episode.metadata or None,
+            options=episode.options,
+        )
+        count += 1
+    return count

@@ -1,0 +1,94 @@
+"""The datasets under a root: list them with their totals, delete one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import h5py
+
+from vcollect.errors import DatasetNotFoundError
+from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, dataset_files, read_dataset_info
+from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.shard import SHARD_FORMAT_NAME
+
+__all__ = ["delete_dataset", "list_datasets"]
+
+
+def _shard_totals(file: Path) -> tuple[int, int]:
+    with h5py.File(file, "r") as f:
+        if f.attrs.get("format") != SHARD_FORMAT_NAME:
+            raise ValueError("not a vcollect shard")
+        return int(f.attrs["num_episodes"]), int(f.attrs["num_steps"])
+
+
+def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
+    """All datasets under the root: id -> metadata plus totals and any temporary/corrupt shard files.
+
+    Each value holds the dataset metadata (author, ...), ``dataset_id``, ``total_episodes``,
+    ``total_steps``, ``num_shards``, ``size_bytes`` (dataset.json plus readable shards),
+    ``created_at``, ``temporary_files`` (half-written ``.tmp`` files, e.g. left by a
+    crash) and ``corrupt_shards`` (committed files that cannot be opened; not counted in the totals).
+    """
+    root_path = resolve_root(root)
+    out: dict[str, dict[str, Any]] = {}
+    if not root_path.is_dir():
+        return out
+    for dirpath, dirnames, filenames in os.walk(root_path):
+        if SHARDS_DIR in dirnames and DATASET_FILE in filenames:
+            dirnames.remove(SHARDS_DIR)
+        if DATASET_FILE not in filenames:
+            continue
+        path = Path(dirpath)
+        dataset_id = path.relative_to(root_path).as_posix()
+        try:
+            parse_dataset_id(dataset_id)
+            info = read_dataset_info(path, dataset_id, root_path)
+        except Exception:
+            continue
+        committed, temporary = dataset_files(path)
+        episodes = steps = 0
+        size = (path / DATASET_FILE).stat().st_size
+        corrupt: list[str] = []
+        for file in committed:
+            try:
+                n_eps, n_steps = _shard_totals(file)
+                size += file.stat().st_size
+            except Exception:
+                corrupt.append(str(file))
+                continue
+            episodes += n_eps
+            steps += n_steps
+        out[dataset_id] = {
+            **info.get("metadata", {}),
+            "dataset_id": dataset_id,
+            "total_episodes": episodes,
+            "total_steps": steps,
+            "num_shards": len(committed) - len(corrupt),
+            "size_bytes": size,
+            "temporary_files": [str(p) for p in temporary],
+            "corrupt_shards": corrupt,
+            "created_at": info.get("created_at"),
+        }
+    return dict(sorted(out.items()))
+
+
+def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) -> None:
+    """Delete a dataset directory (and namespace directories left empty); DatasetNotFoundError if absent."""
+    parse_dataset_id(dataset_id)
+    root_path = resolve_root(root)
+    path = dataset_path(dataset_id, root_path)
+    if not (path / DATASET_FILE).is_file():
+        raise DatasetNotFoundError(
+            f"no dataset {dataset_id!r} under root {str(root_path)!r} (looked for {str(path / DATASET_FILE)!r})"
+        )
+    shutil.rmtree(path)
+    parent = path.parent
+    while parent != root_path and root_path in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent

@@ -1,0 +1,201 @@
+"""A dataset directory's layout and its ``dataset.json``: format version, spaces, env specs, metadata.
+
+``dataset.json`` is the one mutable file of a dataset; it is always replaced whole through a temporary
+file (write, fsync, rename), so a reader sees the old or the new description, never half of one.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from vcollect.errors import DatasetError, DatasetNotFoundError
+from vcollect.spaces import space_from_dict, space_to_dict
+from vcollect.store.schema import json_default, to_json
+
+__all__ = [
+    "DATASET_FILE",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "SHARDS_DIR",
+    "SHARD_SUFFIX",
+    "TMP_SUFFIX",
+    "dataset_files",
+    "dataset_spaces",
+    "env_spec_json",
+    "fsync_dir",
+    "new_dataset_info",
+    "read_dataset_info",
+    "update_dataset_info",
+    "write_json_atomic",
+]
+
+FORMAT_NAME = "vcollect-dataset"
+FORMAT_VERSION = 1
+DATASET_FILE = "dataset.json"
+SHARDS_DIR = "shards"
+SHARD_SUFFIX = ".h5"
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a directory so a rename inside it survives a crash (no-op where unsupported)."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, obj: Mapping[str, Any], *, exclusive: bool = False) -> None:
+    """Write JSON to ``path`` through a unique temporary file: write, fsync, rename (or link when exclusive).
+
+    With ``exclusive`` the final name is created with ``os.link`` so that of two concurrent creators
+    exactly one succeeds; the other gets FileExistsError.
+    """
+    text = json.dumps(obj, indent=2, default=json_default)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if exclusive:
+            try:
+                os.link(tmp, path)  # atomic "create if absent": exactly one of two racing creators wins
+            except FileExistsError:
+                raise
+            except OSError:  # a filesystem without hard links: best effort
+                if path.exists():
+                    raise FileExistsError(path) from None
+                os.replace(tmp, path)
+        else:
+            os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def dataset_files(path: Path) -> tuple[list[Path], list[Path]]:
+    """(committed shards sorted by name, temporary files) of a dataset directory."""
+    shards_dir = path / SHARDS_DIR
+    committed: list[Path] = []
+    temporary = sorted(p for p in path.iterdir() if p.name.endswith(TMP_SUFFIX)) if path.is_dir() else []
+    if shards_dir.is_dir():
+        for p in sorted(shards_dir.iterdir()):
+            if p.name.endswith(TMP_SUFFIX):
+                temporary.append(p)
+            elif p.name.endswith(SHARD_SUFFIX):
+                committed.append(p)
+    return committed, temporary
+
+
+def read_dataset_info(path: Path, dataset_id: str, root: Path) -> dict[str, Any]:
+    """Read and check ``dataset.json`` of the dataset directory ``path``.
+
+    Raises DatasetNotFoundError (naming the id and the root searched) when it is missing and
+    DatasetError when it is unreadable or of another format.
+    """
+    file = path / DATASET_FILE
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetNotFoundError(
+            f"no dataset {dataset_id!r} under root {str(root)!r} (looked for {str(file)!r}); "
+            "pass root= or set $VCOLLECT_DATASETS_PATH, and see list_datasets(root) for what exists"
+        ) from None
+    try:
+        info = json.loads(text)
+    except ValueError as exc:
+        raise DatasetError(f"{file} is not valid JSON: {exc}") from exc
+    if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
+        raise DatasetError(f"{file} is not a vcollect dataset description (format != {FORMAT_NAME!r})")
+    if int(info.get("format_version", 0)) > FORMAT_VERSION:
+        raise DatasetError(
+            f"{file} has format version {info.get('format_version')}, newer than this vcollect "
+            f"understands ({FORMAT_VERSION}); upgrade vcollect"
+        )
+    return info
+
+
+def env_spec_json(env_spec: Any, what: str) -> str | None:
+    """A gymnasium EnvSpec (or its JSON string, checked) as the JSON stored for ``recover_environment``."""
+    if env_spec is None:
+        return None
+    if isinstance(env_spec, str):
+        json.loads(env_spec)
+        return env_spec
+    if isinstance(env_spec, gym.envs.registration.EnvSpec):
+        try:
+            return env_spec.to_json()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{what} {env_spec.id!r} cannot be saved as JSON: {exc}; pass {what}=None") from exc
+    raise TypeError(f"{what} must be a gymnasium EnvSpec, its JSON string or None, got {type(env_spec).__name__}")
+
+
+def new_dataset_info(
+    dataset_id: str,
+    observation_space: gym.Space[Any],
+    action_space: gym.Space[Any],
+    *,
+    env_spec: Any = None,
+    eval_env_spec: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``dataset.json`` content of a new dataset (ValueError/TypeError for what cannot be stored)."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "dataset_id": dataset_id,
+        "observation_space": space_to_dict(observation_space),
+        "action_space": space_to_dict(action_space),
+        "env_spec": env_spec_json(env_spec, "env_spec"),
+        "eval_env_spec": env_spec_json(eval_env_spec, "eval_env_spec"),
+        "metadata": json.loads(to_json(dict(metadata or {}), "metadata")),
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+    }
+
+
+def dataset_spaces(info: Mapping[str, Any]) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    """The (observation, action) spaces a ``dataset.json`` describes."""
+    return space_from_dict(info["observation_space"]), space_from_dict(info["action_space"])
+
+
+def update_dataset_info(
+    path: Path,
+    dataset_id: str,
+    root: Path,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    env_spec: Any = None,
+    eval_env_spec: Any = None,
+    new_id: str | None = None,
+) -> None:
+    """Rewrite ``dataset.json`` atomically: merge ``metadata`` in, set the (eval) env spec or the dataset id.
+
+    None leaves a field as it is. Last writer wins when several processes update one dataset at once.
+    """
+    info = read_dataset_info(path, dataset_id, root)
+    if metadata:
+        info["metadata"] = {**info.get("metadata", {}), **json.loads(to_json(dict(metadata), "metadata"))}
+    if env_spec is not None:
+        info["env_spec"] = env_spec_json(env_spec, "env_spec")
+    if eval_env_spec is not None:
+        info["eval_env_spec"] = env_spec_json(eval_env_spec, "eval_env_spec")
+    if new_id is not None:
+        info["dataset_id"] = new_id
+    write_json_atomic(path / DATASET_FILE, info)
