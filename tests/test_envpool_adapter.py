@@ -14,10 +14,11 @@ except ImportError as exc:  # envpool has wheels for Linux x86-64 only
     pytest.skip(f"envpool cannot be imported on this platform ({exc})", allow_module_level=True)
 
 from tests.test_collector import StoredEpisode
+from tests.test_envs import assert_declares
 from tests.test_gymnasium_adapter import BatchStore, assert_cartpole_transitions
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector
-from vcollect.envs import EnvPoolVectorEnv
+from vcollect.envs import EnvCapabilities, EnvPoolVectorEnv
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # envpool's Box precision warnings
 
@@ -157,3 +158,18 @@ def test_bad_input_is_rejected_without_hanging() -> None:
     assert resets is None and steps is not None and sorted(steps[-1].tolist()) == [0, 3]
     envs.close()
     envs.close()
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "expected"),
+    [
+        (None, EnvCapabilities(steps_all_envs=True, autoresets=True, seeded_resets=False, steps_in_blocks=True, recv_any=True)),
+        (4, EnvCapabilities(autoresets=True, seeded_resets=False, step_reset=True, recv_batch_size=4, recv_any=True)),
+    ],
+)
+def test_capabilities_follow_sync_or_async_mode(batch_size: int | None, expected: EnvCapabilities) -> None:
+    envs = pool(8, batch_size=batch_size)
+    try:
+        assert_declares(envs, expected)
+    finally:
+        envs.close()

@@ -14,6 +14,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv
 from tests.test_async_collector import Alternating, replay
 from tests.test_collector import ListStore, StoredEpisode
+from tests.test_envs import assert_declares
 from vcollect import (
     Collector,
     CollectorStateError,
@@ -25,7 +26,7 @@ from vcollect import (
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
 from vcollect.collector import BLOCK_BYTES
-from vcollect.envs import GymnasiumVectorEnv
+from vcollect.envs import EnvCapabilities, GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
 
 MODES = [AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
@@ -471,3 +472,29 @@ def test_progress_bar_of_all_env_steps_ends_at_the_count(capsys: pytest.CaptureF
         assert "300/300" in capsys.readouterr().err
         collector.collect(n_episode=41, random=True, progress=True)
         assert "41/41" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (AutoresetMode.DISABLED, EnvCapabilities(steps_all_envs=True)),
+        (AutoresetMode.NEXT_STEP, EnvCapabilities(steps_all_envs=True, autoresets=True, steps_in_blocks=True)),
+        (AutoresetMode.SAME_STEP, EnvCapabilities(steps_all_envs=True, autoresets=True)),
+    ],
+)
+def test_capabilities_follow_the_autoreset_mode(mode: AutoresetMode, expected: EnvCapabilities) -> None:
+    envs = GymnasiumVectorEnv(SyncVectorEnv([CountingEnv] * 2, autoreset_mode=mode))
+    try:
+        assert_declares(envs, expected)
+    finally:
+        envs.close()
+
+
+def test_vector_entry_points_declare_unseeded_resets() -> None:
+    envs = make_vector("CartPole-v1", 3, backend="gymnasium")  # CartPole's own vector env, NEXT_STEP
+    try:
+        expected = EnvCapabilities(steps_all_envs=True, autoresets=True, seeded_resets=False, steps_in_blocks=True)
+        assert_declares(envs, expected)
+        assert envs.capabilities.loop == "blocks"
+    finally:
+        envs.close()

@@ -10,6 +10,7 @@ from vcollect.envs.base import (
     StepResult,
     VectorEnv,
 )
+from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.dummy import DummyVectorEnv
 from vcollect.envs.envpool_adapter import EnvPoolVectorEnv, is_envpool
 from vcollect.envs.factory import BACKENDS, make_vector
@@ -23,6 +24,7 @@ __all__ = [
     "AsyncResetResult",
     "AsyncStepResult",
     "DummyVectorEnv",
+    "EnvCapabilities",
     "EnvPoolVectorEnv",
     "GymnasiumVectorEnv",
     "RayVectorEnv",

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Tuple
 from gymnasium.vector.utils import batch_space
 
+from vcollect.envs.capabilities import CapabilityFlags, EnvCapabilities
 from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
 
 __all__ = [
@@ -69,8 +70,11 @@ class VectorEnv(Protocol):
     """N environments addressed by env id, stepped or reset in any subset, synchronously or not.
 
     Backends never autoreset: an env that terminated or truncated stays so until it is reset.
+    ``capabilities`` says what else a backend can do (step all envs at once, restart envs by itself,
+    ``step_reset``, ``recv_any``...); collectors choose their loop from it.
     """
 
+    capabilities: EnvCapabilities
     num_envs: int
     single_observation_space: gym.Space
     single_action_space: gym.Space
@@ -321,8 +325,11 @@ class _Failure:
         return EnvWorkerError(self.env_id, self.message + note, self.traceback_text)
 
 
-class BaseVectorEnv:
+class BaseVectorEnv(CapabilityFlags):
     """Row storage, argument checks and async bookkeeping shared by the vcollect backends.
+
+    Every backend declares its ``capabilities`` (a class attribute, or set before this ``__init__`` where
+    they depend on the instance); the old single flags (``steps_all_envs`` ...) are read from them.
 
     Subclasses provide `_dispatch_step`, `_dispatch_reset`, `_wait(timeout)` (process replies, blocking at
     most `timeout` seconds) and `_discard(ids)`, and fill the row arrays `_obs_rows`, `_rewards`,
@@ -330,6 +337,8 @@ class BaseVectorEnv:
     """
 
     def __init__(self, num_envs: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+        if not isinstance(getattr(self, "capabilities", None), EnvCapabilities):
+            raise TypeError(f"{type(self).__name__} declares no capabilities (an EnvCapabilities)")
         if num_envs < 1:
             raise ValueError("a vector env needs at least one env")
         self.num_envs = num_envs

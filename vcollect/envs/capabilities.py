@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["EnvCapabilities", "StepLoop"]
+__all__ = ["CapabilityFlags", "EnvCapabilities", "StepLoop"]
 
 StepLoop = Literal["subset", "all_envs", "blocks"]
 """``subset``: step the ready envs (step_reset where offered); ``all_envs``: step every env, one step at a
@@ -53,3 +53,35 @@ class EnvCapabilities:
         if self.steps_all_envs:
             return "all_envs"
         return "subset"
+
+
+class CapabilityFlags:
+    """The single flags older callers read (``envs.steps_all_envs`` ...), derived from ``capabilities``:
+    read-only, so a backend declares what it can do in one place."""
+
+    capabilities: EnvCapabilities
+
+    @property
+    def steps_all_envs(self) -> bool:
+        """``capabilities.steps_all_envs``."""
+        return self.capabilities.steps_all_envs
+
+    @property
+    def autoresets(self) -> bool:
+        """``capabilities.autoresets``."""
+        return self.capabilities.autoresets
+
+    @property
+    def seeded_resets(self) -> bool:
+        """``capabilities.seeded_resets``."""
+        return self.capabilities.seeded_resets
+
+    @property
+    def steps_in_blocks(self) -> bool:
+        """``capabilities.steps_in_blocks``."""
+        return self.capabilities.steps_in_blocks
+
+    @property
+    def recv_batch_size(self) -> int:
+        """``capabilities.recv_batch_size``."""
+        return self.capabilities.recv_batch_size

@@ -25,6 +25,7 @@ from vcollect.envs.base import (
     StepResult,
     normalize_seeds,
 )
+from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.gymnasium_adapter import AllEnvStep
 from vcollect.errors import EnvWorkerError
 
@@ -57,10 +58,11 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     resets together, and ``num_envs`` must be a multiple of ``batch_size`` so that everything in flight can
     be received. EnvPool's receive cannot time out, so ``timeout`` is not applied. Drive an async pool with
     the AsyncCollector; the Collector accepts sync pools only.
-    """
 
-    seeded_resets = False
-    autoresets = True
+    Its ``capabilities``: ``autoresets`` and ``recv_any`` in both modes, never ``seeded_resets``; sync mode
+    ``steps_all_envs`` and ``steps_in_blocks`` (``step_into``); async mode ``recv_batch_size=batch_size``
+    and ``step_reset`` (BaseVectorEnv's step, then reset of the ended envs).
+    """
 
     def __init__(self, pool: Any) -> None:
         if not is_envpool(pool):
@@ -78,7 +80,15 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self.pool = pool
         self.seed: int = int(config["seed"])
         self.batch_size = batch_size
-        self.recv_batch_size = batch_size if self.is_async else 1
+        self.capabilities = EnvCapabilities(
+            steps_all_envs=not self.is_async,
+            autoresets=True,
+            seeded_resets=False,
+            step_reset=self.is_async,
+            steps_in_blocks=not self.is_async,
+            recv_batch_size=batch_size if self.is_async else 1,
+            recv_any=True,
+        )
         super().__init__(num_envs, pool.single_observation_space, pool.single_action_space)
         self.metadata = dict(getattr(pool, "metadata", {}) or {})
         self.env_spec = None
@@ -86,7 +96,6 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self._in_pool = np.zeros(num_envs, dtype=bool)  # sent to the pool, result not received from it yet
         self._restarting = np.zeros(num_envs, dtype=bool)  # finished: the pool restarts them on their next step
         self._in_order = np.arange(num_envs, dtype=np.int32).tobytes()  # info["env_id"] of an in-order answer
-        self.steps_all_envs = not self.is_async
 
     @classmethod
     def make(
@@ -181,11 +190,6 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         return AllEnvStep(
             batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started, ended
         )
-
-    @property
-    def steps_in_blocks(self) -> bool:
-        """Whether ``step_into`` can stage steps in a StepBlock (sync mode: every step one row per env)."""
-        return not self.is_async
 
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """step_all (sync mode), its results copied into the block's next row in env id order instead of

@@ -62,6 +62,7 @@ from vcollect.envs.base import (
     check_reset_options,
     normalize_seeds,
 )
+from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["SubprocVectorEnv"]
@@ -464,6 +465,8 @@ class SubprocVectorEnv(BaseVectorEnv):
     steps follow each other quickly, at the price of at most spin_s of CPU per wait.
     A worker process that dies raises EnvWorkerError and closes the vector env.
     """
+
+    capabilities = EnvCapabilities(step_reset=True)
 
     def __init__(
         self,
