@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 from tqdm.auto import tqdm
 
-from vcollect.buffers import EpisodeEnds, StepBlock, VectorRingBuffer
+from vcollect.buffers import EpisodeEnds, VectorRingBuffer
 from vcollect.envs import (
     AllEnvStep,
     DummyVectorEnv,
@@ -31,6 +31,7 @@ from vcollect.envs import (
     is_envpool,
 )
 from vcollect.envs.info_recording import InfoRecordingEnv
+from vcollect.envs.steps import StepBlock
 from vcollect.errors import ActionError, CollectorStateError, ObservationError
 from vcollect.ledger import TransitionLedger
 from vcollect.policies import Policy, RandomPolicy

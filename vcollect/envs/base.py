@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +19,7 @@ from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Tu
 from gymnasium.vector.utils import batch_space
 
 from vcollect.envs.capabilities import CapabilityFlags, EnvCapabilities
+from vcollect.envs.steps import StepResetResult
 from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
 
 __all__ = [
@@ -27,7 +28,6 @@ __all__ = [
     "BaseVectorEnv",
     "FixedLayout",
     "ResetResult",
-    "StepResetResult",
     "StepResult",
     "VectorEnv",
 ]
@@ -41,24 +41,6 @@ AsyncStepResult: TypeAlias = tuple[Any, np.ndarray, np.ndarray, np.ndarray, list
 AsyncResetResult: TypeAlias = tuple[Any, list[dict[str, Any]], np.ndarray]
 """(observations, infos, env ids) of the resets that finished."""
 
-
-
-class StepResetResult(NamedTuple):
-    """What ``step_reset`` returns: the step of every env id, then the envs it restarted.
-
-    ``obs`` holds the final observation of an env that ended; its first observation after the restart
-    is in ``reset_obs``, in the order of ``reset_ids`` (a subsequence of the stepped env ids). Every array
-    is fresh: the backend keeps no reference to it.
-    """
-
-    obs: Any
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    infos: list[dict[str, Any]]
-    reset_ids: np.ndarray
-    reset_obs: Any
-    reset_infos: list[dict[str, Any]]
 
 
 EnvIds: TypeAlias = "np.ndarray | Sequence[int] | None"

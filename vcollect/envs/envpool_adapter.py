@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from vcollect.buffers.step_block import StepBlock
 from vcollect.envs.base import (
     AsyncResetResult,
     AsyncStepResult,
@@ -26,7 +25,7 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
-from vcollect.envs.gymnasium_adapter import AllEnvStep
+from vcollect.envs.steps import AllEnvStep, StepBlock
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["EnvPoolVectorEnv", "is_envpool"]
@@ -195,18 +194,11 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         """step_all (sync mode), its results copied into the block's next row in env id order instead of
         fresh arrays."""
         obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_into")
-        k = block.count
-        if k == 0:
-            block.first_restarts = self._restarting.copy()  # may be a view of a row the block writes again
         order = np.asarray(info["env_id"])
-        rows: Any = slice(None) if order.tobytes() == self._in_order else order  # a sync pool answers in order
-        for leaf, value in zip(block.obs, self.obs_layout.flatten(obs)):
-            leaf[k][rows] = value
-        block.rewards[k][rows] = rewards
-        block.terminations[k][rows] = terminations
-        block.truncations[k][rows] = truncations
-        self._restarting = np.logical_or(block.terminations[k], block.truncations[k], out=block.done[k])
-        block.count = k + 1
+        env_ids = None if order.tobytes() == self._in_order else order  # a sync pool answers in order
+        self._restarting = block.append_row(
+            self.obs_layout.flatten(obs), rewards, terminations, truncations, self._restarting, env_ids
+        )
 
     def _pool_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         if self._restarting[ids].any():

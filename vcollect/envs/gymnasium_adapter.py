@@ -20,14 +20,12 @@ from __future__ import annotations
 import functools
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from vcollect.buffers.step_block import StepBlock
 from vcollect.envs.base import (
     BaseVectorEnv,
     EnvIds,
@@ -38,39 +36,14 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.steps import AllEnvStep, StepBlock
 from vcollect.errors import EnvWorkerError, ObservationError
 
-__all__ = ["AllEnvStep", "GymnasiumVectorEnv"]
+__all__ = ["GymnasiumVectorEnv"]
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_IDS.flags.writeable = False
 _NEXT_STEP, _SAME_STEP = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
-
-
-@dataclass(slots=True)
-class AllEnvStep:
-    """One step of every env of a backend that cannot step a subset.
-
-    ``obs``: the latest observation of every env (what the policy sees next), fresh arrays.
-    ``next_obs``: the next observation of each transition row (``obs``, except SAME_STEP rows of envs that
-    finished, which hold ``info["final_obs"]``). ``rewards`` (float64), ``terminations``, ``truncations``
-    (bool): one per row, possibly arrays the env reuses, so read them before the next step.
-    ``transitions``: bool mask of the rows that are transitions, None when all are; where given, the other
-    rows are exactly the restarts of ``started`` (NEXT_STEP). ``started``: env ids whose next episode the
-    env started by itself in this step (its first observation is their row of ``obs``). ``ended``: bool
-    mask of the transition rows that ended an episode, a fresh array the backend never writes to.
-    ``infos``: gymnasium's vector info dict.
-    """
-
-    obs: Any
-    next_obs: Any
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    infos: dict[str, Any]
-    transitions: np.ndarray | None
-    started: np.ndarray
-    ended: np.ndarray
 
 
 class GymnasiumVectorEnv(BaseVectorEnv):
@@ -181,22 +154,15 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         if self._went_async and np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
         obs, rewards, terminations, truncations, _infos = self._env_step(actions)
-        k = block.count
-        if k == 0:
-            block.first_restarts = self._finished.copy()  # may be a view of a row the block writes again
         if self.obs_layout.flat:
+            obs_leaves = [obs]
             if type(obs) is not np.ndarray or obs.shape != self._obs_batch_shapes[0]:
                 self._check_batch_shape(obs, self._obs_batch_shapes[0])
-            block.obs[0][k] = obs
         else:
-            for leaf, value, shape in zip(block.obs, self.obs_layout.flatten(obs), self._obs_batch_shapes):
+            obs_leaves = self.obs_layout.flatten(obs)
+            for value, shape in zip(obs_leaves, self._obs_batch_shapes):
                 self._check_batch_shape(value, shape)
-                leaf[k] = value
-        block.rewards[k] = rewards
-        block.terminations[k] = terminations
-        block.truncations[k] = truncations
-        self._finished = np.logical_or(block.terminations[k], block.truncations[k], out=block.done[k])
-        block.count = k + 1
+        self._finished = block.append_row(obs_leaves, rewards, terminations, truncations, self._finished)
 
     def _env_step(self, actions: Any) -> tuple[Any, ...]:
         """The wrapped vector env's step; what it raises becomes EnvWorkerError (the vector env does not
