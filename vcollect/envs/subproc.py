@@ -53,7 +53,6 @@ from gymnasium.vector.utils import CloudpickleWrapper
 from vcollect.envs.base import (
     BaseVectorEnv,
     EnvIds,
-    FixedLayout,
     ResetResult,
     Seeds,
     StepResetResult,
@@ -63,6 +62,7 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.layout import FixedLayout
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["SubprocVectorEnv"]
