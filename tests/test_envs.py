@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import functools
 import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -812,3 +814,16 @@ def test_step_block_writes_out_of_order_rows_by_env_id_and_refuses_what_breaks_i
     with pytest.raises(ValueError, match="got 2 observation leaves, the block holds 1"):
         block.append_row([np.zeros((3, 1))] * 2, [0.0] * 3, [False] * 3, [False] * 3, done)
     assert block.count == 0
+
+
+def test_env_modules_import_nothing_from_the_buffers():
+    """The env side hands the collectors its own types (vcollect.envs.steps); the rings depend on it, not
+    the other way round."""
+    envs_dir = Path(__file__).resolve().parent.parent / "vcollect" / "envs"
+    offenders = []
+    for path in sorted(envs_dir.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            offenders += [f"{path.name}: {name}" for name in names if name.startswith("vcollect.buffers")]
+    assert len(list(envs_dir.glob("*.py"))) > 10 and offenders == []
