@@ -48,9 +48,10 @@ Seeds: TypeAlias = "int | Sequence[int | None] | None"
 class VectorEnv(Protocol):
     """N environments addressed by env id, stepped or reset in any subset, synchronously or not.
 
-    Backends never autoreset: an env that terminated or truncated stays so until it is reset.
-    ``capabilities`` says what else a backend can do (step all envs at once, restart envs by itself,
-    ``step_reset``, ``recv_any``...); collectors choose their loop from it.
+    Through these methods backends never autoreset: an env that terminated or truncated stays so until it
+    is reset. ``capabilities`` says what else a backend can do (step all envs at once, restart envs by
+    itself in ``step_all``/``step_into``, ``step_reset``, ``recv_any``...); collectors choose their loop
+    from it.
     """
 
     capabilities: EnvCapabilities
