@@ -13,8 +13,8 @@ try:
 except ImportError as exc:  # envpool has wheels for Linux x86-64 only
     pytest.skip(f"envpool cannot be imported on this platform ({exc})", allow_module_level=True)
 
+from tests.test_capabilities import assert_declares
 from tests.test_collector import StoredEpisode
-from tests.test_envs import assert_declares
 from tests.test_gymnasium_adapter import BatchStore, assert_cartpole_transitions
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import ast
 import copy
-import dataclasses
 import functools
-import os
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -22,7 +18,6 @@ from tests.envs import (
     BadObsEnv,
     CountingEnv,
     DictObsEnv,
-    DyingEnv,
     FailingEnv,
     SlowEnv,
     make_cartpole,
@@ -30,16 +25,10 @@ from tests.envs import (
 )
 from vcollect.envs import (
     DummyVectorEnv,
-    EnvCapabilities,
-    GymnasiumVectorEnv,
-    RayVectorEnv,
     SubprocVectorEnv,
     VectorEnv,
     make_vector,
 )
-from vcollect.envs.base import BaseVectorEnv
-from vcollect.envs.info_recording import InfoRecordingEnv
-from vcollect.envs.steps import StepBlock
 from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
 
 BACKENDS = ["dummy", "subproc"]
@@ -253,78 +242,6 @@ def test_step_reset_and_reset_refuse_a_wrong_seed_count_and_non_dict_options(clo
     np.testing.assert_array_equal(obs[:, 0], [1.0, 1.0])
 
 
-def test_subproc_step_reset_seeds_in_shared_rows_or_beyond_int64(closing, monkeypatch):
-    envs = make(closing, "subproc", [functools.partial(CountingEnv, 1)] * 3)
-    envs.reset(seeds=0)
-    big = [2**64 - 1, None, 5]  # too big for the shared int64 rows: the generic step + reset path
-    got = envs.step_reset(np.zeros(3, np.int64), reset_seeds=big)
-    assert got.reset_ids.tolist() == [0, 1, 2]
-    assert [info["seed"] for info in got.reset_infos] == big
-
-    def generic_path(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("took the generic path")
-
-    monkeypatch.setattr(BaseVectorEnv, "step_reset", generic_path)
-    got = envs.step_reset(np.zeros(3, np.int64), reset_seeds=[None, 3, 2**63 - 1])
-    assert [info["seed"] for info in got.reset_infos] == [None, 3, 2**63 - 1]
-
-
-@pytest.mark.parametrize("spin_s", [0.0, 300e-6])
-def test_subproc_step_reset_of_every_env_skips_the_pipes(closing, monkeypatch, spin_s):
-    # The collector's call (all envs, a seed each) goes through the shared control words and semaphores:
-    # no pipe message while infos are empty, the same results as in process, restarts included.
-    fast = SubprocVectorEnv([make_cartpole] * 4, num_workers=2, spin_s=spin_s)
-    closing.append(fast)
-    twin = make(closing, "dummy", [make_cartpole] * 4)
-    fast.reset(seeds=0)
-    twin.reset(seeds=0)
-    sent: list[int] = []
-    monkeypatch.setattr(fast, "_send_to", lambda w, message: sent.append(w))
-    rng = np.random.default_rng(0)
-    restarts = 0
-    for t in range(80):
-        actions = rng.integers(0, 2, 4)
-        seeds = [1000 * t + j for j in range(4)]
-        got = fast.step_reset(actions, reset_seeds=seeds)
-        want = twin.step_reset(actions, reset_seeds=seeds)
-        for a, b in zip(got[:4], want[:4]):
-            assert_identical(a, b)
-        assert got.infos == want.infos and got.reset_ids.tolist() == want.reset_ids.tolist()
-        if want.reset_ids.size:
-            assert_identical(got.reset_obs, want.reset_obs)
-            restarts += want.reset_ids.size
-        else:
-            assert got.reset_obs is None and got.reset_infos == []
-    assert sent == [] and restarts >= 4
-
-
-@pytest.mark.parametrize("interrupted", ["_await_done", "_recv_from"])
-def test_subproc_interrupted_fast_step_reset_is_finished_by_the_next_call(closing, monkeypatch, interrupted):
-    # Ctrl-C while waiting for a worker's answer (or for its pickled reply): the workers still do the step,
-    # and the next call reads and drops those answers before writing the shared rows again.
-    envs = make(closing, "subproc", [functools.partial(CountingEnv, 100)] * 4)
-    assert isinstance(envs, SubprocVectorEnv)
-    envs.reset()
-    original = getattr(envs, interrupted)
-
-    def interrupt_once(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(envs, interrupted, original)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(envs, interrupted, interrupt_once)
-    with pytest.raises(KeyboardInterrupt):
-        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
-    assert any(envs._owed)
-    obs, *_, infos = envs.step(np.zeros(4, np.int64))
-    assert obs.ravel().tolist() == [2, 2, 2, 2] and infos == [{"t": 2}] * 4
-    assert not any(envs._owed)
-    monkeypatch.setattr(envs, interrupted, interrupt_once)
-    with pytest.raises(KeyboardInterrupt):
-        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
-    got = envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
-    assert got.obs.ravel().tolist() == [4, 4, 4, 4] and got.infos == [{"t": 4}] * 4
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_subsets_step_only_those_envs_in_the_given_order(closing, backend):
     envs = make(closing, backend, [functools.partial(CountingEnv, 100)] * 5)
@@ -339,41 +256,6 @@ def test_subsets_step_only_those_envs_in_the_given_order(closing, backend):
     obs, _ = envs.reset(env_ids=[3])
     obs, *_ = envs.step(np.zeros(5, np.int64))
     assert obs.ravel().tolist() == [3, 3, 2, 1, 3]
-
-
-def test_subproc_subset_only_messages_the_workers_holding_those_envs(closing, monkeypatch):
-    envs = make(closing, "subproc", [functools.partial(CountingEnv, 100)] * 5)
-    assert isinstance(envs, SubprocVectorEnv)
-    envs.reset()
-    sent: list[int] = []
-    original = envs._send_to
-
-    def spy(w: int, message: bytes) -> None:
-        sent.append(w)
-        original(w, message)
-
-    monkeypatch.setattr(envs, "_send_to", spy)
-    envs.step(np.zeros(2, np.int64), env_ids=[1, 2])  # groups: [0, 1, 2] on worker 0, [3, 4] on worker 1
-    assert sent == [0]
-    envs.reset(env_ids=[4])
-    assert sent == [0, 1]
-    envs.send(np.zeros(2, np.int64), env_ids=[3, 0])
-    assert sorted(sent[2:]) == [0, 1]
-    envs.recv(min_ready=2)
-    envs.step(np.zeros(5, np.int64))
-    assert sorted(sent[4:]) == [0, 1]  # one message per worker for a full step
-
-
-def test_subproc_puts_several_envs_in_one_worker(closing):
-    envs = SubprocVectorEnv([CountingEnv] * 5, num_workers=2)
-    closing.append(envs)
-    assert len({p.pid for p in envs._procs}) == 2
-    assert envs._worker_of.tolist() == [0, 0, 0, 1, 1]
-    default = SubprocVectorEnv([CountingEnv] * 3)
-    closing.append(default)
-    assert default.num_workers == min(3, os.cpu_count() or 1)
-    with pytest.raises(ValueError, match="num_workers"):
-        SubprocVectorEnv([CountingEnv] * 2, num_workers=3)
 
 
 OPS = st.lists(
@@ -572,65 +454,6 @@ def test_observations_are_passed_through_or_rejected_when_they_cannot_fit(closin
         bad_shape.step(np.zeros(2, np.int64))
 
 
-def test_dying_worker_raises_quickly_and_closes(closing):
-    fns = [CountingEnv, CountingEnv, functools.partial(DyingEnv, die_step=2), CountingEnv]
-    envs = make(closing, "subproc", fns)
-    envs.reset()
-    envs.step(np.zeros(4, np.int64))
-    start = time.monotonic()
-    with pytest.raises(EnvWorkerError, match="exit code 3") as info:
-        envs.step(np.zeros(4, np.int64))
-    assert time.monotonic() - start < 5
-    assert info.value.env_id == 2
-    assert envs.closed
-    with pytest.raises(CollectorStateError):
-        envs.step(np.zeros(4, np.int64))
-
-
-def test_dying_worker_during_fast_step_reset_raises_quickly_and_closes(closing):
-    # The worker dies while the parent waits on its done semaphore (no pipe to read end-of-file from).
-    fns = [CountingEnv, CountingEnv, functools.partial(DyingEnv, die_step=2), CountingEnv]
-    envs = make(closing, "subproc", fns)
-    envs.reset()
-    envs.step_reset(np.zeros(4, np.int64), reset_seeds=[0, 1, 2, 3])
-    start = time.monotonic()
-    with pytest.raises(EnvWorkerError, match="exit code 3") as info:
-        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[0, 1, 2, 3])
-    assert time.monotonic() - start < 5
-    assert info.value.env_id == 2
-    assert envs.closed
-
-
-def test_workers_exit_when_the_parent_is_gone(closing):
-    # A worker waiting on its command semaphore notices that the parent's end of its command pipe closed.
-    envs = SubprocVectorEnv([CountingEnv] * 2, num_workers=2)
-    closing.append(envs)
-    envs.reset()
-    for writer in envs._pipes[0::2]:  # each worker's command pipe: what a parent that died leaves behind
-        writer.close()
-    for proc in envs._procs:
-        proc.join(5)
-        assert proc.exitcode == 0
-
-
-def test_dying_worker_during_async_recv(closing):
-    envs = make(closing, "subproc", [CountingEnv, functools.partial(DyingEnv, die_step=1)])
-    envs.reset()
-    envs.send(np.zeros(2, np.int64))
-    start = time.monotonic()
-    with pytest.raises(EnvWorkerError) as info:
-        while True:
-            envs.recv(timeout=10)
-    assert time.monotonic() - start < 5
-    assert info.value.env_id == 1
-
-
-def test_factory_failing_in_worker_is_reported(closing):
-    with pytest.raises(EnvWorkerError, match="env 1.*factory raised") as info:
-        SubprocVectorEnv([CountingEnv, functools.partial(FailingEnv, no_such_argument=1)], num_workers=2)
-    assert "TypeError" in info.value.traceback_text
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_envs_with_different_spaces_are_rejected(backend):
     with pytest.raises(ValueError, match="spaces"):
@@ -690,140 +513,3 @@ def test_make_vector(closing):
         make_vector("CartPole-v1", 2, backend="nope")
     with pytest.raises(ValueError, match="unknown environment id 'NoSuchEnv-v0'"):
         make_vector("NoSuchEnv-v0", 2)
-
-
-# --------------------------------------------------------------------------------------------------
-# capabilities
-
-
-def assert_declares(envs: Any, expected: EnvCapabilities) -> None:
-    """envs declares exactly ``expected``; its single flags read the same and cannot be set; it has
-    ``step_reset``/``recv_any`` exactly where it declares them (an all-env backend may inherit a
-    ``step_reset`` it cannot offer to the collectors)."""
-    assert envs.capabilities == expected
-    assert isinstance(envs, VectorEnv)
-    for flag in ("steps_all_envs", "autoresets", "seeded_resets", "steps_in_blocks", "recv_batch_size"):
-        assert getattr(envs, flag) == getattr(expected, flag), flag
-        with pytest.raises(AttributeError):
-            setattr(envs, flag, getattr(expected, flag))
-    if not expected.steps_all_envs:
-        assert callable(getattr(envs, "step_reset", None)) == expected.step_reset
-    assert callable(getattr(envs, "recv_any", None)) == expected.recv_any
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_process_backends_declare_subset_steps_with_seeded_step_resets(closing, backend):
-    envs = make(closing, backend, [CountingEnv] * 2)
-    assert_declares(envs, EnvCapabilities(step_reset=True))
-    assert envs.capabilities.loop == "subset"
-
-
-def test_ray_backend_declares_subset_steps_with_seeded_step_resets():
-    # a class attribute: read without starting Ray
-    assert RayVectorEnv.capabilities == EnvCapabilities(step_reset=True)
-    assert callable(RayVectorEnv.step_reset) and not hasattr(RayVectorEnv, "recv_any")
-
-
-def test_a_backend_without_capabilities_is_refused():
-    class Undeclared(BaseVectorEnv):
-        pass
-
-    with pytest.raises(TypeError, match="Undeclared declares no capabilities"):
-        Undeclared(2, gym.spaces.Discrete(2), gym.spaces.Discrete(2))
-
-
-@pytest.mark.parametrize(
-    ("fields", "message"),
-    [
-        ({"recv_batch_size": 0}, "recv_batch_size must be >= 1"),
-        ({"steps_in_blocks": True, "steps_all_envs": True}, "steps_in_blocks needs"),
-        ({"steps_in_blocks": True, "autoresets": True}, "steps_in_blocks needs"),
-        ({"step_reset": True, "steps_all_envs": True}, "cannot offer it"),
-    ],
-)
-def test_capabilities_refuse_contradictions(fields, message):
-    with pytest.raises(ValueError, match=message):
-        EnvCapabilities(**fields)
-
-
-def test_capabilities_are_frozen_and_name_their_loop():
-    caps = EnvCapabilities()
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        caps.step_reset = True  # type: ignore[misc]
-    assert caps.loop == "subset"
-    assert EnvCapabilities(steps_all_envs=True).loop == "all_envs"
-    assert EnvCapabilities(steps_all_envs=True, autoresets=True, steps_in_blocks=True).loop == "blocks"
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_info_recording_declares_what_it_records_and_forwards_nothing_else(closing, backend):
-    inner = make(closing, backend, [CountingEnv] * 2)
-    recording = InfoRecordingEnv(inner)
-    # the wrapped env's capabilities less step_reset (infos are taken before a restart) and recv_any
-    assert_declares(recording, dataclasses.replace(inner.capabilities, step_reset=False, recv_any=False))
-    with pytest.raises(AttributeError):
-        recording.metadata  # noqa: B018 - a backend extra: not forwarded
-    assert recording.reset(seeds=3)[1] == [{"seed": 3}, {"seed": 4}]  # the protocol still goes through
-    assert recording.step(np.zeros(2, np.int64))[4] == [{"t": 1}, {"t": 1}]
-
-
-def test_info_recording_refuses_backends_that_restart_or_step_all_envs_by_themselves(closing):
-    envs = GymnasiumVectorEnv.from_env_fns([CountingEnv] * 2)  # DISABLED, but steps every env at once
-    closing.append(envs)
-    with pytest.raises(ValueError, match="steps all envs at once or resets them by itself"):
-        InfoRecordingEnv(envs)
-
-
-# --------------------------------------------------------------------------------------------------
-# StepBlock
-
-
-def test_step_block_rows_keep_restarts_done_and_count():
-    space = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (2,)), "b": gym.spaces.Discrete(3)})
-    block = StepBlock(3, 4, space, gym.spaces.Discrete(2))
-    restarting = np.array([True, False, False])
-    done = block.append_row(
-        [np.full((3, 2), 0.5), [0, 1, 2]], [1.0, 2.0, 3.0], [False, True, False], [False, False, True], restarting
-    )
-    restarting[:] = False  # the caller's array: row 0's restarts were copied
-    assert done.tolist() == [False, True, True] and block.count == 1
-    block.append_row([np.zeros((3, 2)), [2, 2, 2]], [0.0] * 3, [False] * 3, [False] * 3, done)
-    assert block.restarts().tolist() == [[True, False, False], [False, True, True]]
-    assert block.transitions() == 6 - 3
-    assert block.obs[1].dtype == np.dtype(np.int64) and block.obs[1][:2].tolist() == [[0, 1, 2], [2, 2, 2]]
-    assert block.rewards.dtype == np.float64 and block.rewards[0].tolist() == [1.0, 2.0, 3.0]
-    np.testing.assert_array_equal(block.obs_row(0)["a"], np.full((3, 2), 0.5, np.float32))
-    block.set_actions(1, [np.array([1, 0, 1])])
-    assert block.actions[0][1].tolist() == [1, 0, 1]
-    with pytest.raises(IndexError, match="row 2 is not staged"):
-        block.set_actions(2, [np.zeros(3, np.int64)])
-
-
-def test_step_block_writes_out_of_order_rows_by_env_id_and_refuses_what_breaks_it():
-    block = StepBlock(3, 1, gym.spaces.Box(0.0, 9.0, (1,)), gym.spaces.Discrete(2))
-    no_restarts = np.zeros(3, bool)
-    order = np.array([2, 0, 1], np.int32)
-    done = block.append_row([[[2.0], [0.0], [1.0]]], [2.0, 0.0, 1.0], [True, False, False], [False] * 3, no_restarts, order)
-    assert block.obs[0][0, :, 0].tolist() == [0.0, 1.0, 2.0] and block.rewards[0].tolist() == [0.0, 1.0, 2.0]
-    assert done.tolist() == [False, False, True]
-    with pytest.raises(ValueError, match="full"):
-        block.append_row([np.zeros((3, 1))], [0.0] * 3, [False] * 3, [False] * 3, done)
-    block.clear()
-    with pytest.raises(ValueError, match="each of the 3 env ids once"):
-        block.append_row([np.zeros((3, 1))], [0.0] * 3, [False] * 3, [False] * 3, done, np.array([0, 0, 1]))
-    with pytest.raises(ValueError, match="got 2 observation leaves, the block holds 1"):
-        block.append_row([np.zeros((3, 1))] * 2, [0.0] * 3, [False] * 3, [False] * 3, done)
-    assert block.count == 0
-
-
-def test_env_modules_import_nothing_from_the_buffers():
-    """The env side hands the collectors its own types (vcollect.envs.steps); the rings depend on it, not
-    the other way round."""
-    envs_dir = Path(__file__).resolve().parent.parent / "vcollect" / "envs"
-    offenders = []
-    for path in sorted(envs_dir.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-            offenders += [f"{path.name}: {name}" for name in names if name.startswith("vcollect.buffers")]
-    assert len(list(envs_dir.glob("*.py"))) > 10 and offenders == []

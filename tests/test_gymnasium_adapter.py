@@ -13,8 +13,8 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv
 from tests.test_async_collector import Alternating, replay
+from tests.test_capabilities import assert_declares
 from tests.test_collector import ListStore, StoredEpisode
-from tests.test_envs import assert_declares
 from vcollect import (
     Collector,
     CollectorStateError,
