@@ -233,3 +233,28 @@ def make_cartpole() -> gym.Env:
 def make_pendulum() -> gym.Env:
     """Pendulum-v1 through gymnasium.make (a picklable zero-argument factory)."""
     return gym.make("Pendulum-v1")
+
+
+class NarrowDiscreteEnv(gym.Env):
+    """Discrete spaces narrower than int64: observation {"cell": Discrete(7, int32), "lit": Discrete(2, int8)}
+    (the step count modulo 7, and its parity), actions Discrete(3, int16); episodes of 4 steps."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict(
+            {"cell": spaces.Discrete(7, dtype=np.int32), "lit": spaces.Discrete(2, dtype=np.int8)}
+        )
+        self.action_space = spaces.Discrete(3, dtype=np.int16)
+        self.t = 0
+
+    def _obs(self) -> dict[str, Any]:
+        return {"cell": np.int32(self.t % 7), "lit": np.int8(self.t % 2)}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        assert self.action_space.contains(action), action
+        self.t += 1
+        return self._obs(), float(action), self.t >= 4, False, {}

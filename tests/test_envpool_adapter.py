@@ -14,10 +14,11 @@ except ImportError as exc:  # envpool has wheels for Linux x86-64 only
     pytest.skip(f"envpool cannot be imported on this platform ({exc})", allow_module_level=True)
 
 from tests.sinks import ListStore, StoredEpisode
+from tests.test_capabilities import assert_declares
 from tests.test_gymnasium_adapter import assert_cartpole_transitions
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector
-from vcollect.envs import EnvPoolVectorEnv
+from vcollect.envs import EnvCapabilities, EnvPoolVectorEnv
 from vcollect.loops import AllEnvLoop, BlockLoop
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # envpool's Box precision warnings
@@ -43,7 +44,7 @@ def by_env(episodes: list[StoredEpisode]) -> dict[int, list[StoredEpisode]]:
 
 def test_sync_mode_collector_exact_counts_and_real_transitions() -> None:
     envs = pool()
-    assert envs.seed == 7 and not envs.is_async and envs.recv_batch_size == 1
+    assert envs.seed == 7 and not envs.is_async and envs.capabilities.recv_batch_size == 1
     store = ListStore()
     with Collector(None, envs, store=store, seed=0) as collector:
         assert isinstance(collector.loop, BlockLoop)
@@ -158,3 +159,18 @@ def test_bad_input_is_rejected_without_hanging() -> None:
     assert resets is None and steps is not None and sorted(steps[-1].tolist()) == [0, 3]
     envs.close()
     envs.close()
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "expected"),
+    [
+        (None, EnvCapabilities(steps_all_envs=True, autoresets=True, seeded_resets=False, steps_in_blocks=True, recv_any=True)),
+        (4, EnvCapabilities(autoresets=True, seeded_resets=False, step_reset=True, recv_batch_size=4, recv_any=True)),
+    ],
+)
+def test_capabilities_follow_sync_or_async_mode(batch_size: int | None, expected: EnvCapabilities) -> None:
+    envs = pool(8, batch_size=batch_size)
+    try:
+        assert_declares(envs, expected)
+    finally:
+        envs.close()

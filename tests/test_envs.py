@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,14 +18,17 @@ from tests.envs import (
     BadObsEnv,
     CountingEnv,
     DictObsEnv,
-    DyingEnv,
     FailingEnv,
     SlowEnv,
     make_cartpole,
     make_pendulum,
 )
-from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
-from vcollect.envs.base import BaseVectorEnv
+from vcollect.envs import (
+    DummyVectorEnv,
+    SubprocVectorEnv,
+    VectorEnv,
+    make_vector,
+)
 from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
 
 BACKENDS = ["dummy", "subproc"]
@@ -240,78 +242,6 @@ def test_step_reset_and_reset_refuse_a_wrong_seed_count_and_non_dict_options(clo
     np.testing.assert_array_equal(obs[:, 0], [1.0, 1.0])
 
 
-def test_subproc_step_reset_seeds_in_shared_rows_or_beyond_int64(closing, monkeypatch):
-    envs = make(closing, "subproc", [functools.partial(CountingEnv, 1)] * 3)
-    envs.reset(seeds=0)
-    big = [2**64 - 1, None, 5]  # too big for the shared int64 rows: the generic step + reset path
-    got = envs.step_reset(np.zeros(3, np.int64), reset_seeds=big)
-    assert got.reset_ids.tolist() == [0, 1, 2]
-    assert [info["seed"] for info in got.reset_infos] == big
-
-    def generic_path(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("took the generic path")
-
-    monkeypatch.setattr(BaseVectorEnv, "step_reset", generic_path)
-    got = envs.step_reset(np.zeros(3, np.int64), reset_seeds=[None, 3, 2**63 - 1])
-    assert [info["seed"] for info in got.reset_infos] == [None, 3, 2**63 - 1]
-
-
-@pytest.mark.parametrize("spin_s", [0.0, 300e-6])
-def test_subproc_step_reset_of_every_env_skips_the_pipes(closing, monkeypatch, spin_s):
-    # The collector's call (all envs, a seed each) goes through the shared control words and semaphores:
-    # no pipe message while infos are empty, the same results as in process, restarts included.
-    fast = SubprocVectorEnv([make_cartpole] * 4, num_workers=2, spin_s=spin_s)
-    closing.append(fast)
-    twin = make(closing, "dummy", [make_cartpole] * 4)
-    fast.reset(seeds=0)
-    twin.reset(seeds=0)
-    sent: list[int] = []
-    monkeypatch.setattr(fast, "_send_to", lambda w, message: sent.append(w))
-    rng = np.random.default_rng(0)
-    restarts = 0
-    for t in range(80):
-        actions = rng.integers(0, 2, 4)
-        seeds = [1000 * t + j for j in range(4)]
-        got = fast.step_reset(actions, reset_seeds=seeds)
-        want = twin.step_reset(actions, reset_seeds=seeds)
-        for a, b in zip(got[:4], want[:4]):
-            assert_identical(a, b)
-        assert got.infos == want.infos and got.reset_ids.tolist() == want.reset_ids.tolist()
-        if want.reset_ids.size:
-            assert_identical(got.reset_obs, want.reset_obs)
-            restarts += want.reset_ids.size
-        else:
-            assert got.reset_obs is None and got.reset_infos == []
-    assert sent == [] and restarts >= 4
-
-
-@pytest.mark.parametrize("interrupted", ["_await_done", "_recv_from"])
-def test_subproc_interrupted_fast_step_reset_is_finished_by_the_next_call(closing, monkeypatch, interrupted):
-    # Ctrl-C while waiting for a worker's answer (or for its pickled reply): the workers still do the step,
-    # and the next call reads and drops those answers before writing the shared rows again.
-    envs = make(closing, "subproc", [functools.partial(CountingEnv, 100)] * 4)
-    assert isinstance(envs, SubprocVectorEnv)
-    envs.reset()
-    original = getattr(envs, interrupted)
-
-    def interrupt_once(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(envs, interrupted, original)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(envs, interrupted, interrupt_once)
-    with pytest.raises(KeyboardInterrupt):
-        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
-    assert any(envs._owed)
-    obs, *_, infos = envs.step(np.zeros(4, np.int64))
-    assert obs.ravel().tolist() == [2, 2, 2, 2] and infos == [{"t": 2}] * 4
-    assert not any(envs._owed)
-    monkeypatch.setattr(envs, interrupted, interrupt_once)
-    with pytest.raises(KeyboardInterrupt):
-        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
-    got = envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
-    assert got.obs.ravel().tolist() == [4, 4, 4, 4] and got.infos == [{"t": 4}] * 4
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_subsets_step_only_those_envs_in_the_given_order(closing, backend):
     envs = make(closing, backend, [functools.partial(CountingEnv, 100)] * 5)
@@ -326,41 +256,6 @@ def test_subsets_step_only_those_envs_in_the_given_order(closing, backend):
     obs, _ = envs.reset(env_ids=[3])
     obs, *_ = envs.step(np.zeros(5, np.int64))
     assert obs.ravel().tolist() == [3, 3, 2, 1, 3]
-
-
-def test_subproc_subset_only_messages_the_workers_holding_those_envs(closing, monkeypatch):
-    envs = make(closing, "subproc", [functools.partial(CountingEnv, 100)] * 5)
-    assert isinstance(envs, SubprocVectorEnv)
-    envs.reset()
-    sent: list[int] = []
-    original = envs._send_to
-
-    def spy(w: int, message: bytes) -> None:
-        sent.append(w)
-        original(w, message)
-
-    monkeypatch.setattr(envs, "_send_to", spy)
-    envs.step(np.zeros(2, np.int64), env_ids=[1, 2])  # groups: [0, 1, 2] on worker 0, [3, 4] on worker 1
-    assert sent == [0]
-    envs.reset(env_ids=[4])
-    assert sent == [0, 1]
-    envs.send(np.zeros(2, np.int64), env_ids=[3, 0])
-    assert sorted(sent[2:]) == [0, 1]
-    envs.recv(min_ready=2)
-    envs.step(np.zeros(5, np.int64))
-    assert sorted(sent[4:]) == [0, 1]  # one message per worker for a full step
-
-
-def test_subproc_puts_several_envs_in_one_worker(closing):
-    envs = SubprocVectorEnv([CountingEnv] * 5, num_workers=2)
-    closing.append(envs)
-    assert len({p.pid for p in envs._procs}) == 2
-    assert envs._worker_of.tolist() == [0, 0, 0, 1, 1]
-    default = SubprocVectorEnv([CountingEnv] * 3)
-    closing.append(default)
-    assert default.num_workers == min(3, os.cpu_count() or 1)
-    with pytest.raises(ValueError, match="num_workers"):
-        SubprocVectorEnv([CountingEnv] * 2, num_workers=3)
 
 
 OPS = st.lists(
@@ -557,65 +452,6 @@ def test_observations_are_passed_through_or_rejected_when_they_cannot_fit(closin
     bad_shape.reset()
     with pytest.raises(ObservationError, match="env 1"):
         bad_shape.step(np.zeros(2, np.int64))
-
-
-def test_dying_worker_raises_quickly_and_closes(closing):
-    fns = [CountingEnv, CountingEnv, functools.partial(DyingEnv, die_step=2), CountingEnv]
-    envs = make(closing, "subproc", fns)
-    envs.reset()
-    envs.step(np.zeros(4, np.int64))
-    start = time.monotonic()
-    with pytest.raises(EnvWorkerError, match="exit code 3") as info:
-        envs.step(np.zeros(4, np.int64))
-    assert time.monotonic() - start < 5
-    assert info.value.env_id == 2
-    assert envs.closed
-    with pytest.raises(CollectorStateError):
-        envs.step(np.zeros(4, np.int64))
-
-
-def test_dying_worker_during_fast_step_reset_raises_quickly_and_closes(closing):
-    # The worker dies while the parent waits on its done semaphore (no pipe to read end-of-file from).
-    fns = [CountingEnv, CountingEnv, functools.partial(DyingEnv, die_step=2), CountingEnv]
-    envs = make(closing, "subproc", fns)
-    envs.reset()
-    envs.step_reset(np.zeros(4, np.int64), reset_seeds=[0, 1, 2, 3])
-    start = time.monotonic()
-    with pytest.raises(EnvWorkerError, match="exit code 3") as info:
-        envs.step_reset(np.zeros(4, np.int64), reset_seeds=[0, 1, 2, 3])
-    assert time.monotonic() - start < 5
-    assert info.value.env_id == 2
-    assert envs.closed
-
-
-def test_workers_exit_when_the_parent_is_gone(closing):
-    # A worker waiting on its command semaphore notices that the parent's end of its command pipe closed.
-    envs = SubprocVectorEnv([CountingEnv] * 2, num_workers=2)
-    closing.append(envs)
-    envs.reset()
-    for writer in envs._pipes[0::2]:  # each worker's command pipe: what a parent that died leaves behind
-        writer.close()
-    for proc in envs._procs:
-        proc.join(5)
-        assert proc.exitcode == 0
-
-
-def test_dying_worker_during_async_recv(closing):
-    envs = make(closing, "subproc", [CountingEnv, functools.partial(DyingEnv, die_step=1)])
-    envs.reset()
-    envs.send(np.zeros(2, np.int64))
-    start = time.monotonic()
-    with pytest.raises(EnvWorkerError) as info:
-        while True:
-            envs.recv(timeout=10)
-    assert time.monotonic() - start < 5
-    assert info.value.env_id == 1
-
-
-def test_factory_failing_in_worker_is_reported(closing):
-    with pytest.raises(EnvWorkerError, match="env 1.*factory raised") as info:
-        SubprocVectorEnv([CountingEnv, functools.partial(FailingEnv, no_such_argument=1)], num_workers=2)
-    assert "TypeError" in info.value.traceback_text
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -14,6 +14,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv
 from tests.sinks import ListStore, StoredEpisode
 from tests.test_async_collector import Alternating, replay
+from tests.test_capabilities import assert_declares
 from vcollect import (
     Collector,
     CollectorStateError,
@@ -24,7 +25,7 @@ from vcollect import (
 )
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
-from vcollect.envs import GymnasiumVectorEnv
+from vcollect.envs import EnvCapabilities, GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
 from vcollect.loops import AllEnvLoop, BlockLoop
 from vcollect.loops.blocks import BLOCK_BYTES
@@ -80,7 +81,7 @@ def test_autoreset_modes_store_whole_episodes_and_seed_only_the_first(mode: Auto
         reported = [collector.collect(n_step=n, random=True).n_collected_steps for n in (1, 4, 20, 2)]
         assert reported == [1, 4, 20, 2]
         assert sum(reported) + collector.pending_transitions == len(collector.buffer)
-        assert collector.envs.autoresets  # type: ignore[attr-defined]
+        assert collector.capabilities.autoresets
     per_env: dict[int, list[StoredEpisode]] = {}
     for episode in store.episodes:
         per_env.setdefault(episode.env_id, []).append(episode)
@@ -125,7 +126,7 @@ def test_vector_entry_point_counts_exactly_and_carries_surplus_over() -> None:
     vector_env = gym.make_vec("CartPole-v1", num_envs=16, vectorization_mode="vector_entry_point")
     store = ListStore()
     with Collector(None, vector_env, store=store, seed=0) as collector:
-        assert isinstance(collector.envs, GymnasiumVectorEnv) and not collector.envs.seeded_resets
+        assert isinstance(collector.envs, GymnasiumVectorEnv) and not collector.capabilities.seeded_resets
         collector.reset()
         calls = [collector.collect(n_step=n, random=True) for n in (5, 100, 17, 1)]
         assert [s.n_collected_steps for s in calls] == [5, 100, 17, 1]
@@ -454,3 +455,29 @@ def test_progress_bar_of_all_env_steps_ends_at_the_count(capsys: pytest.CaptureF
         assert "300/300" in capsys.readouterr().err
         collector.collect(n_episode=41, random=True, progress=True)
         assert "41/41" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        (AutoresetMode.DISABLED, EnvCapabilities(steps_all_envs=True)),
+        (AutoresetMode.NEXT_STEP, EnvCapabilities(steps_all_envs=True, autoresets=True, steps_in_blocks=True)),
+        (AutoresetMode.SAME_STEP, EnvCapabilities(steps_all_envs=True, autoresets=True)),
+    ],
+)
+def test_capabilities_follow_the_autoreset_mode(mode: AutoresetMode, expected: EnvCapabilities) -> None:
+    envs = GymnasiumVectorEnv(SyncVectorEnv([CountingEnv] * 2, autoreset_mode=mode))
+    try:
+        assert_declares(envs, expected)
+    finally:
+        envs.close()
+
+
+def test_vector_entry_points_declare_unseeded_resets() -> None:
+    envs = make_vector("CartPole-v1", 3, backend="gymnasium")  # CartPole's own vector env, NEXT_STEP
+    try:
+        expected = EnvCapabilities(steps_all_envs=True, autoresets=True, seeded_resets=False, steps_in_blocks=True)
+        assert_declares(envs, expected)
+        assert envs.capabilities.loop == "blocks"
+    finally:
+        envs.close()

@@ -14,6 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from minari.serialization import deserialize_space, serialize_space
 
+from tests.envs import NarrowDiscreteEnv
+from vcollect import Collector, make_vector
 from vcollect import spaces as vs
 from vcollect.spaces import (
     BatchCheck,
@@ -21,6 +23,7 @@ from vcollect.spaces import (
     allocate,
     batch_contains,
     flatten_batch,
+    leaf_values,
     leaves,
     space_from_dict,
     space_to_dict,
@@ -68,9 +71,27 @@ def test_leaf_of_plain_space_has_empty_path_and_name() -> None:
     assert leaf == Leaf((), "", gs.Box(-1.0, 1.0, (4,), dtype=np.float64), (4,), np.dtype(np.float64))
 
 
-def test_discrete_leaf_is_stored_as_int64_whatever_its_dtype() -> None:
+def test_discrete_leaf_is_stored_in_the_spaces_dtype() -> None:
     (leaf,) = leaves(gs.Discrete(3, dtype=np.int32))
-    assert leaf.dtype == np.int64 and leaf.shape == ()
+    assert leaf.dtype == np.int32 and leaf.shape == ()
+    assert leaves(gs.Discrete(3))[0].dtype == np.int64  # gymnasium's default
+
+
+@pytest.mark.parametrize("backend", ["dummy", "subproc"])
+def test_backends_rings_and_collector_keep_discrete_leaves_in_the_spaces_dtype(backend: str) -> None:
+    """One layout: what a backend hands out, what it keeps per env and what the rings allocate agree."""
+    envs = make_vector(NarrowDiscreteEnv, 2, backend=backend)
+    space = envs.single_observation_space
+    expected = [np.dtype(np.int32), np.dtype(np.int8)]
+    assert [leaf.dtype for leaf in leaves(space)] == expected == envs.obs_layout.dtypes  # type: ignore[attr-defined]
+    with Collector(None, envs, seed=0) as collector:
+        obs, _ = envs.reset(seeds=0)
+        assert [obs["cell"].dtype, obs["lit"].dtype] == expected
+        collector.collect(n_step=10, random=True, reset_before_collect=True)  # the env asserts int16 actions
+        assert [a.dtype for a in allocate(space, (1,))] == expected
+        batch = collector.buffer.sample(4, np.random.default_rng(0))
+        assert [leaf.dtype for leaf in flatten_batch(space, batch["observations"])] == expected
+        assert batch["actions"].dtype == np.int16
 
 
 def test_multi_discrete_keeps_its_dtype() -> None:
@@ -133,6 +154,18 @@ def test_flatten_rejects_wrong_structure() -> None:
         flatten_batch(space, {"a": np.zeros(2, np.int64), "b": (np.zeros(2, np.int64),)})
     with pytest.raises(TypeError, match="dict"):
         flatten_batch(space, np.zeros(3))
+    with pytest.raises(TypeError, match="b: expected a tuple"):
+        leaf_values(space, {"a": 1, "b": 2})
+    with pytest.raises(ValueError, match="b: expected 2 parts"):
+        leaf_values(space, {"a": 1, "b": (1, 2, 0)})
+
+
+def test_leaf_values_hands_the_leaves_over_as_they_are() -> None:
+    space = gs.Dict({"a": gs.Discrete(2), "b": gs.Tuple((gs.Discrete(2), gs.Dict({"c": gs.Box(0.0, 1.0)})))})
+    c = [0.5]
+    assert leaf_values(space, {"b": (np.int64(1), {"c": c}), "a": 1}) == [1, np.int64(1), c]
+    assert leaf_values(space, {"b": (np.int64(1), {"c": c}), "a": 1})[2] is c  # not made an array
+    assert leaf_values(gs.Discrete(3), 2) == [2]
 
 
 def test_unflatten_rejects_wrong_number_of_arrays() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ __all__ = [
     "Leaf",
     "leaves",
     "flatten_batch",
+    "leaf_values",
     "unflatten_batch",
     "allocate",
     "batch_contains",
@@ -55,7 +56,7 @@ def _storage(space: gym.Space[Any]) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if isinstance(space, gs.Box):
         return tuple(space.shape), np.dtype(space.dtype)
     if isinstance(space, gs.Discrete):
-        return (), np.dtype(np.int64)
+        return (), np.dtype(space.dtype)  # what the space says, as the env and gymnasium's batches give it
     if isinstance(space, gs.MultiDiscrete):
         return tuple(space.nvec.shape), np.dtype(space.dtype)
     if isinstance(space, gs.MultiBinary):
@@ -88,29 +89,39 @@ def leaves(space: gym.Space[Any]) -> list[Leaf]:
     return out
 
 
-def _flatten_into(space: gym.Space[Any], value: Any, out: list[np.ndarray], path: str) -> None:
-    if isinstance(space, gs.Dict):
-        if not isinstance(value, Mapping):
-            raise TypeError(
-                f"{path or 'value'}: expected a dict for a Dict space, got {type(value).__name__}"
-            )
+def _flatten_into(
+    space: gym.Space[Any], value: Any, out: list[Any], path: tuple[str | int, ...], leaf: Callable[[Any], Any]
+) -> None:
+    # per-call hot path (backends write every nested observation through it): the path is joined into
+    # a name only for an error message, and plain dicts/tuples skip the slower ABC isinstance checks
+    if type(space) is gs.Dict or isinstance(space, gs.Dict):
+        if type(value) is not dict and not isinstance(value, Mapping):
+            raise TypeError(f"{_named(path)}: expected a dict for a Dict space, got {type(value).__name__}")
         for key, sub in space.spaces.items():
             if key not in value:
-                raise KeyError(f"{path or 'value'}: missing key {key!r} of the Dict space")
-            _flatten_into(sub, value[key], out, f"{path}/{key}" if path else str(key))
-    elif isinstance(space, gs.Tuple):
-        if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
-            raise TypeError(
-                f"{path or 'value'}: expected a tuple for a Tuple space, got {type(value).__name__}"
-            )
+                raise KeyError(f"{_named(path)}: missing key {key!r} of the Dict space")
+            if type(sub) in _LEAF_TYPES:
+                out.append(leaf(value[key]))
+            else:
+                _flatten_into(sub, value[key], out, (*path, key), leaf)
+    elif type(space) is gs.Tuple or isinstance(space, gs.Tuple):
+        if type(value) is not tuple and (not isinstance(value, Sequence) or isinstance(value, (str, bytes))):
+            raise TypeError(f"{_named(path)}: expected a tuple for a Tuple space, got {type(value).__name__}")
         if len(value) != len(space.spaces):
             raise ValueError(
-                f"{path or 'value'}: expected {len(space.spaces)} parts for the Tuple space, got {len(value)}"
+                f"{_named(path)}: expected {len(space.spaces)} parts for the Tuple space, got {len(value)}"
             )
         for i, (sub, part) in enumerate(zip(space.spaces, value)):
-            _flatten_into(sub, part, out, f"{path}/{i}" if path else str(i))
+            if type(sub) in _LEAF_TYPES:
+                out.append(leaf(part))
+            else:
+                _flatten_into(sub, part, out, (*path, i), leaf)
     else:
-        out.append(np.asarray(value))
+        out.append(leaf(value))
+
+
+def _named(path: tuple[str | int, ...]) -> str:
+    return "/".join(str(p) for p in path) or "value"
 
 
 def flatten_batch(space: gym.Space[Any], batch: Any) -> list[np.ndarray]:
@@ -121,8 +132,22 @@ def flatten_batch(space: gym.Space[Any], batch: Any) -> list[np.ndarray]:
     if not _is_nested(space):
         return [np.asarray(batch)]
     out: list[np.ndarray] = []
-    _flatten_into(space, batch, out, "")
+    _flatten_into(space, batch, out, (), np.asarray)
     return out
+
+
+def leaf_values(space: gym.Space[Any], value: Any) -> list[Any]:
+    """The leaves of a nested value in ``leaves(space)`` order as they are (not made arrays): what a backend
+    writes into its rows, which converts them anyway. Same structure checks as :func:`flatten_batch`."""
+    if not _is_nested(space):
+        return [value]
+    out: list[Any] = []
+    _flatten_into(space, value, out, (), _as_is)
+    return out
+
+
+def _as_is(value: Any) -> Any:
+    return value
 
 
 def _unflatten_from(space: gym.Space[Any], it: Any) -> Any:

@@ -1,7 +1,5 @@
-"""Per-env ring buffers of rows (DESIGN.md section 3), written vectorised over env ids, and the block of
-steps staged on their way to them."""
+"""Per-env ring buffers of rows (DESIGN.md section 3), written vectorised over env ids."""
 
 from vcollect.buffers.ring import EpisodeEnds, EpisodeSlice, VectorRingBuffer
-from vcollect.buffers.step_block import StepBlock
 
-__all__ = ["EpisodeEnds", "EpisodeSlice", "StepBlock", "VectorRingBuffer"]
+__all__ = ["EpisodeEnds", "EpisodeSlice", "VectorRingBuffer"]

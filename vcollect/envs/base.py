@@ -9,24 +9,24 @@ work and, for out-of-process backends, waits for replies.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Tuple
 from gymnasium.vector.utils import batch_space
 
-from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
+from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.layout import FixedLayout
+from vcollect.envs.steps import StepResetResult
+from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
 
 __all__ = [
     "AsyncResetResult",
     "AsyncStepResult",
     "BaseVectorEnv",
-    "FixedLayout",
     "ResetResult",
-    "StepResetResult",
     "StepResult",
     "VectorEnv",
 ]
@@ -40,26 +40,6 @@ AsyncStepResult: TypeAlias = tuple[Any, np.ndarray, np.ndarray, np.ndarray, list
 AsyncResetResult: TypeAlias = tuple[Any, list[dict[str, Any]], np.ndarray]
 """(observations, infos, env ids) of the resets that finished."""
 
-
-
-class StepResetResult(NamedTuple):
-    """What ``step_reset`` returns: the step of every env id, then the envs it restarted.
-
-    ``obs`` holds the final observation of an env that ended; its first observation after the restart
-    is in ``reset_obs``, in the order of ``reset_ids`` (a subsequence of the stepped env ids). Every array
-    is fresh: the backend keeps no reference to it.
-    """
-
-    obs: Any
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    infos: list[dict[str, Any]]
-    reset_ids: np.ndarray
-    reset_obs: Any
-    reset_infos: list[dict[str, Any]]
-
-
 EnvIds: TypeAlias = "np.ndarray | Sequence[int] | None"
 Seeds: TypeAlias = "int | Sequence[int | None] | None"
 
@@ -68,15 +48,23 @@ Seeds: TypeAlias = "int | Sequence[int | None] | None"
 class VectorEnv(Protocol):
     """N environments addressed by env id, stepped or reset in any subset, synchronously or not.
 
-    Backends never autoreset: an env that terminated or truncated stays so until it is reset.
+    Through these methods backends never autoreset: an env that terminated or truncated stays so until it
+    is reset. ``capabilities`` says what else a backend can do (step all envs at once, restart envs by
+    itself in ``step_all``/``step_into``, ``step_reset``, ``recv_any``...); collectors choose their loop
+    from it.
     """
 
+    capabilities: EnvCapabilities
     num_envs: int
     single_observation_space: gym.Space
     single_action_space: gym.Space
     observation_space: gym.Space
     action_space: gym.Space
-    closed: bool
+
+    @property
+    def closed(self) -> bool:
+        """Whether close() was called."""
+        ...
 
     @property
     def in_flight(self) -> np.ndarray:
@@ -114,151 +102,6 @@ class VectorEnv(Protocol):
     def close(self) -> None:
         """Release the envs (and worker processes); idempotent."""
         ...
-
-
-# --------------------------------------------------------------------------------------------------
-# Array layout of a (possibly nested) space
-
-
-@dataclass(frozen=True)
-class _LeafSpec:
-    path: tuple[str | int, ...]
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    discrete: bool = False
-
-
-def _leaf_specs(space: gym.Space, path: tuple[str | int, ...] = ()) -> Iterator[_LeafSpec]:
-    if isinstance(space, Dict):
-        for key, sub in space.spaces.items():
-            yield from _leaf_specs(sub, path + (key,))
-    elif isinstance(space, Tuple):
-        for index, sub in enumerate(space.spaces):
-            yield from _leaf_specs(sub, path + (index,))
-    elif isinstance(space, Discrete):
-        yield _LeafSpec(path, (), np.dtype(space.dtype), discrete=True)
-    elif isinstance(space, Box | MultiBinary):
-        yield _LeafSpec(path, tuple(space.shape), np.dtype(space.dtype))
-    elif isinstance(space, MultiDiscrete):
-        yield _LeafSpec(path, tuple(space.nvec.shape), np.dtype(space.dtype))
-    else:
-        raise TypeError(
-            f"{type(space).__name__} space has no fixed-shape array layout: vector envs support Box, Discrete, "
-            f"MultiDiscrete, MultiBinary and Dict/Tuple of them (got {space})"
-        )
-
-
-class FixedLayout:
-    """Maps values of a fixed-shape (possibly Dict/Tuple-nested) space to a list of leaf arrays.
-
-    Leaves come depth-first, Dict in space order, Tuple in index order; Discrete is its dtype, shape ().
-    Backends store one row per env id in such leaf arrays and gather rows by env id.
-    """
-
-    def __init__(self, space: gym.Space) -> None:
-        self.space = space
-        specs = list(_leaf_specs(space))
-        self.paths = [s.path for s in specs]
-        self.shapes = [s.shape for s in specs]
-        self.dtypes = [s.dtype for s in specs]
-        self.flat = len(specs) == 1 and specs[0].path == ()
-        self.discrete = [s.discrete for s in specs]
-        # how read_row hands out a leaf: 0 = numpy scalar (Discrete and other scalars), 1 = copy of the row
-        self._row_modes = [1 if s.shape else 0 for s in specs]
-
-    def allocate(self, n: int) -> list[np.ndarray]:
-        """Zero-filled leaf arrays with n rows."""
-        return [np.zeros((n,) + shape, dtype) for shape, dtype in zip(self.shapes, self.dtypes)]
-
-    def nbytes(self, n: int) -> list[int]:
-        """Bytes each leaf needs for n rows."""
-        return [
-            int(np.prod((n,) + shape, dtype=np.int64)) * dtype.itemsize
-            for shape, dtype in zip(self.shapes, self.dtypes)
-        ]
-
-    def flatten(self, value: Any) -> list[Any]:
-        """The leaves of one (or one batched) nested value, in layout order."""
-        if self.flat:
-            return [value]
-        out: list[Any] = []
-        self._flatten(self.space, value, out)
-        return out
-
-    def _flatten(self, space: gym.Space, value: Any, out: list[Any]) -> None:
-        if isinstance(space, Dict):
-            for key, sub in space.spaces.items():
-                self._flatten(sub, value[key], out)
-        elif isinstance(space, Tuple):
-            for index, sub in enumerate(space.spaces):
-                self._flatten(sub, value[index], out)
-        else:
-            out.append(value)
-
-    def unflatten(self, leaves: Sequence[Any]) -> Any:
-        """Rebuild the nested value (dict/tuple) from leaves in layout order."""
-        if self.flat:
-            return leaves[0]
-        return self._unflatten(self.space, iter(leaves))
-
-    def _unflatten(self, space: gym.Space, leaves: Iterator[Any]) -> Any:
-        if isinstance(space, Dict):
-            return {key: self._unflatten(sub, leaves) for key, sub in space.spaces.items()}
-        if isinstance(space, Tuple):
-            return tuple(self._unflatten(sub, leaves) for sub in space.spaces)
-        return next(leaves)
-
-    def write_row(self, arrays: list[np.ndarray], row: int, value: Any) -> None:
-        """Store one value in row `row` (cast to the leaf dtypes); ValueError/KeyError if it does not fit."""
-        if self.flat:
-            arrays[0][row] = value
-            return
-        leaves = self.flatten(value)
-        for array, leaf in zip(arrays, leaves):
-            array[row] = leaf
-
-    def read_row(self, arrays: list[np.ndarray], row: int) -> Any:
-        """One value from row `row`: array leaves as copies, scalar leaves (Discrete too) as numpy scalars of
-        the space dtype, as gymnasium's own vector envs hand them out (Discrete.contains checks those
-        about twice as fast as Python ints)."""
-        if self.flat:
-            return _read_leaf(arrays[0], row, self._row_modes[0])
-        return self.unflatten([_read_leaf(a, row, m) for a, m in zip(arrays, self._row_modes)])
-
-    def gather(self, arrays: list[np.ndarray], rows: np.ndarray | None) -> Any:
-        """A batch (fresh arrays, never views) of the given rows; all rows when None."""
-        picked = [a.copy() for a in arrays] if rows is None else [a[rows] for a in arrays]
-        return picked[0] if self.flat else self.unflatten(picked)
-
-    def batch_leaves(self, batch: Any, k: int, what: str = "actions") -> list[np.ndarray]:
-        """The leaves of a batch of k values as arrays of the layout dtypes; ActionError if malformed."""
-        try:
-            leaves = self.flatten(batch)
-        except (KeyError, IndexError, TypeError) as exc:
-            raise ActionError(f"{what} do not match the structure of {self.space}: {exc!r}") from exc
-        out = []
-        for leaf, path, shape, dtype in zip(leaves, self.paths, self.shapes, self.dtypes):
-            try:
-                array = np.asarray(leaf, dtype=dtype)
-            except (TypeError, ValueError) as exc:
-                raise ActionError(
-                    f"{what} leaf {_path_name(path)!r} cannot be converted to {dtype}: {exc}"
-                ) from exc
-            if array.shape != (k,) + shape:
-                raise ActionError(
-                    f"{what} leaf {_path_name(path)!r} has shape {array.shape}, expected {(k,) + shape} "
-                    f"(one row per env id)"
-                )
-            out.append(array)
-        return out
-
-
-def _read_leaf(array: np.ndarray, row: int, mode: int) -> Any:
-    return array[row].copy() if mode == 1 else array[row]
-
-
-def _path_name(path: tuple[str | int, ...]) -> str:
-    return "/".join(str(p) for p in path) or "<root>"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -324,12 +167,17 @@ class _Failure:
 class BaseVectorEnv:
     """Row storage, argument checks and async bookkeeping shared by the vcollect backends.
 
+    Every backend declares its ``capabilities`` (a class attribute, or set before this ``__init__`` where
+    they depend on the instance); the old single flags (``steps_all_envs`` ...) are read from them.
+
     Subclasses provide `_dispatch_step`, `_dispatch_reset`, `_wait(timeout)` (process replies, blocking at
     most `timeout` seconds) and `_discard(ids)`, and fill the row arrays `_obs_rows`, `_rewards`,
     `_terminations`, `_truncations`, `_infos`, setting `_done[ids]` when rows are ready.
     """
 
     def __init__(self, num_envs: int, observation_space: gym.Space, action_space: gym.Space) -> None:
+        if not isinstance(getattr(self, "capabilities", None), EnvCapabilities):
+            raise TypeError(f"{type(self).__name__} declares no capabilities (an EnvCapabilities)")
         if num_envs < 1:
             raise ValueError("a vector env needs at least one env")
         self.num_envs = num_envs
@@ -411,16 +259,6 @@ class BaseVectorEnv:
             raise first.to_exception(note)
 
     # -- public API ----------------------------------------------------------------------------
-    @property
-    def capabilities(self) -> Any:
-        """TEMP shim."""
-        from vcollect.envs.capabilities import EnvCapabilities
-        sa = bool(getattr(self, "steps_all_envs", False))
-        return EnvCapabilities(steps_all_envs=sa, autoresets=bool(getattr(self, "autoresets", False)),
-            seeded_resets=bool(getattr(self, "seeded_resets", True)), step_reset=not sa,
-            steps_in_blocks=bool(getattr(self, "steps_in_blocks", False)),
-            recv_batch_size=int(getattr(self, "recv_batch_size", 1)), recv_any=hasattr(self, "recv_any"))
-
     @property
     def in_flight(self) -> np.ndarray:
         """Env ids with a step or reset dispatched whose result has not been received yet."""

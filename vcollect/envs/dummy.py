@@ -20,6 +20,7 @@ from vcollect.envs.base import (
     check_reset_options,
     normalize_seeds,
 )
+from vcollect.envs.capabilities import EnvCapabilities
 
 __all__ = ["DummyVectorEnv"]
 
@@ -38,6 +39,8 @@ class DummyVectorEnv(BaseVectorEnv):
     Observations are written into preallocated rows (cast to the space dtypes) and returned as copies,
     so results are bit-identical to the subprocess backend for the same seeds and actions.
     """
+
+    capabilities = EnvCapabilities(step_reset=True)
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
         if len(env_fns) == 0:

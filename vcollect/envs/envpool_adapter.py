@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from vcollect.buffers.step_block import StepBlock
 from vcollect.envs.base import (
     AsyncResetResult,
     AsyncStepResult,
@@ -25,7 +24,8 @@ from vcollect.envs.base import (
     StepResult,
     normalize_seeds,
 )
-from vcollect.envs.gymnasium_adapter import AllEnvStep
+from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.steps import AllEnvStep, StepBlock
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["EnvPoolVectorEnv", "is_envpool"]
@@ -57,10 +57,11 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     resets together, and ``num_envs`` must be a multiple of ``batch_size`` so that everything in flight can
     be received. EnvPool's receive cannot time out, so ``timeout`` is not applied. Drive an async pool with
     the AsyncCollector; the Collector accepts sync pools only.
-    """
 
-    seeded_resets = False
-    autoresets = True
+    Its ``capabilities``: ``autoresets`` and ``recv_any`` in both modes, never ``seeded_resets``; sync mode
+    ``steps_all_envs`` and ``steps_in_blocks`` (``step_into``); async mode ``recv_batch_size=batch_size``
+    and ``step_reset`` (BaseVectorEnv's step, then reset of the ended envs).
+    """
 
     def __init__(self, pool: Any) -> None:
         if not is_envpool(pool):
@@ -78,7 +79,15 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self.pool = pool
         self.seed: int = int(config["seed"])
         self.batch_size = batch_size
-        self.recv_batch_size = batch_size if self.is_async else 1
+        self.capabilities = EnvCapabilities(
+            steps_all_envs=not self.is_async,
+            autoresets=True,
+            seeded_resets=False,
+            step_reset=self.is_async,
+            steps_in_blocks=not self.is_async,
+            recv_batch_size=batch_size if self.is_async else 1,
+            recv_any=True,
+        )
         super().__init__(num_envs, pool.single_observation_space, pool.single_action_space)
         self.metadata = dict(getattr(pool, "metadata", {}) or {})
         self.env_spec = None
@@ -86,7 +95,6 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self._in_pool = np.zeros(num_envs, dtype=bool)  # sent to the pool, result not received from it yet
         self._restarting = np.zeros(num_envs, dtype=bool)  # finished: the pool restarts them on their next step
         self._in_order = np.arange(num_envs, dtype=np.int32).tobytes()  # info["env_id"] of an in-order answer
-        self.steps_all_envs = not self.is_async
 
     @classmethod
     def make(
@@ -182,27 +190,15 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started, ended
         )
 
-    @property
-    def steps_in_blocks(self) -> bool:
-        """Whether ``step_into`` can stage steps in a StepBlock (sync mode: every step one row per env)."""
-        return not self.is_async
-
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """step_all (sync mode), its results copied into the block's next row in env id order instead of
         fresh arrays."""
         obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_into")
-        k = block.count
-        if k == 0:
-            block.first_restarts = self._restarting.copy()  # may be a view of a row the block writes again
         order = np.asarray(info["env_id"])
-        rows: Any = slice(None) if order.tobytes() == self._in_order else order  # a sync pool answers in order
-        for leaf, value in zip(block.obs, self.obs_layout.flatten(obs)):
-            leaf[k][rows] = value
-        block.rewards[k][rows] = rewards
-        block.terminations[k][rows] = terminations
-        block.truncations[k][rows] = truncations
-        self._restarting = np.logical_or(block.terminations[k], block.truncations[k], out=block.done[k])
-        block.count = k + 1
+        env_ids = None if order.tobytes() == self._in_order else order  # a sync pool answers in order
+        self._restarting = block.append_row(
+            self.obs_layout.flatten(obs), rewards, terminations, truncations, self._restarting, env_ids
+        )
 
     def _pool_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         if self._restarting[ids].any():

@@ -20,14 +20,12 @@ from __future__ import annotations
 import functools
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from vcollect.buffers.step_block import StepBlock
 from vcollect.envs.base import (
     BaseVectorEnv,
     EnvIds,
@@ -37,52 +35,27 @@ from vcollect.envs.base import (
     check_reset_options,
     normalize_seeds,
 )
+from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.steps import AllEnvStep, StepBlock
 from vcollect.errors import EnvWorkerError, ObservationError
 
-__all__ = ["AllEnvStep", "GymnasiumVectorEnv"]
+__all__ = ["GymnasiumVectorEnv"]
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 _NO_IDS.flags.writeable = False
 _NEXT_STEP, _SAME_STEP = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
 
 
-@dataclass(slots=True)
-class AllEnvStep:
-    """One step of every env of a backend that cannot step a subset.
-
-    ``obs``: the latest observation of every env (what the policy sees next), fresh arrays.
-    ``next_obs``: the next observation of each transition row (``obs``, except SAME_STEP rows of envs that
-    finished, which hold ``info["final_obs"]``). ``rewards`` (float64), ``terminations``, ``truncations``
-    (bool): one per row, possibly arrays the env reuses, so read them before the next step.
-    ``transitions``: bool mask of the rows that are transitions, None when all are; where given, the other
-    rows are exactly the restarts of ``started`` (NEXT_STEP). ``started``: env ids whose next episode the
-    env started by itself in this step (its first observation is their row of ``obs``). ``ended``: bool
-    mask of the transition rows that ended an episode, a fresh array the backend never writes to.
-    ``infos``: gymnasium's vector info dict.
-    """
-
-    obs: Any
-    next_obs: Any
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    infos: dict[str, Any]
-    transitions: np.ndarray | None
-    started: np.ndarray
-    ended: np.ndarray
-
-
 class GymnasiumVectorEnv(BaseVectorEnv):
     """Adapter for a ``gymnasium.vector.VectorEnv`` (steps every env at once; see the module docstring).
 
-    ``steps_all_envs`` tells the Collector to step all envs each time; ``autoresets`` whether finished envs
-    restart by themselves (NEXT_STEP, SAME_STEP) instead of through ``reset``; ``seeded_resets`` whether
-    ``reset`` seeds each env (SyncVectorEnv/AsyncVectorEnv; vector entry points take one seed for all).
+    Its ``capabilities``: ``steps_all_envs`` always (the Collector steps all envs each time);
+    ``autoresets`` unless the autoreset mode is DISABLED (finished envs restart by themselves instead of
+    through ``reset``); ``steps_in_blocks`` in NEXT_STEP mode (``step_into``); ``seeded_resets`` for
+    SyncVectorEnv/AsyncVectorEnv (vector entry points take one seed for all envs).
     Errors raised by the wrapped env surface as EnvWorkerError (env id None: the vector env does not say
     which env failed) with the original traceback.
     """
-
-    steps_all_envs = True
 
     def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
         if not isinstance(vector_env, gym.vector.VectorEnv):
@@ -90,11 +63,16 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         self.env = vector_env
         mode = vector_env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         self.autoreset_mode = mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
-        self.autoresets = self.autoreset_mode != AutoresetMode.DISABLED
+        autoresets = self.autoreset_mode != AutoresetMode.DISABLED
         per_env = isinstance(vector_env.unwrapped, SyncVectorEnv | AsyncVectorEnv)
-        self.seeded_resets = per_env
+        self.capabilities = EnvCapabilities(
+            steps_all_envs=True,
+            autoresets=autoresets,
+            seeded_resets=per_env,
+            steps_in_blocks=self.autoreset_mode is _NEXT_STEP,
+        )
         # DISABLED vector envs must take a reset_mask (gymnasium >= 1.1); Sync/Async take one in every mode
-        self.supports_reset_mask = per_env or not self.autoresets
+        self.supports_reset_mask = per_env or not autoresets
         super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
         self.metadata = dict(vector_env.metadata)
         self.env_spec = vector_env.spec
@@ -167,36 +145,24 @@ class GymnasiumVectorEnv(BaseVectorEnv):
             self._check_idle(self._all_ids)
         return self._step_all(actions)
 
-    @property
-    def steps_in_blocks(self) -> bool:
-        """Whether ``step_into`` can stage steps in a StepBlock: NEXT_STEP autoreset, where every step is one
-        row per env (a transition or the restart of an env that finished in the step before)."""
-        return self.autoreset_mode is _NEXT_STEP
-
     def step_into(self, actions: Any, block: StepBlock) -> None:
-        """step_all (NEXT_STEP only), its results copied into the block's next row (cast to the block's
+        """step_all (NEXT_STEP only: ``capabilities.steps_in_blocks``, every step one row per env, a
+        transition or the restart of an env that finished the step before), its results copied into the block's next row (cast to the block's
         dtypes) instead of fresh arrays."""
         if self.closed:
             self._check_open()
         if self._went_async and np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
         obs, rewards, terminations, truncations, _infos = self._env_step(actions)
-        k = block.count
-        if k == 0:
-            block.first_restarts = self._finished.copy()  # may be a view of a row the block writes again
         if self.obs_layout.flat:
+            obs_leaves = [obs]
             if type(obs) is not np.ndarray or obs.shape != self._obs_batch_shapes[0]:
                 self._check_batch_shape(obs, self._obs_batch_shapes[0])
-            block.obs[0][k] = obs
         else:
-            for leaf, value, shape in zip(block.obs, self.obs_layout.flatten(obs), self._obs_batch_shapes):
+            obs_leaves = self.obs_layout.flatten(obs)
+            for value, shape in zip(obs_leaves, self._obs_batch_shapes):
                 self._check_batch_shape(value, shape)
-                leaf[k] = value
-        block.rewards[k] = rewards
-        block.terminations[k] = terminations
-        block.truncations[k] = truncations
-        self._finished = np.logical_or(block.terminations[k], block.truncations[k], out=block.done[k])
-        block.count = k + 1
+        self._finished = block.append_row(obs_leaves, rewards, terminations, truncations, self._finished)
 
     def _env_step(self, actions: Any) -> tuple[Any, ...]:
         """The wrapped vector env's step; what it raises becomes EnvWorkerError (the vector env does not
@@ -219,7 +185,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
 
     def _step_all(self, actions: Any) -> AllEnvStep:
         finished = self._finished
-        if not self.autoresets and np.count_nonzero(finished):
+        if not self.capabilities.autoresets and np.count_nonzero(finished):
             raise ValueError(
                 f"env ids {np.flatnonzero(finished).tolist()} finished and were not reset; this vector env has "
                 "autoreset_mode=DISABLED: reset them (reset_mask) before the next step"
@@ -306,7 +272,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         per_env: list[int | None] = [None] * n
         for env_id, seed in zip(ids.tolist(), seeds):
             per_env[env_id] = seed
-        seed_arg: Any = per_env if self.seeded_resets else seeds[0]
+        seed_arg: Any = per_env if self.capabilities.seeded_resets else seeds[0]
         if ids.size == n:
             call_options = dict(options) if options is not None else None
         else:
@@ -318,7 +284,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
             mask = np.zeros(n, dtype=bool)
             mask[ids] = True
             call_options = {**(options or {}), "reset_mask": mask}
-            if not self.seeded_resets:
+            if not self.capabilities.seeded_resets:
                 seed_arg = None
         try:
             obs, infos = self.env.reset(seed=seed_arg, options=call_options)

@@ -10,10 +10,12 @@ an InfoStructureError naming the key.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.errors import InfoStructureError, VCollectError
 from vcollect.infos import flatten_info, nest_info, stack_rows
 
@@ -45,23 +47,23 @@ def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 class InfoRecordingEnv:
-    """A VectorEnv that passes everything through and keeps each env's info dicts since its last reset.
+    """A VectorEnv that passes the protocol through and keeps each env's info dicts since its last reset.
 
     ``Collector(record_infos=True)`` wraps its vector env in it and takes an env's infos when it
-    writes that env's finished episode.
+    writes that env's finished episode. It offers only what it records: the wrapped env's capabilities
+    without ``step_reset`` (an episode's infos are taken after its last step, before its env restarts)
+    or ``recv_any``; a backend's other attributes are not forwarded. Backends that step every env at
+    once or restart envs by themselves are refused (their episodes' info dicts cannot be told apart).
     """
 
-    step_reset = None
-
-    @property
-    def capabilities(self) -> Any:
-        """TEMP shim."""
-        from vcollect.envs.capabilities import EnvCapabilities
-        return EnvCapabilities()
-    """Not offered (the collector then steps and resets in separate calls): an episode's infos are taken
-    after its last step, before its env restarts."""
-
     def __init__(self, envs: Any) -> None:
+        wrapped: EnvCapabilities = envs.capabilities
+        if wrapped.steps_all_envs or wrapped.autoresets:
+            raise ValueError(
+                f"recording infos needs a backend that steps and resets each env on request; "
+                f"{type(envs).__name__} steps all envs at once or resets them by itself"
+            )
+        self.capabilities = replace(wrapped, step_reset=False, recv_any=False)
         self.envs = envs
         self.num_envs: int = envs.num_envs
         self.single_observation_space = envs.single_observation_space
@@ -69,12 +71,6 @@ class InfoRecordingEnv:
         self.observation_space = envs.observation_space
         self.action_space = envs.action_space
         self._rows: list[list[dict[str, Any]]] = [[] for _ in range(self.num_envs)]
-
-    def __getattr__(self, name: str) -> Any:
-        """Anything else (a backend's extra attributes) comes from the wrapped vector env."""
-        if name == "envs":
-            raise AttributeError(name)
-        return getattr(self.envs, name)
 
     @property
     def closed(self) -> bool:

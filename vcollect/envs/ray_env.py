@@ -33,6 +33,7 @@ from vcollect.envs.base import (
     check_reset_options,
     normalize_seeds,
 )
+from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["RayVectorEnv", "ensure_ray", "require_ray"]
@@ -131,6 +132,8 @@ class RayVectorEnv(BaseVectorEnv):
     it is not (a local instance). Each call costs one actor round trip per env (about a millisecond), so
     this backend pays off for envs whose steps take milliseconds or more, or that must run on other nodes.
     """
+
+    capabilities = EnvCapabilities(step_reset=True)
 
     def __init__(
         self, env_fns: Sequence[Callable[[], gym.Env]], *, actor_options: dict[str, Any] | None = None

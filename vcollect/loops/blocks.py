@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from vcollect.buffers import StepBlock
+from vcollect.envs.steps import StepBlock
 from vcollect.loops.all_envs import AllEnvLoop
 from vcollect.spaces import flatten_batch, leaves
 
@@ -84,11 +84,7 @@ class BlockLoop(AllEnvLoop):
                 actions = c.actor.actions(all_ids, random)
                 k = block.count
                 self.stager.step_into(actions, block)
-                if single_action:
-                    block.actions[0][k] = actions
-                else:
-                    for leaf, value in zip(block.actions, flatten_batch(c.action_space, actions)):
-                        leaf[k] = value
+                block.set_actions(k, (actions,) if single_action else flatten_batch(c.action_space, actions))
                 if not random:  # the policy acts next on these observations: checked now, not with the block
                     self._row_for_policy(k)
                 if not by_steps:

@@ -1,0 +1,114 @@
+"""FixedLayout: the rows a backend keeps per env id for a space, one array per leaf of ``vcollect.spaces``.
+
+The leaves (order, shapes, dtypes: Discrete in ``space.dtype``) are those of :func:`vcollect.spaces.leaves`,
+so what a backend hands out has the dtypes the rings and the store keep; this adds what a backend does
+with rows: write one env's value, read one back for the env, gather rows by env id, convert actions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.spaces import Discrete
+
+from vcollect.errors import ActionError
+from vcollect.spaces import allocate, leaf_values, leaves, unflatten_batch
+
+__all__ = ["FixedLayout"]
+
+
+class FixedLayout:
+    """Maps values of a fixed-shape (possibly Dict/Tuple-nested) space to a list of leaf arrays.
+
+    Leaves come in :func:`vcollect.spaces.leaves` order; backends store one row per env id in such leaf
+    arrays and gather rows by env id.
+    """
+
+    def __init__(self, space: gym.Space) -> None:
+        self.space = space
+        specs = leaves(space)
+        self.paths = [leaf.path for leaf in specs]
+        self.shapes = [leaf.shape for leaf in specs]
+        self.dtypes = [leaf.dtype for leaf in specs]
+        self.flat = len(specs) == 1 and specs[0].path == ()
+        self.discrete = [isinstance(leaf.space, Discrete) for leaf in specs]
+        # how read_row hands out a leaf: 0 = numpy scalar (Discrete and other scalars), 1 = copy of the row
+        self._row_modes = [1 if leaf.shape else 0 for leaf in specs]
+
+    def allocate(self, n: int) -> list[np.ndarray]:
+        """Zero-filled leaf arrays with n rows."""
+        return allocate(self.space, (n,))
+
+    def nbytes(self, n: int) -> list[int]:
+        """Bytes each leaf needs for n rows."""
+        return [
+            int(np.prod((n,) + shape, dtype=np.int64)) * dtype.itemsize
+            for shape, dtype in zip(self.shapes, self.dtypes)
+        ]
+
+    def flatten(self, value: Any) -> list[Any]:
+        """The leaves of one (or one batched) nested value, in layout order (a plain space's value as it is).
+
+        TypeError, KeyError or ValueError when a nested value does not have the space's structure."""
+        return leaf_values(self.space, value)
+
+    def unflatten(self, leaves: Sequence[Any]) -> Any:
+        """Rebuild the nested value (dict/tuple) from leaves in layout order."""
+        if self.flat:
+            return leaves[0]
+        return unflatten_batch(self.space, leaves)
+
+    def write_row(self, arrays: list[np.ndarray], row: int, value: Any) -> None:
+        """Store one value in row `row` (cast to the leaf dtypes); ValueError/KeyError/TypeError if it does
+        not fit."""
+        if self.flat:
+            arrays[0][row] = value
+            return
+        for array, leaf in zip(arrays, leaf_values(self.space, value)):
+            array[row] = leaf
+
+    def read_row(self, arrays: list[np.ndarray], row: int) -> Any:
+        """One value from row `row`: array leaves as copies, scalar leaves (Discrete too) as numpy scalars of
+        the space dtype, as gymnasium's own vector envs hand them out (Discrete.contains checks those
+        about twice as fast as Python ints)."""
+        if self.flat:
+            return _read_leaf(arrays[0], row, self._row_modes[0])
+        return self.unflatten([_read_leaf(a, row, m) for a, m in zip(arrays, self._row_modes)])
+
+    def gather(self, arrays: list[np.ndarray], rows: np.ndarray | None) -> Any:
+        """A batch (fresh arrays, never views) of the given rows; all rows when None."""
+        picked = [a.copy() for a in arrays] if rows is None else [a[rows] for a in arrays]
+        return picked[0] if self.flat else self.unflatten(picked)
+
+    def batch_leaves(self, batch: Any, k: int, what: str = "actions") -> list[np.ndarray]:
+        """The leaves of a batch of k values as arrays of the layout dtypes; ActionError if malformed."""
+        try:
+            leaves = self.flatten(batch)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ActionError(f"{what} do not match the structure of {self.space}: {exc!r}") from exc
+        out = []
+        for leaf, path, shape, dtype in zip(leaves, self.paths, self.shapes, self.dtypes):
+            try:
+                array = np.asarray(leaf, dtype=dtype)
+            except (TypeError, ValueError) as exc:
+                raise ActionError(
+                    f"{what} leaf {_path_name(path)!r} cannot be converted to {dtype}: {exc}"
+                ) from exc
+            if array.shape != (k,) + shape:
+                raise ActionError(
+                    f"{what} leaf {_path_name(path)!r} has shape {array.shape}, expected {(k,) + shape} "
+                    f"(one row per env id)"
+                )
+            out.append(array)
+        return out
+
+
+def _read_leaf(array: np.ndarray, row: int, mode: int) -> Any:
+    return array[row].copy() if mode == 1 else array[row]
+
+
+def _path_name(path: tuple[str | int, ...]) -> str:
+    return "/".join(str(p) for p in path) or "<root>"

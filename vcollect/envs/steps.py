@@ -1,0 +1,184 @@
+"""What backends hand the collectors besides the plain protocol results: a step of every env
+(``AllEnvStep``), a step with restarts (``StepResetResult``) and several staged steps (``StepBlock``).
+
+They live with the env protocol because backends fill them; the collectors only read them (and write
+the actions they chose into a StepBlock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+from numpy.typing import ArrayLike
+
+from vcollect.spaces import allocate, unflatten_batch
+
+__all__ = ["AllEnvStep", "StepBlock", "StepResetResult"]
+
+
+class StepResetResult(NamedTuple):
+    """What ``step_reset`` returns: the step of every env id, then the envs it restarted.
+
+    ``obs`` holds the final observation of an env that ended; its first observation after the restart
+    is in ``reset_obs``, in the order of ``reset_ids`` (a subsequence of the stepped env ids). Every array
+    is fresh: the backend keeps no reference to it.
+    """
+
+    obs: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: list[dict[str, Any]]
+    reset_ids: np.ndarray
+    reset_obs: Any
+    reset_infos: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class AllEnvStep:
+    """One step of every env of a backend that cannot step a subset.
+
+    ``obs``: the latest observation of every env (what the policy sees next), fresh arrays.
+    ``next_obs``: the next observation of each transition row (``obs``, except SAME_STEP rows of envs that
+    finished, which hold ``info["final_obs"]``). ``rewards`` (float64), ``terminations``, ``truncations``
+    (bool): one per row, possibly arrays the env reuses, so read them before the next step.
+    ``transitions``: bool mask of the rows that are transitions, None when all are; where given, the other
+    rows are exactly the restarts of ``started`` (NEXT_STEP). ``started``: env ids whose next episode the
+    env started by itself in this step (its first observation is their row of ``obs``). ``ended``: bool
+    mask of the transition rows that ended an episode, a fresh array the backend never writes to.
+    ``infos``: gymnasium's vector info dict.
+    """
+
+    obs: Any
+    next_obs: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: dict[str, Any]
+    transitions: np.ndarray | None
+    started: np.ndarray
+    ended: np.ndarray
+
+
+class StepBlock:
+    """Up to ``size`` steps of ``num_envs`` envs, row k holding step k: ``obs``/``actions`` (flat leaf form,
+    each (size, num_envs, ...)), ``rewards`` (float64), ``terminations``, ``truncations`` and ``done``
+    (``terminations | truncations``), all (size, num_envs).
+
+    A backend that steps every env at once and restarts finished envs on their next step (NEXT_STEP
+    autoreset: gymnasium vector entry points, EnvPool) gives one row per env every step, some of them
+    restarts; staged here (a row copy per array) the steps go to the rings in one write per array, which
+    keeps the Collector near the raw loop's speed. An env that was done in a step restarts in the next
+    one: that row holds the first observation of its next episode, not a transition. ``first_restarts``
+    marks the envs restarting in row 0 (done before the block); :meth:`restarts` gives that mask for every
+    row. Backends add rows with :meth:`append_row`, the collector their actions with :meth:`set_actions`.
+    """
+
+    def __init__(
+        self, num_envs: int, size: int, observation_space: gym.Space[Any], action_space: gym.Space[Any]
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a StepBlock holds at least one step, got size={size}")
+        self.num_envs = int(num_envs)
+        self.size = int(size)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self._env_order = np.arange(self.num_envs)
+        self.renew()
+
+    def renew(self) -> None:
+        """Start empty with fresh arrays, so that views of rows handed out before (observations a policy
+        acted on) stay as they were."""
+        shape = (self.size, self.num_envs)
+        self.obs: list[np.ndarray] = allocate(self.observation_space, shape)
+        self.actions: list[np.ndarray] = allocate(self.action_space, shape)
+        self.rewards = np.empty(shape, dtype=np.float64)
+        self.terminations = np.empty(shape, dtype=bool)
+        self.truncations = np.empty(shape, dtype=bool)
+        self.done = np.empty(shape, dtype=bool)
+        self.clear()
+
+    def clear(self) -> None:
+        """Start empty, writing over the same arrays."""
+        self.first_restarts = np.zeros(self.num_envs, dtype=bool)
+        self.count = 0
+        self.checked = 0  # rows whose observations were checked already (the Collector checks a policy's)
+
+    def append_row(
+        self,
+        obs_leaves: Sequence[ArrayLike],
+        rewards: ArrayLike,
+        terminations: ArrayLike,
+        truncations: ArrayLike,
+        restarting: np.ndarray,
+        env_ids: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Write the next row (cast to the block's dtypes) and return its ``done`` mask, a view of the row.
+
+        ``obs_leaves``: one array per observation leaf, each (num_envs, ...). ``restarting``: the envs that
+        were done before this step (the caller's state; copied as ``first_restarts`` when this is row 0).
+        ``env_ids``: the env id of each position of the arrays when they are not in env id order (an
+        all-env backend answering out of order); None: in order. ValueError when the block is full or
+        env_ids is not an ordering of every env id.
+        """
+        k = self.count
+        if k == self.size:
+            raise ValueError(f"the StepBlock is full ({self.size} rows): record and clear it first")
+        if len(obs_leaves) != len(self.obs):
+            raise ValueError(f"got {len(obs_leaves)} observation leaves, the block holds {len(self.obs)}")
+        if env_ids is not None and not np.array_equal(np.sort(env_ids), self._env_order):
+            raise ValueError(f"env_ids must name each of the {self.num_envs} env ids once, got {env_ids!r}")
+        if k == 0:
+            self.first_restarts = np.array(restarting, dtype=bool)  # a copy: it may be a view of a row to reuse
+        rows: Any = slice(None) if env_ids is None else env_ids
+        for leaf, value in zip(self.obs, obs_leaves):
+            leaf[k][rows] = value
+        self.rewards[k][rows] = rewards
+        self.terminations[k][rows] = terminations
+        self.truncations[k][rows] = truncations
+        done = np.logical_or(self.terminations[k], self.truncations[k], out=self.done[k])
+        self.count = k + 1
+        return done
+
+    def set_actions(self, k: int, action_leaves: Sequence[ArrayLike]) -> None:
+        """Store the actions taken in row k (one array per action leaf, each (num_envs, ...))."""
+        if not 0 <= k < self.count:
+            raise IndexError(f"row {k} is not staged (the block holds {self.count} rows)")
+        if len(action_leaves) != len(self.actions):
+            raise ValueError(f"got {len(action_leaves)} action leaves, the block holds {len(self.actions)}")
+        for leaf, value in zip(self.actions, action_leaves):
+            leaf[k] = value
+
+    def restarts(self, stop: int | None = None) -> np.ndarray:
+        """(rows, num_envs) bool, a new array: which envs restart in each of the rows [0, stop)."""
+        stop = self.count if stop is None else stop
+        out = np.empty((stop, self.num_envs), dtype=bool)
+        if stop:
+            out[0] = self.first_restarts
+            out[1:] = self.done[: stop - 1]
+        return out
+
+    def restart_row(self, k: int) -> np.ndarray:
+        """Which envs restart in row k (a view)."""
+        return self.first_restarts if k == 0 else self.done[k - 1]
+
+    def transitions(self) -> int:
+        """Transitions staged: rows that are not restarts."""
+        k = self.count
+        if k == 0:
+            return 0
+        return k * self.num_envs - int(np.count_nonzero(self.first_restarts)) - int(np.count_nonzero(self.done[: k - 1]))
+
+    def obs_rows(self, first: int, stop: int) -> Any:
+        """The observations of rows [first, stop) as one batch of (stop - first) * num_envs values (views)."""
+        return unflatten_batch(
+            self.observation_space, [leaf[first:stop].reshape(-1, *leaf.shape[2:]) for leaf in self.obs]
+        )
+
+    def obs_row(self, k: int) -> Any:
+        """The observations of row k, one per env (views)."""
+        return unflatten_batch(self.observation_space, [leaf[k] for leaf in self.obs])

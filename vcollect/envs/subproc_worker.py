@@ -1,0 +1,332 @@
+"""The worker process of SubprocVectorEnv: builds its envs, reports their spaces, then answers commands
+(see vcollect.envs.subproc_transport for the protocol) until told to close or its parent is gone."""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import multiprocessing as mp
+import os
+import pickle
+import select
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.context import BaseContext
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector.utils import CloudpickleWrapper
+
+from vcollect.envs.layout import FixedLayout
+from vcollect.envs.subproc_transport import (
+    CLOSE,
+    CTRL_CURRENT,
+    CTRL_FAST,
+    CTRL_REPLY,
+    LIVENESS_POLL_S,
+    NO_RESET,
+    PROTOCOL,
+    RENDER,
+    REPLY_MESSAGE,
+    REPLY_RESTARTED,
+    RESET,
+    SEEDED,
+    STEP_RESET,
+    Channel,
+    InheritedFd,
+    SharedRows,
+    spin_acquire,
+)
+
+__all__ = ["FailureTuple", "WorkerHandle", "mp_context", "start_worker", "stop_workers", "worker_main"]
+
+CLOSE_JOIN_S = 2.0  # how long a closing worker gets to exit before it is terminated (then killed)
+
+
+FailureTuple = tuple[int, str, str, str]  # (env id, kind, message, traceback) of a failed env call
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def worker_main(
+    index: int,
+    env_ids: list[int],
+    env_fns: list[CloudpickleWrapper],
+    cmd_reader: Any,
+    reply_writer: Any,
+    shared: InheritedFd,
+    num_envs: int,
+    num_workers: int,
+    spin_s: float,
+    commands: Any,
+    done: Any,
+) -> None:
+    channel = Channel(cmd_reader.fileno(), reply_writer.fileno())
+    envs: list[gym.Env] = []
+    try:
+        for env_id, fn in zip(env_ids, env_fns):
+            try:
+                envs.append(fn())
+            except Exception as exc:
+                message = ("error", env_id, f"env factory raised {_describe(exc)}", traceback.format_exc())
+                channel.send(pickle.dumps(message))
+                return
+        first = envs[0]
+        for env_id, env in zip(env_ids[1:], envs[1:]):
+            if env.observation_space != first.observation_space or env.action_space != first.action_space:
+                text = f"spaces {env.observation_space}, {env.action_space} differ from env {env_ids[0]}'s"
+                channel.send(pickle.dumps(("error", env_id, text, "")))
+                return
+        try:
+            spec = pickle.loads(pickle.dumps(first.spec))
+        except Exception:
+            spec = None
+        channel.send(
+            pickle.dumps(("spaces", first.observation_space, first.action_space, spec, dict(first.metadata)))
+        )
+        size = pickle.loads(channel.recv())
+        if not isinstance(size, int):  # closed before start-up finished
+            return
+        buffer = mmap.mmap(shared.fd, size)
+        os.close(shared.fd)
+        obs_layout = FixedLayout(first.observation_space)
+        act_layout = FixedLayout(first.action_space)
+        rows = SharedRows(buffer, obs_layout, act_layout, num_envs, num_workers)
+        _serve(index, env_ids, envs, channel, rows, obs_layout, act_layout, spin_s, commands, done)
+    except (KeyboardInterrupt, EOFError, OSError):
+        pass
+    finally:
+        for env in envs:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+def _serve(
+    index: int,
+    env_ids: list[int],
+    envs: list[gym.Env],
+    channel: Channel,
+    rows: SharedRows,
+    obs_layout: FixedLayout,
+    act_layout: FixedLayout,
+    spin_s: float,
+    commands: Any,
+    done: Any,
+) -> None:
+    """Answer commands until told to close (or the parent goes away).
+
+    After each reply the worker polls its command semaphore for up to spin_s seconds before sleeping.
+    """
+    control = rows.control[index]
+    obs_rows, act_rows = rows.obs, rows.act
+    rewards, terminations, truncations = rows.rewards, rows.terminations, rows.truncations
+    reset_mode = rows.reset_mode
+    obs_flat = obs_rows[0] if obs_layout.flat else None
+    # a single scalar action leaf (Discrete and the like): the row's numpy scalar is what read_row gives
+    act_scalar = act_rows[0] if act_layout.flat and not act_layout.shapes[0] else None
+    everything = tuple(range(len(envs)))
+    poller = select.poll()
+    poller.register(channel.read_fd, select.POLLIN)
+
+    def run(op: int, local: Sequence[int], payload: Any) -> tuple[list[Any], list[FailureTuple], dict, int]:
+        """Step (or reset) the envs at local indices: (infos, failures, restart infos, restarts)."""
+        infos: list[Any] = []
+        failures: list[FailureTuple] = []
+        reset_infos: dict[int, Any] = {}
+        restarts = 0
+        stepping = op != RESET
+        for k, li in enumerate(local):
+            g = env_ids[li]
+            control[CTRL_CURRENT] = g
+            try:
+                if not stepping:
+                    obs, info = envs[li].reset(seed=payload[0][k], options=payload[1])
+                elif act_scalar is not None:
+                    obs, reward, terminated, truncated, info = envs[li].step(act_scalar[g])
+                else:
+                    obs, reward, terminated, truncated, info = envs[li].step(act_layout.read_row(act_rows, g))
+            except Exception as exc:
+                what = "step" if stepping else "reset"
+                failures.append((g, "env", f"{what} raised {exc!r}", traceback.format_exc()))
+                infos.append({})
+                continue
+            try:
+                if obs_flat is not None:
+                    obs_flat[g] = obs
+                else:
+                    obs_layout.write_row(obs_rows, g, obs)
+            except Exception as exc:
+                message = f"observation does not fit {obs_layout.space}: {exc!r}"
+                failures.append((g, "obs", message, traceback.format_exc()))
+                infos.append({})
+                continue
+            if stepping:
+                rewards[g] = reward
+                terminations[g] = terminated
+                truncations[g] = truncated
+            infos.append(info)
+            if op == STEP_RESET and (terminated or truncated) and reset_mode[g] != NO_RESET:
+                failure = _restart(envs[li], g, rows, obs_layout, payload, reset_infos)
+                if failure is None:
+                    restarts += 1
+                else:
+                    failures.append(failure)
+        control[CTRL_CURRENT] = -1
+        return infos, failures, reset_infos, restarts
+
+    def encode(local: Sequence[int], infos: list[Any], failures: list[FailureTuple], reset_infos: dict) -> bytes:
+        """The pickled reply; an env whose info cannot be pickled becomes a failure."""
+        try:
+            return pickle.dumps((infos, failures, reset_infos), protocol=PROTOCOL)
+        except Exception as exc:
+            trace = traceback.format_exc()
+            failed = {f[0] for f in failures}
+            failures = failures + [
+                (env_ids[li], "env", f"info is not picklable: {exc!r}", trace)
+                for li in local
+                if env_ids[li] not in failed
+            ]
+            return pickle.dumps(([{} for _ in local], failures, {}), protocol=PROTOCOL)
+
+    while True:
+        _await_command(commands, poller, spin_s)
+        if control[CTRL_FAST]:
+            control[CTRL_FAST] = 0
+            infos, failures, reset_infos, restarts = run(STEP_RESET, everything, None)
+            flags = REPLY_RESTARTED if restarts else 0
+            if not failures and not reset_infos and not any(infos):
+                control[CTRL_REPLY] = flags
+                done.release()
+                continue
+            reply = encode(everything, infos, failures, reset_infos)
+            control[CTRL_REPLY] = flags | REPLY_MESSAGE
+            done.release()  # before sending: a reply bigger than the pipe is read while it is written
+            channel.send(reply)
+            continue
+        op, local, payload = pickle.loads(channel.recv())
+        if op == CLOSE:
+            return
+        if op == RENDER:
+            channel.send(pickle.dumps([env.render() for env in envs], protocol=PROTOCOL))
+            continue
+        infos, failures, reset_infos, _ = run(op, local, payload)
+        if not failures and not any(infos) and not reset_infos:
+            channel.send(b"")
+        else:
+            channel.send(encode(local, infos, failures, reset_infos))
+
+
+def _await_command(commands: Any, poller: select.poll, spin_s: float) -> None:
+    """Return once the parent has announced a command; EOFError once the parent is gone (its end of the
+    command pipe hung up), checked whenever a wait of LIVENESS_POLL_S times out."""
+    if spin_acquire(commands, spin_s):
+        return
+    while not commands.acquire(True, LIVENESS_POLL_S):
+        if any(events & select.POLLHUP for _, events in poller.poll(0)):
+            raise EOFError("the parent process is gone")
+
+
+def _restart(
+    env: gym.Env, g: int, rows: SharedRows, obs_layout: FixedLayout, options: Any, reset_infos: dict[int, Any]
+) -> FailureTuple | None:
+    """Reset env g (which just ended) for a step-and-reset command; a failure tuple if that failed."""
+    seed = int(rows.reset_seed[g]) if rows.reset_mode[g] == SEEDED else None
+    try:
+        obs, info = env.reset(seed=seed, options=options)
+    except Exception as exc:
+        return (g, "env", f"reset raised {exc!r}", traceback.format_exc())
+    try:
+        obs_layout.write_row(rows.reset_obs, g, obs)
+    except Exception as exc:
+        return (g, "obs", f"observation does not fit {obs_layout.space}: {exc!r}", traceback.format_exc())
+    rows.restarted[g] = True
+    if info:
+        reset_infos[g] = info
+    return None
+
+
+@dataclass
+class WorkerHandle:
+    """The parent's end of one started worker process: its process, the pipe ends it keeps (to close them),
+    the message channel and its poller, and the command / done semaphores."""
+
+    proc: Any
+    pipes: list[Any]
+    channel: Channel
+    poller: select.poll
+    commands: Any
+    done: Any
+
+
+def start_worker(
+    ctx: BaseContext,
+    index: int,
+    env_ids: list[int],
+    env_fns: Sequence[Callable[[], gym.Env]],
+    shared_fd: int,
+    num_envs: int,
+    num_workers: int,
+    spin_s: float,
+) -> WorkerHandle:
+    """Start worker ``index`` for env_ids (its factories sent with cloudpickle); the shared file is
+    duplicated into it at start."""
+    cmd_reader, cmd_writer = ctx.Pipe(duplex=False)  # type: ignore[attr-defined]
+    reply_reader, reply_writer = ctx.Pipe(duplex=False)  # type: ignore[attr-defined]
+    try:
+        commands, done = ctx.Semaphore(0), ctx.Semaphore(0)  # type: ignore[attr-defined]
+        fns = [CloudpickleWrapper(fn) for fn in env_fns]
+        shared = InheritedFd(shared_fd)
+        args = (index, env_ids, fns, cmd_reader, reply_writer, shared, num_envs, num_workers, spin_s, commands, done)
+        proc = ctx.Process(  # type: ignore[attr-defined]
+            target=worker_main, args=args, name=f"vcollect-env-worker-{index}", daemon=True
+        )
+        proc.start()
+    except BaseException:
+        for end in (cmd_reader, cmd_writer, reply_reader, reply_writer):
+            end.close()
+        raise
+    cmd_reader.close()
+    reply_writer.close()
+    poller = select.poll()
+    poller.register(reply_reader.fileno(), select.POLLIN)
+    channel = Channel(reply_reader.fileno(), cmd_writer.fileno())
+    return WorkerHandle(proc, [cmd_writer, reply_reader], channel, poller, commands, done)
+
+
+def stop_workers(procs: Sequence[Any], channels: Sequence[Channel], command_sems: Sequence[Any]) -> None:
+    """Tell every live worker to close, give them CLOSE_JOIN_S to exit, then terminate (and kill) the rest."""
+    close_message = pickle.dumps((CLOSE, (), None))
+    for channel, proc, commands in zip(channels, procs, command_sems):
+        if proc.is_alive():
+            with contextlib.suppress(OSError):
+                channel.send(close_message)
+                commands.release()
+    deadline = time.monotonic() + CLOSE_JOIN_S
+    for proc in procs:
+        proc.join(max(0.0, deadline - time.monotonic()))
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(CLOSE_JOIN_S)
+        if proc.is_alive():  # pragma: no cover - ignores SIGTERM
+            proc.kill()
+            proc.join()
+
+
+def mp_context(context: str | BaseContext | None) -> BaseContext:
+    if isinstance(context, BaseContext):
+        return context
+    if context is None:
+        context = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    ctx = mp.get_context(context)
+    if context == "forkserver":
+        # workers fork from a server that has imported this module (numpy, gymnasium) once
+        from multiprocessing import forkserver
+
+        current = list(getattr(forkserver._forkserver, "_preload_modules", []))
+        if __name__ not in current:
+            ctx.set_forkserver_preload(current + [__name__])
+    return ctx
