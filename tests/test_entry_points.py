@@ -103,6 +103,8 @@ def check_episodes(episodes: Sequence[Any], env_ids: Iterable[int], seeds: str, 
         assert done[-1], f"stored episode {i} (env {episode.env_id}, T={steps}) ends without termination or truncation"
         assert not done[:-1].any(), f"stored episode {i} ends at step {int(done.argmax())} of {steps}"
         assert episode.env_id in allowed, f"stored episode {i} has env id {episode.env_id}, not in {sorted(allowed)}"
+        if hasattr(episode, "id"):  # read back from a dataset: episode ids 0..n-1, in order
+            assert episode.id == i, f"stored episode {i} has episode id {episode.id}"
     seeded = [episode.seed is not None for episode in episodes]
     if seeds == "every":
         assert all(seeded), f"episodes {[i for i, s in enumerate(seeded) if not s]} carry no seed"
@@ -218,10 +220,10 @@ def test_python_collectors(cls: type[Collector], ring: str, backend: str, tmp_pa
             if backend in SUBSET_BACKENDS:
                 assert pending == 0
             elif pending:  # report what is held: no env steps, every stored episode is then reported
-                before = stored_so_far()
+                before = stored_so_far(), len(collector.buffer)
                 drained = collector.collect(n_step=pending, random=True)
                 assert drained.n_collected_steps == pending and collector.pending_transitions == 0
-                assert stored_so_far() == before, "draining the ledger stepped the envs"
+                assert (stored_so_far(), len(collector.buffer)) == before, "draining the ledger stepped the envs"
                 calls.append(Reported.of(drained))
     finally:
         if on_disk:
@@ -258,6 +260,7 @@ CLI_CASES = [
     pytest.param("subproc", ["--steps", "61"], "every", id="subproc-steps"),
     pytest.param("subproc", ["--async", "--episodes", "9"], "every", id="subproc-async-episodes"),
     pytest.param("gymnasium", ["--episodes", "9"], "any", id="gymnasium-episodes"),
+    pytest.param("gymnasium", ["--steps", "61"], "any", id="gymnasium-steps"),
     pytest.param("envpool", ["--episodes", "7"], "none", id="envpool-episodes"),
 ]
 
@@ -291,10 +294,11 @@ def test_cli_collect_into_a_dataset(backend: str, count: list[str], seeds: str, 
 RAY_CALLS: list[tuple[str, int]] = [("n_step", 30), ("n_episode", 5), ("n_step", 21), ("n_episode", 3)]
 
 
-def test_distributed_collector_workers(ray_local: Any, tmp_path: Path) -> None:
-    """DistributedCollector, 2 Ray workers x 2 dummy envs, appending to one real dataset: after every call the
-    dataset holds exactly the episodes reported so far; each worker's stored episodes (by its global env
-    ids) are the ones its stats reported, over all calls."""
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_distributed_collector_workers(kind: str, ray_local: Any, tmp_path: Path) -> None:
+    """DistributedCollector, 2 Ray workers x 2 dummy envs (Collector or AsyncCollector in each), appending to
+    one real dataset: after every call the dataset holds exactly the episodes reported so far; each worker's
+    stored episodes (by its global env ids) are the ones its stats reported, over all calls."""
     from vcollect.distributed import DistributedCollector
 
     env = gym.make("CartPole-v1")
@@ -303,7 +307,7 @@ def test_distributed_collector_workers(ray_local: Any, tmp_path: Path) -> None:
     per_worker: dict[int, list[Reported]] = {0: [], 1: []}
     total = 0
     with DistributedCollector("CartPole-v1", None, num_workers=2, envs_per_worker=2, store="ray/inv-v0",
-                              root=tmp_path, seed=5) as dc:
+                              root=tmp_path, seed=5, collector=kind) as dc:
         for count, n in RAY_CALLS:
             stats = dc.collect(**{count: n}, random=True)
             assert (stats.n_collected_steps if count == "n_step" else stats.n_collected_episodes) == n
@@ -441,7 +445,7 @@ def test_cli_collector_takes_the_python_route(backend: str, tmp_path: Path, monk
     assert error is None and status == 0, f"vcollect collect failed: {error!r} (status {status})"
     python = python_collector(backend, NUM_ENVS)
     try:
-        assert env_route(cli) == env_route(python)
+        assert env_route(cli) == env_route(python), "the CLI's collector is not the one Python builds"
     finally:
         python.close()
     dataset = load_dataset("route/cli-v0", root=tmp_path)
@@ -473,7 +477,7 @@ def test_ray_worker_collector_takes_the_python_route(backend: str, tmp_path: Pat
         )
         python = python_collector(backend, 2)
         try:
-            assert env_route(worker.collector) == env_route(python)
+            assert env_route(worker.collector) == env_route(python), "the worker's collector is not Python's"
         finally:
             python.close()
         ok, value = worker.collect(None, 4, True)
