@@ -200,7 +200,12 @@ def test_python_collectors(cls: type[Collector], ring: str, backend: str, tmp_pa
     stored_so_far = (lambda: store.committed_episodes + store.pending_episodes) if on_disk else (lambda: len(store.episodes))
     calls: list[Reported] = []
     try:
-        with cls(RandomPolicy(act_space, seed=3), envs, buffer, store, seed=11) as collector:
+        try:
+            collector = cls(RandomPolicy(act_space, seed=3), envs, buffer, store, seed=11)
+        except BaseException:
+            envs.close()  # the collector owns (and closes) the envs only once it is built
+            raise
+        with collector:
             if buffer is not None:
                 assert collector.buffer is buffer
             collector.reset()
