@@ -1,0 +1,62 @@
+"""``python -m tests.entry_spy ARGS``: the ``vcollect`` command (``vcollect.cli.main(ARGS)``), with what every
+``Collector.collect`` call reported recorded for the entry-point invariant tests (tests/test_entry_points.py).
+
+The spy only records: after each ``collect`` call (Collector and AsyncCollector alike; AsyncCollector does not
+override it) it appends one JSON line to the file named by ``$VCOLLECT_STATS_SPY`` with the call's CollectStats
+(steps, episodes, the per-episode returns and lengths), the transitions the collector still holds for a later
+call (``pending_transitions``), its number of envs and the class name of its step loop.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from typing import Any
+
+STATS_FILE_ENV = "VCOLLECT_STATS_SPY"
+
+
+def record_calls(path: str) -> None:
+    """Wrap Collector.collect so that every call's report is appended to ``path`` (one JSON object a line)."""
+    from vcollect.collector import Collector
+
+    collect = Collector.collect
+
+    @functools.wraps(collect)
+    def spied(self: Any, *args: Any, **kwargs: Any) -> Any:
+        stats = collect(self, *args, **kwargs)
+        line = {
+            "n_collected_steps": int(stats.n_collected_steps),
+            "n_collected_episodes": int(stats.n_collected_episodes),
+            "returns": [float(r) for r in stats.returns],
+            "lens": [int(n) for n in stats.lens],
+            "pending_transitions": int(self.pending_transitions),
+            "num_envs": int(self.num_envs),
+            "loop": type(self.loop).__name__,
+        }
+        with open(path, "a", encoding="utf-8") as file:
+            file.write(json.dumps(line) + "\n")
+        return stats
+
+    Collector.collect = spied  # type: ignore[method-assign]
+
+
+def read_calls(path: str) -> list[dict[str, Any]]:
+    """What ``record_calls`` wrote, one dict per collect call, in call order ([] when no call was made)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as file:
+        return [json.loads(line) for line in file if line.strip()]
+
+
+def main(argv: list[str]) -> int:
+    record_calls(os.environ[STATS_FILE_ENV])
+    from vcollect.cli import main as vcollect_main
+
+    return int(vcollect_main(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
