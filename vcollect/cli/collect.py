@@ -204,7 +204,10 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         note = " (the unfinished episodes of a --steps run are not stored)" if n_step is not None else ""
         surplus = store.committed_episodes - stats.n_collected_episodes
         if surplus > 0:
-            note += f" (including {surplus} episodes the backend finished beyond the count, in its last vector step)"
+            note += (
+                f" (including {surplus} episodes the backend finished beyond the count: it steps every env, also "
+                "those that had met their quota, until the last one has)"
+            )
         console.print(
             Text(
                 f"dataset {args.dataset}: wrote {store.committed_episodes:,} episodes ({store.committed_steps:,} steps) "
