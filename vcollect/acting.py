@@ -77,11 +77,15 @@ class PolicyActor:
         """Actions for env_ids' latest observations: the policy's (checked), or random ones."""
         if random:
             return self._random.sample(len(env_ids))  # inside the action space by construction
-        obs = self._current_obs(env_ids)
-        actions = self._act(obs, env_ids)
+        actions = self._act(self._current_obs(env_ids), env_ids)
         if self.validate and not self._trusted:
             actions = self._checked(actions, env_ids)
         return actions
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether there is policy state that restarting envs must have reset."""
+        return self.state is not None and self._reset_state is not None
 
     def reset_state(self, env_ids: np.ndarray) -> None:
         """Fresh policy state for env ids whose episodes restart."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
+from gymnasium.spaces import Dict, Tuple
 
 from vcollect.envs.steps import StepBlock
 from vcollect.loops.all_envs import AllEnvLoop
-from vcollect.spaces import flatten_batch, leaves
+from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 
 if TYPE_CHECKING:
     from vcollect.collector import CollectCall, Collector
@@ -52,6 +53,7 @@ class BlockLoop(AllEnvLoop):
         )
         size = max(1, min(BLOCK_STEPS, c.buffer.capacity - 1, BLOCK_BYTES // max(1, step_bytes)))
         self.block = StepBlock(c.num_envs, size, c.observation_space, c.action_space)
+        self._flat_obs = len(self.block.obs) == 1 and not isinstance(c.observation_space, (Dict, Tuple))
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
         if call.render is not None:
@@ -108,13 +110,17 @@ class BlockLoop(AllEnvLoop):
         """Check row k's observations and make them the policy's next input; restarted envs' policy state is
         reset now (their seeds are cleared when the block is recorded)."""
         c, block = self.c, self.block
+        row = [leaf[k] for leaf in block.obs]  # views: a policy's block is renewed, not written over
         if c.validate:
-            c._check_obs(block.obs_row(k), c._all_ids, "an observation")
+            obs = row[0] if self._flat_obs else unflatten_batch(c.observation_space, row)
+            if c._obs_check(obs) is not None:
+                c._check_obs(obs, c._all_ids, "an observation")
             block.checked = k + 1
-        restarted = block.restart_row(k).nonzero()[0]
-        if restarted.size:
-            c.actor.reset_state(restarted)
-        c.actor.use_rows([leaf[k] for leaf in block.obs])  # views: a policy's block is renewed, not written over
+        if c.actor.keeps_state:
+            restarted = block.restart_row(k).nonzero()[0]
+            if restarted.size:
+                c.actor.reset_state(restarted)
+        c.actor.use_rows(row)
 
     def _flush(self, random: bool) -> None:
         """Record the block's steps and empty it. Observations not checked yet are checked first: the steps
