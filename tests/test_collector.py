@@ -551,9 +551,9 @@ def test_record_infos_refuses_a_step_only_key_as_data_collector_does(tmp_path) -
             return obs, reward, terminated, truncated, {**info, "action": int(action)}
 
     store = ListStore()
-    with Collector(None, [lambda: StepOnlyKey(3)], store=store, seed=0, record_infos=True) as collector:
-        with pytest.raises(InfoStructureError, match="'action' is new at step 1"):
-            collector.collect(n_episode=1, random=True, reset_before_collect=True)
+    collector = Collector(None, [lambda: StepOnlyKey(3)], store=store, seed=0, record_infos=True)
+    with collector, pytest.raises(InfoStructureError, match="'action' is new at step 1"):
+        collector.collect(n_episode=1, random=True, reset_before_collect=True)
     assert store.episodes == []
     recorder = DataCollector(StepOnlyKey(3), record_infos=True)
     recorder.reset(seed=0)
