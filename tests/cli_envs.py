@@ -16,8 +16,8 @@ from gymnasium import spaces
 class InfoCounterEnv(gym.Env):
     """Observation = steps since reset; episodes last ``episode_length`` steps; informative info dicts.
 
-    Reset and step infos carry ``t`` and ``nested/double`` (2 t); step infos also carry ``action``, so
-    a recording has keys with one row per observation and a key with one row per step.
+    Reset and step infos carry ``t``, ``nested/double`` (2 t) and ``action`` (the action taken, -1 at
+    reset): the same keys at reset and every step, as recorded infos must have.
     """
 
     def __init__(self, episode_length: int = 4) -> None:
@@ -29,7 +29,7 @@ class InfoCounterEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)
         self.t = 0
-        return np.array([0.0], np.float32), {"t": 0, "nested": {"double": 0}}
+        return np.array([0.0], np.float32), {"t": 0, "nested": {"double": 0}, "action": -1}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         self.t += 1

@@ -288,7 +288,7 @@ def test_collect_user_policy_and_record_infos(tmp_path: Path) -> None:
         np.testing.assert_array_equal(episode.actions, [2, 2, 2, 2])  # the constant policy acted
         np.testing.assert_array_equal(episode.infos["t"], np.arange(5))  # reset info + 4 step infos
         np.testing.assert_array_equal(episode.infos["nested"]["double"], 2 * np.arange(5))
-        np.testing.assert_array_equal(episode.infos["action"], [2, 2, 2, 2])  # step-only key: one row per step
+        np.testing.assert_array_equal(episode.infos["action"], [-1, 2, 2, 2, 2])
 
 
 def test_collect_append_and_overwrite(tmp_path: Path) -> None:
@@ -555,18 +555,21 @@ def test_record_infos_refuses_backends_that_step_all_envs(tmp_path: Path) -> Non
 # ------------------------------------------------------------------ helpers, in process (no subprocess)
 
 
-def test_stack_episode_infos_aligns_keys_with_observations_or_steps() -> None:
+def test_stack_episode_infos_keeps_the_resets_structure_as_minaris_data_collector_does() -> None:
     from vcollect.envs.info_recording import stack_episode_infos
     from vcollect.errors import InfoStructureError
 
-    rows = [{"t": 0, "d": {"x": 0.5}}] + [{"t": t, "d": {"x": t / 2}, "r": -t} for t in (1, 2, 3)]
+    rows = [{"t": t, "d": {"x": t / 2}} for t in range(4)]
     stacked = stack_episode_infos(rows)
     np.testing.assert_array_equal(stacked["t"], [0, 1, 2, 3])
-    np.testing.assert_array_equal(stacked["d"]["x"], [0.5, 0.5, 1.0, 1.5])
-    np.testing.assert_array_equal(stacked["r"], [-1, -2, -3])  # step-only key: T rows
+    np.testing.assert_array_equal(stacked["d"]["x"], [0.0, 0.5, 1.0, 1.5])
     assert stack_episode_infos([{}, {}, {}]) == {}
-    with pytest.raises(InfoStructureError, match="'late' is in 1 of the 4"):
+    with pytest.raises(InfoStructureError, match="'late' is new at step 3.*keys \\['t', 'd/x'\\]"):
         stack_episode_infos(rows[:3] + [{**rows[3], "late": 1}])
+    with pytest.raises(InfoStructureError, match="'r' is new at step 1"):  # a step-only key: ragged, refused
+        stack_episode_infos(rows[:1] + [{**row, "r": -1} for row in rows[1:]])
+    with pytest.raises(InfoStructureError, match="'d/x' is missing at step 2"):
+        stack_episode_infos(rows[:2] + [{"t": 2}, rows[3]])
     with pytest.raises(InfoStructureError, match="keys must be"):
         stack_episode_infos([{1: 0}, {1: 1}])
 

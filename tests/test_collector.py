@@ -535,8 +535,30 @@ def test_record_infos_names_a_key_missing_from_some_infos(tmp_path) -> None:
     store = EpisodeStore.create("t/bad-v0", space.observation_space, space.action_space, root=tmp_path)
     collector = Collector(None, counting_fns(1, length=3), store=store, seed=0, record_infos=True)
     # CountingEnv's reset info is {"seed": ...} but its step infos are {"t": ...}.
-    with store, collector, pytest.raises(InfoStructureError, match="'seed'"):
+    with store, collector, pytest.raises(InfoStructureError, match="'seed' is missing at step 1"):
         collector.collect(n_episode=1, random=True, reset_before_collect=True)
+
+
+def test_record_infos_refuses_a_step_only_key_as_data_collector_does(tmp_path) -> None:
+    """An info key every step has but the reset has not would be stored with T rows beside keys of T+1
+    (ragged, and exported to Minari so): refused, as DataCollector refuses it."""
+    from vcollect import DataCollector
+    from vcollect.errors import InfoStructureError
+
+    class StepOnlyKey(InfoCountingEnv):
+        def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+            obs, reward, terminated, truncated, info = super().step(action)
+            return obs, reward, terminated, truncated, {**info, "action": int(action)}
+
+    store = ListStore()
+    collector = Collector(None, [lambda: StepOnlyKey(3)], store=store, seed=0, record_infos=True)
+    with collector, pytest.raises(InfoStructureError, match="'action' is new at step 1"):
+        collector.collect(n_episode=1, random=True, reset_before_collect=True)
+    assert store.episodes == []
+    recorder = DataCollector(StepOnlyKey(3), record_infos=True)
+    recorder.reset(seed=0)
+    with pytest.raises(InfoStructureError, match="'action'"):
+        recorder.step(0)
 
 
 def test_record_infos_is_refused_for_backends_that_reset_by_themselves() -> None:
@@ -577,3 +599,63 @@ def test_queued_writes_from_a_small_ring_store_what_a_ring_holding_everything_st
         start = episode.observations[0, 0]
         np.testing.assert_array_equal(episode.observations[:, 0], start + np.arange(len(episode) + 1))
     assert {len(e) for e in batched_ds} == set(lengths)
+
+
+@pytest.mark.parametrize("collector_class", ["Collector", "AsyncCollector"])
+def test_unfinished_episodes_at_close_are_dropped_with_a_warning_or_stored_truncated(collector_class: str) -> None:
+    """25 steps of two 10-step envs: two whole episodes, and 3 + 2 steps of episodes still running at close.
+    Default: not stored, and a warning says how many; unfinished='truncate': stored, last step truncated,
+    so the store holds every collected step."""
+    import warnings
+
+    from vcollect import AsyncCollector, UnfinishedEpisodesWarning
+
+    cls = Collector if collector_class == "Collector" else AsyncCollector
+    dropped = ListStore()
+    collector = cls(None, counting_fns(2, length=10), store=dropped, seed=0)
+    stats = collector.collect(n_step=25, random=True, reset_before_collect=True)
+    with pytest.warns(UnfinishedEpisodesWarning, match=r"2 episodes still running at close \(5 steps\).*unfinished='truncate'"):
+        collector.close()
+    assert stats.n_collected_steps == 25
+    assert sorted(len(e.rewards) for e in dropped.episodes) == [10, 10]
+    assert all(e.terminations[-1] and not e.truncations.any() for e in dropped.episodes)
+
+    kept = ListStore()
+    collector = cls(None, counting_fns(2, length=10), store=kept, seed=0, unfinished="truncate")
+    collector.collect(n_step=25, random=True, reset_before_collect=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is lost: no warning
+        collector.close()
+    assert sum(len(e.rewards) for e in kept.episodes) == 25
+    cut = [e for e in kept.episodes if len(e.rewards) < 10]
+    assert sorted(len(e.rewards) for e in cut) == [2, 3]
+    for episode in cut:
+        assert episode.truncations[-1] and not episode.truncations[:-1].any() and not episode.terminations.any()
+        np.testing.assert_array_equal(episode.observations[:, 0], np.arange(len(episode.rewards) + 1))
+        assert episode.seed is not None  # its reset's seed: the steps stored replay from it
+
+
+def test_unfinished_episodes_at_a_reset_follow_the_same_choice_and_without_a_store_nothing_is_said() -> None:
+    import warnings
+
+    from vcollect import UnfinishedEpisodesWarning
+
+    kept = ListStore()
+    with Collector(None, counting_fns(2, length=10), store=kept, seed=0, unfinished="truncate") as collector:
+        collector.collect(n_step=6, random=True, reset_before_collect=True)
+        collector.collect(n_step=4, random=True, reset_before_collect=True)  # the reset cuts 3 + 3 steps
+    assert sorted(len(e.rewards) for e in kept.episodes) == [2, 2, 3, 3]
+    store = ListStore()
+    collector = Collector(None, counting_fns(2, length=10), store=store, seed=0)
+    collector.collect(n_step=6, random=True, reset_before_collect=True)
+    with pytest.warns(UnfinishedEpisodesWarning, match="2 episodes still running at reset"):
+        collector.reset()
+    collector.collect(n_step=2, random=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Collector(None, counting_fns(2, length=10), seed=0) as plain:  # no store: nothing to lose
+            plain.collect(n_step=5, random=True, reset_before_collect=True)
+    with pytest.warns(UnfinishedEpisodesWarning):
+        collector.close()
+    with pytest.raises(ValueError, match="unfinished must be 'drop' or 'truncate'"):
+        Collector(None, counting_fns(1), unfinished="keep")  # type: ignore[arg-type]

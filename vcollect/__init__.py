@@ -10,6 +10,7 @@ from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.collector import Collector
 from vcollect.envs import (
     DummyVectorEnv,
+    EnvCapabilities,
     EnvPoolVectorEnv,
     GymnasiumVectorEnv,
     SubprocVectorEnv,
@@ -28,6 +29,7 @@ from vcollect.errors import (
     InvalidDatasetIdError,
     ObservationError,
     SpaceMismatchError,
+    UnfinishedEpisodesWarning,
     VCollectError,
 )
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
@@ -45,6 +47,7 @@ from vcollect.store import (
     load_dataset,
     split_dataset,
 )
+from vcollect.store.sink import EpisodeSink
 
 __version__ = "0.1.0"
 
@@ -75,8 +78,11 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "DummyVectorEnv",
+    "EnvCapabilities",
     "EnvWorkerError",
+    "EpisodeSink",
     "InfoStructureError",
+    "UnfinishedEpisodesWarning",
     "InvalidDatasetIdError",
     "ObservationError",
     "Policy",

@@ -13,9 +13,10 @@ staged in blocks (vcollect.loops).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -26,7 +27,7 @@ from vcollect.buffers import VectorRingBuffer
 from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
 from vcollect.envs.info_recording import InfoRecordingEnv
 from vcollect.episode_writer import EpisodeWriter
-from vcollect.errors import CollectorStateError, ObservationError
+from vcollect.errors import CollectorStateError, ObservationError, UnfinishedEpisodesWarning
 from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
@@ -89,6 +90,13 @@ class Collector:
     (``stage_blocks=True``, not while rendering): the rings lag the envs by up to a block while a call
     runs, never after it returns; ``stage_blocks=False`` records every step as it comes.
 
+    ``unfinished``: what becomes of the episodes still running when a collector with a store is closed or
+    reset. ``"drop"`` (default): they are not stored, and an ``UnfinishedEpisodesWarning`` gives their count
+    and steps; every stored episode then ended as its env ended it, and the stored episodes are exactly
+    those CollectStats reported. ``"truncate"``: they are stored, their last step marked truncated (as
+    Minari's DataCollector stores an episode cut short by a reset), so the dataset holds every step
+    collected; they are reported by no CollectStats, and their last step's truncation is not the env's.
+
     ``seed_every_reset=False`` seeds only each env's first reset (after construction or ``reset(seed=...)``);
     later episodes continue the env's own generator, as Tianshou's and Minari's collectors reset, and are
     stored with ``seed=None``: the run is reproducible from ``seed`` as a whole, but an episode can no
@@ -111,7 +119,11 @@ class Collector:
         record_infos: bool = False,
         seed_every_reset: bool = True,
         stage_blocks: bool = True,
+        unfinished: Literal["drop", "truncate"] = "drop",
     ) -> None:
+        if unfinished not in ("drop", "truncate"):
+            raise ValueError(f"unfinished must be 'drop' or 'truncate', got {unfinished!r}")
+        self.unfinished = unfinished
         vector_env = as_vector_env(envs)
         if record_infos:
             if vector_env.capabilities.steps_all_envs or vector_env.capabilities.autoresets:
@@ -210,6 +222,8 @@ class Collector:
         """
         self._check_open()
         self._write_queued()
+        if self._was_reset:
+            self._settle_unfinished("reset")
         if seed is not None:
             self._reseed(seed)
         if reset_buffer:
@@ -225,6 +239,8 @@ class Collector:
         self._closed = True
         try:
             self._write_queued()
+            if self._was_reset:
+                self._settle_unfinished("close")
             if self.store is not None:
                 self.store.flush()
         finally:
@@ -293,6 +309,24 @@ class Collector:
             collect_time=time.perf_counter() - start,
             returns=np.asarray(call.returns, dtype=np.float64),
             lens=np.asarray(call.lens, dtype=np.int64),
+        )
+
+    def _settle_unfinished(self, when: str) -> None:
+        """Store the running episodes marked truncated, or warn that they are not stored (``unfinished``)."""
+        if self.writer is None:
+            return
+        running = self.buffer.unfinished()
+        if running.size == 0:
+            return
+        if self.unfinished == "truncate":
+            self.writer.truncated(running)
+            return
+        steps = int(self.buffer.episode_lengths[running].sum())
+        warnings.warn(
+            f"{running.size} episodes still running at {when} ({steps} steps) were not stored; pass "
+            "Collector(..., unfinished='truncate') to store them with their last step marked truncated",
+            UnfinishedEpisodesWarning,
+            stacklevel=3,
         )
 
     def _episode_quota(self, n_episode: int) -> np.ndarray:

@@ -134,6 +134,25 @@ class EpisodeWriter:
         if len(self._queue) >= WRITE_BATCH or (self._write_by is not None and self._write_by <= self._rounds):
             self.write_queued()
 
+    def truncated(self, env_ids: np.ndarray) -> None:
+        """Hand over the running episodes of env_ids as they are, their last step marked truncated (as
+        Minari's DataCollector stores an episode cut short by a reset), after what is queued."""
+        self.write_queued()
+        buffer = self.buffer
+        for env_id in env_ids.tolist():
+            episode = buffer.episode(env_id)
+            steps = len(episode.rewards)
+            infos = None if self._infos is None else self._infos(env_id, steps)
+            truncations = np.array(episode.truncations, dtype=bool)
+            truncations[-1] = True
+            self._hand_over(
+                flatten_batch(buffer.observation_space, episode.observations),
+                flatten_batch(buffer.action_space, episode.actions),
+                np.array(episode.rewards), np.array(episode.terminations), truncations,
+                np.array([steps], dtype=np.int64), [self.seeds[env_id]], [env_id], [self.options[env_id]],
+                None if self._infos is None else [infos],
+            )
+
     def _deadline(self, rounds: int) -> None:
         deadline = self._rounds + max(rounds, 0)
         self._write_by = deadline if self._write_by is None else min(self._write_by, deadline)

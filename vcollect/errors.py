@@ -62,3 +62,7 @@ class CorruptShardError(DatasetError):
 
 class SpaceMismatchError(DatasetError, ValueError):
     """Observation or action spaces differ where they must be equal."""
+
+
+class UnfinishedEpisodesWarning(UserWarning):
+    """Episodes still running when a collector writing to a store closed or reset were not stored."""

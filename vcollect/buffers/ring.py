@@ -487,6 +487,15 @@ class VectorRingBuffer:
         written_since = (self._last_flat[env_ids] - last_rows) % c
         return c - 1 - steps - written_since
 
+    def unfinished(self) -> np.ndarray:
+        """Env ids whose current episode has at least one step and has not ended (its last step neither
+        terminated nor truncated): what would be lost if collection stopped now."""
+        c = self.capacity
+        base = self._all_ids * c
+        last_step = base + (self._last_flat - base - 1) % c
+        ended = self._term_flat[last_step] | self._trunc_flat[last_step]
+        return np.flatnonzero(self._has_episode & (self.episode_lengths > 0) & ~ended)
+
     def keep_whole_episodes(self) -> None:
         """From now on copy aside the rows of an episode longer than its ring before overwriting them
         (``keep_overflow``), so :meth:`episode` is always whole: what a collector writing to a store needs."""

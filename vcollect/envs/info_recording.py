@@ -21,28 +21,22 @@ from vcollect.infos import flatten_info, nest_info, stack_rows
 
 
 def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The info dicts of one episode (the reset's, then one per step) as a nested dict of arrays.
-
-    A key present in every dict gets T+1 rows; a key present in every step's dict but not the reset's
-    gets T rows; any other key raises InfoStructureError (it cannot be aligned with the steps).
-    """
+    """The info dicts of one episode (the reset's, then one per step) as a nested dict of arrays, T+1 rows
+    per key. As for Minari's DataCollector, the reset's info fixes the structure: a step whose info lacks
+    one of its keys or has another raises InfoStructureError naming the key and the step."""
     flat = [flatten_info(info, "info") for info in rows]
-    keys: dict[tuple[str, ...], None] = {}
-    for info in flat:
-        keys.update(dict.fromkeys(info))
-    out: dict[tuple[str, ...], Any] = {}
-    for key in keys:
-        if all(key in info for info in flat):
-            values = [info[key] for info in flat]
-        elif len(flat) > 1 and all(key in info for info in flat[1:]):
-            values = [info[key] for info in flat[1:]]
-        else:
-            present = sum(key in info for info in flat)
+    keys = tuple(flat[0])
+    for t, info in enumerate(flat[1:], start=1):
+        if tuple(info) != keys and set(info) != set(keys):
+            missing = [k for k in keys if k not in info]
+            new = [k for k in info if k not in set(keys)]
+            key = "/".join((missing or new)[0])
             raise InfoStructureError(
-                f"info key {'/'.join(key)!r} is in {present} of the {len(flat)} info dicts of an episode "
-                "(reset and steps); recorded infos need keys present at every step (or every step but the reset)"
+                f"info key {key!r} {'is missing' if missing else 'is new'} at step {t}: recorded infos keep the "
+                f"structure of the reset's info (keys {['/'.join(k) for k in keys]}), as Minari's DataCollector "
+                "does; make the env return the same info keys at reset and every step"
             )
-        out[key] = stack_rows(values, f"info[{'/'.join(key)!r}]")
+    out = {key: stack_rows([info[key] for info in flat], f"info[{'/'.join(key)!r}]") for key in keys}
     return nest_info(out)
 
 
