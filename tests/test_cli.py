@@ -274,6 +274,29 @@ def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
     assert not any(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize("unfinished", ["drop", "truncate"])
+def test_episodes_running_at_the_end_are_counted_or_stored_truncated(tmp_path: Path, unfinished: str) -> None:
+    """--steps 50 of three 10-step CountingEnv envs: 48 steps in whole episodes (3 x 16: one running episode
+    of 6 steps each). drop: not stored, and the summary says how many; truncate: stored, so the dataset holds
+    all 50 steps, the cut episodes' last step marked truncated. No Python warning reaches the terminal."""
+    result = run(tmp_path, "collect", "tests.cli_envs:InfoCounter-v0", "--env-kwargs", '{"episode_length": 10}',
+                 "--num-envs", "3", "--backend", "dummy", "--steps", "50", "--no-progress", "--dataset", "cli/cut-v0",
+                 "--unfinished", unfinished)
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr
+    dataset = load_dataset("cli/cut-v0", root=tmp_path)
+    assert dataset.metadata["collection"]["unfinished"] == unfinished
+    text = " ".join(result.stdout.split())
+    if unfinished == "drop":
+        assert dataset.total_steps == 30 and dataset.total_episodes == 3
+        assert "3 episodes still running at the end, 20 steps, were not stored: --unfinished truncate" in text
+    else:
+        assert dataset.total_steps == 50 and dataset.total_episodes == 6
+        cut = [e for e in dataset if len(e) < 10]
+        assert sorted(len(e) for e in cut) == [6, 7, 7] and all(e.truncations[-1] for e in cut)
+        assert "including 3 episodes still running at the end, stored with their last step marked truncated" in text
+
+
 def test_collect_user_policy_and_record_infos(tmp_path: Path) -> None:
     result = run(
         tmp_path, "collect", "tests.cli_envs:InfoCounter-v0", "--num-envs", "3", "--backend", "subproc",

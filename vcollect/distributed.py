@@ -95,6 +95,7 @@ class _WorkerSpec:
     root: str | None
     store_kwargs: dict[str, Any] = field(default_factory=dict)
     seed_every_reset: bool = True
+    unfinished: str = "drop"
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,8 @@ class _CollectorWorker:
             if spec.store_id is not None:  # the writer shifts env ids to the global ones itself
                 self.writer = _open_store(spec, obs_space, act_space)
             self.collector = cls(
-                policy, envs, store=self.writer, seed=spec.seed, seed_every_reset=spec.seed_every_reset
+                policy, envs, store=self.writer, seed=spec.seed, seed_every_reset=spec.seed_every_reset,
+                unfinished=spec.unfinished,
             )
         except BaseException:
             envs.close()
@@ -257,7 +259,8 @@ class DistributedCollector:
     filesystem all nodes share); every worker appends its own shards, with global env ids
     ``worker_index * envs_per_worker + local env id``. Worker seeds come from ``SeedSequence(seed).spawn``.
     ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset`` goes to it
-    (False: only each env's first reset is seeded, as Tianshou seeds). Uses the connected Ray cluster, or
+    (False: only each env's first reset is seeded, as Tianshou seeds), and so does ``unfinished`` (what
+    becomes of the episodes still running when the workers close: see Collector). Uses the connected Ray cluster, or
     starts a local Ray instance when Ray is not initialised. ``worker_options`` go to the actor's
     ``.options(...)`` (default ``num_cpus=1``: give a subproc worker as many CPUs as it has envs);
     ``env_kwargs``/``backend_kwargs`` go to make_vector and ``store_kwargs`` (shard_steps, compression) to
@@ -277,6 +280,7 @@ class DistributedCollector:
         seed: int | None = None,
         collector: str = "sync",
         seed_every_reset: bool = True,
+        unfinished: str = "drop",
         env_kwargs: Mapping[str, Any] | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
         store_kwargs: Mapping[str, Any] | None = None,
@@ -287,6 +291,8 @@ class DistributedCollector:
             if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         _collector_class(collector)  # a missing AsyncCollector fails here, before any actor starts
+        if unfinished not in ("drop", "truncate"):
+            raise ValueError(f"unfinished must be 'drop' or 'truncate', got {unfinished!r}")
         if store is not None:
             parse_dataset_id(store)
         if store_kwargs and "env_id_offset" in store_kwargs:
@@ -322,6 +328,7 @@ class DistributedCollector:
                     root=self.root,
                     store_kwargs=dict(store_kwargs or {}),
                     seed_every_reset=seed_every_reset,
+                    unfinished=unfinished,
                 ),
             )
             for w in range(self.num_workers)

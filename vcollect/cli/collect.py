@@ -9,10 +9,12 @@ import dataclasses
 import importlib
 import json
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from rich.console import Console
 from rich.text import Text
 
@@ -20,7 +22,7 @@ from vcollect.cli.exits import EXIT_INTERRUPTED, EXIT_OK, CommandParser, UsageEr
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import stats_table
 from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, vector_source
-from vcollect.errors import DatasetError, VCollectError
+from vcollect.errors import DatasetError, UnfinishedEpisodesWarning, VCollectError
 
 
 def add_collect_parser(
@@ -56,6 +58,11 @@ def add_collect_parser(
         "--seed-first-reset-only", action="store_true",
         help="seed only each env's first reset (as Tianshou and Minari do; faster with cheap envs): later "
         "episodes continue the env's generator and are stored with seed None, so they replay only in sequence",
+    )
+    collect.add_argument(
+        "--unfinished", choices=("drop", "truncate"), default="drop",
+        help="the episodes still running when the collection ends: drop (not stored; the summary says how many) "
+        "or truncate (stored, their last step marked truncated, as Minari's DataCollector stores them)",
     )
     collect.add_argument("--dataset", metavar="ID", default=None, help="store episodes in dataset ns/name-vN")
     exists = collect.add_mutually_exclusive_group()
@@ -148,6 +155,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     guard = InterruptGuard()
     store: Any = None
     before = 0
+    cut = (0, 0)  # episodes still running at the end, and their steps
     try:
         with guard, contextlib.ExitStack() as cleanup:
             try:
@@ -177,7 +185,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 sink = GuardedSink(store, guard)
             collector = collector_class(
                 policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
-                seed_every_reset=not args.seed_first_reset_only,
+                seed_every_reset=not args.seed_first_reset_only, unfinished=args.unfinished,
             )
             try:
                 stats = collector.collect(
@@ -189,7 +197,11 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 )
             finally:
                 guard.saving()
-                collector.close()
+                running = collector.buffer.unfinished() if store is not None else np.zeros(0, np.int64)
+                cut = (running.size, int(collector.buffer.episode_lengths[running].sum()))
+                with warnings.catch_warnings():  # the summary below says what became of them
+                    warnings.simplefilter("ignore", UnfinishedEpisodesWarning)
+                    collector.close()
     except BaseException as exc:
         # A VCollectError after a SIGINT: e.g. the env workers got the terminal's Ctrl-C first and died.
         interrupted = isinstance(exc, KeyboardInterrupt) or (isinstance(exc, VCollectError) and guard.interrupted)
@@ -201,8 +213,12 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     collector_name = "AsyncCollector" if args.use_async else "Collector"
     console.print(stats_table(stats, args.env_id, f"{args.num_envs} x {args.backend}, {collector_name}"))
     if store is not None:
-        note = " (the unfinished episodes of a --steps run are not stored)" if n_step is not None else ""
-        surplus = store.committed_episodes - stats.n_collected_episodes
+        note = ""
+        if cut[0] and args.unfinished == "drop":
+            note = f" ({cut[0]} episodes still running at the end, {cut[1]:,} steps, were not stored: --unfinished truncate stores them)"
+        elif cut[0]:
+            note = f" (including {cut[0]} episodes still running at the end, stored with their last step marked truncated)"
+        surplus = store.committed_episodes - stats.n_collected_episodes - (cut[0] if args.unfinished == "truncate" else 0)
         if surplus > 0:
             note += (
                 f" (including {surplus} episodes the backend finished beyond the count: it steps every env, also "
@@ -260,6 +276,7 @@ def run_collect_distributed(
         seed=args.seed,
         collector="async" if args.use_async else "sync",
         seed_every_reset=not args.seed_first_reset_only,
+        unfinished=args.unfinished,
         store_kwargs={"shard_steps": args.shard_steps},
     )
     try:
@@ -299,6 +316,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
             "policy": args.policy,
             "seed": args.seed,
             "seed_every_reset": not args.seed_first_reset_only,
+            "unfinished": args.unfinished,
             "collector": "async" if args.use_async else "sync",
         },
     }
