@@ -487,6 +487,10 @@ class VectorRingBuffer:
         written_since = (self._last_flat[env_ids] - last_rows) % c
         return c - 1 - steps - written_since
 
+    def rows_left_after_end(self, steps: int) -> int:
+        """:meth:`rows_left` of an episode of ``steps`` steps that ended in the env's last row."""
+        return self.capacity - 1 - steps
+
     def unfinished(self) -> np.ndarray:
         """Env ids whose current episode has at least one step and has not ended (its last step neither
         terminated nor truncated): what would be lost if collection stopped now."""

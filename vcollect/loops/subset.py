@@ -145,7 +145,9 @@ class SubsetLoop:
         env ids (their returns and lengths appended to ``returns``/``lens``). ``remember=False``: the caller updates
         the latest observations itself."""
         c = self.c
-        c._next_rounds()
+        writer = c.writer
+        if writer is not None:
+            writer.next_rounds()
         if c.validate:
             c._check_obs(next_obs, env_ids, "an observation")
         if env_ids is c._all_ids:  # every env, in order: one write per array
@@ -163,7 +165,7 @@ class SubsetLoop:
         finished = env_ids[done]
         returns.extend(c.buffer.episode_returns[finished].tolist())
         lens.extend(c.buffer.episode_lengths[finished].tolist())
-        if c.writer is not None:
-            c.writer.ended(finished)
+        if writer is not None:
+            writer.ended(finished)
         c._needs_reset[finished] = True
         return finished
