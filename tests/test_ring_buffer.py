@@ -682,3 +682,32 @@ def test_add_steps_refuses_an_end_without_its_restart() -> None:
             [np.zeros((k, 2), np.int64)], np.zeros((k, 2)), terms, np.zeros((k, 2), bool),
             [np.zeros((k, 2, 4), np.float32)], np.zeros((k, 2), bool),
         )
+
+
+def test_add_steps_gives_spilled_steps_only_to_the_episode_they_belong_to() -> None:
+    """Regression (found by the property test): env 0's episode spills, is dropped by a restart of its own
+    (no end) and a new episode ends in the same block. The new episode is handed over alone; the spilled
+    steps of the dropped one go nowhere, as add_all step by step leaves them."""
+    n, c, k = 2, 5, 3
+    blocked = plain_buffer(num_envs=n, capacity=c, keep_overflow=True)
+    stepwise = plain_buffer(num_envs=n, capacity=c, keep_overflow=True)
+    obs_id = iter(range(1000))
+
+    def obs(rows: int) -> np.ndarray:
+        return np.array([[[next(obs_id)] * 4 for _ in range(n)] for _ in range(rows)], np.float32)
+
+    first = obs(1)[0]
+    for buf in (blocked, stepwise):
+        buf.start_episodes(np.arange(n), first)
+    no = np.zeros((k, n), bool)
+    for steps, truncs, restarts in (
+        (2, np.zeros((2, n), bool), np.zeros((2, n), bool)),  # env 0: 2 steps, the block after spills them
+        (k, np.array([[0, 0], [0, 0], [1, 0]], bool), np.array([[0, 0], [1, 0], [0, 0]], bool)),
+    ):
+        o, acts, rew = obs(steps), np.zeros((steps, n), np.int64), np.ones((steps, n))
+        for j in range(steps):
+            stepwise.add_all(acts[j], rew[j], no[j], truncs[j], o[j], started=np.flatnonzero(restarts[j]))
+        ends = blocked.add_steps([acts], rew, no[:steps], truncs, [o], restarts)
+    assert ends.env_ids.tolist() == [0] and ends.lengths.tolist() == [1] and ends.spilled == {}
+    got = blocked.gather_episodes(ends.env_ids, ends.last_rows, ends.lengths)
+    np.testing.assert_array_equal(got[0][0], np.asarray(stepwise.episode(0).observations))

@@ -90,7 +90,7 @@ class EpisodeWriter:
 
     def ended(self, env_ids: np.ndarray) -> None:
         """Queue the episodes of env_ids that ended in this round (whole in their rings, or spilled aside)."""
-        buffer, queue = self.buffer, self._queue
+        buffer = self.buffer
         for env_id in env_ids.tolist():
             infos = None if self._infos is None else self._infos(env_id, int(buffer.episode_lengths[env_id]))
             ref = buffer.episode_ref(env_id)
@@ -99,7 +99,7 @@ class EpisodeWriter:
                 self._write_now(env_id, infos)
                 continue
             last_row, steps = ref
-            queue.append(_Queued(env_id, last_row, steps, self.seeds[env_id], self.options[env_id], infos))
+            self._queue.append(_Queued(env_id, last_row, steps, self.seeds[env_id], self.options[env_id], infos))
             # the restart that may follow in this round writes one row first
             rounds = (buffer.rows_left_after_end(steps) - 1) // 2
             if rounds < 1:

@@ -257,8 +257,10 @@ class VectorRingBuffer:
             in_ring = self.episode_lengths - self._spilled
             self._spill_steps(np.flatnonzero((in_ring + k > c - 1) & continuing))
             ending = np.flatnonzero(ended.any(axis=0) & continuing & (self._spilled > 0))
-            for env in ending.tolist():  # the ending episode's spilled steps go with its end
-                prefixes[env] = list(self._overflow[env])
+            for env in ending.tolist():
+                first_end = int(ended[:, env].argmax())
+                if not restarts[1 : first_end + 1, env].any():  # the spilled episode itself ends (not one after
+                    prefixes[env] = list(self._overflow[env])  # a restart): its spilled steps go with its end
             restarted = np.flatnonzero(restarts.any(axis=0))
             if restarted.size:
                 self._restart_overflow(restarted)
