@@ -258,8 +258,8 @@ class VectorRingBuffer:
             self._spill_steps(np.flatnonzero((in_ring + k > c - 1) & continuing))
             ending = np.flatnonzero(ended.any(axis=0) & continuing & (self._spilled > 0))
             for env in ending.tolist():
-                first_end = int(ended[:, env].argmax())
-                if not restarts[1 : first_end + 1, env].any():  # the spilled episode itself ends (not one after
+                end_row = int(ended[:, env].argmax())
+                if not restarts[1 : end_row + 1, env].any():  # the spilled episode itself ends (not one after
                     prefixes[env] = list(self._overflow[env])  # a restart): its spilled steps go with its end
             restarted = np.flatnonzero(restarts.any(axis=0))
             if restarted.size:
