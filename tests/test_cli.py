@@ -1,4 +1,6 @@
-"""The `vcollect` command, run as a real subprocess: output, exit status, and the datasets left on disk."""
+"""The `vcollect` command, run in-process (``vcollect.cli.main``, output captured): output, exit status, and the
+datasets left on disk. A few tests run it as a real process: the installed console script, its exit statuses,
+and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vcollect import Collector, EpisodeStore, make_vector
+from vcollect.cli import main
 from vcollect.envs.factory import BACKENDS
 from vcollect.store import load_dataset
 
@@ -26,17 +32,41 @@ COMMANDS = ["collect", "list", "show", "combine", "split", "export", "import-min
 LOCAL_BACKENDS = [name for name in BACKENDS if name != "ray"]
 
 
+class Result(NamedTuple):
+    """What one ``vcollect`` command gave: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``cli(*ARGS)``: ``vcollect ARGS`` in this process, with the datasets root ``tmp_path`` ($VCOLLECT_DATASETS_PATH)."""
+    monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(tmp_path))
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()  # what came before is not this command's output
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return Result(status, out, err)
+
+    return run
+
+
 def env_for(root: Path, **extra: str) -> dict[str, str]:
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "VCOLLECT_DATASETS_PATH": str(root), "PYTHONPATH": pythonpath, **extra}
 
 
-def run(root: Path, *args: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m vcollect ARGS`` with the datasets root ``root`` (stdin closed, like a script)."""
+def run_process(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m vcollect ARGS`` as a real process with the datasets root ``root`` (stdin closed, like a script)."""
     return subprocess.run(
         [sys.executable, "-m", "vcollect", *args],
-        cwd=REPO, env=env_for(root, **extra_env), stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=timeout,
+        cwd=REPO, env=env_for(root), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
     )
 
 
@@ -49,7 +79,7 @@ def table_value(stdout: str, name: str) -> str:
     raise AssertionError(f"no row {name!r} in:\n{stdout}")
 
 
-def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+def assert_usage_error(result: Result | subprocess.CompletedProcess[str], *fragments: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -74,8 +104,8 @@ def test_console_script_is_installed_and_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [None, *COMMANDS])
-def test_help_on_every_command(tmp_path: Path, command: str | None) -> None:
-    result = run(tmp_path, *([command] if command else []), "--help")
+def test_help_on_every_command(tmp_path: Path, command: str | None, cli: Cli) -> None:
+    result = cli(*([command] if command else []), "--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: vcollect{' ' + command if command else ''}")
     if command is None:
@@ -93,10 +123,10 @@ def test_help_on_every_command(tmp_path: Path, command: str | None) -> None:
 # ----------------------------------------------------------------------------------------- collect
 
 
-def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path) -> None:
+def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path, cli: Cli) -> None:
     for backend in LOCAL_BACKENDS:
-        result = run(
-            tmp_path, "collect", "CartPole-v1", "--num-envs", "4", "--backend", backend, "--episodes", "13",
+        result = cli(
+            "collect", "CartPole-v1", "--num-envs", "4", "--backend", backend, "--episodes", "13",
             "--seed", "0", "--dataset", f"cli/cartpole-{backend}-v0", "--author", "alice",
             "--algorithm-name", "uniform",
         )
@@ -163,8 +193,8 @@ def test_vector_source_sends_ids_and_keeps_factories_for_worker_processes() -> N
         env.close()
 
 
-def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "4", "--episodes", "10",
+def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "4", "--episodes", "10",
                  "--seed", "5", "--dataset", "cli/vec-v0", "--no-progress")
     assert result.returncode == 0, result.stderr
     envs = make_vector("CartPole-v1", 4, backend="gymnasium")
@@ -183,8 +213,8 @@ def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Pa
 def test_collect_hands_the_store_whole_batches_of_episodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, count: list[str]
 ) -> None:
-    # In process, with the CLI's sink class spied on: every stored episode must arrive through write_episodes.
-    from vcollect.cli import GuardedSink, main
+    # With the CLI's sink class spied on: every stored episode must arrive through write_episodes.
+    from vcollect.cli import GuardedSink
     from vcollect.store.sink import EpisodeSink
 
     sinks: list[object] = []
@@ -264,8 +294,8 @@ def test_guarded_sink_forwards_the_whole_protocol_and_holds_ctrl_c_until_a_write
     assert guard.interrupted
 
 
-def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
+def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
                  "--no-progress")
     assert result.returncode == 0, result.stderr
     assert table_value(result.stdout, "steps") == "50"
@@ -275,15 +305,19 @@ def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("unfinished", ["drop", "truncate"])
-def test_episodes_running_at_the_end_are_counted_or_stored_truncated(tmp_path: Path, unfinished: str) -> None:
+def test_episodes_running_at_the_end_are_counted_or_stored_truncated(tmp_path: Path, unfinished: str, cli: Cli) -> None:
     """--steps 50 of three 10-step CountingEnv envs: 48 steps in whole episodes (3 x 16: one running episode
     of 6 steps each). drop: not stored, and the summary says how many; truncate: stored, so the dataset holds
     all 50 steps, the cut episodes' last step marked truncated. No Python warning reaches the terminal."""
-    result = run(tmp_path, "collect", "tests.cli_envs:InfoCounter-v0", "--env-kwargs", '{"episode_length": 10}',
-                 "--num-envs", "3", "--backend", "dummy", "--steps", "50", "--no-progress", "--dataset", "cli/cut-v0",
-                 "--unfinished", unfinished)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = cli("collect", "tests.cli_envs:InfoCounter-v0", "--env-kwargs", '{"episode_length": 10}',
+                     "--num-envs", "3", "--backend", "dummy", "--steps", "50", "--no-progress", "--dataset",
+                     "cli/cut-v0", "--unfinished", unfinished)
     assert result.returncode == 0, result.stderr
-    assert "Warning" not in result.stderr
+    # what a terminal would show: any warning but the deprecations Python hides by default
+    shown = [w for w in caught if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))]
+    assert shown == [] and "Warning" not in result.stderr
     dataset = load_dataset("cli/cut-v0", root=tmp_path)
     assert dataset.metadata["collection"]["unfinished"] == unfinished
     text = " ".join(result.stdout.split())
@@ -297,9 +331,9 @@ def test_episodes_running_at_the_end_are_counted_or_stored_truncated(tmp_path: P
         assert "including 3 episodes still running at the end, stored with their last step marked truncated" in text
 
 
-def test_collect_user_policy_and_record_infos(tmp_path: Path) -> None:
-    result = run(
-        tmp_path, "collect", "tests.cli_envs:InfoCounter-v0", "--num-envs", "3", "--backend", "subproc",
+def test_collect_user_policy_and_record_infos(tmp_path: Path, cli: Cli) -> None:
+    result = cli(
+        "collect", "tests.cli_envs:InfoCounter-v0", "--num-envs", "3", "--backend", "subproc",
         "--episodes", "7", "--policy", "tests.cli_envs:constant_policy", "--record-infos", "--seed", "1",
         "--dataset", "cli/info-v0",
     )
@@ -314,24 +348,24 @@ def test_collect_user_policy_and_record_infos(tmp_path: Path) -> None:
         np.testing.assert_array_equal(episode.infos["action"], [-1, 2, 2, 2, 2])
 
 
-def test_collect_append_and_overwrite(tmp_path: Path) -> None:
+def test_collect_append_and_overwrite(tmp_path: Path, cli: Cli) -> None:
     base = ["collect", "CartPole-v1", "--num-envs", "2", "--backend", "dummy", "--no-progress", "--dataset", "cli/a-v0"]
-    assert run(tmp_path, *base, "--episodes", "3", "--seed", "0").returncode == 0
-    assert_usage_error(run(tmp_path, *base, "--episodes", "2"), "exists", "--append", "--overwrite")
-    assert run(tmp_path, *base, "--episodes", "2", "--append", "--seed", "1").returncode == 0
+    assert cli(*base, "--episodes", "3", "--seed", "0").returncode == 0
+    assert_usage_error(cli(*base, "--episodes", "2"), "exists", "--append", "--overwrite")
+    assert cli(*base, "--episodes", "2", "--append", "--seed", "1").returncode == 0
     assert load_dataset("cli/a-v0", root=tmp_path).total_episodes == 5
-    assert run(tmp_path, *base, "--episodes", "4", "--overwrite", "--env-kwargs", '{"max_episode_steps": 5}').returncode == 0
+    assert cli(*base, "--episodes", "4", "--overwrite", "--env-kwargs", '{"max_episode_steps": 5}').returncode == 0
     replaced = load_dataset("cli/a-v0", root=tmp_path)
     assert replaced.total_episodes == 4 and replaced.episode_lengths.max() <= 5
     assert replaced.recover_environment().spec.max_episode_steps == 5  # the stored spec has the --env-kwargs
-    assert_usage_error(run(tmp_path, *base[:-1], "cli/none-v0", "--episodes", "1", "--append"), "no dataset")
+    assert_usage_error(cli(*base[:-1], "cli/none-v0", "--episodes", "1", "--append"), "no dataset")
 
 
-def test_seed_first_reset_only_seeds_each_envs_first_episode(tmp_path: Path) -> None:
+def test_seed_first_reset_only_seeds_each_envs_first_episode(tmp_path: Path, cli: Cli) -> None:
     base = ["collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--episodes", "12", "--seed", "4",
             "--no-progress"]
-    assert run(tmp_path, *base, "--dataset", "cli/every-v0").returncode == 0
-    result = run(tmp_path, *base, "--dataset", "cli/first-v0", "--seed-first-reset-only")
+    assert cli(*base, "--dataset", "cli/every-v0").returncode == 0
+    result = cli(*base, "--dataset", "cli/first-v0", "--seed-first-reset-only")
     assert result.returncode == 0, result.stderr
     every, first = load_dataset("cli/every-v0", root=tmp_path), load_dataset("cli/first-v0", root=tmp_path)
     assert every.metadata["collection"]["seed_every_reset"] is True
@@ -343,10 +377,10 @@ def test_seed_first_reset_only_seeds_each_envs_first_episode(tmp_path: Path) -> 
         assert ours[0].seed == default.seed and all(episode.seed is None for episode in ours[1:])
 
 
-def test_async_collect_or_a_clear_error(tmp_path: Path) -> None:
+def test_async_collect_or_a_clear_error(tmp_path: Path, cli: Cli) -> None:
     args = ["collect", "CartPole-v1", "--num-envs", "4", "--backend", "subproc", "--steps", "333", "--async",
             "--seed", "0", "--dataset", "cli/async-v0", "--no-progress"]
-    result = run(tmp_path, *args)
+    result = cli(*args)
     if importlib.util.find_spec("vcollect.async_collector") is None:
         assert_usage_error(result, "--async", "AsyncCollector")
         return
@@ -406,13 +440,13 @@ def test_ctrl_c_during_collect_keeps_committed_shards(tmp_path: Path) -> None:
         (["bench", "CartPole-v1", "--backends", "dummy,warp"], ["unknown", "warp"]),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
-    assert_usage_error(run(tmp_path, *args), *fragments)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragments: list[str], cli: Cli) -> None:
+    assert_usage_error(cli(*args), *fragments)
     assert not (tmp_path / "cli").exists()
 
 
-def test_env_failure_while_collecting_exits_1_with_the_env_error(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "tests.cli_envs:Exploding-v0", "--num-envs", "2", "--backend", "subproc",
+def test_env_failure_while_collecting_exits_1_with_the_env_error(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "tests.cli_envs:Exploding-v0", "--num-envs", "2", "--backend", "subproc",
                  "--episodes", "2", "--no-progress", "--dataset", "cli/boom-v0")
     assert result.returncode == 1
     assert not (tmp_path / "cli" / "boom-v0").exists()  # the run's empty dataset is not left behind
@@ -436,11 +470,11 @@ def make_dataset(root: Path, dataset_id: str, episodes: int, seed: int, author: 
         collector.collect(n_episode=episodes, reset_before_collect=True, random=True)
 
 
-def test_list_show_and_plot(tmp_path: Path) -> None:
-    assert "no datasets under" in run(tmp_path, "list").stdout
+def test_list_show_and_plot(tmp_path: Path, cli: Cli) -> None:
+    assert "no datasets under" in cli("list").stdout
     make_dataset(tmp_path, "cli/one-v0", 5, 0, author="bob")
     make_dataset(tmp_path, "cli/nested/two-v1", 3, 1)
-    listing = run(tmp_path, "list")
+    listing = cli("list")
     assert listing.returncode == 0
     rows = {line.split("│")[1].strip(): line for line in listing.stdout.splitlines() if line.startswith("│")}
     assert set(rows) == {"cli/one-v0", "cli/nested/two-v1"}
@@ -450,7 +484,7 @@ def test_list_show_and_plot(tmp_path: Path) -> None:
     assert cells[3].endswith("KiB")
 
     png = tmp_path / "one.png"
-    shown = run(tmp_path, "show", "cli/one-v0", "--plot", str(png))
+    shown = cli("show", "cli/one-v0", "--plot", str(png))
     assert shown.returncode == 0, shown.stderr
     assert table_value(shown.stdout, "episodes") == "5"
     assert table_value(shown.stdout, "steps") == f"{one.total_steps:,}"
@@ -474,13 +508,10 @@ def test_plot_figure_holds_the_dataset_statistics(tmp_path: Path) -> None:
     assert (tmp_path / "plot.png").stat().st_size > 0
 
 
-def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path) -> None:
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     make_dataset(tmp_path, "cli/noplot-v0", 2, 0)
-    blocker = tmp_path / "blocker" / "matplotlib"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('matplotlib is blocked for this test')\n")
-    pythonpath = os.pathsep.join([str(blocker.parent), str(REPO)])
-    result = run(tmp_path, "show", "cli/noplot-v0", "--plot", str(tmp_path / "x.png"), PYTHONPATH=pythonpath)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # every import of matplotlib raises ImportError
+    result = cli("show", "cli/noplot-v0", "--plot", str(tmp_path / "x.png"))
     assert_usage_error(result, "matplotlib", "vcollect[plot]")
     assert not (tmp_path / "x.png").exists()
 
@@ -493,39 +524,39 @@ def episode_keys(dataset_id: str, root: Path) -> list[tuple[int | None, int, flo
     return [(e.seed, e.env_id, float(e.rewards.sum())) for e in load_dataset(dataset_id, root=root)]
 
 
-def test_combine_split_and_delete(tmp_path: Path) -> None:
+def test_combine_split_and_delete(tmp_path: Path, cli: Cli) -> None:
     make_dataset(tmp_path, "cli/a-v0", 6, 0)
     make_dataset(tmp_path, "cli/b-v0", 4, 1)
-    result = run(tmp_path, "combine", "cli/a-v0", "cli/b-v0", "--into", "cli/ab-v0")
+    result = cli("combine", "cli/a-v0", "cli/b-v0", "--into", "cli/ab-v0")
     assert result.returncode == 0, result.stderr
     combined = episode_keys("cli/ab-v0", tmp_path)
     assert combined == episode_keys("cli/a-v0", tmp_path) + episode_keys("cli/b-v0", tmp_path)
-    assert_usage_error(run(tmp_path, "combine", "cli/a-v0", "--into", "cli/ab-v0"), "already exists")
+    assert_usage_error(cli("combine", "cli/a-v0", "--into", "cli/ab-v0"), "already exists")
 
-    result = run(tmp_path, "split", "cli/ab-v0", "--sizes", "70%,30%", "--into", "cli/train-v0", "cli/test-v0", "--seed", "0")
+    result = cli("split", "cli/ab-v0", "--sizes", "70%,30%", "--into", "cli/train-v0", "cli/test-v0", "--seed", "0")
     assert result.returncode == 0, result.stderr
     train, test = episode_keys("cli/train-v0", tmp_path), episode_keys("cli/test-v0", tmp_path)
     assert (len(train), len(test)) == (7, 3)
     assert sorted(train + test) == sorted(combined)  # disjoint and complete
     assert load_dataset("cli/train-v0", root=tmp_path).metadata["split_from"] == "cli/ab-v0"
 
-    assert_usage_error(run(tmp_path, "split", "cli/ab-v0", "--sizes", "8,5", "--into", "cli/x-v0", "cli/y-v0"),
+    assert_usage_error(cli("split", "cli/ab-v0", "--sizes", "8,5", "--into", "cli/x-v0", "cli/y-v0"),
                        "more than the 10")
     assert not (tmp_path / "cli" / "x-v0").exists()
 
-    assert_usage_error(run(tmp_path, "delete", "cli/a-v0"), "--yes")  # no terminal to confirm on
+    assert_usage_error(cli("delete", "cli/a-v0"), "--yes")  # no terminal to confirm on
     assert (tmp_path / "cli" / "a-v0").exists()
-    result = run(tmp_path, "delete", "cli/a-v0", "cli/b-v0", "--yes")
+    result = cli("delete", "cli/a-v0", "cli/b-v0", "--yes")
     assert result.returncode == 0 and "deleted cli/a-v0" in result.stdout
     assert not (tmp_path / "cli" / "a-v0").exists() and not (tmp_path / "cli" / "b-v0").exists()
 
 
-def test_export_minari_and_import_back(tmp_path: Path) -> None:
+def test_export_minari_and_import_back(tmp_path: Path, cli: Cli) -> None:
     make_dataset(tmp_path, "cli/src-v0", 5, 2, author="carol")
     minari_root = tmp_path / "minari"
-    assert_usage_error(run(tmp_path, "export", "cli/src-v0", "--format", "minari", "--minari-id", "c/x-v0",
+    assert_usage_error(cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "c/x-v0",
                            "--minari-root", str(minari_root)), "two characters")
-    result = run(tmp_path, "export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
+    result = cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
                  "--minari-root", str(minari_root))
     assert result.returncode == 0, result.stderr
     assert (minari_root / "vc" / "src-v0" / "data" / "main_data.hdf5").is_file()
@@ -537,7 +568,7 @@ def test_export_minari_and_import_back(tmp_path: Path) -> None:
         assert (theirs.total_episodes, theirs.total_steps) == (5, source.total_steps)
         np.testing.assert_array_equal(theirs[0].observations, source[0].observations)
 
-    result = run(tmp_path, "import-minari", "vc/src-v0", "--minari-root", str(minari_root), "--into", "cli/back-v0")
+    result = cli("import-minari", "vc/src-v0", "--minari-root", str(minari_root), "--into", "cli/back-v0")
     assert result.returncode == 0, result.stderr
     back = load_dataset("cli/back-v0", root=tmp_path)
     assert back.total_episodes == 5
@@ -546,14 +577,14 @@ def test_export_minari_and_import_back(tmp_path: Path) -> None:
         np.testing.assert_array_equal(returned.observations, mine.observations)
         np.testing.assert_array_equal(returned.actions, mine.actions)
     assert back.metadata["minari_dataset_id"] == "vc/src-v0"
-    assert_usage_error(run(tmp_path, "import-minari", str(tmp_path / "nowhere"), "--into", "cli/z-v0"), "no Minari dataset")
+    assert_usage_error(cli("import-minari", str(tmp_path / "nowhere"), "--into", "cli/z-v0"), "no Minari dataset")
 
 
 # ------------------------------------------------------------------------------------------ bench
 
 
-def test_bench_table_has_raw_row_and_ratios(tmp_path: Path) -> None:
-    result = run(tmp_path, "bench", "CartPole-v1", "--num-envs", "2", "--steps", "400", "--backends", "dummy")
+def test_bench_table_has_raw_row_and_ratios(tmp_path: Path, cli: Cli) -> None:
+    result = cli("bench", "CartPole-v1", "--num-envs", "2", "--steps", "400", "--backends", "dummy")
     assert result.returncode == 0, result.stderr
     rows = {}
     for line in result.stdout.splitlines():
@@ -568,8 +599,8 @@ def test_bench_table_has_raw_row_and_ratios(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif("gymnasium" not in BACKENDS, reason="no gymnasium backend in this tree")
-def test_record_infos_refuses_backends_that_step_all_envs(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "2", "--episodes", "2",
+def test_record_infos_refuses_backends_that_step_all_envs(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "2", "--episodes", "2",
                  "--record-infos", "--dataset", "cli/gym-v0")
     assert_usage_error(result, "--record-infos", "'gymnasium'")
     assert not (tmp_path / "cli" / "gym-v0").exists()
@@ -622,10 +653,13 @@ def test_parse_sizes_percentages_round_like_largest_remainder(percents: list[int
     assert all(abs(c - e) < 1 for c, e in zip(counts, exact))  # each part within one episode of its share
 
 
-def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(tmp_path: Path) -> None:
-    result = run(
-        tmp_path, "collect", "CartPole-v1", "--ray-workers", "2", "--num-envs", "2", "--backend", "dummy",
-        "--episodes", "7", "--seed", "3", "--dataset", "ray/cartpole-v0", timeout=240,
+def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(
+    tmp_path: Path, cli: Cli, ray_local: object
+) -> None:
+    # In process, on the session's local Ray (the command uses a Ray it finds initialised).
+    result = cli(
+        "collect", "CartPole-v1", "--ray-workers", "2", "--num-envs", "2", "--backend", "dummy",
+        "--episodes", "7", "--seed", "3", "--dataset", "ray/cartpole-v0",
     )
     assert result.returncode == 0, result.stderr
     assert "2 Ray workers" in result.stdout
@@ -636,13 +670,13 @@ def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(tmp_path:
     assert {int(episode.env_id) // 2 for episode in dataset} == {0, 1}
 
 
-def test_ray_workers_must_be_positive(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
+def test_ray_workers_must_be_positive(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
     assert_usage_error(result, "--ray-workers")
 
 
-def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "envpool", "--num-envs", "4", "--episodes", "6",
+def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--backend", "envpool", "--num-envs", "4", "--episodes", "6",
                  "--dataset", "pool/cartpole-v0", "--no-progress")
     assert result.returncode == 0, result.stderr
     assert table_value(result.stdout, "episodes") == "6"
