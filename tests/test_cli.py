@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -445,6 +446,220 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragm
     assert not (tmp_path / "cli").exists()
 
 
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a 3-episode CartPole dataset, made once, for tests to copy under their root."""
+    root = tmp_path_factory.mktemp("template")
+    make_dataset(root, "cli/a-v0", 3, 0)
+    return root / "cli" / "a-v0"
+
+
+def prepare(setup: str, tmp_path: Path, root: Path, template: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make what a bad-input case needs under ``tmp_path``: the datasets ``root`` and, beside it, ``outside``."""
+    parts = set(setup.split("+")) if setup else set()
+    if "dataset" in parts:
+        shutil.copytree(template, root / "cli" / "a-v0")
+    if "file" in parts:
+        (tmp_path / "afile").write_text("not a folder")
+    if "link" in parts:  # a dataset folder that is a link to a dataset outside the root
+        shutil.copytree(template, tmp_path / "outside" / "real-v0")
+        (root / "cli").mkdir(parents=True, exist_ok=True)
+        (root / "cli" / "link-v0").symlink_to(tmp_path / "outside" / "real-v0")
+    if "nslink" in parts:  # a namespace folder that is a link to a folder outside the root
+        shutil.copytree(template, tmp_path / "outside" / "ns" / "x-v0")
+        (root / "linked").symlink_to(tmp_path / "outside" / "ns")
+    if "broken_module" in parts:  # an env module that raises when imported
+        (tmp_path / "modules").mkdir()
+        (tmp_path / "modules" / "vcollect_test_broken_env.py").write_text("raise RuntimeError('broken on import')\n")
+        monkeypatch.syspath_prepend(str(tmp_path / "modules"))
+    if "env_root_file" in parts:
+        monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(tmp_path / "afile"))
+
+
+def tree(folder: Path) -> list[tuple[str, bool]]:
+    """Every path under ``folder`` (links not followed), with whether it is a link: what a command changed."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            found.append((path.relative_to(folder).as_posix(), path.is_symlink()))
+    return sorted(found)
+
+
+COLLECT_2 = ["collect", "CartPole-v1", "--episodes", "2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments", "setup"),
+    [
+        pytest.param([*COLLECT_2, "--seed", "-1"], ["--seed must be a non-negative integer, got -1"], "", id="seed"),
+        pytest.param(["collect", "CartPole-v1", "--episodes", str(10**30)], ["--episodes must be at most"], "",
+                     id="episodes-past-int64"),
+        pytest.param(["collect", "CartPole-v1", "--steps", str(2**63)], ["--steps must be at most"], "",
+                     id="steps-past-int64"),
+        pytest.param([*COLLECT_2, "--num-envs", "0"], ["--num-envs must be a positive integer"], "", id="num-envs"),
+        # the default backend, subproc: the env is made in a worker process
+        pytest.param([*COLLECT_2, "--env-kwargs", '{"foo": 1}'],
+                     ["on backend 'subproc' with --env-kwargs", "unexpected keyword argument 'foo'"], "",
+                     id="env-kwargs-unknown"),
+        pytest.param([*COLLECT_2, "--env-kwargs", '{"max_episode_steps": 0}'],
+                     ["on backend 'subproc' with --env-kwargs", "max_episode_steps"], "", id="env-kwargs-zero-steps"),
+        pytest.param([*COLLECT_2, "--backend", "dummy", "--env-kwargs", '{"max_episode_steps": 0}'],
+                     ["on backend 'dummy' with --env-kwargs", "max_episode_steps"], "", id="env-kwargs-dummy"),
+        pytest.param(["collect", "vcollect_test_broken_env:X-v0", "--episodes", "2"],
+                     ["cannot import module 'vcollect_test_broken_env'", "RuntimeError: broken on import"],
+                     "broken_module", id="env-module-raises"),
+        pytest.param([*COLLECT_2, "--dataset", "a" * 256 + "/x-v0"], ["has a part of 256 bytes", "at most 255"], "",
+                     id="id-part-too-long"),
+        pytest.param(["show", "ns/" + "b" * 300 + "-v0"], ["has a part of 303 bytes"], "", id="id-name-too-long"),
+        pytest.param(["show", "a/" * 2000 + "x-v0"], ["(4,004 characters) is too long: at most 1024 bytes"], "",
+                     id="id-nested-2000"),
+        pytest.param(["show", "x-v" + "9" * 5000], ["(5,003 characters) is too long"], "", id="id-version-5000-digits"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "nan%,1%", "--into", "cli/b-v0", "cli/c-v0"],
+                     ["--sizes must list finite numbers"], "dataset", id="sizes-nan"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "inf%", "--into", "cli/b-v0"],
+                     ["--sizes must list finite numbers"], "dataset", id="sizes-inf"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "1", "--into", "cli/b-v0", "--seed", "-1"],
+                     ["--seed must be a non-negative integer"], "dataset", id="split-seed"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "1", "--into", "cli/a-v0", "--overwrite"],
+                     ["--into names the dataset being split"], "dataset", id="split-into-itself"),
+        pytest.param(["export", "cli/a-v0", "--format", "minari", "--minari-root", "{tmp}/afile"],
+                     ["--minari-root", "afile' is not a folder"], "dataset+file", id="minari-root-file"),
+        pytest.param(["export", "cli/a-v0", "--format", "minari", "--minari-root", "{tmp}/afile/sub"],
+                     ["--minari-root", "which is not a folder"], "dataset+file", id="minari-root-under-file"),
+        pytest.param(["list", "--root", "{tmp}/afile"], ["--root", "is not a folder"], "file", id="root-file"),
+        pytest.param(["list"], ["$VCOLLECT_DATASETS_PATH", "is not a folder"], "file+env_root_file",
+                     id="root-env-file"),
+        pytest.param(["show", "cli/a-v0", "--plot", "/nonexistent/x.png"],
+                     ["--plot '/nonexistent/x.png': there is no folder '/nonexistent'"], "dataset", id="plot-no-folder"),
+        pytest.param(["show", "cli/a-v0", "--plot", "{tmp}"], ["--plot", "is a folder"], "dataset", id="plot-folder"),
+        pytest.param(["delete", "cli/link-v0", "--yes"], ["refusing to delete dataset 'cli/link-v0'", "symbolic link"],
+                     "link", id="delete-linked-dataset"),
+        pytest.param(["delete", "cli/a-v0", "linked/x-v0", "--yes"], ["refusing to delete", "linked' is a symbolic link"],
+                     "dataset+nslink", id="delete-through-linked-namespace"),
+        pytest.param([*COLLECT_2, "--backend", "dummy", "--dataset", "cli/link-v0", "--overwrite"],
+                     ["refusing to replace dataset 'cli/link-v0'", "symbolic link"], "link", id="overwrite-linked"),
+        pytest.param([*COLLECT_2, "--backend", "dummy", "--dataset", "linked/x-v0", "--overwrite"],
+                     ["refusing to replace", "symbolic link"], "nslink", id="overwrite-through-linked-namespace"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "1", "--into", "cli/link-v0", "--overwrite"],
+                     ["refusing to replace", "symbolic link"], "dataset+link", id="split-overwrite-linked"),
+        pytest.param(["bench", "CartPole-v1", "--seed", "-1"], ["--seed must be a non-negative integer"], "",
+                     id="bench-seed"),
+    ],
+)
+def test_bad_input_names_the_option_on_one_line_and_changes_nothing(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch, small_dataset: Path,
+    args: list[str], fragments: list[str], setup: str,
+) -> None:
+    root = tmp_path / "datasets"
+    root.mkdir()
+    monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(root))
+    prepare(setup, tmp_path, root, small_dataset, monkeypatch)
+    before = tree(tmp_path)
+    assert_usage_error(cli(*(arg.replace("{tmp}", str(tmp_path)) for arg in args)), *fragments)
+    assert tree(tmp_path) == before  # nothing made, nothing deleted (inside the root or outside it)
+
+
+def test_delete_dataset_refuses_to_delete_through_a_link(tmp_path: Path, small_dataset: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vcollect.errors import DatasetError
+    from vcollect.store import delete_dataset
+    from vcollect.store.catalog import symlinked_folder
+
+    root = tmp_path / "datasets"
+    root.mkdir()
+    prepare("dataset+link+nslink", tmp_path, root, small_dataset, monkeypatch)
+    before = tree(tmp_path)
+    for dataset_id, link in (("cli/link-v0", root / "cli" / "link-v0"), ("linked/x-v0", root / "linked")):
+        assert symlinked_folder(dataset_id, root) == link
+        with pytest.raises(DatasetError, match="symbolic link"):
+            delete_dataset(dataset_id, root)
+    assert tree(tmp_path) == before
+    assert symlinked_folder("cli/a-v0", root) is None
+    # the root itself may be a link (where the user keeps datasets): deleting under it is fine
+    (tmp_path / "root-link").symlink_to(root)
+    assert symlinked_folder("cli/a-v0", tmp_path / "root-link") is None
+    delete_dataset("cli/a-v0", tmp_path / "root-link")
+    assert not (root / "cli" / "a-v0").exists() and (tmp_path / "outside" / "real-v0" / "dataset.json").is_file()
+
+
+def test_dataset_id_length_limits_count_bytes() -> None:
+    from vcollect.errors import InvalidDatasetIdError
+    from vcollect.store import parse_dataset_id
+
+    assert parse_dataset_id("n" * 255 + "/" + "x" * 252 + "-v0") == ("n" * 255, "x" * 252, 0)
+    assert parse_dataset_id("x-v" + "9" * 252)[2] == int("9" * 252)
+    longest = "/".join(["n" * 255] * 3 + ["n" * 251, "x-v0"])
+    assert len(longest) == 1024 and parse_dataset_id(longest)[1] == "x"
+    for bad in ("n" * 256 + "/x-v0", "é" * 128 + "/x-v0", "x" * 253 + "-v00", "x-v" + "9" * 253,
+                "/".join(["n" * 255] * 3 + ["n" * 252, "x-v0"]), "é" * 120 + "/" + "a/" * 395 + "x-v0"):  # 915 characters, 1,035 bytes
+        with pytest.raises(InvalidDatasetIdError, match="too long|at most 255 bytes"):
+            parse_dataset_id(bad)
+
+
+@pytest.mark.parametrize(("args", "status"), [(["--version"], 0), (["collect", "CartPole-v1"], 2),
+                                              (["show", "cli/missing-v0"], 2)])
+def test_exit_status_of_the_real_process(tmp_path: Path, args: list[str], status: int) -> None:
+    # main() returns the status; python -m vcollect must hand it to the shell (argparse's, and the commands')
+    result = run_process(tmp_path, *args)
+    assert result.returncode == status, result.stderr
+    if status:
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_store_errors_name_the_commands_flags_not_python_parameters(tmp_path: Path, cli: Cli) -> None:
+    from vcollect.cli import build_parser
+    from vcollect.cli.exits import flag_wording
+    from vcollect.errors import DatasetExistsError, DatasetNotFoundError
+
+    make_dataset(tmp_path, "cli/a-v0", 2, 0)
+    # what the command prints
+    missing = cli("show", "cli/missing-v0")
+    assert_usage_error(missing, "pass --root DIR or set $VCOLLECT_DATASETS_PATH", "'vcollect list'")
+    assert "root=" not in missing.stderr and "list_datasets" not in missing.stderr
+    minari_root = str(tmp_path / "minari")
+    assert cli("export", "cli/a-v0", "--format", "minari", "--minari-id", "vc/a-v0", "--minari-root", minari_root
+               ).returncode == 0
+    again = cli("export", "cli/a-v0", "--format", "minari", "--minari-id", "vc/a-v0", "--minari-root", minari_root)
+    assert_usage_error(again, "already exists", "pass --overwrite to replace it")
+    assert "overwrite=True" not in again.stderr
+    # the store's own messages (Python wording), as each command says them
+    envs = make_vector("CartPole-v1", 1)
+    with pytest.raises(DatasetExistsError) as exists:
+        EpisodeStore.create("cli/a-v0", envs.single_observation_space, envs.single_action_space, root=tmp_path)
+    with pytest.raises(DatasetNotFoundError) as not_found:
+        load_dataset("cli/none-v0", root=tmp_path)
+    assert "overwrite=True" in str(exists.value) and "root=" in str(not_found.value)  # Python callers keep theirs
+    parse = build_parser().parse_args
+    for argv, said in (
+        (["collect", "CartPole-v1", "--steps", "1"], "pass --overwrite to replace it or --append to add to it"),
+        (["import-minari", "x", "--into", "cli/a-v0"], "already exists at"),
+        (["combine", "cli/b-v0", "--into", "cli/a-v0"], "delete it first or pick another id"),
+    ):
+        text = flag_wording(str(exists.value), parse(argv))
+        assert said in text and "overwrite=True" not in text and "EpisodeStore" not in text, text
+        assert ("--append" in text) == (argv[0] == "collect")
+        assert ("--overwrite" in text) == (argv[0] != "combine")
+        assert "pass --root DIR" in flag_wording(str(not_found.value), parse(argv))
+
+
+def test_split_overwrite_replaces_existing_datasets(tmp_path: Path, cli: Cli) -> None:
+    make_dataset(tmp_path, "cli/src-v0", 6, 0)
+    make_dataset(tmp_path, "cli/old-v0", 2, 1)
+    split = ["split", "cli/src-v0", "--sizes", "4,2", "--into", "cli/old-v0", "cli/new-v0", "--seed", "1"]
+    assert_usage_error(cli(*split), "'cli/old-v0' already exists", "pass --overwrite")
+    assert load_dataset("cli/old-v0", root=tmp_path).total_episodes == 2
+    assert not (tmp_path / "cli" / "new-v0").exists()
+    result = cli(*split, "--overwrite")
+    assert result.returncode == 0, result.stderr
+    replaced, new = load_dataset("cli/old-v0", root=tmp_path), load_dataset("cli/new-v0", root=tmp_path)
+    assert (replaced.total_episodes, new.total_episodes) == (4, 2)
+    assert replaced.metadata["split_from"] == "cli/src-v0"
+    assert sorted(episode_keys("cli/old-v0", tmp_path) + episode_keys("cli/new-v0", tmp_path)) == sorted(
+        episode_keys("cli/src-v0", tmp_path)
+    )
+
+
 def test_env_failure_while_collecting_exits_1_with_the_env_error(tmp_path: Path, cli: Cli) -> None:
     result = cli("collect", "tests.cli_envs:Exploding-v0", "--num-envs", "2", "--backend", "subproc",
                  "--episodes", "2", "--no-progress", "--dataset", "cli/boom-v0")
@@ -578,6 +793,24 @@ def test_export_minari_and_import_back(tmp_path: Path, cli: Cli) -> None:
         np.testing.assert_array_equal(returned.actions, mine.actions)
     assert back.metadata["minari_dataset_id"] == "vc/src-v0"
     assert_usage_error(cli("import-minari", str(tmp_path / "nowhere"), "--into", "cli/z-v0"), "no Minari dataset")
+
+
+@pytest.mark.parametrize("form", ["folder", "data", "main_data.hdf5"])
+def test_import_minari_takes_the_dataset_folder_its_data_folder_or_its_main_file(
+    tmp_path: Path, cli: Cli, form: str
+) -> None:
+    make_dataset(tmp_path, "cli/src-v0", 3, 4)
+    minari_root = tmp_path / "minari"
+    assert cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
+               "--minari-root", str(minari_root)).returncode == 0
+    folder = minari_root / "vc" / "src-v0"
+    source = {"folder": folder, "data": folder / "data", "main_data.hdf5": folder / "data" / "main_data.hdf5"}[form]
+    result = cli("import-minari", str(source), "--into", "cli/back-v0")
+    assert result.returncode == 0, result.stderr
+    assert episode_keys("cli/back-v0", tmp_path) == [(seed, 0, ret) for seed, _, ret in episode_keys("cli/src-v0", tmp_path)]
+    # a file that is not in a Minari dataset's data folder
+    assert_usage_error(cli("import-minari", str(tmp_path / "cli" / "src-v0" / "dataset.json"), "--into", "cli/z-v0"),
+                       "no Minari dataset")
 
 
 # ------------------------------------------------------------------------------------------ bench
