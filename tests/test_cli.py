@@ -533,6 +533,8 @@ COLLECT_2 = ["collect", "CartPole-v1", "--episodes", "2"]
         pytest.param(["show", "cli/a-v0", "--plot", "/nonexistent/x.png"],
                      ["--plot '/nonexistent/x.png': there is no folder '/nonexistent'"], "dataset", id="plot-no-folder"),
         pytest.param(["show", "cli/a-v0", "--plot", "{tmp}"], ["--plot", "is a folder"], "dataset", id="plot-folder"),
+        pytest.param(["show", "cli/a-v0", "--plot", "{tmp}/x.notaformat"], ["--plot: cannot write", "notaformat"],
+                     "dataset", id="plot-format"),
         pytest.param(["delete", "cli/link-v0", "--yes"], ["refusing to delete dataset 'cli/link-v0'", "symbolic link"],
                      "link", id="delete-linked-dataset"),
         pytest.param(["delete", "cli/a-v0", "linked/x-v0", "--yes"], ["refusing to delete", "linked' is a symbolic link"],

@@ -158,9 +158,9 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     elif args.append or args.overwrite or args.record_infos:
         raise UsageError("--append, --overwrite and --record-infos need --dataset ID")
     policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
+    collector_class = _collector_class(args.use_async)  # here too for --ray-workers: said as --async, not collector=
     if args.ray_workers is not None:
         return run_collect_distributed(args, console, env_factory, env_spec, env_kwargs, policy_factory, n_step, n_episode)
-    collector_class = _collector_class(args.use_async)
 
     guard = InterruptGuard()
     store: Any = None

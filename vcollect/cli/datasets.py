@@ -62,7 +62,7 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
     split.add_argument("--sizes", required=True, metavar="SIZES", help="comma-separated episode counts, or percentages with %%")
     split.add_argument("--into", metavar="NEW_ID", nargs="+", required=True, help="one new dataset id per size")
     split.add_argument("--seed", type=int, default=None, help="seed of the shuffle")
-    split.add_argument("--overwrite", action="store_true", help="replace the new datasets if they exist")
+    split.add_argument("--overwrite", action="store_true", help="replace those of the new datasets that exist (a failed split leaves none of the new ones)")
     split.add_argument("--root", default=None, metavar="DIR", help=root_help)
     split.set_defaults(handler=run_split)
 
