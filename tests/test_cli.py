@@ -51,8 +51,10 @@ def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.
 
     def run(*args: str) -> Result:
         capsys.readouterr()  # what came before is not this command's output
+        handler = signal.getsignal(signal.SIGINT)
         status = main(list(args))
         out, err = capsys.readouterr()
+        assert signal.getsignal(signal.SIGINT) is handler  # collect's Ctrl-C handling does not outlive it
         return Result(status, out, err)
 
     return run
