@@ -547,6 +547,8 @@ COLLECT_2 = ["collect", "CartPole-v1", "--episodes", "2"]
                      ["refusing to replace", "symbolic link"], "nslink", id="overwrite-through-linked-namespace"),
         pytest.param(["split", "cli/a-v0", "--sizes", "1", "--into", "cli/link-v0", "--overwrite"],
                      ["refusing to replace", "symbolic link"], "dataset+link", id="split-overwrite-linked"),
+        pytest.param(["import-minari", "{tmp}/nowhere", "--into", "cli/link-v0", "--overwrite"],
+                     ["refusing to replace", "symbolic link"], "link", id="import-overwrite-linked"),
         pytest.param(["bench", "CartPole-v1", "--seed", "-1"], ["--seed must be a non-negative integer"], "",
                      id="bench-seed"),
     ],

@@ -1,9 +1,11 @@
 """The ``vcollect`` command: collect experience into datasets, inspect, transform, export and benchmark.
 
 Commands: collect, list, show, combine, split, export, import-minari, delete, bench (``--help`` on each).
-Bad input (unknown env id or dataset, malformed dataset id, a policy that does not import, bad options)
-prints one line on stderr and exits with status 2; a failure while running (an env that raised) exits 1;
-Ctrl-C during ``collect`` keeps every finished episode and exits 130.
+Bad input (unknown env id or dataset, malformed dataset id, a policy or env module that does not import,
+envs that cannot be made with the given --env-kwargs, bad options or paths, deleting or replacing a dataset
+through a symbolic link) prints one line on stderr naming the option and exits with status 2; a failure
+while running (an env that raised) exits 1; Ctrl-C during ``collect`` keeps every finished episode and
+exits 130. Errors of the library that name its Python parameters are said with the command's flags.
 
 This module assembles the parser and runs the command; each command group lives in its own module
 (collect, datasets, bench), with what they share in sources (env and policy resolution), interrupts
