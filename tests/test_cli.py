@@ -1,14 +1,20 @@
-"""The `vcollect` command, run as a real subprocess: output, exit status, and the datasets left on disk."""
+"""The `vcollect` command, run in-process (``vcollect.cli.main``, output captured): output, exit status, and the
+datasets left on disk. A few tests run it as a real process: the installed console script, its exit statuses,
+and Ctrl-C."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vcollect import Collector, EpisodeStore, make_vector
+from vcollect.cli import main
 from vcollect.envs.factory import BACKENDS
 from vcollect.store import load_dataset
 
@@ -26,17 +33,43 @@ COMMANDS = ["collect", "list", "show", "combine", "split", "export", "import-min
 LOCAL_BACKENDS = [name for name in BACKENDS if name != "ray"]
 
 
+class Result(NamedTuple):
+    """What one ``vcollect`` command gave: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+Cli = Callable[..., Result]
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``cli(*ARGS)``: ``vcollect ARGS`` in this process, with the datasets root ``tmp_path`` ($VCOLLECT_DATASETS_PATH)."""
+    monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(tmp_path))
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()  # what came before is not this command's output
+        handler = signal.getsignal(signal.SIGINT)
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        assert signal.getsignal(signal.SIGINT) is handler  # collect's Ctrl-C handling does not outlive it
+        return Result(status, out, err)
+
+    return run
+
+
 def env_for(root: Path, **extra: str) -> dict[str, str]:
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "VCOLLECT_DATASETS_PATH": str(root), "PYTHONPATH": pythonpath, **extra}
 
 
-def run(root: Path, *args: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess[str]:
-    """``python -m vcollect ARGS`` with the datasets root ``root`` (stdin closed, like a script)."""
+def run_process(root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m vcollect ARGS`` as a real process with the datasets root ``root`` (stdin closed, like a script)."""
     return subprocess.run(
         [sys.executable, "-m", "vcollect", *args],
-        cwd=REPO, env=env_for(root, **extra_env), stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=timeout,
+        cwd=REPO, env=env_for(root), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
     )
 
 
@@ -49,7 +82,7 @@ def table_value(stdout: str, name: str) -> str:
     raise AssertionError(f"no row {name!r} in:\n{stdout}")
 
 
-def assert_usage_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+def assert_usage_error(result: Result | subprocess.CompletedProcess[str], *fragments: str) -> None:
     assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -74,8 +107,8 @@ def test_console_script_is_installed_and_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("command", [None, *COMMANDS])
-def test_help_on_every_command(tmp_path: Path, command: str | None) -> None:
-    result = run(tmp_path, *([command] if command else []), "--help")
+def test_help_on_every_command(tmp_path: Path, command: str | None, cli: Cli) -> None:
+    result = cli(*([command] if command else []), "--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: vcollect{' ' + command if command else ''}")
     if command is None:
@@ -93,10 +126,10 @@ def test_help_on_every_command(tmp_path: Path, command: str | None) -> None:
 # ----------------------------------------------------------------------------------------- collect
 
 
-def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path) -> None:
+def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path, cli: Cli) -> None:
     for backend in LOCAL_BACKENDS:
-        result = run(
-            tmp_path, "collect", "CartPole-v1", "--num-envs", "4", "--backend", backend, "--episodes", "13",
+        result = cli(
+            "collect", "CartPole-v1", "--num-envs", "4", "--backend", backend, "--episodes", "13",
             "--seed", "0", "--dataset", f"cli/cartpole-{backend}-v0", "--author", "alice",
             "--algorithm-name", "uniform",
         )
@@ -163,8 +196,8 @@ def test_vector_source_sends_ids_and_keeps_factories_for_worker_processes() -> N
         env.close()
 
 
-def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "4", "--episodes", "10",
+def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "4", "--episodes", "10",
                  "--seed", "5", "--dataset", "cli/vec-v0", "--no-progress")
     assert result.returncode == 0, result.stderr
     envs = make_vector("CartPole-v1", 4, backend="gymnasium")
@@ -183,8 +216,8 @@ def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Pa
 def test_collect_hands_the_store_whole_batches_of_episodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, count: list[str]
 ) -> None:
-    # In process, with the CLI's sink class spied on: every stored episode must arrive through write_episodes.
-    from vcollect.cli import GuardedSink, main
+    # With the CLI's sink class spied on: every stored episode must arrive through write_episodes.
+    from vcollect.cli import GuardedSink
     from vcollect.store.sink import EpisodeSink
 
     sinks: list[object] = []
@@ -264,8 +297,8 @@ def test_guarded_sink_forwards_the_whole_protocol_and_holds_ctrl_c_until_a_write
     assert guard.interrupted
 
 
-def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
+def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--steps", "50",
                  "--no-progress")
     assert result.returncode == 0, result.stderr
     assert table_value(result.stdout, "steps") == "50"
@@ -275,15 +308,19 @@ def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("unfinished", ["drop", "truncate"])
-def test_episodes_running_at_the_end_are_counted_or_stored_truncated(tmp_path: Path, unfinished: str) -> None:
+def test_episodes_running_at_the_end_are_counted_or_stored_truncated(tmp_path: Path, unfinished: str, cli: Cli) -> None:
     """--steps 50 of three 10-step CountingEnv envs: 48 steps in whole episodes (3 x 16: one running episode
     of 6 steps each). drop: not stored, and the summary says how many; truncate: stored, so the dataset holds
     all 50 steps, the cut episodes' last step marked truncated. No Python warning reaches the terminal."""
-    result = run(tmp_path, "collect", "tests.cli_envs:InfoCounter-v0", "--env-kwargs", '{"episode_length": 10}',
-                 "--num-envs", "3", "--backend", "dummy", "--steps", "50", "--no-progress", "--dataset", "cli/cut-v0",
-                 "--unfinished", unfinished)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = cli("collect", "tests.cli_envs:InfoCounter-v0", "--env-kwargs", '{"episode_length": 10}',
+                     "--num-envs", "3", "--backend", "dummy", "--steps", "50", "--no-progress", "--dataset",
+                     "cli/cut-v0", "--unfinished", unfinished)
     assert result.returncode == 0, result.stderr
-    assert "Warning" not in result.stderr
+    # what a terminal would show: any warning but the deprecations Python hides by default
+    shown = [w for w in caught if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning))]
+    assert shown == [] and "Warning" not in result.stderr
     dataset = load_dataset("cli/cut-v0", root=tmp_path)
     assert dataset.metadata["collection"]["unfinished"] == unfinished
     text = " ".join(result.stdout.split())
@@ -297,9 +334,9 @@ def test_episodes_running_at_the_end_are_counted_or_stored_truncated(tmp_path: P
         assert "including 3 episodes still running at the end, stored with their last step marked truncated" in text
 
 
-def test_collect_user_policy_and_record_infos(tmp_path: Path) -> None:
-    result = run(
-        tmp_path, "collect", "tests.cli_envs:InfoCounter-v0", "--num-envs", "3", "--backend", "subproc",
+def test_collect_user_policy_and_record_infos(tmp_path: Path, cli: Cli) -> None:
+    result = cli(
+        "collect", "tests.cli_envs:InfoCounter-v0", "--num-envs", "3", "--backend", "subproc",
         "--episodes", "7", "--policy", "tests.cli_envs:constant_policy", "--record-infos", "--seed", "1",
         "--dataset", "cli/info-v0",
     )
@@ -314,24 +351,24 @@ def test_collect_user_policy_and_record_infos(tmp_path: Path) -> None:
         np.testing.assert_array_equal(episode.infos["action"], [-1, 2, 2, 2, 2])
 
 
-def test_collect_append_and_overwrite(tmp_path: Path) -> None:
+def test_collect_append_and_overwrite(tmp_path: Path, cli: Cli) -> None:
     base = ["collect", "CartPole-v1", "--num-envs", "2", "--backend", "dummy", "--no-progress", "--dataset", "cli/a-v0"]
-    assert run(tmp_path, *base, "--episodes", "3", "--seed", "0").returncode == 0
-    assert_usage_error(run(tmp_path, *base, "--episodes", "2"), "exists", "--append", "--overwrite")
-    assert run(tmp_path, *base, "--episodes", "2", "--append", "--seed", "1").returncode == 0
+    assert cli(*base, "--episodes", "3", "--seed", "0").returncode == 0
+    assert_usage_error(cli(*base, "--episodes", "2"), "exists", "--append", "--overwrite")
+    assert cli(*base, "--episodes", "2", "--append", "--seed", "1").returncode == 0
     assert load_dataset("cli/a-v0", root=tmp_path).total_episodes == 5
-    assert run(tmp_path, *base, "--episodes", "4", "--overwrite", "--env-kwargs", '{"max_episode_steps": 5}').returncode == 0
+    assert cli(*base, "--episodes", "4", "--overwrite", "--env-kwargs", '{"max_episode_steps": 5}').returncode == 0
     replaced = load_dataset("cli/a-v0", root=tmp_path)
     assert replaced.total_episodes == 4 and replaced.episode_lengths.max() <= 5
     assert replaced.recover_environment().spec.max_episode_steps == 5  # the stored spec has the --env-kwargs
-    assert_usage_error(run(tmp_path, *base[:-1], "cli/none-v0", "--episodes", "1", "--append"), "no dataset")
+    assert_usage_error(cli(*base[:-1], "cli/none-v0", "--episodes", "1", "--append"), "no dataset")
 
 
-def test_seed_first_reset_only_seeds_each_envs_first_episode(tmp_path: Path) -> None:
+def test_seed_first_reset_only_seeds_each_envs_first_episode(tmp_path: Path, cli: Cli) -> None:
     base = ["collect", "CartPole-v1", "--num-envs", "3", "--backend", "dummy", "--episodes", "12", "--seed", "4",
             "--no-progress"]
-    assert run(tmp_path, *base, "--dataset", "cli/every-v0").returncode == 0
-    result = run(tmp_path, *base, "--dataset", "cli/first-v0", "--seed-first-reset-only")
+    assert cli(*base, "--dataset", "cli/every-v0").returncode == 0
+    result = cli(*base, "--dataset", "cli/first-v0", "--seed-first-reset-only")
     assert result.returncode == 0, result.stderr
     every, first = load_dataset("cli/every-v0", root=tmp_path), load_dataset("cli/first-v0", root=tmp_path)
     assert every.metadata["collection"]["seed_every_reset"] is True
@@ -343,10 +380,10 @@ def test_seed_first_reset_only_seeds_each_envs_first_episode(tmp_path: Path) -> 
         assert ours[0].seed == default.seed and all(episode.seed is None for episode in ours[1:])
 
 
-def test_async_collect_or_a_clear_error(tmp_path: Path) -> None:
+def test_async_collect_or_a_clear_error(tmp_path: Path, cli: Cli) -> None:
     args = ["collect", "CartPole-v1", "--num-envs", "4", "--backend", "subproc", "--steps", "333", "--async",
             "--seed", "0", "--dataset", "cli/async-v0", "--no-progress"]
-    result = run(tmp_path, *args)
+    result = cli(*args)
     if importlib.util.find_spec("vcollect.async_collector") is None:
         assert_usage_error(result, "--async", "AsyncCollector")
         return
@@ -406,13 +443,231 @@ def test_ctrl_c_during_collect_keeps_committed_shards(tmp_path: Path) -> None:
         (["bench", "CartPole-v1", "--backends", "dummy,warp"], ["unknown", "warp"]),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragments: list[str]) -> None:
-    assert_usage_error(run(tmp_path, *args), *fragments)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], fragments: list[str], cli: Cli) -> None:
+    assert_usage_error(cli(*args), *fragments)
     assert not (tmp_path / "cli").exists()
 
 
-def test_env_failure_while_collecting_exits_1_with_the_env_error(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "tests.cli_envs:Exploding-v0", "--num-envs", "2", "--backend", "subproc",
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder of a 3-episode CartPole dataset, made once, for tests to copy under their root."""
+    root = tmp_path_factory.mktemp("template")
+    make_dataset(root, "cli/a-v0", 3, 0)
+    return root / "cli" / "a-v0"
+
+
+def prepare(setup: str, tmp_path: Path, root: Path, template: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make what a bad-input case needs under ``tmp_path``: the datasets ``root`` and, beside it, ``outside``."""
+    parts = set(setup.split("+")) if setup else set()
+    if "dataset" in parts:
+        shutil.copytree(template, root / "cli" / "a-v0")
+    if "file" in parts:
+        (tmp_path / "afile").write_text("not a folder")
+    if "link" in parts:  # a dataset folder that is a link to a dataset outside the root
+        shutil.copytree(template, tmp_path / "outside" / "real-v0")
+        (root / "cli").mkdir(parents=True, exist_ok=True)
+        (root / "cli" / "link-v0").symlink_to(tmp_path / "outside" / "real-v0")
+    if "nslink" in parts:  # a namespace folder that is a link to a folder outside the root
+        shutil.copytree(template, tmp_path / "outside" / "ns" / "x-v0")
+        (root / "linked").symlink_to(tmp_path / "outside" / "ns")
+    if "broken_module" in parts:  # an env module that raises when imported
+        (tmp_path / "modules").mkdir()
+        (tmp_path / "modules" / "vcollect_test_broken_env.py").write_text("raise RuntimeError('broken on import')\n")
+        monkeypatch.syspath_prepend(str(tmp_path / "modules"))
+    if "env_root_file" in parts:
+        monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(tmp_path / "afile"))
+
+
+def tree(folder: Path) -> list[tuple[str, bool]]:
+    """Every path under ``folder`` (links not followed), with whether it is a link: what a command changed."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            found.append((path.relative_to(folder).as_posix(), path.is_symlink()))
+    return sorted(found)
+
+
+COLLECT_2 = ["collect", "CartPole-v1", "--episodes", "2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments", "setup"),
+    [
+        pytest.param([*COLLECT_2, "--seed", "-1"], ["--seed must be a non-negative integer, got -1"], "", id="seed"),
+        pytest.param(["collect", "CartPole-v1", "--episodes", str(10**30)], ["--episodes must be at most"], "",
+                     id="episodes-past-int64"),
+        pytest.param(["collect", "CartPole-v1", "--steps", str(2**63)], ["--steps must be at most"], "",
+                     id="steps-past-int64"),
+        pytest.param([*COLLECT_2, "--num-envs", "0"], ["--num-envs must be a positive integer"], "", id="num-envs"),
+        # the default backend, subproc: the env is made in a worker process
+        pytest.param([*COLLECT_2, "--env-kwargs", '{"foo": 1}'],
+                     ["on backend 'subproc' with --env-kwargs", "unexpected keyword argument 'foo'"], "",
+                     id="env-kwargs-unknown"),
+        pytest.param([*COLLECT_2, "--env-kwargs", '{"max_episode_steps": 0}'],
+                     ["on backend 'subproc' with --env-kwargs", "max_episode_steps"], "", id="env-kwargs-zero-steps"),
+        pytest.param([*COLLECT_2, "--backend", "dummy", "--env-kwargs", '{"max_episode_steps": 0}'],
+                     ["on backend 'dummy' with --env-kwargs", "max_episode_steps"], "", id="env-kwargs-dummy"),
+        pytest.param(["collect", "vcollect_test_broken_env:X-v0", "--episodes", "2"],
+                     ["cannot import module 'vcollect_test_broken_env'", "RuntimeError: broken on import"],
+                     "broken_module", id="env-module-raises"),
+        pytest.param([*COLLECT_2, "--dataset", "a" * 256 + "/x-v0"], ["has a part of 256 bytes", "at most 255"], "",
+                     id="id-part-too-long"),
+        pytest.param(["show", "ns/" + "b" * 300 + "-v0"], ["has a part of 303 bytes"], "", id="id-name-too-long"),
+        pytest.param(["show", "a/" * 2000 + "x-v0"], ["(4,004 characters) is too long: at most 1024 bytes"], "",
+                     id="id-nested-2000"),
+        pytest.param(["show", "x-v" + "9" * 5000], ["(5,003 characters) is too long"], "", id="id-version-5000-digits"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "nan%,1%", "--into", "cli/b-v0", "cli/c-v0"],
+                     ["--sizes must list finite numbers"], "dataset", id="sizes-nan"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "inf%", "--into", "cli/b-v0"],
+                     ["--sizes must list finite numbers"], "dataset", id="sizes-inf"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "1", "--into", "cli/b-v0", "--seed", "-1"],
+                     ["--seed must be a non-negative integer"], "dataset", id="split-seed"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "1", "--into", "cli/a-v0", "--overwrite"],
+                     ["--into names the dataset being split"], "dataset", id="split-into-itself"),
+        pytest.param(["export", "cli/a-v0", "--format", "minari", "--minari-root", "{tmp}/afile"],
+                     ["--minari-root", "afile' is not a folder"], "dataset+file", id="minari-root-file"),
+        pytest.param(["export", "cli/a-v0", "--format", "minari", "--minari-root", "{tmp}/afile/sub"],
+                     ["--minari-root", "which is not a folder"], "dataset+file", id="minari-root-under-file"),
+        pytest.param(["list", "--root", "{tmp}/afile"], ["--root", "is not a folder"], "file", id="root-file"),
+        pytest.param(["list"], ["$VCOLLECT_DATASETS_PATH", "is not a folder"], "file+env_root_file",
+                     id="root-env-file"),
+        pytest.param(["show", "cli/a-v0", "--plot", "/nonexistent/x.png"],
+                     ["--plot '/nonexistent/x.png': there is no folder '/nonexistent'"], "dataset", id="plot-no-folder"),
+        pytest.param(["show", "cli/a-v0", "--plot", "{tmp}"], ["--plot", "is a folder"], "dataset", id="plot-folder"),
+        pytest.param(["show", "cli/a-v0", "--plot", "{tmp}/x.notaformat"], ["--plot: cannot write", "notaformat"],
+                     "dataset", id="plot-format"),
+        pytest.param(["delete", "cli/link-v0", "--yes"], ["refusing to delete dataset 'cli/link-v0'", "symbolic link"],
+                     "link", id="delete-linked-dataset"),
+        pytest.param(["delete", "cli/a-v0", "linked/x-v0", "--yes"], ["refusing to delete", "linked' is a symbolic link"],
+                     "dataset+nslink", id="delete-through-linked-namespace"),
+        pytest.param([*COLLECT_2, "--backend", "dummy", "--dataset", "cli/link-v0", "--overwrite"],
+                     ["refusing to replace dataset 'cli/link-v0'", "symbolic link"], "link", id="overwrite-linked"),
+        pytest.param([*COLLECT_2, "--backend", "dummy", "--dataset", "linked/x-v0", "--overwrite"],
+                     ["refusing to replace", "symbolic link"], "nslink", id="overwrite-through-linked-namespace"),
+        pytest.param(["split", "cli/a-v0", "--sizes", "1", "--into", "cli/link-v0", "--overwrite"],
+                     ["refusing to replace", "symbolic link"], "dataset+link", id="split-overwrite-linked"),
+        pytest.param(["import-minari", "{tmp}/nowhere", "--into", "cli/link-v0", "--overwrite"],
+                     ["refusing to replace", "symbolic link"], "link", id="import-overwrite-linked"),
+        pytest.param(["bench", "CartPole-v1", "--seed", "-1"], ["--seed must be a non-negative integer"], "",
+                     id="bench-seed"),
+    ],
+)
+def test_bad_input_names_the_option_on_one_line_and_changes_nothing(
+    tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch, small_dataset: Path,
+    args: list[str], fragments: list[str], setup: str,
+) -> None:
+    root = tmp_path / "datasets"
+    root.mkdir()
+    monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(root))
+    prepare(setup, tmp_path, root, small_dataset, monkeypatch)
+    before = tree(tmp_path)
+    assert_usage_error(cli(*(arg.replace("{tmp}", str(tmp_path)) for arg in args)), *fragments)
+    assert tree(tmp_path) == before  # nothing made, nothing deleted (inside the root or outside it)
+
+
+def test_delete_dataset_refuses_to_delete_through_a_link(tmp_path: Path, small_dataset: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from vcollect.errors import DatasetError
+    from vcollect.store import delete_dataset
+    from vcollect.store.catalog import symlinked_folder
+
+    root = tmp_path / "datasets"
+    root.mkdir()
+    prepare("dataset+link+nslink", tmp_path, root, small_dataset, monkeypatch)
+    before = tree(tmp_path)
+    for dataset_id, link in (("cli/link-v0", root / "cli" / "link-v0"), ("linked/x-v0", root / "linked")):
+        assert symlinked_folder(dataset_id, root) == link
+        with pytest.raises(DatasetError, match="symbolic link"):
+            delete_dataset(dataset_id, root)
+    assert tree(tmp_path) == before
+    assert symlinked_folder("cli/a-v0", root) is None
+    # the root itself may be a link (where the user keeps datasets): deleting under it is fine
+    (tmp_path / "root-link").symlink_to(root)
+    assert symlinked_folder("cli/a-v0", tmp_path / "root-link") is None
+    delete_dataset("cli/a-v0", tmp_path / "root-link")
+    assert not (root / "cli" / "a-v0").exists() and (tmp_path / "outside" / "real-v0" / "dataset.json").is_file()
+
+
+def test_dataset_id_length_limits_count_bytes() -> None:
+    from vcollect.errors import InvalidDatasetIdError
+    from vcollect.store import parse_dataset_id
+
+    assert parse_dataset_id("n" * 255 + "/" + "x" * 252 + "-v0") == ("n" * 255, "x" * 252, 0)
+    assert parse_dataset_id("x-v" + "9" * 252)[2] == int("9" * 252)
+    longest = "/".join(["n" * 255] * 3 + ["n" * 251, "x-v0"])
+    assert len(longest) == 1024 and parse_dataset_id(longest)[1] == "x"
+    for bad in ("n" * 256 + "/x-v0", "é" * 128 + "/x-v0", "x" * 253 + "-v00", "x-v" + "9" * 253,
+                "/".join(["n" * 255] * 3 + ["n" * 252, "x-v0"]), "é" * 120 + "/" + "a/" * 395 + "x-v0"):  # 915 characters, 1,035 bytes
+        with pytest.raises(InvalidDatasetIdError, match="too long|at most 255 bytes"):
+            parse_dataset_id(bad)
+
+
+@pytest.mark.parametrize(("args", "status"), [(["--version"], 0), (["collect", "CartPole-v1"], 2),
+                                              (["show", "cli/missing-v0"], 2)])
+def test_exit_status_of_the_real_process(tmp_path: Path, args: list[str], status: int) -> None:
+    # main() returns the status; python -m vcollect must hand it to the shell (argparse's, and the commands')
+    result = run_process(tmp_path, *args)
+    assert result.returncode == status, result.stderr
+    if status:
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_store_errors_name_the_commands_flags_not_python_parameters(tmp_path: Path, cli: Cli) -> None:
+    from vcollect.cli import build_parser
+    from vcollect.cli.exits import flag_wording
+    from vcollect.errors import DatasetExistsError, DatasetNotFoundError
+
+    make_dataset(tmp_path, "cli/a-v0", 2, 0)
+    # what the command prints
+    missing = cli("show", "cli/missing-v0")
+    assert_usage_error(missing, "pass --root DIR or set $VCOLLECT_DATASETS_PATH", "'vcollect list'")
+    assert "root=" not in missing.stderr and "list_datasets" not in missing.stderr
+    minari_root = str(tmp_path / "minari")
+    assert cli("export", "cli/a-v0", "--format", "minari", "--minari-id", "vc/a-v0", "--minari-root", minari_root
+               ).returncode == 0
+    again = cli("export", "cli/a-v0", "--format", "minari", "--minari-id", "vc/a-v0", "--minari-root", minari_root)
+    assert_usage_error(again, "already exists", "pass --overwrite to replace it")
+    assert "overwrite=True" not in again.stderr
+    # the store's own messages (Python wording), as each command says them
+    envs = make_vector("CartPole-v1", 1)
+    with pytest.raises(DatasetExistsError) as exists:
+        EpisodeStore.create("cli/a-v0", envs.single_observation_space, envs.single_action_space, root=tmp_path)
+    with pytest.raises(DatasetNotFoundError) as not_found:
+        load_dataset("cli/none-v0", root=tmp_path)
+    assert "overwrite=True" in str(exists.value) and "root=" in str(not_found.value)  # Python callers keep theirs
+    parse = build_parser().parse_args
+    for argv, said in (
+        (["collect", "CartPole-v1", "--steps", "1"], "pass --overwrite to replace it or --append to add to it"),
+        (["import-minari", "x", "--into", "cli/a-v0"], "already exists at"),
+        (["combine", "cli/b-v0", "--into", "cli/a-v0"], "delete it first or pick another id"),
+    ):
+        text = flag_wording(str(exists.value), parse(argv))
+        assert said in text and "overwrite=True" not in text and "EpisodeStore" not in text, text
+        assert ("--append" in text) == (argv[0] == "collect")
+        assert ("--overwrite" in text) == (argv[0] != "combine")
+        assert "pass --root DIR" in flag_wording(str(not_found.value), parse(argv))
+
+
+def test_split_overwrite_replaces_existing_datasets(tmp_path: Path, cli: Cli) -> None:
+    make_dataset(tmp_path, "cli/src-v0", 6, 0)
+    make_dataset(tmp_path, "cli/old-v0", 2, 1)
+    split = ["split", "cli/src-v0", "--sizes", "4,2", "--into", "cli/old-v0", "cli/new-v0", "--seed", "1"]
+    assert_usage_error(cli(*split), "'cli/old-v0' already exists", "pass --overwrite")
+    assert load_dataset("cli/old-v0", root=tmp_path).total_episodes == 2
+    assert not (tmp_path / "cli" / "new-v0").exists()
+    result = cli(*split, "--overwrite")
+    assert result.returncode == 0, result.stderr
+    replaced, new = load_dataset("cli/old-v0", root=tmp_path), load_dataset("cli/new-v0", root=tmp_path)
+    assert (replaced.total_episodes, new.total_episodes) == (4, 2)
+    assert replaced.metadata["split_from"] == "cli/src-v0"
+    assert sorted(episode_keys("cli/old-v0", tmp_path) + episode_keys("cli/new-v0", tmp_path)) == sorted(
+        episode_keys("cli/src-v0", tmp_path)
+    )
+
+
+def test_env_failure_while_collecting_exits_1_with_the_env_error(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "tests.cli_envs:Exploding-v0", "--num-envs", "2", "--backend", "subproc",
                  "--episodes", "2", "--no-progress", "--dataset", "cli/boom-v0")
     assert result.returncode == 1
     assert not (tmp_path / "cli" / "boom-v0").exists()  # the run's empty dataset is not left behind
@@ -436,11 +691,11 @@ def make_dataset(root: Path, dataset_id: str, episodes: int, seed: int, author: 
         collector.collect(n_episode=episodes, reset_before_collect=True, random=True)
 
 
-def test_list_show_and_plot(tmp_path: Path) -> None:
-    assert "no datasets under" in run(tmp_path, "list").stdout
+def test_list_show_and_plot(tmp_path: Path, cli: Cli) -> None:
+    assert "no datasets under" in cli("list").stdout
     make_dataset(tmp_path, "cli/one-v0", 5, 0, author="bob")
     make_dataset(tmp_path, "cli/nested/two-v1", 3, 1)
-    listing = run(tmp_path, "list")
+    listing = cli("list")
     assert listing.returncode == 0
     rows = {line.split("│")[1].strip(): line for line in listing.stdout.splitlines() if line.startswith("│")}
     assert set(rows) == {"cli/one-v0", "cli/nested/two-v1"}
@@ -450,7 +705,7 @@ def test_list_show_and_plot(tmp_path: Path) -> None:
     assert cells[3].endswith("KiB")
 
     png = tmp_path / "one.png"
-    shown = run(tmp_path, "show", "cli/one-v0", "--plot", str(png))
+    shown = cli("show", "cli/one-v0", "--plot", str(png))
     assert shown.returncode == 0, shown.stderr
     assert table_value(shown.stdout, "episodes") == "5"
     assert table_value(shown.stdout, "steps") == f"{one.total_steps:,}"
@@ -474,13 +729,10 @@ def test_plot_figure_holds_the_dataset_statistics(tmp_path: Path) -> None:
     assert (tmp_path / "plot.png").stat().st_size > 0
 
 
-def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path) -> None:
+def test_plot_without_matplotlib_is_a_clear_error(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     make_dataset(tmp_path, "cli/noplot-v0", 2, 0)
-    blocker = tmp_path / "blocker" / "matplotlib"
-    blocker.mkdir(parents=True)
-    (blocker / "__init__.py").write_text("raise ImportError('matplotlib is blocked for this test')\n")
-    pythonpath = os.pathsep.join([str(blocker.parent), str(REPO)])
-    result = run(tmp_path, "show", "cli/noplot-v0", "--plot", str(tmp_path / "x.png"), PYTHONPATH=pythonpath)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # every import of matplotlib raises ImportError
+    result = cli("show", "cli/noplot-v0", "--plot", str(tmp_path / "x.png"))
     assert_usage_error(result, "matplotlib", "vcollect[plot]")
     assert not (tmp_path / "x.png").exists()
 
@@ -493,39 +745,39 @@ def episode_keys(dataset_id: str, root: Path) -> list[tuple[int | None, int, flo
     return [(e.seed, e.env_id, float(e.rewards.sum())) for e in load_dataset(dataset_id, root=root)]
 
 
-def test_combine_split_and_delete(tmp_path: Path) -> None:
+def test_combine_split_and_delete(tmp_path: Path, cli: Cli) -> None:
     make_dataset(tmp_path, "cli/a-v0", 6, 0)
     make_dataset(tmp_path, "cli/b-v0", 4, 1)
-    result = run(tmp_path, "combine", "cli/a-v0", "cli/b-v0", "--into", "cli/ab-v0")
+    result = cli("combine", "cli/a-v0", "cli/b-v0", "--into", "cli/ab-v0")
     assert result.returncode == 0, result.stderr
     combined = episode_keys("cli/ab-v0", tmp_path)
     assert combined == episode_keys("cli/a-v0", tmp_path) + episode_keys("cli/b-v0", tmp_path)
-    assert_usage_error(run(tmp_path, "combine", "cli/a-v0", "--into", "cli/ab-v0"), "already exists")
+    assert_usage_error(cli("combine", "cli/a-v0", "--into", "cli/ab-v0"), "already exists")
 
-    result = run(tmp_path, "split", "cli/ab-v0", "--sizes", "70%,30%", "--into", "cli/train-v0", "cli/test-v0", "--seed", "0")
+    result = cli("split", "cli/ab-v0", "--sizes", "70%,30%", "--into", "cli/train-v0", "cli/test-v0", "--seed", "0")
     assert result.returncode == 0, result.stderr
     train, test = episode_keys("cli/train-v0", tmp_path), episode_keys("cli/test-v0", tmp_path)
     assert (len(train), len(test)) == (7, 3)
     assert sorted(train + test) == sorted(combined)  # disjoint and complete
     assert load_dataset("cli/train-v0", root=tmp_path).metadata["split_from"] == "cli/ab-v0"
 
-    assert_usage_error(run(tmp_path, "split", "cli/ab-v0", "--sizes", "8,5", "--into", "cli/x-v0", "cli/y-v0"),
+    assert_usage_error(cli("split", "cli/ab-v0", "--sizes", "8,5", "--into", "cli/x-v0", "cli/y-v0"),
                        "more than the 10")
     assert not (tmp_path / "cli" / "x-v0").exists()
 
-    assert_usage_error(run(tmp_path, "delete", "cli/a-v0"), "--yes")  # no terminal to confirm on
+    assert_usage_error(cli("delete", "cli/a-v0"), "--yes")  # no terminal to confirm on
     assert (tmp_path / "cli" / "a-v0").exists()
-    result = run(tmp_path, "delete", "cli/a-v0", "cli/b-v0", "--yes")
+    result = cli("delete", "cli/a-v0", "cli/b-v0", "--yes")
     assert result.returncode == 0 and "deleted cli/a-v0" in result.stdout
     assert not (tmp_path / "cli" / "a-v0").exists() and not (tmp_path / "cli" / "b-v0").exists()
 
 
-def test_export_minari_and_import_back(tmp_path: Path) -> None:
+def test_export_minari_and_import_back(tmp_path: Path, cli: Cli) -> None:
     make_dataset(tmp_path, "cli/src-v0", 5, 2, author="carol")
     minari_root = tmp_path / "minari"
-    assert_usage_error(run(tmp_path, "export", "cli/src-v0", "--format", "minari", "--minari-id", "c/x-v0",
+    assert_usage_error(cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "c/x-v0",
                            "--minari-root", str(minari_root)), "two characters")
-    result = run(tmp_path, "export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
+    result = cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
                  "--minari-root", str(minari_root))
     assert result.returncode == 0, result.stderr
     assert (minari_root / "vc" / "src-v0" / "data" / "main_data.hdf5").is_file()
@@ -537,7 +789,7 @@ def test_export_minari_and_import_back(tmp_path: Path) -> None:
         assert (theirs.total_episodes, theirs.total_steps) == (5, source.total_steps)
         np.testing.assert_array_equal(theirs[0].observations, source[0].observations)
 
-    result = run(tmp_path, "import-minari", "vc/src-v0", "--minari-root", str(minari_root), "--into", "cli/back-v0")
+    result = cli("import-minari", "vc/src-v0", "--minari-root", str(minari_root), "--into", "cli/back-v0")
     assert result.returncode == 0, result.stderr
     back = load_dataset("cli/back-v0", root=tmp_path)
     assert back.total_episodes == 5
@@ -546,14 +798,32 @@ def test_export_minari_and_import_back(tmp_path: Path) -> None:
         np.testing.assert_array_equal(returned.observations, mine.observations)
         np.testing.assert_array_equal(returned.actions, mine.actions)
     assert back.metadata["minari_dataset_id"] == "vc/src-v0"
-    assert_usage_error(run(tmp_path, "import-minari", str(tmp_path / "nowhere"), "--into", "cli/z-v0"), "no Minari dataset")
+    assert_usage_error(cli("import-minari", str(tmp_path / "nowhere"), "--into", "cli/z-v0"), "no Minari dataset")
+
+
+@pytest.mark.parametrize("form", ["folder", "data", "main_data.hdf5"])
+def test_import_minari_takes_the_dataset_folder_its_data_folder_or_its_main_file(
+    tmp_path: Path, cli: Cli, form: str
+) -> None:
+    make_dataset(tmp_path, "cli/src-v0", 3, 4)
+    minari_root = tmp_path / "minari"
+    assert cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
+               "--minari-root", str(minari_root)).returncode == 0
+    folder = minari_root / "vc" / "src-v0"
+    source = {"folder": folder, "data": folder / "data", "main_data.hdf5": folder / "data" / "main_data.hdf5"}[form]
+    result = cli("import-minari", str(source), "--into", "cli/back-v0")
+    assert result.returncode == 0, result.stderr
+    assert episode_keys("cli/back-v0", tmp_path) == [(seed, 0, ret) for seed, _, ret in episode_keys("cli/src-v0", tmp_path)]
+    # a file that is not in a Minari dataset's data folder
+    assert_usage_error(cli("import-minari", str(tmp_path / "cli" / "src-v0" / "dataset.json"), "--into", "cli/z-v0"),
+                       "no Minari dataset")
 
 
 # ------------------------------------------------------------------------------------------ bench
 
 
-def test_bench_table_has_raw_row_and_ratios(tmp_path: Path) -> None:
-    result = run(tmp_path, "bench", "CartPole-v1", "--num-envs", "2", "--steps", "400", "--backends", "dummy")
+def test_bench_table_has_raw_row_and_ratios(tmp_path: Path, cli: Cli) -> None:
+    result = cli("bench", "CartPole-v1", "--num-envs", "2", "--steps", "400", "--backends", "dummy")
     assert result.returncode == 0, result.stderr
     rows = {}
     for line in result.stdout.splitlines():
@@ -568,8 +838,8 @@ def test_bench_table_has_raw_row_and_ratios(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif("gymnasium" not in BACKENDS, reason="no gymnasium backend in this tree")
-def test_record_infos_refuses_backends_that_step_all_envs(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "2", "--episodes", "2",
+def test_record_infos_refuses_backends_that_step_all_envs(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--backend", "gymnasium", "--num-envs", "2", "--episodes", "2",
                  "--record-infos", "--dataset", "cli/gym-v0")
     assert_usage_error(result, "--record-infos", "'gymnasium'")
     assert not (tmp_path / "cli" / "gym-v0").exists()
@@ -622,10 +892,13 @@ def test_parse_sizes_percentages_round_like_largest_remainder(percents: list[int
     assert all(abs(c - e) < 1 for c, e in zip(counts, exact))  # each part within one episode of its share
 
 
-def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(tmp_path: Path) -> None:
-    result = run(
-        tmp_path, "collect", "CartPole-v1", "--ray-workers", "2", "--num-envs", "2", "--backend", "dummy",
-        "--episodes", "7", "--seed", "3", "--dataset", "ray/cartpole-v0", timeout=240,
+def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(
+    tmp_path: Path, cli: Cli, ray_local: object
+) -> None:
+    # In process, on the session's local Ray (the command uses a Ray it finds initialised).
+    result = cli(
+        "collect", "CartPole-v1", "--ray-workers", "2", "--num-envs", "2", "--backend", "dummy",
+        "--episodes", "7", "--seed", "3", "--dataset", "ray/cartpole-v0",
     )
     assert result.returncode == 0, result.stderr
     assert "2 Ray workers" in result.stdout
@@ -636,13 +909,13 @@ def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(tmp_path:
     assert {int(episode.env_id) // 2 for episode in dataset} == {0, 1}
 
 
-def test_ray_workers_must_be_positive(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
+def test_ray_workers_must_be_positive(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
     assert_usage_error(result, "--ray-workers")
 
 
-def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path) -> None:
-    result = run(tmp_path, "collect", "CartPole-v1", "--backend", "envpool", "--num-envs", "4", "--episodes", "6",
+def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--backend", "envpool", "--num-envs", "4", "--episodes", "6",
                  "--dataset", "pool/cartpole-v0", "--no-progress")
     assert result.returncode == 0, result.stderr
     assert table_value(result.stdout, "episodes") == "6"

@@ -1,9 +1,11 @@
 """The ``vcollect`` command: collect experience into datasets, inspect, transform, export and benchmark.
 
 Commands: collect, list, show, combine, split, export, import-minari, delete, bench (``--help`` on each).
-Bad input (unknown env id or dataset, malformed dataset id, a policy that does not import, bad options)
-prints one line on stderr and exits with status 2; a failure while running (an env that raised) exits 1;
-Ctrl-C during ``collect`` keeps every finished episode and exits 130.
+Bad input (unknown env id or dataset, malformed dataset id, a policy or env module that does not import,
+envs that cannot be made with the given --env-kwargs, bad options or paths, deleting or replacing a dataset
+through a symbolic link) prints one line on stderr naming the option and exits with status 2; a failure
+while running (an env that raised) exits 1; Ctrl-C during ``collect`` keeps every finished episode and
+exits 130. Errors of the library that name its Python parameters are said with the command's flags.
 
 This module assembles the parser and runs the command; each command group lives in its own module
 (collect, datasets, bench), with what they share in sources (env and policy resolution), interrupts
@@ -13,9 +15,11 @@ This module assembles the parser and runs the command; each command group lives 
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 
 from vcollect.cli.bench import add_bench_parser, collector_speed, raw_loop_speed, run_bench
+from vcollect.cli.checks import check_folder
 from vcollect.cli.collect import add_collect_parser, run_collect, run_collect_distributed
 from vcollect.cli.datasets import (
     add_dataset_parsers,
@@ -29,7 +33,15 @@ from vcollect.cli.datasets import (
     run_show,
     run_split,
 )
-from vcollect.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CommandParser, UsageError
+from vcollect.cli.exits import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandParser,
+    UsageError,
+    flag_wording,
+)
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import human_size, make_console, print_error, stats_table
 from vcollect.cli.sources import (
@@ -103,19 +115,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script and ``python -m vcollect``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    """Entry point of the console script and ``python -m vcollect``; returns the exit status.
+
+    Never raises SystemExit (argparse's ``--help``, ``--version`` and parse errors become the returned
+    status), so it can be called in-process like any function.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return EXIT_OK if exc.code is None else exc.code if isinstance(exc.code, int) else EXIT_USAGE
     console = make_console()
     prog = f"vcollect {args.command}"
     try:
+        _check_root(args)
         return int(args.handler(args, console))
     except (UsageError, DatasetNotFoundError, DatasetExistsError, InvalidDatasetIdError, SpaceMismatchError) as exc:
-        print_error(prog, str(exc))
+        print_error(prog, flag_wording(str(exc), args))
         return EXIT_USAGE
     except VCollectError as exc:
-        print_error(prog, str(exc), one_line=False)
+        print_error(prog, flag_wording(str(exc), args), one_line=False)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print_error(prog, "interrupted")
         return EXIT_INTERRUPTED
 
+
+def _check_root(args: argparse.Namespace) -> None:
+    """UsageError when the datasets root a command uses (--root, else $VCOLLECT_DATASETS_PATH) is not a folder."""
+    from vcollect.store.naming import DATASETS_PATH_ENV, resolve_root
+
+    if not hasattr(args, "root"):
+        return
+    if args.root is not None:
+        check_folder("--root", args.root)
+    elif os.environ.get(DATASETS_PATH_ENV):
+        check_folder(f"${DATASETS_PATH_ENV}", resolve_root())

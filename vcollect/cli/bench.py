@@ -11,6 +11,7 @@ import gymnasium as gym
 from rich.console import Console
 from rich.table import Table
 
+from vcollect.cli.checks import check_count, check_seed
 from vcollect.cli.exits import EXIT_OK, CommandParser, UsageError
 from vcollect.cli.output import cell
 from vcollect.cli.sources import available_backends, make_envs, resolve_env
@@ -72,8 +73,8 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     if unknown or not backends:
         raise UsageError(f"--backends: unknown {unknown or args.backends!r}; available: {', '.join(available)}")
     for name, value in (("--num-envs", args.num_envs), ("--steps", args.steps), ("--rounds", args.rounds)):
-        if value < 1:
-            raise UsageError(f"{name} must be a positive integer, got {value}")
+        check_count(name, value)
+    check_seed("--seed", args.seed)
     env_factory, _ = resolve_env(args.env_id)
     measures: dict[str, Callable[[], float]] = {
         "raw": lambda: raw_loop_speed(env_factory, args.num_envs, args.steps, args.seed)

@@ -18,11 +18,13 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
+from vcollect.cli.checks import check_count, check_seed
+from vcollect.cli.datasets import check_replaceable
 from vcollect.cli.exits import EXIT_INTERRUPTED, EXIT_OK, CommandParser, UsageError
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import stats_table
 from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, vector_source
-from vcollect.errors import DatasetError, UnfinishedEpisodesWarning, VCollectError
+from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarning, VCollectError
 
 
 def add_collect_parser(
@@ -108,8 +110,8 @@ def _count(args: argparse.Namespace) -> tuple[int | None, int | None]:
     if (args.steps is None) == (args.episodes is None):
         raise UsageError("pass exactly one of --steps N or --episodes N")
     for name, value in (("--steps", args.steps), ("--episodes", args.episodes)):
-        if value is not None and value < 1:
-            raise UsageError(f"{name} must be a positive integer, got {value}")
+        if value is not None:
+            check_count(name, value)
     return args.steps, args.episodes
 
 
@@ -126,16 +128,22 @@ def _json_option(text: str | None, name: str) -> dict[str, Any]:
     return value
 
 
+def _cannot_make(args: argparse.Namespace, exc: Exception) -> str:
+    """The one line saying the envs could not be built, naming --env-kwargs when they were given."""
+    with_kwargs = f" with --env-kwargs {args.env_kwargs}" if args.env_kwargs else ""
+    reason = str(exc).partition("\n--- original traceback ---")[0]  # an EnvWorkerError's first part
+    return f"cannot make {args.env_id} on backend {args.backend!r}{with_kwargs}: {reason}"
+
+
 def run_collect(args: argparse.Namespace, console: Console) -> int:
     """``vcollect collect``: collect exactly --steps or --episodes, optionally into a dataset."""
     from vcollect.store import EpisodeStore, dataset_path, parse_dataset_id
     from vcollect.store.writer import DATASET_FILE
 
     n_step, n_episode = _count(args)
-    if args.num_envs < 1:
-        raise UsageError(f"--num-envs must be a positive integer, got {args.num_envs}")
-    if args.shard_steps < 1:
-        raise UsageError(f"--shard-steps must be a positive integer, got {args.shard_steps}")
+    check_count("--num-envs", args.num_envs)
+    check_count("--shard-steps", args.shard_steps)
+    check_seed("--seed", args.seed)
     env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")
     env_factory, env_spec = resolve_env(args.env_id, env_kwargs)
     if args.dataset is not None:
@@ -145,12 +153,14 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
             raise UsageError(f"dataset {args.dataset!r} exists; pass --append to add to it or --overwrite to replace it")
         if args.append and not exists:
             raise UsageError(f"--append: no dataset {args.dataset!r} under {str(dataset_path(args.dataset, args.root))!r}")
+        if exists and args.overwrite:
+            check_replaceable(args.dataset, args.root)
     elif args.append or args.overwrite or args.record_infos:
         raise UsageError("--append, --overwrite and --record-infos need --dataset ID")
     policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
+    collector_class = _collector_class(args.use_async)  # here too for --ray-workers: said as --async, not collector=
     if args.ray_workers is not None:
         return run_collect_distributed(args, console, env_factory, env_spec, env_kwargs, policy_factory, n_step, n_episode)
-    collector_class = _collector_class(args.use_async)
 
     guard = InterruptGuard()
     store: Any = None
@@ -160,9 +170,12 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         with guard, contextlib.ExitStack() as cleanup:
             try:
                 envs = make_envs(args.env_id, args.num_envs, args.backend, env_kwargs)
-            except (ImportError, ValueError, TypeError, gym.error.Error) as exc:
+            except (ImportError, ValueError, TypeError, gym.error.Error, EnvWorkerError) as exc:
                 # a missing extra or env dependency, an id the backend lacks, --env-kwargs the env refuses
-                raise UsageError(f"cannot make {args.env_id} on backend {args.backend!r}: {exc}") from None
+                # (in a worker process: EnvWorkerError, whose worker traceback is not the user's business)
+                if isinstance(exc, EnvWorkerError) and guard.interrupted:
+                    raise
+                raise UsageError(_cannot_make(args, exc)) from None
             cleanup.callback(envs.close)
             policy = None
             if policy_factory is not None:
@@ -246,8 +259,7 @@ def run_collect_distributed(
     """``vcollect collect --ray-workers N``: one Collector per Ray worker, all appending to one dataset."""
     from vcollect.store import EpisodeStore
 
-    if args.ray_workers < 1:
-        raise UsageError(f"--ray-workers must be a positive integer, got {args.ray_workers}")
+    check_count("--ray-workers", args.ray_workers)
     if args.record_infos:
         raise UsageError("--record-infos is not supported with --ray-workers")
     try:

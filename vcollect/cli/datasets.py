@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from vcollect.cli.checks import check_folder, check_output_file, check_seed
 from vcollect.cli.exits import EXIT_FAILURE, EXIT_OK, CommandParser, UsageError
 from vcollect.cli.output import cell, human_size, summary_rows
 from vcollect.errors import DatasetError
@@ -60,6 +62,7 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
     split.add_argument("--sizes", required=True, metavar="SIZES", help="comma-separated episode counts, or percentages with %%")
     split.add_argument("--into", metavar="NEW_ID", nargs="+", required=True, help="one new dataset id per size")
     split.add_argument("--seed", type=int, default=None, help="seed of the shuffle")
+    split.add_argument("--overwrite", action="store_true", help="replace those of the new datasets that exist (a failed split leaves none of the new ones)")
     split.add_argument("--root", default=None, metavar="DIR", help=root_help)
     split.set_defaults(handler=run_split)
 
@@ -134,6 +137,8 @@ def run_show(args: argparse.Namespace, console: Console) -> int:
     """``vcollect show ID``: metadata, spaces, counts, return/length statistics (and --plot)."""
     from vcollect.store import load_dataset
 
+    if args.plot is not None:
+        check_output_file("--plot", args.plot)
     dataset = load_dataset(args.dataset_id, root=args.root)
     if args.plot is not None:
         if dataset.total_episodes == 0:
@@ -163,7 +168,10 @@ def run_show(args: argparse.Namespace, console: Console) -> int:
         table.add_row(cell(name), cell(value))
     console.print(table)
     if args.plot is not None:
-        plot_dataset(dataset, args.plot)
+        try:
+            plot_dataset(dataset, args.plot)
+        except (OSError, ValueError) as exc:  # a folder we may not write in, a format matplotlib lacks
+            raise UsageError(f"--plot: cannot write {args.plot!r}: {exc}") from None
         console.print(Text(f"figure written to {args.plot}"))
     return EXIT_OK
 
@@ -202,8 +210,9 @@ def run_delete(args: argparse.Namespace, console: Console) -> int:
     """``vcollect delete ID...``: remove datasets (asks first unless --yes)."""
     from vcollect.store import delete_dataset, load_dataset
 
-    for dataset_id in args.dataset_ids:
-        load_dataset(dataset_id, root=args.root)  # unknown ids fail before anything is deleted
+    for dataset_id in args.dataset_ids:  # unknown or linked ids fail before anything is deleted
+        load_dataset(dataset_id, root=args.root)
+        check_replaceable(dataset_id, args.root, doing="delete")
     if not args.yes:
         if not sys.stdin.isatty():
             raise UsageError("refusing to delete without confirmation: pass --yes")
@@ -217,8 +226,24 @@ def run_delete(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _check_new(dataset_ids: Sequence[str], root: str | None) -> None:
-    """UsageError unless every id is well formed, distinct and not taken yet."""
+def check_replaceable(dataset_id: str, root: str | None, *, doing: str = "replace") -> None:
+    """UsageError when deleting the dataset (to delete or replace it) would go through a symbolic link.
+
+    Such a dataset's files live outside the datasets root; the command leaves them alone.
+    """
+    from vcollect.store.catalog import symlinked_folder
+
+    link = symlinked_folder(dataset_id, root)
+    if link is not None:
+        raise UsageError(
+            f"refusing to {doing} dataset {dataset_id!r}: {str(link)!r} is a symbolic link, and deleting through "
+            "it would delete files outside the datasets root (remove the link or its target yourself)"
+        )
+
+
+def _check_new(dataset_ids: Sequence[str], root: str | None, *, overwrite: bool | None = None) -> None:
+    """UsageError unless every id is well formed, distinct and not taken yet, or may be replaced: ``overwrite``
+    is the command's --overwrite (None for a command without one)."""
     from vcollect.store import dataset_path, parse_dataset_id
     from vcollect.store.writer import DATASET_FILE
 
@@ -226,8 +251,12 @@ def _check_new(dataset_ids: Sequence[str], root: str | None) -> None:
         raise UsageError(f"the new dataset ids must be distinct, got {list(dataset_ids)}")
     for dataset_id in dataset_ids:
         parse_dataset_id(dataset_id)
-        if (dataset_path(dataset_id, root) / DATASET_FILE).is_file():
-            raise UsageError(f"dataset {dataset_id!r} already exists; delete it first or pick another id")
+        if not (dataset_path(dataset_id, root) / DATASET_FILE).is_file():
+            continue
+        if not overwrite:
+            hint = "delete it first or pick another id" if overwrite is None else "pass --overwrite to replace it"
+            raise UsageError(f"dataset {dataset_id!r} already exists; {hint}")
+        check_replaceable(dataset_id, root)
 
 
 def run_combine(args: argparse.Namespace, console: Console) -> int:
@@ -261,6 +290,8 @@ def parse_sizes(text: str, total: int) -> list[int]:
         values = [float(part.rstrip("%")) if all(percent) else int(part) for part in parts]
     except ValueError:
         raise UsageError(f"--sizes must list whole episode counts or percentages like 80%, got {text!r}") from None
+    if not all(math.isfinite(v) for v in values):
+        raise UsageError(f"--sizes must list finite numbers, got {text!r}")
     if any(v < 0 for v in values):
         raise UsageError(f"--sizes must not be negative, got {text!r}")
     if not all(percent):
@@ -281,18 +312,31 @@ def parse_sizes(text: str, total: int) -> list[int]:
 
 def run_split(args: argparse.Namespace, console: Console) -> int:
     """``vcollect split ID --sizes 80,20 --into A B``: shuffle and copy disjoint parts into new datasets."""
-    from vcollect.store import EpisodeStore, combine_datasets, delete_dataset, load_dataset, split_dataset
+    from vcollect.store import (
+        EpisodeStore,
+        combine_datasets,
+        dataset_path,
+        delete_dataset,
+        load_dataset,
+        split_dataset,
+    )
+    from vcollect.store.writer import DATASET_FILE
 
+    check_seed("--seed", args.seed)
     source = load_dataset(args.dataset_id, args.root)
     sizes = parse_sizes(args.sizes, source.total_episodes)
     if len(sizes) != len(args.into):
         raise UsageError(f"--sizes has {len(sizes)} parts but --into names {len(args.into)} datasets")
-    _check_new(args.into, args.root)
+    if source.id in args.into:
+        raise UsageError(f"--into names the dataset being split, {source.id!r}; pick other ids")
+    _check_new(args.into, args.root, overwrite=args.overwrite)
     views = split_dataset(source, sizes, seed=args.seed)
     inherited = {k: v for k, v in source.metadata.items() if k not in ("dataset_id", "created_at", "format_version")}
     made: list[str] = []
     try:
         for new_id, view in zip(args.into, views):
+            if args.overwrite and (dataset_path(new_id, args.root) / DATASET_FILE).is_file():
+                delete_dataset(new_id, args.root)  # checked above: not through a symbolic link
             made.append(new_id)
             part = combine_datasets([view], new_id, args.root)
             with EpisodeStore.open(new_id, args.root) as store:
@@ -310,6 +354,8 @@ def run_export(args: argparse.Namespace, console: Console) -> int:
     """``vcollect export ID --format minari``: write the dataset in Minari's format."""
     from vcollect.store import export_minari, load_dataset
 
+    if args.minari_root is not None:
+        check_folder("--minari-root", args.minari_root)
     dataset = load_dataset(args.dataset_id, args.root)
     minari_id = args.minari_id or args.dataset_id
     path = export_minari(dataset, minari_id, args.minari_root, overwrite=args.overwrite)
@@ -324,8 +370,7 @@ def run_import_minari(args: argparse.Namespace, console: Console) -> int:
     from vcollect.store import import_minari, parse_dataset_id
 
     parse_dataset_id(args.into)
-    if not args.overwrite:
-        _check_new([args.into], args.root)
+    _check_new([args.into], args.root, overwrite=args.overwrite)
     dataset = import_minari(args.source, args.into, args.root, overwrite=args.overwrite, minari_root=args.minari_root)
     console.print(
         Text(f"imported {dataset.total_episodes:,} episodes ({dataset.total_steps:,} steps) into {args.into} at {dataset.path}")

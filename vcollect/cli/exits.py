@@ -21,3 +21,20 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         text = " ".join(message.split())
         self.exit(EXIT_USAGE, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
+
+
+def flag_wording(message: str, args: argparse.Namespace) -> str:
+    """A library error's ``message`` as the command should say it: the Python parameters it tells the caller
+    to pass (``root=``, ``overwrite=True``) replaced by this command's flags, or by what to do where the
+    command has no such flag (``args`` holds an attribute per option of the command)."""
+    from vcollect.store.dataset_info import ROOT_HINT
+    from vcollect.store.writer import APPEND_HINT, OVERWRITE_HINT
+
+    if hasattr(args, "overwrite") and hasattr(args, "append"):
+        replace = "pass --overwrite to replace it or --append to add to it"
+    elif hasattr(args, "overwrite"):
+        replace = "pass --overwrite to replace it"
+    else:
+        replace = "delete it first or pick another id"
+    message = message.replace(f"{OVERWRITE_HINT} or {APPEND_HINT}", replace).replace(OVERWRITE_HINT, replace)
+    return message.replace(ROOT_HINT, "pass --root DIR or set $VCOLLECT_DATASETS_PATH; 'vcollect list' shows what exists")

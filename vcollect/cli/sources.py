@@ -43,8 +43,10 @@ def resolve_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> tup
     if sep:
         try:
             import_from_cwd(module_name)
-        except ImportError as exc:
-            raise UsageError(f"cannot import module {module_name!r} of env id {env_id!r}: {exc}") from None
+        except Exception as exc:  # ImportError, or the module raising while it is imported
+            raise UsageError(
+                f"cannot import module {module_name!r} of env id {env_id!r}: {type(exc).__name__}: {exc}"
+            ) from None
     try:
         spec = gym.spec(bare_id)
     except gym.error.Error as exc:

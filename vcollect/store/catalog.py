@@ -9,12 +9,12 @@ from typing import Any
 
 import h5py
 
-from vcollect.errors import DatasetNotFoundError
+from vcollect.errors import DatasetError, DatasetNotFoundError
 from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, dataset_files, read_dataset_info
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.shard import SHARD_FORMAT_NAME
 
-__all__ = ["delete_dataset", "list_datasets"]
+__all__ = ["delete_dataset", "list_datasets", "symlinked_folder"]
 
 
 def _shard_totals(file: Path) -> tuple[int, int]:
@@ -75,11 +75,36 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
     return dict(sorted(out.items()))
 
 
+def symlinked_folder(dataset_id: str, root: str | os.PathLike[str] | None = None) -> Path | None:
+    """The first folder of the dataset's path below the root that is a symbolic link, or None.
+
+    Deleting a dataset reached through a link would delete files outside the datasets root (the root
+    itself may be a link: it is the user's choice of where datasets live).
+    """
+    parse_dataset_id(dataset_id)
+    path = resolve_root(root)
+    for part in dataset_id.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return path
+    return None
+
+
 def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) -> None:
-    """Delete a dataset directory (and namespace directories left empty); DatasetNotFoundError if absent."""
+    """Delete a dataset directory (and namespace directories left empty); DatasetNotFoundError if absent.
+
+    Refuses (DatasetError, nothing deleted) when a folder of the dataset's path below the root is a
+    symbolic link, so a deletion never reaches outside the root.
+    """
     parse_dataset_id(dataset_id)
     root_path = resolve_root(root)
     path = dataset_path(dataset_id, root_path)
+    link = symlinked_folder(dataset_id, root_path)
+    if link is not None:
+        raise DatasetError(
+            f"refusing to delete dataset {dataset_id!r}: {str(link)!r} is a symbolic link, and deleting through "
+            "it would delete files outside the datasets root"
+        )
     if not (path / DATASET_FILE).is_file():
         raise DatasetNotFoundError(
             f"no dataset {dataset_id!r} under root {str(root_path)!r} (looked for {str(path / DATASET_FILE)!r})"

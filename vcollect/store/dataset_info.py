@@ -104,6 +104,10 @@ def dataset_files(path: Path) -> tuple[list[Path], list[Path]]:
     return committed, temporary
 
 
+#: How a DatasetNotFoundError tells Python callers where else to look (the CLI says its flag instead).
+ROOT_HINT = "pass root= or set $VCOLLECT_DATASETS_PATH, and see list_datasets(root) for what exists"
+
+
 def read_dataset_info(path: Path, dataset_id: str, root: Path) -> dict[str, Any]:
     """Read and check ``dataset.json`` of the dataset directory ``path``.
 
@@ -115,8 +119,7 @@ def read_dataset_info(path: Path, dataset_id: str, root: Path) -> dict[str, Any]
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise DatasetNotFoundError(
-            f"no dataset {dataset_id!r} under root {str(root)!r} (looked for {str(file)!r}); "
-            "pass root= or set $VCOLLECT_DATASETS_PATH, and see list_datasets(root) for what exists"
+            f"no dataset {dataset_id!r} under root {str(root)!r} (looked for {str(file)!r}); {ROOT_HINT}"
         ) from None
     try:
         info = json.loads(text)

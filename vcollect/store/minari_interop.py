@@ -358,19 +358,21 @@ def _write_main_file(dataset: Dataset, path: Path) -> None:
 
 
 def _resolve_minari_data_dir(source: str | os.PathLike[str], minari_root: str | os.PathLike[str] | None) -> Path:
-    """The ``data`` directory of a Minari dataset given by id (under the Minari root) or by path."""
+    """The ``data`` directory of a Minari dataset given by id (under the Minari root) or by path: the
+    dataset's folder, its ``data`` folder, or a file in that (``main_data.hdf5``)."""
     candidates: list[Path] = []
     if isinstance(source, str) and _MINARI_ID_RE.fullmatch(source):
         candidates.append(minari_dataset_path(source, minari_root))
     candidates.append(Path(source).expanduser())
     for candidate in candidates:
-        for data_dir in (candidate / _DATA_DIR, candidate):
+        places = (candidate.parent,) if candidate.is_file() else (candidate / _DATA_DIR, candidate)
+        for data_dir in places:
             if (data_dir / _METADATA_FILE).is_file():
                 return data_dir
     looked = ", ".join(repr(str(c)) for c in candidates)
     raise DatasetNotFoundError(
-        f"no Minari dataset {str(source)!r}: looked for data/{_METADATA_FILE} under {looked} "
-        f"(Minari root {str(resolve_minari_root(minari_root))!r})"
+        f"no Minari dataset {str(source)!r}: looked for data/{_METADATA_FILE} under {looked}, or next to it "
+        f"for a file (Minari root {str(resolve_minari_root(minari_root))!r})"
     )
 
 
@@ -486,9 +488,9 @@ def import_minari(
     """Copy a Minari HDF5 dataset into a new vcollect dataset ``dataset_id`` (under ``root``) and load it.
 
     The source is a Minari id (resolved under ``minari_root``, else ``$MINARI_DATASETS_PATH``, else
-    ``~/.minari/datasets``) or a path to the dataset directory (or its ``data/``). Spaces, env specs and
-    descriptive metadata come from its metadata.json; seeds, reset options, infos, episode metadata and
-    (for vcollect exports) extras are kept. Episodes whose infos change structure start a new shard
+    ``~/.minari/datasets``) or a path to the dataset directory, its ``data/`` or its ``main_data.hdf5``.
+    Spaces, env specs and descriptive metadata come from its metadata.json; seeds, reset options, infos,
+    episode metadata and (for vcollect exports) extras are kept. Episodes whose infos change structure start a new shard
     writer, so nothing is dropped. On failure the partial dataset is deleted.
     """
     data_dir = _resolve_minari_data_dir(minari_dataset_id_or_path, minari_root)

@@ -24,22 +24,48 @@ DEFAULT_ROOT = Path("~") / ".vcollect" / "datasets"
 # Minari 0.5's grammar: an optional (possibly nested) namespace, a name, and a required version.
 # Unlike Minari, a one-character namespace is fine and empty path parts ("a//b") are not.
 _DATASET_ID_RE = re.compile(r"^(?:(?P<namespace>[-_\w]+(?:/[-_\w]+)*)/)?(?P<name>[-_\w]+?)-v(?P<version>\d+)$")
+#: Longest folder name (in UTF-8 bytes) common filesystems allow: each part of an id names one folder.
+MAX_PART_BYTES = 255
+#: Longest id (in UTF-8 bytes): keeps a dataset's file paths well under the usual 4096-byte path limit,
+#: and its version under Python's limit on the digits of an int.
+MAX_ID_BYTES = 1024
+# How much of an overlong or malformed id an error message quotes.
+_QUOTED_CHARS = 80
+
+
+def _quoted(dataset_id: str) -> str:
+    """``dataset_id`` for an error message: its repr, cut short (saying how long it is) when it is long."""
+    if len(dataset_id) <= _QUOTED_CHARS:
+        return repr(dataset_id)
+    return f"{dataset_id[:_QUOTED_CHARS]!r}... ({len(dataset_id):,} characters)"
 
 
 def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
     """Split ``namespace/name-vN`` into (namespace or None, name, version); InvalidDatasetIdError if malformed.
 
     Follows Minari's grammar (the namespace is optional and may be nested, ``a/b/name-v0``) and
-    rejects anything that could escape the datasets root (empty path parts).
+    rejects anything that could escape the datasets root (empty path parts) or that no filesystem can
+    hold (a part over MAX_PART_BYTES, an id over MAX_ID_BYTES).
     """
     if not isinstance(dataset_id, str):
         raise InvalidDatasetIdError(f"a dataset id must be a str like 'namespace/name-v0', got {dataset_id!r}")
+    # length first: a character is at least one byte, and the grammar need not scan a huge string
+    if len(dataset_id) > MAX_ID_BYTES:
+        raise InvalidDatasetIdError(f"dataset id {_quoted(dataset_id)} is too long: at most {MAX_ID_BYTES} bytes")
     match = _DATASET_ID_RE.fullmatch(dataset_id)
     if match is None:
         raise InvalidDatasetIdError(
-            f"malformed dataset id {dataset_id!r}: ids look like 'namespace/name-vN' (letters, digits, '-', '_'; "
-            "the namespace is optional and may be nested, the version N is required), e.g. 'cartpole/random-v0'"
+            f"malformed dataset id {_quoted(dataset_id)}: ids look like 'namespace/name-vN' (letters, digits, '-', "
+            "'_'; the namespace is optional and may be nested, the version N is required), e.g. 'cartpole/random-v0'"
         )
+    if len(dataset_id.encode("utf-8")) > MAX_ID_BYTES:
+        raise InvalidDatasetIdError(f"dataset id {_quoted(dataset_id)} is too long: at most {MAX_ID_BYTES} bytes")
+    for part in dataset_id.split("/"):
+        if len(part.encode("utf-8")) > MAX_PART_BYTES:
+            raise InvalidDatasetIdError(
+                f"dataset id {_quoted(dataset_id)} has a part of {len(part.encode('utf-8')):,} bytes; "
+                f"each part names a folder, of at most {MAX_PART_BYTES} bytes"
+            )
     namespace = match.group("namespace")
     return namespace, match.group("name"), int(match.group("version"))
 

@@ -50,7 +50,11 @@ from vcollect.store.schema import MetadataSchema, TreeSchema, flatten_columns, t
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
 
 # DATASET_FILE stays importable from here for vcollect.cli, which imported it from this module.
-__all__ = ["DATASET_FILE", "EpisodeStore"]
+__all__ = ["APPEND_HINT", "DATASET_FILE", "OVERWRITE_HINT", "EpisodeStore"]
+
+#: What a DatasetExistsError tells Python callers to do (the CLI says its flags instead).
+OVERWRITE_HINT = "pass overwrite=True to replace it"
+APPEND_HINT = "EpisodeStore.open() to append to it"
 
 
 class EpisodeStore:
@@ -140,8 +144,7 @@ class EpisodeStore:
         exists = (path / DATASET_FILE).exists()
         if exists and not overwrite:
             raise DatasetExistsError(
-                f"dataset {dataset_id!r} already exists at {str(path)!r}; pass overwrite=True to replace it "
-                "or EpisodeStore.open() to append to it"
+                f"dataset {dataset_id!r} already exists at {str(path)!r}; {OVERWRITE_HINT} or {APPEND_HINT}"
             )
         if exists:
             shutil.rmtree(path)
@@ -497,7 +500,7 @@ class EpisodeStore:
         if (new_path / DATASET_FILE).exists():
             if not overwrite:
                 raise DatasetExistsError(
-                    f"dataset {dataset_id!r} already exists at {str(new_path)!r}; pass overwrite=True to replace it"
+                    f"dataset {dataset_id!r} already exists at {str(new_path)!r}; {OVERWRITE_HINT}"
                 )
             shutil.rmtree(new_path)
         new_path.parent.mkdir(parents=True, exist_ok=True)
