@@ -53,6 +53,10 @@ for backend in ("ray", "envpool"):
         make_vector("CartPole-v1", 2, backend=backend)
     except ImportError as exc:
         errors[backend] = str(exc)
+try:
+    make_vector("CartPole-v1", 2, backend="nope")
+except ValueError as exc:
+    errors["nope"] = str(exc)
 print(json.dumps({"backends": sorted(BACKENDS), "from_id": sorted(FROM_ENV_ID),
                   "cli": available_backends(), "errors": errors}))
 """
@@ -65,4 +69,6 @@ print(json.dumps({"backends": sorted(BACKENDS), "from_id": sorted(FROM_ENV_ID),
     assert found["errors"] == {
         "ray": "the ray backend needs the ray extra: pip install 'vcollect[ray]'",
         "envpool": "the envpool backend needs the envpool extra: pip install 'vcollect[envpool]'",
+        "nope": "unknown backend 'nope'; available backends: dummy, subproc, gymnasium; "
+                "not installed: ray (vcollect[ray]), envpool (vcollect[envpool])",
     }

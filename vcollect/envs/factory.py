@@ -75,7 +75,10 @@ def make_vector(
         raise ImportError(f"the {backend} backend needs the {extra} extra: pip install 'vcollect[{extra}]'")
     if backend not in BACKENDS and backend not in FROM_ENV_ID:
         names = ", ".join([*BACKENDS, *(b for b in FROM_ENV_ID if b not in BACKENDS)])
-        raise ValueError(f"unknown backend {backend!r}; available backends: {names}")
+        missing = [f"{name} (vcollect[{extra}])" for name, extra in OPTIONAL_BACKENDS.items()
+                   if name not in BACKENDS and name not in FROM_ENV_ID]
+        not_installed = f"; not installed: {', '.join(missing)}" if missing else ""
+        raise ValueError(f"unknown backend {backend!r}; available backends: {names}{not_installed}")
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if backend == "envpool":
