@@ -2,7 +2,6 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
-DATASETS := $(CURDIR)/datasets
 DEMO_ID := demo/cartpole-random-v0
 
 .PHONY: demo test lint typecheck unit bench clean
@@ -21,11 +20,14 @@ $(VENV)/.installed-dev: pyproject.toml requirements-dev.txt
 	$(BIN)/python -m pip install --quiet -c requirements-dev.txt -r requirements-dev.txt -e '.[dev]'
 	touch $(VENV)/.installed $@
 
+# The demo writes under the default datasets root ($VCOLLECT_DATASETS_PATH if set, else
+# ~/.vcollect/datasets), so the vcollect commands run after it find its dataset.
 demo: $(VENV)/.installed
-	VCOLLECT_DATASETS_PATH=$(DATASETS) $(BIN)/vcollect collect CartPole-v1 --num-envs 8 --backend subproc \
+	$(BIN)/vcollect collect CartPole-v1 --num-envs 8 --backend subproc \
 		--episodes 500 --seed 0 --dataset $(DEMO_ID) --overwrite
-	VCOLLECT_DATASETS_PATH=$(DATASETS) $(BIN)/vcollect list
-	VCOLLECT_DATASETS_PATH=$(DATASETS) $(BIN)/vcollect show $(DEMO_ID)
+	$(BIN)/vcollect list
+	$(BIN)/vcollect show $(DEMO_ID)
+	@echo "Next: 'source $(VENV)/bin/activate' (or call $(BIN)/vcollect), then e.g. 'vcollect show $(DEMO_ID)'."
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
@@ -42,4 +44,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/compare.py
 
 clean:
-	rm -rf $(VENV) datasets .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .benchmarks

@@ -5,6 +5,8 @@ synchronous Collector waits for the slowest env at every step; the AsyncCollecto
 are ready and keeps the others running, and still returns exactly the number of steps asked for. Both
 runs are timed; the async one stores its finished episodes in a dataset.
 
+Needs no extra: the base install (``pip install -e .``) runs it.
+
     python examples/async_slow_envs.py --steps 20000
 """
 

@@ -4,6 +4,9 @@ Collects a dataset, exports it in Minari's HDF5 format, loads it with ``minari.l
 minari is installed) and checks that it holds the same episodes, then imports it back. Minari finds
 datasets under ``$MINARI_DATASETS_PATH`` (default ``~/.minari/datasets``); export writes there too.
 
+Needs no extra to export and import back (vcollect writes Minari's format itself); with the minari extra
+(``pip install 'vcollect[minari]'``) it also loads the export with minari, and says when it skips that.
+
     MINARI_DATASETS_PATH=/tmp/minari python examples/minari_export.py --episodes 100
 """
 
@@ -26,8 +29,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--dataset", default="examples/cartpole-random-v0")
-    parser.add_argument("--minari-id", default="vcollect/cartpole-random-v0")
+    parser.add_argument("--dataset", default="examples/cartpole-minari-export-v0")
+    parser.add_argument("--minari-id", default="vcollect/examples-cartpole-v0")
     parser.add_argument("--imported", default="examples/cartpole-from-minari-v0", help="id for the import back")
     parser.add_argument("--root", default=None)
     parser.add_argument("--seed", type=int, default=0)

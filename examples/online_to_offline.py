@@ -5,21 +5,29 @@
    ``dataset.sample_steps`` -- no environment involved.
 3. The cloned network is evaluated as a ``TorchPolicy`` and compared with the expert and random actions.
 
+Needs the torch extra (``pip install 'vcollect[torch]'``); without it, it says so in one line and exits.
+
     python examples/online_to_offline.py --episodes 32 --updates 1000
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 import vcollect
-from vcollect.policies import TorchPolicy
+
+try:
+    import torch
+
+    from vcollect.policies import TorchPolicy  # imports torch too
+except ImportError:  # one line naming the extra, not a traceback
+    sys.exit("examples/online_to_offline.py needs the torch extra: pip install 'vcollect[torch]'")
 
 
 def expert(obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:

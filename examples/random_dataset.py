@@ -4,6 +4,8 @@ Collects exactly N episodes on M environments (subprocess workers by default) in
 loads it back, samples a batch of transitions, and replays one stored episode from its seed to show that
 every episode is reproducible.
 
+Needs no extra: the base install (``pip install -e .``) runs it.
+
     python examples/random_dataset.py --episodes 1000 --num-envs 8
 """
 

@@ -4,20 +4,28 @@ A stochastic rollout (actions sampled from the network's logits) collects exactl
 into a dataset; a greedy evaluation (argmax, no dataset) runs exactly --eval-episodes episodes. Between
 the two, new weights are loaded the way a training loop would after an update.
 
+Needs the torch extra (``pip install 'vcollect[torch]'``); without it, it says so in one line and exits.
+
     python examples/torch_rollout.py --steps 20000 --eval-episodes 32
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-import torch
 
 import vcollect
-from vcollect.policies import TorchPolicy
+
+try:
+    import torch
+
+    from vcollect.policies import TorchPolicy  # imports torch too
+except ImportError:  # one line naming the extra, not a traceback
+    sys.exit("examples/torch_rollout.py needs the torch extra: pip install 'vcollect[torch]'")
 
 
 def make_actor(observation_size: int, n_actions: int) -> torch.nn.Module:

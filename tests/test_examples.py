@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+import vcollect
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+# The one line an example that needs torch prints, instead of a traceback, where torch is not installed.
+NEEDS_TORCH = "needs the torch extra: pip install 'vcollect[torch]'"
 
 
 def example_main(name: str) -> Any:
@@ -26,13 +35,52 @@ def test_every_example_is_tested() -> None:
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
+def default_dataset_ids(name: str) -> list[str]:
+    """The vcollect dataset ids examples/<name>.py writes by default (its ``--dataset``-like options)."""
+    source = (EXAMPLES / f"{name}.py").read_text(encoding="utf-8")
+    return re.findall(r'add_argument\("--(?:dataset|imported)", default="([^"]+)"', source)
+
+
+def test_every_example_writes_a_dataset_id_of_its_own() -> None:
+    """Running the examples one after the other keeps every dataset: no two write the same id."""
+    ids = {path.stem: default_dataset_ids(path.stem) for path in EXAMPLES.glob("*.py")}
+    assert all(ids.values()), ids  # each example writes at least one dataset
+    every_id = [dataset_id for per_example in ids.values() for dataset_id in per_example]
+    assert len(every_id) == len(set(every_id)), ids
+
+
+def run_without_torch(name: str) -> subprocess.CompletedProcess[str]:
+    """``python examples/<name>.py`` in a fresh process where ``import torch`` fails as if it were not installed."""
+    script = EXAMPLES / f"{name}.py"
+    hide_torch = (
+        "import runpy, sys; sys.modules['torch'] = None; "  # `import torch` now raises ImportError
+        f"sys.argv = [{str(script)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", hide_torch], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("name", ["torch_rollout", "online_to_offline"])
+def test_torch_example_without_torch_says_which_extra_in_one_line(name: str) -> None:
+    result = run_without_torch(name)
+    assert result.returncode in (1, 2)
+    assert result.stderr.splitlines() == [f"examples/{name}.py {NEEDS_TORCH}"], result.stderr
+    assert result.stdout == ""
+
+
+def dataset_ids(root: Path) -> list[str]:
+    """The ids of the datasets under ``root``, sorted."""
+    return sorted(vcollect.list_datasets(root))
+
+
 def test_random_dataset(tmp_path: Path) -> None:
     dataset = example_main("random_dataset")(
-        ["--episodes", "20", "--num-envs", "3", "--backend", "dummy", "--root", str(tmp_path), "--dataset", "ex/random-v0"]
+        ["--episodes", "20", "--num-envs", "3", "--backend", "dummy", "--root", str(tmp_path)]
     )
     assert dataset.total_episodes == 20
     assert dataset.metadata["algorithm_name"] == "random"
-    assert (tmp_path / "ex" / "random-v0" / "dataset.json").is_file()
+    assert dataset_ids(tmp_path) == default_dataset_ids("random_dataset")
 
 
 def test_torch_rollout(tmp_path: Path) -> None:
@@ -42,6 +90,7 @@ def test_torch_rollout(tmp_path: Path) -> None:
     assert result["rollout"].n_collected_steps == 600
     assert result["evaluation"].n_collected_episodes == 5
     assert result["dataset"].total_episodes == result["rollout"].n_collected_episodes > 0
+    assert dataset_ids(tmp_path) == default_dataset_ids("torch_rollout")
 
 
 def test_online_to_offline_clone_learns_the_expert(tmp_path: Path) -> None:
@@ -52,20 +101,21 @@ def test_online_to_offline_clone_learns_the_expert(tmp_path: Path) -> None:
     assert result["accuracy"] > 0.85
     clone, random = result["clone"].returns_stat.mean, result["random"].returns_stat.mean
     assert clone > 5 * random, (clone, random)
+    assert dataset_ids(tmp_path) == default_dataset_ids("online_to_offline")
 
 
 def test_async_slow_envs(tmp_path: Path) -> None:
-    if importlib.util.find_spec("vcollect.async_collector") is None:
-        pytest.skip("vcollect.async_collector (issue 4) is not in this tree yet")
     result = example_main("async_slow_envs")(["--steps", "400", "--num-envs", "4", "--root", str(tmp_path)])
     assert result["sync"].n_collected_steps == result["async"].n_collected_steps == 400
     assert result["dataset"].total_episodes == result["async"].n_collected_episodes
+    assert dataset_ids(tmp_path) == default_dataset_ids("async_slow_envs")
 
 
 def test_minari_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
     result = example_main("minari_export")(["--episodes", "12", "--num-envs", "4", "--root", str(tmp_path)])
-    assert result["path"] == tmp_path / "minari" / "vcollect" / "cartpole-random-v0"
+    assert result["path"] == tmp_path / "minari" / "vcollect" / "examples-cartpole-v0"
     assert result["imported"].total_episodes == result["dataset"].total_episodes == 12
+    assert dataset_ids(tmp_path) == sorted(default_dataset_ids("minari_export"))
     if importlib.util.find_spec("minari") is not None:
         assert result["minari"].total_episodes == 12

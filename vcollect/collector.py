@@ -81,7 +81,10 @@ class Collector:
     completed episode is written whole, with the seed of its reset and its env id; a ``buffer`` given with
     a store is switched to keep episodes longer than its rings whole (``keep_whole_episodes``). ``seed``
     seeds the generator behind every reset's seed (one stream per env id) and the actions of
-    ``collect(random=True)``, so the same seed gives bit-identical data on every backend.
+    ``collect(random=True)``. The dummy, subprocess and Ray backends seed every reset the collector asks
+    for, so for the same seed (and policy) they give bit-identical data, equal to each other. The gymnasium
+    backend (its vector envs restart finished envs themselves) and EnvPool (seeded once, from the pool's
+    seed) give the same data again for the same backend and seeds, but not the data of the other backends.
 
     Backends that step every env at once are stepped whole; transitions beyond the requested count are
     recorded and stored at once and reported by the next call (``pending_transitions``). Episodes an env

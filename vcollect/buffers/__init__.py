@@ -1,4 +1,4 @@
-"""Per-env ring buffers of rows (DESIGN.md section 3), written vectorised over env ids."""
+"""Per-env ring buffers of rows, written vectorised over env ids."""
 
 from vcollect.buffers.ring import EpisodeEnds, EpisodeSlice, VectorRingBuffer
 

@@ -1,6 +1,6 @@
 """VectorRingBuffer: one ring of rows per env id, written vectorised over env ids once per step.
 
-Row layout (DESIGN.md section 3): a row holds an observation and, once the policy acted on it, the
+Row layout: a row holds an observation and, once the policy acted on it, the
 action, reward, termination and truncation that followed. An episode of T steps is T+1 consecutive
 rows, the last holding only the final observation; consecutive episodes never share a row.
 

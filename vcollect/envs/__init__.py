@@ -1,4 +1,4 @@
-"""Vector-env backends behind one protocol (DESIGN.md section 4)."""
+"""Vector-env backends behind one protocol (the envs/ room of docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,18 @@ from vcollect.envs.envpool_adapter import EnvPoolVectorEnv
 from vcollect.envs.gymnasium_adapter import GymnasiumVectorEnv
 from vcollect.envs.subproc import SubprocVectorEnv
 
-__all__ = ["BACKENDS", "make_vector"]
+__all__ = ["BACKENDS", "FROM_ENV_ID", "make_vector"]
+
+OPTIONAL_BACKENDS: dict[str, str] = {"ray": "ray", "envpool": "envpool"}
+"""Backends that need an extra: backend name -> the package it imports (and the extra that installs it)."""
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported here (found on the path; not imported, so this stays cheap)."""
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a broken or half-removed installation
+        return False
 
 
 def _ray_vector_env(env_fns: list[Callable[[], gym.Env]], **kwargs: Any) -> VectorEnv:
@@ -27,17 +39,21 @@ def _ray_vector_env(env_fns: list[Callable[[], gym.Env]], **kwargs: Any) -> Vect
 BACKENDS: dict[str, Callable[..., VectorEnv]] = {
     "dummy": DummyVectorEnv,
     "subproc": SubprocVectorEnv,
-    "ray": _ray_vector_env,
     "gymnasium": GymnasiumVectorEnv.from_env_fns,
 }
-"""Backend name -> constructor taking a list of env factories (plus backend keyword arguments)."""
+"""Backend name -> constructor taking a list of env factories (plus backend keyword arguments); only the
+backends whose packages are installed (``ray`` with the ``ray`` extra)."""
+if _installed(OPTIONAL_BACKENDS["ray"]):
+    BACKENDS["ray"] = _ray_vector_env
 
 FROM_ENV_ID: dict[str, Callable[..., VectorEnv]] = {
     "gymnasium": GymnasiumVectorEnv.make,
-    "envpool": EnvPoolVectorEnv.make,
 }
 """Backends built from a registered env id: name -> builder(env_id, num_envs, **kwargs). The gymnasium
-backend uses gymnasium.make_vec (so vector entry points work); envpool needs an envpool task id."""
+backend uses gymnasium.make_vec (so vector entry points work); envpool (listed only with the ``envpool``
+extra installed) needs an envpool task id."""
+if _installed(OPTIONAL_BACKENDS["envpool"]):
+    FROM_ENV_ID["envpool"] = EnvPoolVectorEnv.make
 
 
 def make_vector(
@@ -54,9 +70,15 @@ def make_vector(
     `backend="gymnasium"` wraps gymnasium.make_vec (its vector entry point when the env has one; see
     GymnasiumVectorEnv.make); `backend="envpool"` needs an envpool task id (see EnvPoolVectorEnv.make).
     """
+    if backend in OPTIONAL_BACKENDS and backend not in BACKENDS and backend not in FROM_ENV_ID:
+        extra = OPTIONAL_BACKENDS[backend]
+        raise ImportError(f"the {backend} backend needs the {extra} extra: pip install 'vcollect[{extra}]'")
     if backend not in BACKENDS and backend not in FROM_ENV_ID:
         names = ", ".join([*BACKENDS, *(b for b in FROM_ENV_ID if b not in BACKENDS)])
-        raise ValueError(f"unknown backend {backend!r}; available backends: {names}")
+        missing = [f"{name} (vcollect[{extra}])" for name, extra in OPTIONAL_BACKENDS.items()
+                   if name not in BACKENDS and name not in FROM_ENV_ID]
+        not_installed = f"; not installed: {', '.join(missing)}" if missing else ""
+        raise ValueError(f"unknown backend {backend!r}; available backends: {names}{not_installed}")
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if backend == "envpool":

@@ -1,6 +1,6 @@
 """EpisodeStore: append completed episodes to a dataset as crash-safe, columnar HDF5 shards.
 
-Layout (DESIGN.md section 5)::
+Layout (docs/ARCHITECTURE.md, "On disk")::
 
     <root>/<namespace>/<name>-vN/
       dataset.json                               id, format version, spaces, env spec, metadata
