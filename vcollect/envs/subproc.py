@@ -98,7 +98,8 @@ class SubprocVectorEnv(BaseVectorEnv):
     anything it holds, defined in ``__main__`` (a lambda or function of the script), or a ``gym.make`` id
     with an entry point in ``__main__`` or not registered in this process. Other ids registered here (by
     ``gym.register_envs(ale_py)`` in the script, say) are registered in the workers from this process's
-    registry. Pass True if the factories rely on other side effects of running the script.
+    registry (an id registered under the script's ``__main__`` guard works too). Pass True if the
+    factories rely on other side effects of running the script.
     (multiprocessing has no option for this: the worker is started without the main module's path in
     its preparation data, see ``subproc_worker._install_preparation_filter``.) A script without an
     ``if __name__ == "__main__":`` guard that workers do import gets a one-line EnvWorkerError saying so.
@@ -145,10 +146,9 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._restarted_dirty = True  # some shared restarted row may be True
 
         ctx = mp_context(context)
+        needs_main, specs = factories_need_main(env_fns)
         if import_main is None:
-            import_main, specs = factories_need_main(env_fns)
-        else:
-            specs = [] if import_main else factories_need_main(env_fns)[1]
+            import_main = needs_main
         self.imports_main = import_main
         shared_fd = shared_file()
         try:

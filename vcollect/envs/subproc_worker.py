@@ -146,7 +146,8 @@ class _Sink:
 
 
 def factories_need_main(env_fns: Sequence[Callable[[], Any]]) -> tuple[bool, list[Any]]:
-    """(whether the workers must import the main module, the gym registry entries to send them).
+    """(whether the workers must import the main module, the gym registry entries to send them: the
+    workers register those they lack, so an id the script registers under its ``__main__`` guard works).
 
     The main module is needed when a factory (a lambda or function, a class, an instance's class, a
     closure's contents, a partial's arguments, ...) is defined in ``__main__``, when a ``gym.make`` id
@@ -160,20 +161,29 @@ def factories_need_main(env_fns: Sequence[Callable[[], Any]]) -> tuple[bool, lis
     finder = _MainFinder()
     try:
         finder.dump(list(env_fns))
-        specs = list(finder.specs.values())
-        if any(spec is None for spec in specs):
-            return True, []  # an id not registered here: leave it to whatever the script does
-        for spec in specs:
-            entry = spec.entry_point
-            if isinstance(entry, str) and entry.split(":", 1)[0] in ("__main__", "__mp_main__"):
-                return True, []
-        spec_finder = _MainFinder()
-        spec_finder.dump(specs)  # a callable entry point, or kwargs, from __main__
     except Exception:
         return True, []  # the real pickling will report it; do not guess
-    if finder.uses_main or spec_finder.uses_main:
-        return True, []
-    return False, specs
+    specs = [spec for spec in finder.specs.values() if spec is not None and _picklable(spec)]
+    if finder.uses_main or len(specs) < len(finder.specs):
+        return True, specs  # (an id not registered here, or not sendable: left to the script)
+    for spec in specs:
+        entry = spec.entry_point
+        if isinstance(entry, str) and entry.split(":", 1)[0] in ("__main__", "__mp_main__"):
+            return True, specs
+    spec_finder = _MainFinder()
+    try:
+        spec_finder.dump(specs)  # a callable entry point, or kwargs, from __main__
+    except Exception:
+        return True, specs
+    return spec_finder.uses_main, specs
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        pickle.dumps(obj)
+    except Exception:
+        return False
+    return True
 
 
 _preparation = threading.local()  # .skip_main: leave the main module out of the processes started here
