@@ -11,11 +11,20 @@ Three settings, interleaved within each repeat (best of ``--repeats`` is printed
   the scoped setting should match (the difference is the set/restore cost).
 
 ``--calls`` also times the policy call alone (batch of 8) in the three settings.
+
+``--worker-start N``: instead, time ``SubprocVectorEnv`` start-up (8 CartPole-v1 envs from
+``functools.partial(gym.make, ...)``, 2 workers; constructor call, in a fresh process each time, this
+script, which imports torch, as the main module) with ``import_main=True`` (what multiprocessing does:
+every worker runs this script again) and the default (workers skip it: the factories do not need it),
+alternating, N times each.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -144,13 +153,50 @@ def set_restore_cost(calls: int, repeats: int, default_threads: int) -> float:
     return best
 
 
+def start_once(import_main: bool | None) -> float:
+    """Seconds to construct a SubprocVectorEnv (forkserver start included: a fresh process)."""
+    from vcollect.envs import SubprocVectorEnv
+
+    factory = functools.partial(gym.make, "CartPole-v1")
+    start = time.perf_counter()
+    envs = SubprocVectorEnv([factory] * NUM_ENVS, num_workers=2, import_main=import_main)
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return elapsed
+
+
+def bench_worker_start(times: int) -> None:
+    results: dict[str, list[float]] = {"True": [], "None": []}
+    for _ in range(times):
+        for mode in results:
+            out = subprocess.run(
+                [sys.executable, __file__, "--start-once", mode], capture_output=True, text=True, check=True
+            )
+            results[mode].append(float(out.stdout.split()[-1]))
+    print("| workers import the main script | SubprocVectorEnv start-up, best (s) | median (s) |")
+    print("|---|---:|---:|")
+    for mode, label in (("True", "yes (import_main=True)"), ("None", "no (default: not needed)")):
+        values = sorted(results[mode])
+        print(f"| {label} | {values[0]:.2f} | {values[len(values) // 2]:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mlp-steps", type=int, default=40_000)
     parser.add_argument("--cnn-steps", type=int, default=4_000)
     parser.add_argument("--calls", type=int, default=5_000, help="policy calls per timing (0: skip)")
+    parser.add_argument(
+        "--worker-start", type=int, default=0, metavar="N", help="time worker start-up instead"
+    )
+    parser.add_argument("--start-once", choices=["True", "None"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.start_once:
+        print(start_once(True if args.start_once == "True" else None))
+        return
+    if args.worker_start:
+        bench_worker_start(args.worker_start)
+        return
     default_threads = torch.get_num_threads()
     print(
         f"torch {torch.__version__}, default intra-op threads {default_threads}, {NUM_ENVS} envs, "
