@@ -223,6 +223,8 @@ def main() -> None:
             print(
                 f"| {network} | {r['default']:.1f} | {r['scoped 1']:.1f} | {r['global 1']:.1f} |", flush=True
             )
+        cost = set_restore_cost(args.calls * 10, args.repeats, default_threads)
+        print(f"\nget + set(1) + set back, alone: {cost:.2f} µs")
 
 
 if __name__ == "__main__":
