@@ -237,6 +237,7 @@ if __name__ == "__main__":
     cases = {
         "id": (cartpole, None),
         "registered_here": (functools.partial(gym.make, "VcollectTestCounting-v0"), None),
+        "module_id": (functools.partial(gym.make, "tests.cli_envs:InfoCounter-v0"), None),  # gym.make imports it
         "forced": (cartpole, True),
         "lambda": (lambda: gym.make("CartPole-v1"), None),
         "main_class": (MainEnv, None),
@@ -259,6 +260,7 @@ def test_workers_import_the_main_module_only_when_the_factories_need_it(tmp_path
     assert got == {
         "id": ["False", "0"],
         "registered_here": ["False", "0"],  # registered by the script: sent to the workers
+        "module_id": ["False", "0"],
         "forced": ["True", "2"],
         "lambda": ["True", "2"],
         "main_class": ["True", "2"],

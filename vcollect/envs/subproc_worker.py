@@ -164,8 +164,11 @@ def factories_need_main(env_fns: Sequence[Callable[[], Any]]) -> tuple[bool, lis
     except Exception:
         return True, []  # the real pickling will report it; do not guess
     specs = [spec for spec in finder.specs.values() if spec is not None and _picklable(spec)]
-    if finder.uses_main or len(specs) < len(finder.specs):
-        return True, specs  # (an id not registered here, or not sendable: left to the script)
+    # an id not registered here, or not sendable, is left to the script; but "module:Name-v0" is
+    # registered by gym.make itself, importing the module
+    unknown = [env_id for env_id, spec in finder.specs.items() if spec is None and ":" not in env_id]
+    if finder.uses_main or unknown or len(specs) < sum(spec is not None for spec in finder.specs.values()):
+        return True, specs
     for spec in specs:
         entry = spec.entry_point
         if isinstance(entry, str) and entry.split(":", 1)[0] in ("__main__", "__mp_main__"):
