@@ -279,13 +279,15 @@ def test_a_script_without_main_guard_works_when_workers_do_not_import_it(tmp_pat
     assert done.stdout.split() == ["collected"]
 
 
-def test_a_script_without_main_guard_gets_a_one_line_error(tmp_path):
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_a_script_without_main_guard_gets_a_one_line_error(tmp_path, context):
     # The workers import the script (its factory is a lambda of the script), which builds the envs again
     # at import: each worker exits quietly and the parent names the cause.
     done = _run_script(
         tmp_path,
         "import gymnasium as gym\nfrom vcollect.envs import SubprocVectorEnv\n"
-        "envs = SubprocVectorEnv([lambda: gym.make('CartPole-v1')] * 2, num_workers=2)\nprint('built')\n",
+        f"envs = SubprocVectorEnv([lambda: gym.make('CartPole-v1')] * 2, num_workers=2, context={context!r})\n"
+        "print('built')\n",
     )
     assert done.returncode == 1
     assert done.stdout == ""  # the workers did not get past the script's second line either
