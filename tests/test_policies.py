@@ -636,3 +636,69 @@ def test_torch_policy_vouches_for_index_valued_actions_only() -> None:
     assert TorchPolicy(net, spaces.MultiBinary(4)).actions_in_space
     # a module that outputs NaN gives NaN Box actions: those stay checked by the collector
     assert not TorchPolicy(net, spaces.Box(-1.0, 1.0, (4,), np.float32)).actions_in_space
+
+
+class _ThreadSpy(torch.nn.Module):
+    """Records torch.get_num_threads() as seen inside its forward pass; logits favour action 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[int] = []
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        self.seen.append(torch.get_num_threads())
+        return torch.tensor([[0.0, 1.0]]).expand(obs.shape[0], 2)
+
+
+@pytest.fixture
+def two_threads():
+    """torch at 2 intra-op threads for the test (set back afterwards), so 1 differs from the setting."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("num_threads, inside", [(None, 2), (1, 1), (3, 3)], ids=["none", "one", "three"])
+def test_torch_policy_runs_its_forward_pass_at_num_threads_and_restores_torchs_setting(
+    two_threads: None, num_threads: int | None, inside: int
+) -> None:
+    spy = _ThreadSpy()
+    kwargs = {} if num_threads == 1 else {"num_threads": num_threads}  # 1 is the default
+    policy = TorchPolicy(spy, spaces.Discrete(2), **kwargs)
+    for _ in range(3):
+        actions, _ = policy(np.zeros((4, 3), np.float32))
+        assert actions.tolist() == [1, 1, 1, 1]
+        assert torch.get_num_threads() == 2
+    assert spy.seen == [inside] * 3
+
+
+def test_torch_policy_restores_the_thread_count_when_the_module_raises(two_threads: None) -> None:
+    class Failing(torch.nn.Module):
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("boom")
+
+    policy = TorchPolicy(Failing(), spaces.Discrete(2))
+    with pytest.raises(RuntimeError, match="boom"):
+        policy(np.zeros((2, 3), np.float32))
+    assert torch.get_num_threads() == 2
+
+
+def test_torch_policy_follows_a_thread_count_the_program_changes_later(two_threads: None) -> None:
+    # the setting is read at each call: a change between calls is what the next call restores
+    spy = _ThreadSpy()
+    policy = TorchPolicy(spy, spaces.Discrete(2), num_threads=None)
+    policy(np.zeros((1, 3), np.float32))
+    torch.set_num_threads(1)
+    policy(np.zeros((1, 3), np.float32))
+    assert spy.seen == [2, 1]
+    scoped = TorchPolicy(_ThreadSpy(), spaces.Discrete(2), num_threads=2)
+    scoped(np.zeros((1, 3), np.float32))
+    assert scoped.module.seen == [2] and torch.get_num_threads() == 1
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_torch_policy_rejects_a_bad_num_threads(bad: Any) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        TorchPolicy(torch.nn.Linear(3, 2), spaces.Discrete(2), num_threads=bad)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -185,3 +187,115 @@ def test_factory_failing_in_worker_is_reported(closing):
     with pytest.raises(EnvWorkerError, match="env 1.*factory raised") as info:
         SubprocVectorEnv([CountingEnv, functools.partial(FailingEnv, no_such_argument=1)], num_workers=2)
     assert "TypeError" in info.value.traceback_text
+
+
+# -- the main module in the workers: imported only when needed; a missing __main__ guard in one line ------
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run_script(tmp_path: Any, text: str) -> Any:
+    """Run ``text`` as a script file with this interpreter (vcollect and tests importable)."""
+    script = tmp_path / "collect_script.py"
+    script.write_text(text)
+    env = {**os.environ, "PYTHONPATH": REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+IMPORT_COUNTING_SCRIPT = '''
+import functools, os, sys
+import gymnasium as gym
+import numpy as np
+from vcollect.envs import SubprocVectorEnv
+
+LOG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "imports.log")
+with open(LOG, "a") as log:  # one line per process that runs this file
+    log.write(f"{os.getpid()}\\n")
+
+
+class MainEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+def imports():
+    with open(LOG) as log:
+        return len(log.readlines())
+
+
+if __name__ == "__main__":
+    gym.register("VcollectTestCounting-v0", entry_point="tests.envs:CountingEnv", kwargs={"episode_length": 3})
+    gym.register("VcollectTestMain-v0", entry_point=MainEnv)
+    cartpole = functools.partial(gym.make, "CartPole-v1")
+    cases = {
+        "id": (cartpole, None),
+        "registered_here": (functools.partial(gym.make, "VcollectTestCounting-v0"), None),
+        "module_id": (functools.partial(gym.make, "tests.cli_envs:InfoCounter-v0"), None),  # gym.make imports it
+        "forced": (cartpole, True),
+        "lambda": (lambda: gym.make("CartPole-v1"), None),
+        "main_class": (MainEnv, None),
+        "main_entry_point": (functools.partial(gym.make, "VcollectTestMain-v0"), None),
+    }
+    for name, (factory, import_main) in cases.items():
+        before = imports()
+        envs = SubprocVectorEnv([factory] * 2, num_workers=2, import_main=import_main)
+        envs.reset(seeds=0)
+        envs.step(np.zeros(2, np.int64))
+        envs.close()
+        print(name, envs.imports_main, imports() - before)
+'''
+
+
+def test_workers_import_the_main_module_only_when_the_factories_need_it(tmp_path):
+    done = _run_script(tmp_path, IMPORT_COUNTING_SCRIPT)
+    assert done.returncode == 0, done.stderr
+    got = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines()}
+    assert got == {
+        "id": ["False", "0"],
+        "registered_here": ["False", "0"],  # registered by the script: sent to the workers
+        "module_id": ["False", "0"],
+        "forced": ["True", "2"],
+        "lambda": ["True", "2"],
+        "main_class": ["True", "2"],
+        "main_entry_point": ["True", "2"],
+    }
+
+
+def test_a_script_without_main_guard_works_when_workers_do_not_import_it(tmp_path):
+    done = _run_script(
+        tmp_path,
+        "import functools\nimport gymnasium as gym\nimport numpy as np\nfrom vcollect.envs import SubprocVectorEnv\n"
+        "envs = SubprocVectorEnv([functools.partial(gym.make, 'CartPole-v1')] * 2, num_workers=2)\n"
+        "envs.reset(seeds=0)\nenvs.step(np.zeros(2, np.int64))\nenvs.close()\nprint('collected')\n",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["collected"]
+
+
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_a_script_without_main_guard_gets_a_one_line_error(tmp_path, context):
+    # The workers import the script (its factory is a lambda of the script), which builds the envs again
+    # at import: each worker exits quietly and the parent names the cause.
+    done = _run_script(
+        tmp_path,
+        "import gymnasium as gym\nfrom vcollect.envs import SubprocVectorEnv\n"
+        f"envs = SubprocVectorEnv([lambda: gym.make('CartPole-v1')] * 2, num_workers=2, context={context!r})\n"
+        "print('built')\n",
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""  # the workers did not get past the script's second line either
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("vcollect.errors.EnvWorkerError: env 0: worker process 0 could not start")
+    assert 'has no `if __name__ == "__main__":` guard' in lines[-1]
+    assert "put the code that starts collecting under that guard" in lines[-1]
+    # the parent's own short traceback, nothing from the workers (no "bootstrapping phase" RuntimeError)
+    assert lines[0] == "Traceback (most recent call last):" and done.stderr.count("Traceback") == 1
+    assert "RuntimeError" not in done.stderr and "bootstrapping" not in done.stderr
+    assert len(lines) < 20

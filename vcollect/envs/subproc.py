@@ -12,6 +12,7 @@ import mmap
 import os
 import pickle
 import select
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
@@ -53,7 +54,15 @@ from vcollect.envs.subproc_transport import (
     spin_acquire,
     spin_poll,
 )
-from vcollect.envs.subproc_worker import CLOSE_JOIN_S, mp_context, start_worker, stop_workers
+from vcollect.envs.subproc_worker import (
+    CLOSE_JOIN_S,
+    NO_MAIN_GUARD_EXIT,
+    exit_if_importing_main,
+    factories_need_main,
+    mp_context,
+    start_worker,
+    stop_workers,
+)
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["SubprocVectorEnv"]
@@ -82,6 +91,18 @@ class SubprocVectorEnv(BaseVectorEnv):
     (yielding the CPU) before they sleep; 0 sleeps at once. Polling avoids a slow wake-up per command when
     steps follow each other quickly, at the price of at most spin_s of CPU per wait.
     A worker process that dies raises EnvWorkerError and closes the vector env.
+
+    `import_main`: whether spawn and forkserver workers import the program's main module when they start,
+    as multiprocessing does by default (they run the script again as ``__mp_main__``: seconds when it
+    imports torch). None (the default) imports it only when the env factories need it: a factory, or
+    anything it holds, defined in ``__main__`` (a lambda or function of the script), or a ``gym.make`` id
+    with an entry point in ``__main__`` or not registered in this process. Other ids registered here (by
+    ``gym.register_envs(ale_py)`` in the script, say) are registered in the workers from this process's
+    registry (an id registered under the script's ``__main__`` guard works too). Pass True if the
+    factories rely on other side effects of running the script.
+    (multiprocessing has no option for this: the worker is started without the main module's path in
+    its preparation data, see ``subproc_worker._install_preparation_filter``.) A script without an
+    ``if __name__ == "__main__":`` guard that workers do import gets a one-line EnvWorkerError saying so.
     """
 
     capabilities = EnvCapabilities(step_reset=True)
@@ -93,7 +114,9 @@ class SubprocVectorEnv(BaseVectorEnv):
         *,
         context: str | BaseContext | None = None,
         spin_s: float = _SPIN_S,
+        import_main: bool | None = None,
     ) -> None:
+        exit_if_importing_main()  # a worker running an unguarded script: the parent explains
         num_envs = len(env_fns)
         if num_envs == 0:
             raise ValueError("SubprocVectorEnv needs at least one env factory")
@@ -123,12 +146,17 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._restarted_dirty = True  # some shared restarted row may be True
 
         ctx = mp_context(context)
+        needs_main, specs = factories_need_main(env_fns)
+        if import_main is None:
+            import_main = needs_main
+        self.imports_main = import_main
         shared_fd = shared_file()
         try:
             for w, group in enumerate(groups):
                 worker = start_worker(
-                    ctx, w, group, [env_fns[i] for i in group], shared_fd, num_envs, num_workers, spin_s
-                )
+                    ctx, w, group, [env_fns[i] for i in group], shared_fd, num_envs, num_workers, spin_s,
+                    import_main=import_main, specs=specs,
+                )  # fmt: skip
                 self._pipes += worker.pipes
                 self._command_sems.append(worker.commands)
                 self._done_sems.append(worker.done)
@@ -174,6 +202,14 @@ class SubprocVectorEnv(BaseVectorEnv):
         try:
             message = pickle.loads(self._recv_from(w, None, spin=False))
         except EnvWorkerError as exc:
+            if self._procs[w].exitcode == NO_MAIN_GUARD_EXIT:
+                main = getattr(sys.modules.get("__main__"), "__file__", None) or "the main module"
+                raise EnvWorkerError(
+                    int(self._group_ids[w][0]),
+                    f"worker process {w} could not start: it imports {main}, which has no "
+                    '`if __name__ == "__main__":` guard and so builds the envs again; put the code that '
+                    "starts collecting under that guard",
+                ) from None
             raise EnvWorkerError(
                 int(self._group_ids[w][0]),
                 f"worker process {w} died while creating its envs (exit code {self._procs[w].exitcode})",
@@ -235,7 +271,13 @@ class SubprocVectorEnv(BaseVectorEnv):
     ) -> StepResetResult:
         """Step env_ids (all when None); each worker resets its envs that end right after their step, so
         an ended episode costs no second round trip. Results in env_ids order."""
-        if env_ids is None and may_reset is None and options is None and not self.closed and not any(self._commands):
+        if (
+            env_ids is None
+            and may_reset is None
+            and options is None
+            and not self.closed
+            and not any(self._commands)
+        ):
             result = self._step_reset_all(actions, reset_seeds)
             if result is not None:
                 return result
@@ -245,7 +287,9 @@ class SubprocVectorEnv(BaseVectorEnv):
         given = [s for s in seed_list if s is not None]
         if self.closed or any(self._commands) or (given and not 0 <= min(given) <= max(given) < 2**63):
             # not in flight-free sync mode, or seeds that do not fit the shared int64 rows
-            return super().step_reset(actions, env_ids, reset_seeds=seed_list, may_reset=may_reset, options=options)
+            return super().step_reset(
+                actions, env_ids, reset_seeds=seed_list, may_reset=may_reset, options=options
+            )
         seeds = seed_list if len(given) == len(seed_list) else [-1 if s is None else s for s in seed_list]
         ids = self._ids(env_ids)
         leaves = self._step_reset_leaves(actions, ids, seeds, options)
@@ -354,7 +398,9 @@ class SubprocVectorEnv(BaseVectorEnv):
             return StepResetResult(*step, self._all_ids[:0], None, [])
         restarted = np.flatnonzero(rows.restarted)
         reset_obs = self.obs_layout.gather(rows.reset_obs, restarted)
-        return StepResetResult(*step, restarted, reset_obs, [reset_infos.get(i, {}) for i in restarted.tolist()])
+        return StepResetResult(
+            *step, restarted, reset_obs, [reset_infos.get(i, {}) for i in restarted.tolist()]
+        )
 
     def _settle_owed(self) -> None:
         """Finish the fast commands whose answers an interrupted call left unread (and drop the answers):
@@ -392,7 +438,10 @@ class SubprocVectorEnv(BaseVectorEnv):
         return command_parts(op, ids, payload, self._worker_of, self._starts)
 
     def _roundtrip(
-        self, parts: list[Part], store_infos: bool = True, reset_infos: dict[int, dict[str, Any]] | None = None
+        self,
+        parts: list[Part],
+        store_infos: bool = True,
+        reset_infos: dict[int, dict[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
         """Send each worker its command, then collect the replies in order: rows land in shared memory,
         infos are returned in parts order (and stored per env id if store_infos), failures recorded, the

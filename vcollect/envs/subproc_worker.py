@@ -4,19 +4,25 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import multiprocessing as mp
+import multiprocessing.spawn
 import os
 import pickle
 import select
+import sys
+import threading
 import time
 import traceback
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any
 
 import gymnasium as gym
+from cloudpickle import Pickler as CloudPickler
 from gymnasium.vector.utils import CloudpickleWrapper
 
 from vcollect.envs.layout import FixedLayout
@@ -40,9 +46,23 @@ from vcollect.envs.subproc_transport import (
     spin_acquire,
 )
 
-__all__ = ["FailureTuple", "WorkerHandle", "mp_context", "start_worker", "stop_workers", "worker_main"]
+__all__ = [
+    "NO_MAIN_GUARD_EXIT",
+    "FailureTuple",
+    "WorkerHandle",
+    "exit_if_importing_main",
+    "factories_need_main",
+    "mp_context",
+    "start_worker",
+    "stop_workers",
+    "worker_main",
+]
 
 CLOSE_JOIN_S = 2.0  # how long a closing worker gets to exit before it is terminated (then killed)
+WORKER_NAME = "vcollect-env-worker-"  # + the worker index: the process name, known before main is imported
+# The exit code of a worker that found itself building a SubprocVectorEnv while importing the main module
+# at start-up (a script without an ``if __name__ == "__main__":`` guard): the parent explains it.
+NO_MAIN_GUARD_EXIT = 86
 
 
 FailureTuple = tuple[int, str, str, str]  # (env id, kind, message, traceback) of a failed env call
@@ -50,6 +70,163 @@ FailureTuple = tuple[int, str, str, str]  # (env id, kind, message, traceback) o
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def exit_if_importing_main() -> None:
+    """Exit quietly (code NO_MAIN_GUARD_EXIT) when this process is a vcollect worker importing the main
+    module at start-up, i.e. a script without a ``__main__`` guard is building a SubprocVectorEnv again.
+
+    The standard library would raise its "bootstrapping phase" RuntimeError (about 100 lines of traceback
+    on stderr); the parent names the cause in one line instead. Same test as multiprocessing's own
+    (``_inheriting``), limited to vcollect's workers by the process name, which is set before main is
+    imported; other processes get the standard library's error.
+    """
+    process = mp.current_process()
+    if getattr(process, "_inheriting", False) and process.name.startswith(WORKER_NAME):
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(NO_MAIN_GUARD_EXIT)
+
+
+# -- does a worker need the main module? ---------------------------------------------------------------
+# A process started by spawn or forkserver runs the parent's main script again (as __mp_main__) before it
+# unpickles its target, so that functions and classes pickled by reference to __main__ can be found
+# (multiprocessing's "safe importing of main module"). The env factories go through cloudpickle, which
+# pickles what __main__ defines by value, so the worker only needs the script when the factories use it.
+
+
+def _is_gym_make(func: Any) -> bool:
+    return func is gym.make or getattr(func, "__wrapped__", None) is gym.make
+
+
+def _gym_id(obj: Any) -> str | None:
+    """The env id of ``functools.partial(gym.make, id, ...)``, else None."""
+    if isinstance(obj, functools.partial) and _is_gym_make(obj.func):
+        env_id = obj.args[0] if obj.args else obj.keywords.get("id")
+        if isinstance(env_id, str):
+            return env_id
+    return None
+
+
+def _registered_spec(env_id: str) -> Any:
+    """The parent's registry entry for a ``gym.make`` id (``"module:Name-v0"`` too), or None."""
+    name = env_id.split(":", 1)[1] if ":" in env_id else env_id
+    try:
+        return gym.spec(name)
+    except Exception:
+        return None
+
+
+class _MainFinder(CloudPickler):
+    """Pickles like cloudpickle into a sink, noting whether anything defined in ``__main__`` is met and
+    collecting the registry entries of the gym.make ids met (which the worker registers if it lacks them)."""
+
+    def __init__(self) -> None:
+        super().__init__(_Sink(), protocol=pickle.HIGHEST_PROTOCOL)
+        self.uses_main = False
+        self.specs: dict[str, Any] = {}
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, (type, types.FunctionType)):
+            module = getattr(obj, "__module__", None)
+        else:
+            module = getattr(type(obj), "__module__", None)
+        if module in ("__main__", "__mp_main__"):
+            self.uses_main = True
+        env_id = _gym_id(obj)
+        if env_id is not None and env_id not in self.specs:
+            self.specs[env_id] = _registered_spec(env_id)
+        return super().reducer_override(obj)
+
+
+class _Sink:
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+def factories_need_main(env_fns: Sequence[Callable[[], Any]]) -> tuple[bool, list[Any]]:
+    """(whether the workers must import the main module, the gym registry entries to send them: the
+    workers register those they lack, so an id the script registers under its ``__main__`` guard works).
+
+    The main module is needed when a factory (a lambda or function, a class, an instance's class, a
+    closure's contents, a partial's arguments, ...) is defined in ``__main__``, when a ``gym.make`` id
+    is registered with an entry point in ``__main__``, or when an id is not registered here at all.
+    Ids registered here by other modules (``gym.register_envs(ale_py)`` in the script, say) are sent
+    along and registered in the worker, which then does not need the script for them.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or (getattr(main, "__file__", None) is None and getattr(main, "__spec__", None) is None):
+        return False, []  # nothing to import (an interactive session, python -c)
+    finder = _MainFinder()
+    try:
+        finder.dump(list(env_fns))
+    except Exception:
+        return True, []  # the real pickling will report it; do not guess
+    specs = [spec for spec in finder.specs.values() if spec is not None and _picklable(spec)]
+    # an id not registered here, or not sendable, is left to the script; but "module:Name-v0" is
+    # registered by gym.make itself, importing the module
+    unknown = [env_id for env_id, spec in finder.specs.items() if spec is None and ":" not in env_id]
+    if finder.uses_main or unknown or len(specs) < sum(spec is not None for spec in finder.specs.values()):
+        return True, specs
+    for spec in specs:
+        entry = spec.entry_point
+        if isinstance(entry, str) and entry.split(":", 1)[0] in ("__main__", "__mp_main__"):
+            return True, specs
+    spec_finder = _MainFinder()
+    try:
+        spec_finder.dump(specs)  # a callable entry point, or kwargs, from __main__
+    except Exception:
+        return True, specs
+    return spec_finder.uses_main, specs
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        pickle.dumps(obj)
+    except Exception:
+        return False
+    return True
+
+
+_preparation = threading.local()  # .skip_main: leave the main module out of the processes started here
+_preparation_lock = threading.Lock()
+
+
+def _install_preparation_filter() -> bool:
+    """Wrap ``multiprocessing.spawn.get_preparation_data`` (once) so that processes started by this thread
+    while ``_preparation.skip_main`` is set are not told to import the main module; False where that
+    function is missing (then workers import main as usual)."""
+    with _preparation_lock:
+        current = getattr(multiprocessing.spawn, "get_preparation_data", None)
+        if current is None:
+            return False
+        if getattr(current, "_vcollect_filter", False):
+            return True
+
+        @functools.wraps(current)
+        def get_preparation_data(name: str) -> dict[str, Any]:
+            data = current(name)
+            if getattr(_preparation, "skip_main", False):
+                data.pop("init_main_from_name", None)
+                data.pop("init_main_from_path", None)
+            return data
+
+        get_preparation_data._vcollect_filter = True  # type: ignore[attr-defined]
+        multiprocessing.spawn.get_preparation_data = get_preparation_data
+        return True
+
+
+@contextlib.contextmanager
+def _without_main(skip: bool) -> Any:
+    if not skip or not _install_preparation_filter():
+        yield
+        return
+    _preparation.skip_main = True
+    try:
+        yield
+    finally:
+        _preparation.skip_main = False
 
 
 def worker_main(
@@ -64,9 +241,12 @@ def worker_main(
     spin_s: float,
     commands: Any,
     done: Any,
+    specs: Sequence[Any] = (),
 ) -> None:
     channel = Channel(cmd_reader.fileno(), reply_writer.fileno())
     envs: list[gym.Env] = []
+    for spec in specs:  # ids the parent's script registered, for a worker that did not import it
+        gym.registry.setdefault(spec.id, spec)
     try:
         for env_id, fn in zip(env_ids, env_fns):
             try:
@@ -178,7 +358,9 @@ def _serve(
         control[CTRL_CURRENT] = -1
         return infos, failures, reset_infos, restarts
 
-    def encode(local: Sequence[int], infos: list[Any], failures: list[FailureTuple], reset_infos: dict) -> bytes:
+    def encode(
+        local: Sequence[int], infos: list[Any], failures: list[FailureTuple], reset_infos: dict
+    ) -> bytes:
         """The pickled reply; an env whose info cannot be pickled becomes a failure."""
         try:
             return pickle.dumps((infos, failures, reset_infos), protocol=PROTOCOL)
@@ -271,20 +453,28 @@ def start_worker(
     num_envs: int,
     num_workers: int,
     spin_s: float,
+    *,
+    import_main: bool = True,
+    specs: Sequence[Any] = (),
 ) -> WorkerHandle:
     """Start worker ``index`` for env_ids (its factories sent with cloudpickle); the shared file is
-    duplicated into it at start."""
+    duplicated into it at start. ``import_main=False``: a spawn or forkserver worker does not import the
+    main module at start-up (``specs``: gym registry entries it registers instead)."""
     cmd_reader, cmd_writer = ctx.Pipe(duplex=False)  # type: ignore[attr-defined]
     reply_reader, reply_writer = ctx.Pipe(duplex=False)  # type: ignore[attr-defined]
     try:
         commands, done = ctx.Semaphore(0), ctx.Semaphore(0)  # type: ignore[attr-defined]
         fns = [CloudpickleWrapper(fn) for fn in env_fns]
         shared = InheritedFd(shared_fd)
-        args = (index, env_ids, fns, cmd_reader, reply_writer, shared, num_envs, num_workers, spin_s, commands, done)
+        args = (
+            index, env_ids, fns, cmd_reader, reply_writer, shared, num_envs, num_workers, spin_s, commands, done,
+            list(specs),
+        )  # fmt: skip
         proc = ctx.Process(  # type: ignore[attr-defined]
-            target=worker_main, args=args, name=f"vcollect-env-worker-{index}", daemon=True
+            target=worker_main, args=args, name=f"{WORKER_NAME}{index}", daemon=True
         )
-        proc.start()
+        with _without_main(not import_main):
+            proc.start()
     except BaseException:
         for end in (cmd_reader, cmd_writer, reply_reader, reply_writer):
             end.close()

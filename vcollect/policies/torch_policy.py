@@ -31,9 +31,20 @@ class TorchPolicy:
     dict/tuple of such outputs. With ``recurrent=True`` the module is called as ``module(obs, hidden)
     -> (out, hidden)`` (hidden None at first) and the state handed back has the env axis first.
 
-    Small networks on CPU usually run faster with ``torch.set_num_threads(1)`` in the calling program
-    (a thread wake-up costs more than the matrix products); TorchPolicy leaves torch's global settings
-    alone.
+    ``num_threads`` (CPU only): torch's intra-op thread count while the policy runs (its forward pass
+    and the action mapping); default 1. The small networks and batches of collection (one row per env)
+    usually run several times faster on one thread than on torch's default of one per core: waking the
+    other threads costs more than the matrix products, and they compete with the env worker processes
+    for the cores (benchmarks/RESULTS.md, "TorchPolicy thread count": a 4-64-64-2 MLP on 8 envs, 1.6x
+    to 10x). Pass a larger number for large networks or batches (a convnet on the in-process backend
+    with idle cores may gain from a second thread), or None to run at whatever torch is set to.
+    How: ``torch.set_num_threads`` only around each call, set back afterwards (even when the module
+    raises), and skipped when the count already matches: about 0.2 us a call, against 20 us or more for
+    the smallest forward pass. So the program's own setting, e.g. for training, is what it chose before
+    and after every call; only torch code run by other threads during a policy call could see the
+    policy's count (torch's setting is process-wide), which is where num_threads=None is the choice.
+    (``torch.set_num_threads(1)`` in the program, or OMP_NUM_THREADS=1, is as fast but changes torch
+    for the whole program, which a policy should not do behind its back.) Ignored on other devices.
     """
 
     def __init__(
@@ -46,8 +57,14 @@ class TorchPolicy:
         recurrent: bool = False,
         squash: bool = False,
         hidden_batch_dim: int = 1,
+        num_threads: int | None = 1,
     ) -> None:
+        if num_threads is not None and (
+            isinstance(num_threads, bool) or int(num_threads) != num_threads or num_threads < 1
+        ):
+            raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
         self.device = torch.device(device)
+        self.num_threads = None if num_threads is None else int(num_threads)
         self.module = module.to(self.device)
         self.action_space = action_space
         self.deterministic = deterministic
@@ -62,6 +79,19 @@ class TorchPolicy:
 
     def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
         """Return numpy actions for the observation batch ``obs`` and (if recurrent) the new state rows."""
+        threads = self.num_threads
+        if threads is None or self.device.type != "cpu":
+            return self._act(obs, state)
+        previous = torch.get_num_threads()
+        if previous == threads:
+            return self._act(obs, state)
+        torch.set_num_threads(threads)
+        try:
+            return self._act(obs, state)
+        finally:
+            torch.set_num_threads(previous)
+
+    def _act(self, obs: Any, state: Any) -> tuple[Any, Any]:
         with torch.inference_mode():
             inputs = _to_tensors(obs, self.device)
             if self.recurrent:
