@@ -121,8 +121,8 @@ def read_dataset_info(path: Path, dataset_id: str, root: Path) -> dict[str, Any]
     """Read and check ``dataset.json`` of the dataset directory ``path``.
 
     Raises DatasetNotFoundError (naming the id and the root searched) when it is missing, and
-    CorruptDatasetError naming the file and what is wrong when it is unreadable, of another format or
-    malformed (see :func:`check_dataset_info`).
+    CorruptDatasetError naming the file and what is wrong when it is not UTF-8 JSON, of another format or
+    malformed (see :func:`check_dataset_info`). Other OSErrors (too many open files, ...) pass unchanged.
     """
     file = path / DATASET_FILE
     try:
@@ -134,8 +134,6 @@ def read_dataset_info(path: Path, dataset_id: str, root: Path) -> dict[str, Any]
             f"no dataset {dataset_id!r} under root {str(root)!r} (looked for {str(file)!r}); "
             "pass root= or set $VCOLLECT_DATASETS_PATH, and see list_datasets(root) for what exists"
         ) from None
-    except OSError as exc:
-        raise CorruptDatasetError(f"{file} cannot be read: {exc}") from exc
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -106,11 +106,12 @@ class _Column:
 def _check_links(f: h5py.File) -> None:
     """Only hard links: a soft or external link could point anywhere, in this file or another."""
 
-    def visit(name: str, link: Any) -> None:
-        if not isinstance(link, h5py.HardLink):
-            raise ValueError(f"{name!r} is a {type(link).__name__}, not a plain group or dataset")
+    def visit(name: str, link: Any) -> str | None:  # a value stops the walk (raising inside it is unsafe)
+        return None if isinstance(link, h5py.HardLink) else f"{name!r} is a {type(link).__name__}"
 
-    f.visititems_links(visit)
+    found = f.visititems_links(visit)
+    if found is not None:
+        raise ValueError(f"{found}, not a plain group or dataset")
 
 
 class _Shard:
@@ -140,21 +141,24 @@ class _Shard:
                 raise ValueError(f"negative totals: num_episodes={self.num_episodes}, num_steps={self.num_steps}")
             _check_links(f)
 
-            def visit(name: str, obj: Any) -> None:
+            def visit(name: str, obj: Any) -> str | None:  # a value stops the walk (raising inside it is unsafe)
                 if isinstance(obj, h5py.Dataset):
                     if obj.is_virtual:
-                        raise ValueError(f"column {name!r} is a virtual dataset (its data would come from elsewhere)")
+                        return f"column {name!r} is a virtual dataset (its data would come from elsewhere)"
                     if obj.external:
-                        raise ValueError(f"column {name!r} has external storage (its data would come from another file)")
+                        return f"column {name!r} has external storage (its data would come from another file)"
                     offset = obj.id.get_offset()
                     plain = obj.compression is None and obj.chunks is None and offset is not None
                     col = _Column(name, obj.dtype, tuple(obj.shape), int(offset) if plain else None, dict(obj.attrs))
                     nbytes = int(np.prod(col.shape, dtype=np.int64)) * col.dtype.itemsize
                     if col.offset is not None and col.offset + nbytes > file_size:
-                        raise ValueError(f"column {name!r} extends past the end of the file")
+                        return f"column {name!r} extends past the end of the file"
                     self.columns[name] = col
+                return None
 
-            f.visititems(visit)
+            fault = f.visititems(visit)
+            if fault is not None:
+                raise ValueError(fault)
             for name, kinds in _TABLE_KINDS.items():
                 self._expect(f"episodes/{name}", (self.num_episodes,), kinds)
             table = {name: np.asarray(f[f"episodes/{name}"][()]) for name in EPISODE_COLUMNS}
