@@ -28,6 +28,7 @@ import numpy as np
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.dataset_info import dataset_files, dataset_spaces, read_dataset_info
+from vcollect.store.manifest import read_manifest
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.shard import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
 
@@ -117,12 +118,18 @@ def _check_links(f: h5py.File) -> None:
 class _Shard:
     """One committed shard's description: its episode table and where its columns lie (no file kept open)."""
 
-    def __init__(self, path: Path, obs_leaves: list[Leaf], act_leaves: list[Leaf]) -> None:
+    def __init__(
+        self, path: Path, obs_leaves: list[Leaf], act_leaves: list[Leaf], summary: Mapping[str, Any] | None = None
+    ) -> None:
+        """Read the shard's table and layout from the file, or from its manifest ``summary`` (no file opened)."""
         self.path = path
         self.name = path.name
         self.columns: dict[str, _Column] = {}
+        self.options: list[str] | None = None
+        self.metadata: dict[str, np.ndarray] = {}
         try:
-            self._load(obs_leaves, act_leaves)
+            table = self._read() if summary is None else self._from_summary(summary)
+            self._check(table, obs_leaves, act_leaves)
         except CorruptShardError:
             raise
         except Exception as exc:
@@ -130,7 +137,25 @@ class _Shard:
                 raise
             raise CorruptShardError(f"shard {str(path)!r} is corrupt or truncated: {type(exc).__name__}: {exc}") from exc
 
-    def _load(self, obs_leaves: list[Leaf], act_leaves: list[Leaf]) -> None:
+    def _from_summary(self, summary: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        self.num_episodes = int(summary["episodes"])
+        self.num_steps = int(summary["steps"])
+        for name, dtype, shape, offset, attrs in summary["columns"]:
+            self.columns[name] = _Column(name, np.dtype(dtype), tuple(shape), offset, dict(attrs))
+        length = np.asarray(summary["length"], dtype=np.int64).reshape(-1)
+        step_offset = np.zeros(length.shape, dtype=np.int64)
+        np.cumsum(length[:-1], out=step_offset[1:])
+        return {
+            "length": length,
+            "step_offset": step_offset,
+            "obs_offset": step_offset + np.arange(length.shape[0]),
+            "return": np.asarray(summary["return"], dtype=np.float64),
+            "env_id": np.asarray(summary["env_id"], dtype=np.int64),
+            "seed": np.asarray(summary["seed"], dtype=np.dtype(summary["seed_dtype"])),
+            "seed_valid": np.asarray(summary["seed_valid"], dtype=np.bool_),
+        }
+
+    def _read(self) -> dict[str, np.ndarray]:
         file_size = os.path.getsize(self.path)
         with h5py.File(self.path, "r") as f:
             if f.attrs.get("format") != SHARD_FORMAT_NAME:
@@ -162,17 +187,22 @@ class _Shard:
             for name, kinds in _TABLE_KINDS.items():
                 self._expect(f"episodes/{name}", (self.num_episodes,), kinds)
             table = {name: np.asarray(f[f"episodes/{name}"][()]) for name in EPISODE_COLUMNS}
-            self.options: list[str] | None = None
             if "episodes/options" in f:
                 self._expect("episodes/options", (self.num_episodes,), "S")
                 self.options = [str(s) for s in _decode(f["episodes/options"][()], {"encoding": "utf-8"})]
-            self.metadata: dict[str, np.ndarray] = {}
             if "episodes/metadata" in f:
                 for key, ds in f["episodes/metadata"].items():
                     col = self.columns.get(f"episodes/metadata/{key}")
                     if col is None or col.shape[:1] != (self.num_episodes,) or col.dtype.kind not in _TREE_KINDS:
                         raise ValueError(f"episodes/metadata/{key} is not a column of {self.num_episodes} rows")
                     self.metadata[key] = _decode(np.asarray(ds[()]), ds.attrs)
+        return table
+
+    def _check(self, table: dict[str, np.ndarray], obs_leaves: list[Leaf], act_leaves: list[Leaf]) -> None:
+        """Check the table against itself and the columns against the spaces; keep the table."""
+        for name in EPISODE_COLUMNS:
+            if table[name].shape != (self.num_episodes,):
+                raise ValueError(f"episodes/{name} has shape {table[name].shape}, expected ({self.num_episodes},)")
         self.obs_offset = table["obs_offset"].astype(np.int64)
         self.step_offset = table["step_offset"].astype(np.int64)
         self.length = table["length"].astype(np.int64)
@@ -433,13 +463,16 @@ class _Index:
             return self._cache
         with self._cache_lock:
             if self._cache is None:
-                cache: dict[str, np.ndarray] = {}
-                for name, dtype, obs_rows in self._sampled_columns():
-                    base = self.obs_base if obs_rows else self.step_base
-                    out = np.empty((int(base[-1]), *self._row_shape(name)), dtype=dtype)
-                    for s, shard in enumerate(self.shards):
-                        out[base[s] : base[s + 1]] = self.files.read(s, shard, name, slice(None))
-                    cache[name] = out
+                columns = self._sampled_columns()
+                cache = {
+                    name: np.empty((int((self.obs_base if obs_rows else self.step_base)[-1]), *self._row_shape(name)),
+                                   dtype=dtype)
+                    for name, dtype, obs_rows in columns
+                }
+                for s, shard in enumerate(self.shards):  # shard by shard: each file opened once
+                    for name, _, obs_rows in columns:
+                        base = self.obs_base if obs_rows else self.step_base
+                        cache[name][base[s] : base[s + 1]] = self.files.read(s, shard, name, slice(None))
                 self._cache = cache
         return self._cache
 
@@ -671,8 +704,31 @@ class Dataset:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def verify(self) -> list[str]:
+        """Check the dataset on disk (all of it, not only this view); one line per problem, [] when sound.
+
+        See :func:`vcollect.store.verify.verify_dataset`: missing, unrecorded, duplicated and altered
+        shards (SHA-256 against the manifest), corrupt shards, and episode tables that disagree with the
+        columns. Reads every shard whole.
+        """
+        from vcollect.store.verify import verify_dataset  # verify builds on this module
+
+        return verify_dataset(self._index.path, self._index.obs_leaves, self._index.act_leaves)
+
     def __repr__(self) -> str:
         return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
+
+
+def _unchanged_summary(file: Path, entry: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The manifest line of ``file`` when the file is as committed (same size and mtime) and the line holds
+    all the reader needs (no options/metadata tables); else None (the file is opened instead)."""
+    if entry is None or entry.get("extra_tables", True):
+        return None
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return entry if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns") else None
 
 
 def load_dataset(
@@ -686,7 +742,8 @@ def load_dataset(
 
     A corrupt or truncated shard raises CorruptShardError naming the file; with ``skip_corrupt=True``
     it is left out with a warning naming it. Temporary ``.tmp`` files and anything in ``shards/`` that is
-    not a regular file are ignored. Reading keeps at most ``max_open_files`` shard files open at once.
+    not a regular file are ignored. Shards recorded in the dataset's manifest and unchanged since (same
+    size and mtime) are not opened: their tables and layout come from the manifest. Reading keeps at most ``max_open_files`` shard files open at once.
     Errors that say nothing about a shard (too many open files, permission denied) are raised as they are.
     """
     parse_dataset_id(dataset_id)
@@ -696,10 +753,17 @@ def load_dataset(
     obs_space, act_space = dataset_spaces(info)
     obs_leaves, act_leaves = leaves(obs_space), leaves(act_space)
     committed, _ = dataset_files(path)
+    manifest = read_manifest(path)
     shards: list[_Shard] = []
     for file in committed:
+        summary = _unchanged_summary(file, manifest.by_shard.get(file.name))
         try:
-            shards.append(_Shard(file, obs_leaves, act_leaves))
+            try:
+                shards.append(_Shard(file, obs_leaves, act_leaves, summary))
+            except CorruptShardError:
+                if summary is None:
+                    raise
+                shards.append(_Shard(file, obs_leaves, act_leaves))  # the manifest line was wrong, not the file
         except CorruptShardError as exc:
             if not skip_corrupt:
                 raise
