@@ -102,18 +102,19 @@ def dataset_files(path: Path) -> tuple[list[Path], list[Path]]:
     committed: list[Path] = []
     temporary = sorted(p for p in path.iterdir() if p.name.endswith(TMP_SUFFIX)) if path.is_dir() else []
     if shards_dir.is_dir():
-        for p in sorted(shards_dir.iterdir()):
-            if p.name.endswith(TMP_SUFFIX):
-                temporary.append(p)
-            elif p.name.endswith(SHARD_SUFFIX) and _is_regular_file(p):
-                committed.append(p)
+        with os.scandir(shards_dir) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.endswith(TMP_SUFFIX):
+                    temporary.append(shards_dir / entry.name)
+                elif entry.name.endswith(SHARD_SUFFIX) and _is_regular_file(entry):
+                    committed.append(shards_dir / entry.name)
     return committed, temporary
 
 
-def _is_regular_file(path: Path) -> bool:
+def _is_regular_file(entry: os.DirEntry[str]) -> bool:
     try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except OSError:  # vanished meanwhile, or a dangling link
+        return entry.is_file()  # follows links; no stat call where the directory listing tells
+    except OSError:  # vanished meanwhile
         return False
 
 

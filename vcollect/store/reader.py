@@ -9,7 +9,10 @@ by file name (commit time first), then row. ``.tmp`` files (half-written shards)
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
+import gc
 import json
 import mmap
 import os
@@ -115,6 +118,12 @@ def _check_links(f: h5py.File) -> None:
         raise ValueError(f"{found}, not a plain group or dataset")
 
 
+@functools.lru_cache(maxsize=256)
+def _dtype(text: str) -> np.dtype[Any]:
+    """``np.dtype(text)``, parsed once per distinct text (manifests repeat a few dtypes many times)."""
+    return np.dtype(text)
+
+
 class _Shard:
     """One committed shard's description: its episode table and where its columns lie (no file kept open)."""
 
@@ -141,7 +150,7 @@ class _Shard:
         self.num_episodes = int(summary["episodes"])
         self.num_steps = int(summary["steps"])
         for name, dtype, shape, offset, attrs in summary["columns"]:
-            self.columns[name] = _Column(name, np.dtype(dtype), tuple(shape), offset, dict(attrs))
+            self.columns[name] = _Column(name, _dtype(dtype), tuple(shape), offset, dict(attrs))
         length = np.asarray(summary["length"], dtype=np.int64).reshape(-1)
         step_offset = np.zeros(length.shape, dtype=np.int64)
         np.cumsum(length[:-1], out=step_offset[1:])
@@ -743,8 +752,9 @@ def load_dataset(
     A corrupt or truncated shard raises CorruptShardError naming the file; with ``skip_corrupt=True``
     it is left out with a warning naming it. Temporary ``.tmp`` files and anything in ``shards/`` that is
     not a regular file are ignored. Shards recorded in the dataset's manifest and unchanged since (same
-    size and mtime) are not opened: their tables and layout come from the manifest. Reading keeps at most ``max_open_files`` shard files open at once.
-    Errors that say nothing about a shard (too many open files, permission denied) are raised as they are.
+    size and mtime) are not opened: their tables and layout come from the manifest. Reading keeps at
+    most ``max_open_files`` shard files open at once. Errors that say nothing about a shard (too many
+    open files, permission denied) are raised as they are.
     """
     parse_dataset_id(dataset_id)
     root_path = resolve_root(root)
@@ -752,6 +762,30 @@ def load_dataset(
     info = read_dataset_info(path, dataset_id, root_path)
     obs_space, act_space = dataset_spaces(info)
     obs_leaves, act_leaves = leaves(obs_space), leaves(act_space)
+    with _gc_paused():  # thousands of small parsed objects: collecting meanwhile would only slow loading
+        return _load_shards(dataset_id, path, info, obs_leaves, act_leaves, skip_corrupt, max_open_files)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_shards(
+    dataset_id: str,
+    path: Path,
+    info: dict[str, Any],
+    obs_leaves: list[Leaf],
+    act_leaves: list[Leaf],
+    skip_corrupt: bool,
+    max_open_files: int,
+) -> Dataset:
     committed, _ = dataset_files(path)
     manifest = read_manifest(path)
     shards: list[_Shard] = []
@@ -767,5 +801,5 @@ def load_dataset(
         except CorruptShardError as exc:
             if not skip_corrupt:
                 raise
-            warnings.warn(f"skipping corrupt shard {str(file)!r}: {exc}", UserWarning, stacklevel=2)
+            warnings.warn(f"skipping corrupt shard {str(file)!r}: {exc}", UserWarning, stacklevel=3)
     return Dataset(_Index(dataset_id, path, info, shards, max_open_files))
