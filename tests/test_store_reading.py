@@ -135,6 +135,26 @@ def test_lru_keeps_at_most_max_open_files(tmp_path: Path) -> None:
         load_dataset("m/many-v0", root=tmp_path, max_open_files=0)
 
 
+def test_compressed_shards_read_through_a_bounded_set_of_hdf5_files(tmp_path: Path) -> None:
+    lengths = [4, 1, 6, 3, 2, 5]
+    with EpisodeStore.create("m/gz-v0", OBS, ACT, root=tmp_path, compression="gzip", shard_steps=4) as store:
+        for code, steps in enumerate(lengths):
+            store.write_episode(**episode(code, steps), seed=code, env_id=0, infos={"t": np.arange(steps + 1)})
+    ds = load_dataset("m/gz-v0", root=tmp_path, max_open_files=2)
+    assert len(ds.shard_paths) == 4
+    for ep in ds:
+        want = episode(ep.id, lengths[ep.id])
+        np.testing.assert_array_equal(ep.observations, want["observations"])
+        np.testing.assert_array_equal(ep.rewards, want["rewards"])
+        np.testing.assert_array_equal(ep.infos["t"], np.arange(lengths[ep.id] + 1))
+        assert ds.open_files <= 2
+    batch = ds.sample_steps(300, cache_bytes=0)
+    code, row = batch["observations"][:, 0].astype(int), batch["observations"][:, 1]
+    np.testing.assert_array_equal(batch["rewards"], code * 1000.0 + row)
+    np.testing.assert_array_equal(batch["actions"], (code + row) % 7)
+    assert set(code.tolist()) == {0, 1, 2, 3, 4, 5} and ds.open_files <= 2 and ds.sample_cache_nbytes == 0
+
+
 def test_too_many_open_files_is_not_a_corrupt_shard(tmp_path: Path) -> None:
     make_many_shards(tmp_path, 3)
     result = run_python(

@@ -173,3 +173,17 @@ def test_manifest_line_is_json_of_the_shard_layout(tmp_path: Path) -> None:
         assert entry["columns"][0][:4] == ["actions", f["actions"].dtype.str, [3], f["actions"].id.get_offset()]
     assert entry["seed"] == [2**64 - 1] and entry["seed_dtype"] == "<u8"
     assert load_dataset("v/z-v0", root=tmp_path)[0].seed == 2**64 - 1
+
+
+def test_verify_without_a_manifest_says_so_once_and_still_checks_the_shards(tmp_path: Path) -> None:
+    shards_a, _ = two_writers(tmp_path)
+    path = tmp_path / "v" / "x-v0"
+    shutil.rmtree(path / "manifest")  # as a dataset written before manifests existed
+    shutil.copyfile(shards_a[0], shards_a[0].with_name("99999999999999999999-wcopy-000000.h5"))
+    problems = load_dataset("v/x-v0", root=tmp_path).verify()
+    assert problems == [
+        f"{path / 'manifest'} is absent (written before vcollect kept manifests?): missing shards cannot be "
+        "detected, and shards are checked only against themselves",
+        f"shard 99999999999999999999-wcopy-000000.h5 has the same content as {shards_a[0].name} (a copy: its "
+        "episodes count twice)",
+    ]

@@ -287,6 +287,7 @@ class _OpenFiles:
         self.capacity = capacity
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._lock = threading.RLock()
+        self._pid = os.getpid()
 
     def __len__(self) -> int:
         return len(self._open)
@@ -320,6 +321,9 @@ class _OpenFiles:
                 raise CorruptShardError(f"shard {str(shard.path)!r}: cannot read column {name!r}: {exc}") from exc
 
     def _get(self, key: int, shard: _Shard, kind: str) -> Any:
+        if os.getpid() != self._pid:  # a forked child opens its own files (HDF5 handles do not survive fork)
+            self._open = OrderedDict()
+            self._pid = os.getpid()
         handle = self._open.get((key, kind))
         if handle is not None:
             self._open.move_to_end((key, kind))

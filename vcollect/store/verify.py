@@ -27,6 +27,12 @@ def verify_dataset(path: Path, obs_leaves: list[Leaf], act_leaves: list[Leaf]) -
     problems: list[str] = []
     manifest = read_manifest(path)
     problems += manifest.problems
+    recorded = (path / MANIFEST_DIR).is_dir()
+    if not recorded:
+        problems.append(
+            f"{path / MANIFEST_DIR} is absent (written before vcollect kept manifests?): missing shards cannot "
+            "be detected, and shards are checked only against themselves"
+        )
     committed, _ = dataset_files(path)
     present = {file.name for file in committed}
     for name, where in manifest.where.items():
@@ -40,12 +46,12 @@ def verify_dataset(path: Path, obs_leaves: list[Leaf], act_leaves: list[Leaf]) -
             problems.append(f"shard {file.name} cannot be read: {exc}")
             continue
         entry = manifest.by_shard.get(file.name)
-        if entry is None:
+        if entry is None and recorded:
             problems.append(
                 f"shard {file.name} is not recorded in the manifest (copied in, or its writer crashed before "
                 "recording it)"
             )
-        elif entry.get("sha256") != digest:
+        elif entry is not None and entry.get("sha256") != digest:
             problems.append(
                 f"shard {file.name}: checksum mismatch (SHA-256 {digest[:16]}..., manifest "
                 f"{str(entry.get('sha256'))[:16]}...): altered since it was committed"
