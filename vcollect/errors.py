@@ -66,3 +66,7 @@ class SpaceMismatchError(DatasetError, ValueError):
 
 class UnfinishedEpisodesWarning(UserWarning):
     """Episodes still running when a collector writing to a store closed or reset were not stored."""
+
+
+class CorruptDatasetError(DatasetError, ValueError):
+    """A dataset's ``dataset.json`` (or manifest) is unreadable or malformed; the message names the file."""

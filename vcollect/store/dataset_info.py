@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import stat
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from vcollect.errors import DatasetError, DatasetNotFoundError
+from vcollect.errors import CorruptDatasetError, DatasetNotFoundError
 from vcollect.spaces import space_from_dict, space_to_dict
 from vcollect.store.schema import json_default, to_json
 
@@ -27,6 +28,7 @@ __all__ = [
     "SHARDS_DIR",
     "SHARD_SUFFIX",
     "TMP_SUFFIX",
+    "check_dataset_info",
     "dataset_files",
     "dataset_spaces",
     "env_spec_json",
@@ -91,16 +93,21 @@ def write_json_atomic(path: Path, obj: Mapping[str, Any], *, exclusive: bool = F
 
 
 def dataset_files(path: Path) -> tuple[list[Path], list[Path]]:
-    """(committed shards sorted by name, temporary files) of a dataset directory."""
+    """(committed shards sorted by name, temporary files) of a dataset directory.
+
+    Only regular files (or links to them) count: a FIFO, socket, device or directory named like a shard
+    is ignored, so that opening it can never block or fail a reader.
+    """
     shards_dir = path / SHARDS_DIR
     committed: list[Path] = []
     temporary = sorted(p for p in path.iterdir() if p.name.endswith(TMP_SUFFIX)) if path.is_dir() else []
     if shards_dir.is_dir():
-        for p in sorted(shards_dir.iterdir()):
-            if p.name.endswith(TMP_SUFFIX):
-                temporary.append(p)
-            elif p.name.endswith(SHARD_SUFFIX):
-                committed.append(p)
+        with os.scandir(shards_dir) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.endswith(TMP_SUFFIX):
+                    temporary.append(shards_dir / entry.name)
+                elif entry.name.endswith(SHARD_SUFFIX) and _is_regular_file(entry):
+                    committed.append(shards_dir / entry.name)
     return committed, temporary
 
 
@@ -108,31 +115,85 @@ def dataset_files(path: Path) -> tuple[list[Path], list[Path]]:
 ROOT_HINT = "pass root= or set $VCOLLECT_DATASETS_PATH, and see list_datasets(root) for what exists"
 
 
+def _is_regular_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file()  # follows links; no stat call where the directory listing tells
+    except OSError:  # vanished meanwhile
+        return False
+
+
 def read_dataset_info(path: Path, dataset_id: str, root: Path) -> dict[str, Any]:
     """Read and check ``dataset.json`` of the dataset directory ``path``.
 
-    Raises DatasetNotFoundError (naming the id and the root searched) when it is missing and
-    DatasetError when it is unreadable or of another format.
+    Raises DatasetNotFoundError (naming the id and the root searched) when it is missing, and
+    CorruptDatasetError naming the file and what is wrong when it is not UTF-8 JSON, of another format or
+    malformed (see :func:`check_dataset_info`). Other OSErrors (too many open files, ...) pass unchanged.
     """
     file = path / DATASET_FILE
     try:
-        text = file.read_text(encoding="utf-8")
+        if not stat.S_ISREG(file.stat().st_mode):  # a FIFO would block the read below
+            raise CorruptDatasetError(f"{file} is not a regular file")
+        data = file.read_bytes()
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"no dataset {dataset_id!r} under root {str(root)!r} (looked for {str(file)!r}); {ROOT_HINT}"
         ) from None
     try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptDatasetError(f"{file} is not UTF-8 text: {exc}") from exc
+    try:
         info = json.loads(text)
+    except RecursionError:
+        raise CorruptDatasetError(f"{file} is nested too deeply to be a dataset description") from None
     except ValueError as exc:
-        raise DatasetError(f"{file} is not valid JSON: {exc}") from exc
+        raise CorruptDatasetError(f"{file} is not valid JSON: {exc}") from exc
+    check_dataset_info(info, file)
+    return info  # type: ignore[no-any-return]
+
+
+def check_dataset_info(info: Any, file: Path | str) -> None:
+    """Check a parsed ``dataset.json``: format and integer version, spaces, env specs, metadata.
+
+    Raises CorruptDatasetError naming ``file`` and the first thing wrong.
+    """
     if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
-        raise DatasetError(f"{file} is not a vcollect dataset description (format != {FORMAT_NAME!r})")
-    if int(info.get("format_version", 0)) > FORMAT_VERSION:
-        raise DatasetError(
-            f"{file} has format version {info.get('format_version')}, newer than this vcollect "
-            f"understands ({FORMAT_VERSION}); upgrade vcollect"
+        raise CorruptDatasetError(f"{file} is not a vcollect dataset description (format != {FORMAT_NAME!r})")
+    version = info.get("format_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise CorruptDatasetError(f"{file}: format_version must be an integer >= 1, got {version!r}")
+    if version > FORMAT_VERSION:
+        raise CorruptDatasetError(
+            f"{file} has format version {version}, newer than this vcollect understands ({FORMAT_VERSION}); "
+            "upgrade vcollect"
         )
-    return info
+    for key in ("observation_space", "action_space"):
+        if key not in info:
+            raise CorruptDatasetError(f"{file}: {key} is missing")
+        try:
+            space_from_dict(info[key])
+        except RecursionError:
+            raise CorruptDatasetError(f"{file}: {key} is nested too deeply") from None
+        except Exception as exc:
+            raise CorruptDatasetError(f"{file}: {key} is malformed: {type(exc).__name__}: {exc}") from exc
+    for key in ("env_spec", "eval_env_spec"):
+        value = info.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise CorruptDatasetError(f"{file}: {key} must be a JSON string or null, got {type(value).__name__}")
+        try:
+            gym.envs.registration.EnvSpec.from_json(value)
+        except RecursionError:
+            raise CorruptDatasetError(f"{file}: {key} is nested too deeply") from None
+        except Exception as exc:
+            raise CorruptDatasetError(f"{file}: {key} is not a gymnasium env spec: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(info.get("metadata", {}), dict):
+        raise CorruptDatasetError(f"{file}: metadata must be an object, got {type(info['metadata']).__name__}")
+    for key in ("dataset_id", "created_at"):
+        value = info.get(key)
+        if value is not None and not isinstance(value, str):
+            raise CorruptDatasetError(f"{file}: {key} must be a string, got {type(value).__name__}")
 
 
 def env_spec_json(env_spec: Any, what: str) -> str | None:

@@ -45,6 +45,7 @@ from vcollect.store.dataset_info import (
     update_dataset_info,
     write_json_atomic,
 )
+from vcollect.store.manifest import record_commit
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, flatten_columns, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
@@ -572,6 +573,7 @@ class EpisodeStore:
                 f"Committed shards are intact; the {pending.episodes} pending episodes are kept "
                 "in memory and flush() can be retried"
             ) from exc
+        record_commit(self._path, final, self._writer)  # manifest entry (store/manifest.py); never raises
         self._last_time_ns = now
         self._seq += 1
         self._committed_episodes += pending.episodes

@@ -1,0 +1,115 @@
+"""Reading a dataset of many small shards: load_dataset, iterate_episodes, sample_steps, open files.
+
+    python benchmarks/bench_many_shards.py                      # 1,000 shards in a temporary root
+    python benchmarks/bench_many_shards.py --shards 5000 --root /tmp/many --keep
+    python benchmarks/bench_many_shards.py --root /tmp/many --read-only   # time another vcollect on it
+
+The dataset is written by EpisodeStore (one shard per ``--episodes`` episodes) with ``os.fsync`` made a
+no-op while building (durability does not matter to a read benchmark, and it makes building 5,000 shards
+take seconds, not a minute). ``--no-manifest`` hides the manifest so every shard is opened at load.
+Only public API is used, so ``--read-only`` times any vcollect version on a dataset built by this one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from gymnasium import spaces
+
+from vcollect.store import EpisodeStore, load_dataset
+
+DATASET_ID = "bench/many-v0"
+
+
+def build(root: Path, shards: int, episodes: int, steps: int) -> None:
+    """``shards`` shards of ``episodes`` episodes of ``steps`` steps (obs Box(4,), Discrete(3) actions)."""
+    real_fsync = os.fsync
+    os.fsync = lambda fd: None
+    try:
+        obs_space = spaces.Box(-np.inf, np.inf, shape=(4,), dtype=np.float32)
+        with EpisodeStore.create(DATASET_ID, obs_space, spaces.Discrete(3), root=root, overwrite=True) as store:
+            rng = np.random.default_rng(0)
+            for _ in range(shards):
+                for _ in range(episodes):
+                    store.write_episode(
+                        rng.normal(size=(steps + 1, 4)).astype(np.float32), rng.integers(0, 3, steps),
+                        rng.normal(size=steps), np.arange(steps) == steps - 1, np.zeros(steps, bool),
+                        seed=None, env_id=0,
+                    )
+                store.flush()
+    finally:
+        os.fsync = real_fsync
+
+
+def open_fds() -> int:
+    """File descriptors this process holds now (Linux)."""
+    return len(os.listdir("/proc/self/fd"))
+
+
+def measure(root: Path) -> dict[str, float]:
+    """Seconds for load, a full iteration and 100 sample_steps(256) calls; open files after each."""
+    out: dict[str, float] = {}
+    t = time.perf_counter()
+    ds = load_dataset(DATASET_ID, root=root)
+    out["load_s"] = time.perf_counter() - t
+    out["fds_after_load"] = open_fds()
+    t = time.perf_counter()
+    steps = sum(len(ep) for ep in ds.iterate_episodes())
+    out["iterate_s"] = time.perf_counter() - t
+    out["fds_after_iterate"] = open_fds()
+    assert steps == ds.total_steps
+    t = time.perf_counter()
+    for _ in range(100):
+        ds.sample_steps(256)
+    out["sample_100x256_s"] = time.perf_counter() - t
+    out["fds_after_sample"] = open_fds()
+    out["episodes"] = ds.total_episodes
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shards", type=int, default=1000)
+    parser.add_argument("--episodes", type=int, default=2, help="episodes per shard")
+    parser.add_argument("--steps", type=int, default=10, help="steps per episode")
+    parser.add_argument("--root", type=Path, default=None, help="where to build (default: a temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the built dataset")
+    parser.add_argument("--read-only", action="store_true", help="do not build: time the dataset under --root")
+    parser.add_argument("--no-manifest", action="store_true", help="hide the manifest (every shard opened at load)")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many measurements")
+    args = parser.parse_args()
+    root = args.root or Path(tempfile.mkdtemp(prefix="vcollect-many-"))
+    try:
+        if not args.read_only:
+            t = time.perf_counter()
+            build(root, args.shards, args.episodes, args.steps)
+            print(f"built {args.shards} shards in {time.perf_counter() - t:.1f} s under {root}")
+        manifest = root / DATASET_ID / "manifest"
+        hidden = manifest.with_name("manifest.hidden")
+        if args.no_manifest and manifest.exists():
+            manifest.rename(hidden)
+        try:
+            runs = [measure(root) for _ in range(args.repeat)]
+        finally:
+            if hidden.exists():
+                hidden.rename(manifest)
+        best = {key: min(run[key] for run in runs) for key in runs[0]}
+        print(
+            f"shards={args.shards} episodes={int(best['episodes'])} manifest={'no' if args.no_manifest else 'yes'}: "
+            f"load {best['load_s'] * 1e3:.0f} ms, iterate {best['iterate_s'] * 1e3:.0f} ms, "
+            f"100 x sample_steps(256) {best['sample_100x256_s'] * 1e3:.0f} ms; open fds after load/iterate/sample "
+            f"{int(best['fds_after_load'])}/{int(best['fds_after_iterate'])}/{int(best['fds_after_sample'])}"
+        )
+    finally:
+        if args.root is None and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
