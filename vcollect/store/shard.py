@@ -2,13 +2,15 @@
 
 A shard is one HDF5 file of columns: observation/action leaves, rewards and flags (rows of all its
 episodes concatenated), ``infos/`` and ``extras/`` columns, and the ``episodes/`` table (one row per
-episode: offsets, length, return, env id, seed, options, metadata). It is written to a temporary name,
-fsynced and renamed, so a committed shard is always whole.
+episode: offsets, length, return, env id, seed, options, metadata). It is built in memory, written to a
+temporary name with plain file writes, fsynced and renamed, so a committed shard is always whole and a
+full disk is an OSError, not a crash.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ import h5py
 import numpy as np
 
 from vcollect.spaces import Leaf
-from vcollect.store.dataset_info import TMP_SUFFIX
+from vcollect.store.staging import shard_tmp_path
 
 __all__ = ["EPISODE_COLUMNS", "SHARD_FORMAT_NAME", "EpisodeRows", "PendingShard", "column_path", "write_shard"]
 
@@ -213,28 +215,44 @@ class PendingShard:
         return cols
 
 
+def _shard_image(columns: list[Column], attrs: Mapping[str, Any], compression: str | int | None) -> io.BytesIO:
+    """The whole shard file built in memory: HDF5 does no disk I/O (a write error inside HDF5 on a full disk
+    crashes the process in its cleanup instead of raising)."""
+    image = io.BytesIO()
+    with h5py.File(image, "w") as f:
+        f.attrs.update(attrs)
+        for path, arr, column_attrs in columns:
+            kwargs: dict[str, Any] = {}
+            if compression is not None and arr.size:
+                kwargs = {"compression": compression, "chunks": True}
+            ds = f.create_dataset(path, data=arr, **kwargs)
+            for key, value in column_attrs.items():
+                ds.attrs[key] = value
+    return image
+
+
+def _write_new_file(path: Path, data: memoryview) -> None:
+    """Create ``path`` (it must not exist) holding ``data``, fsynced; OSError (ENOSPC, EIO...) as the OS gives it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_shard(final: Path, columns: list[Column], attrs: Mapping[str, Any], compression: str | int | None) -> None:
-    """Write a shard file at ``final`` through ``final + .tmp``: write, fsync, rename.
+    """Write a shard file at ``final`` through a temporary name (see ``staging.shard_tmp_path``): build it in
+    memory, write and fsync it with plain file writes, rename.
 
     On any error the temporary file is removed and the error raised; nothing exists at ``final`` then.
     """
-    tmp = final.with_name(final.name + TMP_SUFFIX)
+    image = _shard_image(columns, attrs, compression)
+    tmp = shard_tmp_path(final)
     try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs.update(attrs)
-            for path, arr, column_attrs in columns:
-                kwargs: dict[str, Any] = {}
-                if compression is not None and arr.size:
-                    kwargs = {"compression": compression, "chunks": True}
-                ds = f.create_dataset(path, data=arr, **kwargs)
-                for key, value in column_attrs.items():
-                    ds.attrs[key] = value
-            f.flush()
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with image.getbuffer() as view:
+            _write_new_file(tmp, view)
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):

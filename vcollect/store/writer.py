@@ -19,6 +19,8 @@ info/extras/metadata structure checks and ``shard`` the pending columns and the 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import time
@@ -51,6 +53,24 @@ from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, w
 
 # DATASET_FILE stays importable from here for vcollect.cli, which imported it from this module.
 __all__ = ["DATASET_FILE", "EpisodeStore"]
+
+# errnos of a write that failed for want of space (a full disk, or a quota)
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _make_dirs(path: Path, made: list[Path]) -> None:
+    """``mkdir -p path``, appending each directory it creates to ``made`` (outermost first)."""
+    missing: list[Path] = []
+    for directory in (path, *path.parents):
+        if directory.is_dir():
+            break
+        missing.append(directory)
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # made by someone else meanwhile: not ours to remove
+        made.append(directory)
 
 
 class EpisodeStore:
@@ -131,7 +151,31 @@ class EpisodeStore:
         ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
         """
         parse_dataset_id(dataset_id)
-        path = dataset_path(dataset_id, resolve_root(root))
+        return cls._create_at(
+            dataset_path(dataset_id, resolve_root(root)), dataset_id, observation_space, action_space,
+            env_spec=env_spec, eval_env_spec=eval_env_spec, metadata=metadata, shard_steps=shard_steps,
+            shard_bytes=shard_bytes, compression=compression, overwrite=overwrite, env_id_offset=env_id_offset,
+        )
+
+    @classmethod
+    def _create_at(
+        cls,
+        path: Path,
+        dataset_id: str,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        env_spec: Any,
+        eval_env_spec: Any,
+        metadata: Mapping[str, Any] | None,
+        shard_steps: int,
+        shard_bytes: int | None,
+        compression: str | int | None,
+        overwrite: bool,
+        env_id_offset: int,
+    ) -> EpisodeStore:
+        """:meth:`create` in the directory ``path`` (for combine/import, which build a dataset under a
+        hidden staging name and rename it to ``dataset_id``'s place at the end)."""
         info = new_dataset_info(dataset_id, observation_space, action_space, env_spec=env_spec,
                                 eval_env_spec=eval_env_spec, metadata=metadata)
         # Fail on unsupported spaces before touching the disk.
@@ -145,13 +189,22 @@ class EpisodeStore:
             )
         if exists:
             shutil.rmtree(path)
-        (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+        made: list[Path] = []
         try:
+            _make_dirs(path / SHARDS_DIR, made)
             write_json_atomic(path / DATASET_FILE, info, exclusive=not overwrite)
         except FileExistsError:
             raise DatasetExistsError(
                 f"dataset {dataset_id!r} was created at {str(path)!r} by someone else meanwhile"
             ) from None
+        except OSError as exc:
+            for directory in reversed(made):  # only what this call made, and only while empty
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            reason = "no space left on device" if exc.errno in _NO_SPACE else str(exc)
+            raise DatasetError(
+                f"{reason} while creating dataset {dataset_id!r} at {str(path)!r}; nothing was created"
+            ) from exc
         fsync_dir(path.parent)
         return store
 
@@ -176,7 +229,27 @@ class EpisodeStore:
         """
         parse_dataset_id(dataset_id)
         root_path = resolve_root(root)
-        path = dataset_path(dataset_id, root_path)
+        return cls._open_at(
+            dataset_path(dataset_id, root_path), dataset_id, root_path, observation_space=observation_space,
+            action_space=action_space, shard_steps=shard_steps, shard_bytes=shard_bytes, compression=compression,
+            env_id_offset=env_id_offset,
+        )
+
+    @classmethod
+    def _open_at(
+        cls,
+        path: Path,
+        dataset_id: str,
+        root_path: Path,
+        *,
+        observation_space: gym.Space[Any] | None = None,
+        action_space: gym.Space[Any] | None = None,
+        shard_steps: int = 100_000,
+        shard_bytes: int | None = 256 * 2**20,
+        compression: str | int | None = None,
+        env_id_offset: int = 0,
+    ) -> EpisodeStore:
+        """:meth:`open` of the dataset directory ``path``."""
         stored_obs, stored_act = dataset_spaces(read_dataset_info(path, dataset_id, root_path))
         for what, given, stored in (
             ("observation", observation_space, stored_obs),
@@ -564,6 +637,12 @@ class EpisodeStore:
         try:
             write_shard(final, pending.columns(rows), attrs, self.compression)
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+                raise DatasetError(
+                    f"no space left on device while committing shard {str(final)!r} of dataset "
+                    f"{self._dataset_id!r} ({exc}); committed shards are intact, {pending.episodes} pending "
+                    "episodes are kept in memory; free space and call flush() again"
+                ) from exc
             raise DatasetError(
                 f"could not commit shard {str(final)!r} of dataset {self._dataset_id!r}: {exc}. "
                 f"Committed shards are intact; the {pending.episodes} pending episodes are kept "
