@@ -50,6 +50,7 @@ from vcollect.store.dataset_info import (
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, flatten_columns, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
+from vcollect.store.staging import remove_stale_shard_tmps
 
 # DATASET_FILE stays importable from here for vcollect.cli, which imported it from this module.
 __all__ = ["DATASET_FILE", "EpisodeStore"]
@@ -225,7 +226,8 @@ class EpisodeStore:
 
         Spaces come from ``dataset.json``; if given, they must equal the stored ones, else
         SpaceMismatchError. DatasetNotFoundError names the id and the root searched. ``env_id_offset`` is
-        added to every env id this writer stores (see :attr:`env_id_offset`).
+        added to every env id this writer stores (see :attr:`env_id_offset`). Temporary shard files that
+        crashed writers left behind are removed (never those of a writer still running).
         """
         parse_dataset_id(dataset_id)
         root_path = resolve_root(root)
@@ -249,7 +251,7 @@ class EpisodeStore:
         compression: str | int | None = None,
         env_id_offset: int = 0,
     ) -> EpisodeStore:
-        """:meth:`open` of the dataset directory ``path``."""
+        """:meth:`open` of the dataset directory ``path``; removes the temporary shard files of dead writers."""
         stored_obs, stored_act = dataset_spaces(read_dataset_info(path, dataset_id, root_path))
         for what, given, stored in (
             ("observation", observation_space, stored_obs),
@@ -260,6 +262,7 @@ class EpisodeStore:
                     f"dataset {dataset_id!r} stores {what} space {stored}, but {given} was given"
                 )
         (path / SHARDS_DIR).mkdir(exist_ok=True)
+        remove_stale_shard_tmps(path / SHARDS_DIR)
         return cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
 
