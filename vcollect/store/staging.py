@@ -153,11 +153,11 @@ def remove_stale_staging(parent: Path) -> list[Path]:
     return removed
 
 
-def publish_dir(staging: Path, final: Path, *, overwrite: bool, what: str) -> None:
+def publish_dir(staging: Path, final: Path, *, overwrite: bool, exists_message: str) -> None:
     """Move the finished ``staging`` folder to ``final`` with one rename.
 
-    When ``final`` exists: DatasetExistsError unless ``overwrite``, which moves the old one aside first
-    (a hidden sibling removed right after; the next operation removes it if a crash comes in between).
+    When ``final`` exists: DatasetExistsError(exists_message) unless ``overwrite``, which moves the old one
+    aside first (a hidden sibling removed right after; the next operation removes it if a crash comes between).
     """
     try:
         os.rename(staging, final)
@@ -165,9 +165,7 @@ def publish_dir(staging: Path, final: Path, *, overwrite: bool, what: str) -> No
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
             raise
         if not overwrite:
-            raise DatasetExistsError(
-                f"{what} already exists at {str(final)!r}; pass overwrite=True to replace it"
-            ) from None
+            raise DatasetExistsError(exists_message) from None
         old = _hidden_dir(final, "replaced")
         os.rename(final, old)
         os.rename(staging, final)

@@ -166,14 +166,14 @@ class EpisodeStore:
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
         *,
-        env_spec: Any,
-        eval_env_spec: Any,
-        metadata: Mapping[str, Any] | None,
-        shard_steps: int,
-        shard_bytes: int | None,
-        compression: str | int | None,
-        overwrite: bool,
-        env_id_offset: int,
+        env_spec: Any = None,
+        eval_env_spec: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        shard_steps: int = 100_000,
+        shard_bytes: int | None = 256 * 2**20,
+        compression: str | int | None = None,
+        overwrite: bool = False,
+        env_id_offset: int = 0,
     ) -> EpisodeStore:
         """:meth:`create` in the directory ``path`` (for combine/import, which build a dataset under a
         hidden staging name and rename it to ``dataset_id``'s place at the end)."""
