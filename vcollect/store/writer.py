@@ -118,6 +118,7 @@ class EpisodeStore:
         self._seq = 0
         self._last_time_ns = 0
         self._closed = False
+        self._identity: tuple[int, int, str | None] | None = None  # set by create/open: see _check_identity
         self._schemas = {"infos": TreeSchema("infos"), "extras": TreeSchema("extras")}
         self._metadata = MetadataSchema()
         self._committed_episodes = 0
@@ -207,6 +208,7 @@ class EpisodeStore:
                 f"{reason} while creating dataset {dataset_id!r} at {str(path)!r}; nothing was created"
             ) from exc
         fsync_dir(path.parent)
+        store._identity = store._read_identity()
         return store
 
     @classmethod
@@ -263,8 +265,10 @@ class EpisodeStore:
                 )
         (path / SHARDS_DIR).mkdir(exist_ok=True)
         remove_stale_shard_tmps(path / SHARDS_DIR)
-        return cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
-                   shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
+        store = cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
+                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
+        store._identity = store._read_identity()
+        return store
 
     def __enter__(self) -> EpisodeStore:
         return self
@@ -587,6 +591,7 @@ class EpisodeStore:
         self._shards_written = [self._shards_dir / p.name for p in self._shards_written]
         self._dataset_id = dataset_id
         update_dataset_info(new_path, dataset_id, self._root(), new_id=dataset_id)
+        self._identity = self._read_identity()
         return new_path
 
     def _root(self) -> Path:
@@ -624,10 +629,33 @@ class EpisodeStore:
             copies.append(a.copy())
         return copies
 
+    def _read_identity(self) -> tuple[int, int, str | None]:
+        """What tells this dataset from one deleted and made again at its place: the directory's device and
+        inode, and the creation time its dataset.json records."""
+        info = read_dataset_info(self._path, self._dataset_id, self._root())
+        st = os.stat(self._path)
+        return st.st_dev, st.st_ino, info.get("created_at")
+
+    def _check_identity(self) -> None:
+        """DatasetError when the dataset was deleted, moved or replaced since this writer opened it."""
+        if self._identity is None:
+            return
+        try:
+            same = self._read_identity() == self._identity
+        except (DatasetError, OSError):
+            same = False
+        if not same:
+            raise DatasetError(
+                f"dataset {self._dataset_id!r} at {str(self._path)!r} was deleted, moved or replaced since this "
+                f"writer opened it: nothing was committed, and the {self._pending.episodes} pending episodes "
+                "stay in memory only (open the dataset again with a new writer to store new episodes)"
+            )
+
     def _commit(self) -> None:
         pending = self._pending
         if pending.episodes == 0:
             return
+        self._check_identity()
         if os.getpid() != self._pid:  # a forked child must not reuse its parent's shard names
             self._pid = os.getpid()
             self._writer = self._new_writer_name()
