@@ -1,5 +1,6 @@
 """A full disk: commits raise DatasetError, keep the pending episodes and leave no file; flush() after freeing
-space commits them. One test fills a real small tmpfs (root only), one injects ENOSPC into the file write."""
+space commits them. Some tests fill a real small tmpfs (root only), others inject ENOSPC (always run). A Minari
+export onto a full disk raises DatasetError too (HDF5 writing into a full disk used to crash the process)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+import vcollect.store.minari_interop as minari_interop
 from vcollect.errors import DatasetError
-from vcollect.store import EpisodeStore, list_datasets, load_dataset
+from vcollect.store import EpisodeStore, export_minari, import_minari, list_datasets, load_dataset
 
 OBS = spaces.Box(-1e9, 1e9, shape=(3,), dtype=np.float32)
 ACT = spaces.Discrete(5)
@@ -28,9 +30,9 @@ def write(store: EpisodeStore, seed: int, steps: int) -> None:
                         np.zeros(steps, bool), seed=seed, env_id=seed % 3)
 
 
-def check(got: object, seed: int, steps: int) -> None:
+def check(got: object, seed: int, steps: int, env_id: int | None = None) -> None:
     rows = np.arange(steps + 1, dtype=np.float32)
-    assert got.seed == seed and got.env_id == seed % 3  # type: ignore[attr-defined]
+    assert got.seed == seed and got.env_id == (seed % 3 if env_id is None else env_id)  # type: ignore[attr-defined]
     np.testing.assert_array_equal(got.observations[:, 0], np.full(steps + 1, seed))  # type: ignore[attr-defined]
     np.testing.assert_array_equal(got.observations[:, 1], rows)  # type: ignore[attr-defined]
     np.testing.assert_array_equal(got.actions, (np.arange(steps) + seed) % 5)  # type: ignore[attr-defined]
@@ -164,3 +166,34 @@ def test_other_write_errors_keep_the_general_message(tmp_path: Path, monkeypatch
     monkeypatch.undo()
     store.close()
     check(load_dataset("d/eio-v0", root=tmp_path)[0], 0, 5)
+
+
+def test_export_to_a_full_disk(tmp_path: Path, small_tmpfs: Path) -> None:
+    with EpisodeStore.create("d/src-v0", OBS, ACT, root=tmp_path) as store:
+        for seed in range(20):
+            write(store, seed, 3000)  # about 1 MiB as a Minari file
+    minari_root = small_tmpfs / "minari"
+    filler = small_tmpfs / "filler"
+    size = fill(filler)
+    os.truncate(filler, size - 256 * 1024)
+    with pytest.raises(DatasetError, match="no space left on device while writing"):
+        export_minari("d/src-v0", "mm/src-v0", minari_root, root=tmp_path)
+    assert list((minari_root / "mm").iterdir()) == []  # no staging folder, no dataset
+    filler.unlink()
+    export_minari("d/src-v0", "mm/src-v0", minari_root, root=tmp_path)
+    back = import_minari("mm/src-v0", "d/back-v0", tmp_path, minari_root=minari_root)
+    for seed, got in enumerate(back):
+        check(got, seed, 3000, env_id=0)  # Minari has no env ids
+    assert back.total_episodes == 20
+
+
+def test_spill_file_keeps_hdf5_alive_on_dev_full(tmp_path: Path) -> None:
+    """Every write to /dev/full fails with ENOSPC: HDF5 still closes cleanly and the error is raised after."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    with EpisodeStore.create("d/src-v0", OBS, ACT, root=tmp_path) as store:
+        for seed in range(3):
+            write(store, seed, 10)
+    with pytest.raises(DatasetError, match="no space left on device while writing '/dev/full'") as info:
+        minari_interop._write_main_file(load_dataset("d/src-v0", root=tmp_path), Path("/dev/full"))
+    assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC

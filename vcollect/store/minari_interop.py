@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import importlib.metadata
 import io
 import json
@@ -49,6 +50,7 @@ from vcollect.spaces import space_from_dict, space_to_dict
 from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
+from vcollect.store.spill_file import SpillFile
 from vcollect.store.staging import new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
 
@@ -324,9 +326,14 @@ def export_minari(
 
 
 def _write_main_file(dataset: Dataset, path: Path) -> None:
+    """Write main_data.hdf5 through a SpillFile: a full disk stops the export with DatasetError instead of
+    crashing inside HDF5."""
     obs_space, act_space = dataset.observation_space, dataset.action_space
-    with h5py.File(path, "w", track_order=True) as f:
+    raw = SpillFile(path)
+    with raw, h5py.File(raw, "w", track_order=True) as f:
         for i, episode in enumerate(dataset.iterate_episodes()):
+            if raw.error is not None:
+                break
             group = f.create_group(f"episode_{i}")
             group.attrs["id"] = i
             if episode.seed is not None:
@@ -348,6 +355,10 @@ def _write_main_file(dataset: Dataset, path: Path) -> None:
             for key, value in episode.metadata.items():
                 if key not in _EPISODE_ATTRS and not key.startswith(_OPTIONS_PREFIX):
                     group.attrs[key] = value
+    if raw.error is not None:
+        if raw.error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DatasetError(f"no space left on device while writing {str(path)!r}") from raw.error
+        raise raw.error
 
 
 # ---------------------------------------------------------------------------------------------------
