@@ -17,7 +17,7 @@ from gymnasium import spaces
 
 import vcollect.store.minari_interop as minari_interop
 from tests.test_store_leftovers import read_line
-from vcollect.errors import DatasetExistsError, DatasetNotFoundError
+from vcollect.errors import DatasetError, DatasetExistsError, DatasetNotFoundError
 from vcollect.store import (
     EpisodeStore,
     combine_datasets,
@@ -115,7 +115,7 @@ def test_combine_failing_part_way_or_onto_an_existing_id(tmp_path: Path, monkeyp
     monkeypatch.setattr(b, "iterate_episodes", failing)
     with pytest.raises(OSError, match="source shard unreadable"):
         combine_datasets(["src/a-v0", b], "out/x-v0", tmp_path)
-    assert list((tmp_path / "out").iterdir()) == []  # neither the id nor a staging folder
+    assert not (tmp_path / "out").exists()  # neither the id nor a staging folder (nor the namespace it made)
 
     combine_datasets(["src/a-v0"], "out/x-v0", tmp_path, metadata={"note": "first"})
     with pytest.raises(DatasetExistsError, match="'out/x-v0' already exists"):
@@ -208,3 +208,19 @@ def test_export_leaves_no_hidden_folders(tmp_path: Path, monkeypatch: pytest.Mon
 
 def seeds_of_minari(minari_root: Path) -> list[int]:
     return [e.seed for e in import_minari("mm/a-v0", "back/a-v0", minari_root / "back", minari_root=minari_root)]
+
+
+def test_publish_replaces_empty_folders_only(tmp_path: Path) -> None:
+    make(tmp_path, "src/a-v0", range(2))
+    (tmp_path / "out" / "empty-v0" / "shards").mkdir(parents=True)  # what a failed create used to leave
+    combine_datasets(["src/a-v0"], "out/empty-v0", tmp_path)
+    assert seeds_of("out/empty-v0", tmp_path) == [0, 1]
+
+    make(tmp_path, "out/ns-v0/inner-v1", range(5, 7))  # a dataset in the namespace 'out/ns-v0'
+    with pytest.raises(DatasetError, match="something that is not a dataset is there"):
+        combine_datasets(["src/a-v0"], "out/ns-v0", tmp_path)
+    with pytest.raises(DatasetError, match="something that is not a dataset is there"):
+        import_minari(export_minari("src/a-v0", "mm/a-v0", tmp_path / "minari", root=tmp_path), "out/ns-v0",
+                      tmp_path, overwrite=True)
+    assert seeds_of("out/ns-v0/inner-v1", tmp_path) == [5, 6]  # kept, even with overwrite=True
+    assert hidden(tmp_path / "out") == []

@@ -29,7 +29,6 @@ import io
 import json
 import os
 import re
-import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
 from vcollect.store.spill_file import SpillFile
-from vcollect.store.staging import new_staging_dir, publish_dir
+from vcollect.store.staging import discard_staging, new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
 
 __all__ = [
@@ -316,11 +315,11 @@ def export_minari(
         items.insert(position, ("dataset_size", round(size_mb, 1)))
         (data_dir / _METADATA_FILE).write_text(json.dumps(dict(items)), encoding="utf-8")
         _write_namespace_files(minari_root_path, namespace)
-        publish_dir(tmp, final, overwrite=overwrite, exists_message=(
+        publish_dir(tmp, final, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
         ))
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard_staging(tmp, minari_root_path)
         raise
     return final
 
@@ -533,7 +532,7 @@ def import_minari(
         store = EpisodeStore._create_at(staging, dataset_id, obs_space, act_space, env_spec=env_spec,
                                         eval_env_spec=eval_env_spec, metadata=ours)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard_staging(staging, root_path)
         raise
     try:
         for episode in _iter_minari_episodes(main_file, obs_space, act_space, jpeg):
@@ -551,10 +550,10 @@ def import_minari(
                 except (InfoStructureError, ValueError) as exc:
                     raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {exc}") from exc
         store.close()
-        publish_dir(staging, final, overwrite=overwrite, exists_message=exists)
+        publish_dir(staging, final, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
     except BaseException:
         with contextlib.suppress(Exception):
             store.close()
-        shutil.rmtree(staging, ignore_errors=True)
+        discard_staging(staging, root_path)
         raise
     return load_dataset(dataset_id, root)

@@ -20,11 +20,12 @@ import time
 import uuid
 from pathlib import Path
 
-from vcollect.errors import DatasetExistsError
+from vcollect.errors import DatasetError, DatasetExistsError
 from vcollect.store.dataset_info import SHARD_SUFFIX, TMP_SUFFIX, fsync_dir
 
 __all__ = [
     "STALE_AFTER_S",
+    "discard_staging",
     "new_staging_dir",
     "pid_space",
     "process_alive",
@@ -153,24 +154,53 @@ def remove_stale_staging(parent: Path) -> list[Path]:
     return removed
 
 
-def publish_dir(staging: Path, final: Path, *, overwrite: bool, exists_message: str) -> None:
+def _remove_empty_tree(folder: Path) -> None:
+    """Remove ``folder`` if it holds nothing but empty folders (e.g. what a failed create left); else keep it."""
+    for dirpath, _, _ in os.walk(folder, topdown=False):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            return
+
+
+def publish_dir(staging: Path, final: Path, *, marker: str, overwrite: bool, exists_message: str) -> None:
     """Move the finished ``staging`` folder to ``final`` with one rename.
 
-    When ``final`` exists: DatasetExistsError(exists_message) unless ``overwrite``, which moves the old one
-    aside first (a hidden sibling removed right after; the next operation removes it if a crash comes between).
+    ``marker`` (``dataset.json``, Minari's ``data``) tells a dataset at ``final``: then DatasetExistsError
+    (``exists_message``) unless ``overwrite``, which moves the old one aside first (a hidden sibling removed
+    right after; the next operation removes it if a crash comes between). Empty folders at ``final`` are
+    replaced; anything else there is kept, with DatasetError.
     """
     try:
         os.rename(staging, final)
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
             raise
-        if not overwrite:
+        if not os.path.lexists(final / marker):
+            _remove_empty_tree(final)
+            try:
+                os.rename(staging, final)
+            except OSError:
+                raise DatasetError(
+                    f"cannot put the new dataset at {str(final)!r}: something that is not a dataset is there"
+                ) from exc
+        elif not overwrite:
             raise DatasetExistsError(exists_message) from None
-        old = _hidden_dir(final, "replaced")
-        os.rename(final, old)
-        os.rename(staging, final)
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
         else:
-            old.unlink(missing_ok=True)
+            old = _hidden_dir(final, "replaced")
+            os.rename(final, old)
+            os.rename(staging, final)
+            shutil.rmtree(old, ignore_errors=True)
     fsync_dir(final.parent)
+
+
+def discard_staging(staging: Path, root: Path) -> None:
+    """Remove an unfinished staging folder, and the folders between it and ``root`` left empty."""
+    shutil.rmtree(staging, ignore_errors=True)
+    parent = staging.parent
+    while parent != root and root in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent

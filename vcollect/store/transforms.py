@@ -4,7 +4,6 @@ with :func:`copy_episodes`)."""
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -14,7 +13,7 @@ from vcollect.errors import DatasetExistsError, SpaceMismatchError
 from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.reader import Dataset, EpisodeData, load_dataset
-from vcollect.store.staging import new_staging_dir, publish_dir
+from vcollect.store.staging import discard_staging, new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
 
 __all__ = ["combine_datasets", "copy_episodes", "split_dataset"]
@@ -85,9 +84,9 @@ def combine_datasets(
             # One writer per source, so each source's infos/extras structure gets its own shards.
             with EpisodeStore._open_at(staging, new_dataset_id, resolve_root(root)) as store:
                 copy_episodes(dataset.iterate_episodes(), store)
-        publish_dir(staging, final, overwrite=False, exists_message=exists)
+        publish_dir(staging, final, marker=DATASET_FILE, overwrite=False, exists_message=exists)
     except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard_staging(staging, resolve_root(root))
         raise
     return load_dataset(new_dataset_id, root)
 
