@@ -144,12 +144,20 @@ def test_leftover_rules_by_owner_and_age(tmp_path: Path) -> None:
         os.utime(file, (then, then))
         return file
 
+    def old_format(pid: int, age: float) -> Path:  # named by vcollect before the process-id space was added
+        file = shards / f"{time.time_ns():020d}-w{pid}x0123456789ab-000000.h5.tmp"
+        file.write_bytes(b"half a shard")
+        os.utime(file, (time.time() - age, time.time() - age))
+        return file
+
     removed = [
+        old_format(dead.pid, STALE_AFTER_S + 60),
         tmp(dead.pid, here),  # this machine, dead writer
         tmp(os.getpid(), here, STALE_AFTER_S + 60),  # live pid (reused?) but untouched for too long
         tmp(os.getpid(), other, STALE_AFTER_S + 60),  # another machine's, untouched for too long
     ]
     kept = [
+        old_format(dead.pid, 60),  # its process-id space unknown: kept while recent
         tmp(os.getpid(), here),  # a live writer of this machine
         tmp(dead.pid, other),  # another machine's pid: cannot tell, recent
         shards / "notes.tmp",  # not a shard's temporary name
@@ -157,5 +165,5 @@ def test_leftover_rules_by_owner_and_age(tmp_path: Path) -> None:
     kept[-1].write_text("someone else's")
     with EpisodeStore.open("d/x-v0", tmp_path):
         pass
-    assert [p.exists() for p in removed] == [False] * 3
-    assert [p.exists() for p in kept] == [True] * 3
+    assert [p.exists() for p in removed] == [False] * 4
+    assert [p.exists() for p in kept] == [True] * 4

@@ -38,9 +38,11 @@ __all__ = [
 #: A leftover whose owner cannot be checked (another machine or container) is stale after this long untouched.
 STALE_AFTER_S = 3600.0
 
-# <20-digit time>-w<pid>x<hex>-<seq>.h5.<space>.tmp (shard.write_shard's temporary name)
+# <20-digit time>-w<pid>x<hex>-<seq>.h5.<space>.tmp (shard.write_shard's temporary name; without
+# .<space> from vcollect versions before it: those are removed by age only)
 _SHARD_TMP_RE = re.compile(
-    r"\d+-w(?P<pid>\d+)x[0-9a-f]+-\d+" + re.escape(SHARD_SUFFIX) + r"\.(?P<space>[0-9a-f]{8})" + re.escape(TMP_SUFFIX)
+    r"\d+-w(?P<pid>\d+)x[0-9a-f]+-\d+" + re.escape(SHARD_SUFFIX) + r"(?:\.(?P<space>[0-9a-f]{8}))?"
+    + re.escape(TMP_SUFFIX)
 )
 # .<name>.<kind>-<space>-<pid>-<uuid>: a dataset being built (staging) or one being replaced
 _HIDDEN_DIR_RE = re.compile(r"\.(?P<name>.+)\.(?:staging|replaced)-(?P<space>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{12}")
@@ -97,7 +99,7 @@ def remove_stale_shard_tmps(shards_dir: Path) -> list[Path]:
         if match is None:
             continue
         try:
-            if not _stale(match["space"], int(match["pid"]), Path(entry.path)):
+            if not _stale(match["space"] or "", int(match["pid"]), Path(entry.path)):
                 continue
             os.unlink(entry.path)
         except OSError:  # gone meanwhile, or not ours to remove

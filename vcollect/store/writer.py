@@ -8,10 +8,12 @@ Layout (DESIGN.md section 5)::
 
 Episodes are buffered in memory (copies, because callers pass views of ring buffers) and
 committed as one shard when ``shard_steps`` steps (or ``shard_bytes`` bytes) are pending, on
-``flush()`` and on ``close()``. A shard is written to ``<name>.h5.tmp``, flushed, fsynced, renamed
-and the directory fsynced, so a crash leaves every committed shard whole and at most the pending
-episodes lost. Each store instance has its own writer name (pid + uuid), so many processes append
-to one dataset without coordinating.
+``flush()`` and on ``close()``. A shard is built in memory, written to ``<name>.h5.<space>.tmp``,
+fsynced, renamed and the directory fsynced, so a crash leaves every committed shard whole and at most
+the pending episodes lost; a commit that fails (a full disk) raises DatasetError and keeps the pending
+episodes for the next flush(). Each store instance has its own writer name (pid + uuid), so many
+processes append to one dataset without coordinating; the next writer to open a dataset removes the
+temporary files of crashed ones, and a writer whose dataset was deleted or replaced fails its next commit.
 
 This module validates and routes episodes; ``dataset_info`` owns ``dataset.json``, ``schema`` the
 info/extras/metadata structure checks and ``shard`` the pending columns and the shard file write.
