@@ -197,3 +197,18 @@ def test_spill_file_keeps_hdf5_alive_on_dev_full(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="no space left on device while writing '/dev/full'") as info:
         minari_interop._write_main_file(load_dataset("d/src-v0", root=tmp_path), Path("/dev/full"))
     assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
+
+
+def test_create_failing_removes_only_the_folders_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vcollect.store.writer as writer
+
+    EpisodeStore.create("ns/kept-v0", OBS, ACT, root=tmp_path).close()
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(writer, "write_json_atomic", refuse)
+    with pytest.raises(PermissionError):  # other errors than a full disk keep their type
+        EpisodeStore.create("ns/deeper/new-v0", OBS, ACT, root=tmp_path)
+    assert sorted(p.name for p in (tmp_path / "ns").iterdir()) == ["kept-v0"]  # ns/deeper/new-v0 removed
+    assert list(list_datasets(tmp_path)) == ["ns/kept-v0"]

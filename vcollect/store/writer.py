@@ -205,9 +205,11 @@ class EpisodeStore:
             for directory in reversed(made):  # only what this call made, and only while empty
                 with contextlib.suppress(OSError):
                     directory.rmdir()
-            reason = "no space left on device" if exc.errno in _NO_SPACE else str(exc)
+            if exc.errno not in _NO_SPACE:
+                raise
             raise DatasetError(
-                f"{reason} while creating dataset {dataset_id!r} at {str(path)!r}; nothing was created"
+                f"no space left on device while creating dataset {dataset_id!r} at {str(path)!r}; "
+                "nothing was created"
             ) from exc
         fsync_dir(path.parent)
         store._identity = store._read_identity()
