@@ -15,7 +15,7 @@ import pytest
 from gymnasium import spaces
 
 import vcollect.store.minari_interop as minari_interop
-from vcollect.errors import DatasetError
+from vcollect.errors import DatasetError, DiskFullError
 from vcollect.store import EpisodeStore, export_minari, import_minari, list_datasets, load_dataset
 
 OBS = spaces.Box(-1e9, 1e9, shape=(3,), dtype=np.float32)
@@ -85,7 +85,7 @@ def test_real_full_disk_keeps_pending_and_flush_retries(small_tmpfs: Path) -> No
     filler = small_tmpfs / "filler"
     size = fill(filler)
     # A new dataset cannot be created on the full disk: a DatasetError, and no folder left behind.
-    with pytest.raises(DatasetError, match="no space left on device while creating dataset 'new/other-v0'"):
+    with pytest.raises(DiskFullError, match="no space left on device while creating dataset 'new/other-v0'"):
         EpisodeStore.create("new/other-v0", OBS, ACT, root=root)
     assert sorted(p.name for p in root.iterdir()) == ["d"]
     assert list(list_datasets(root)) == ["d/full-v0"]
@@ -93,15 +93,16 @@ def test_real_full_disk_keeps_pending_and_flush_retries(small_tmpfs: Path) -> No
     os.truncate(filler, size - 256 * 1024)
     for seed in range(3, 23):
         write(store, seed, 3000)
-    with pytest.raises(DatasetError, match="no space left on device while committing shard") as info:
+    with pytest.raises(DiskFullError, match="no space left on device while committing shard") as info:
         store.flush()
     text = str(info.value)
     assert "20 pending episodes are kept in memory" in text and "free space and call flush() again" in text
+    assert isinstance(info.value, DatasetError)  # DiskFullError is a DatasetError
     assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
     assert store.pending_episodes == 20 and store.committed_episodes == 3
     assert files(store.path) == first  # no .tmp left behind, the committed shard untouched
     assert load_dataset("d/full-v0", root=root).total_episodes == 3
-    with pytest.raises(DatasetError, match="no space left on device"):
+    with pytest.raises(DiskFullError, match="no space left on device"):
         store.flush()  # still full: the same error, nothing lost
 
     filler.unlink()
@@ -135,7 +136,7 @@ def test_injected_enospc_mid_write(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "write", write_then_fail)
-    with pytest.raises(DatasetError, match="no space left on device while committing shard") as info:
+    with pytest.raises(DiskFullError, match="no space left on device while committing shard") as info:
         store.flush()
     assert "2 pending episodes are kept in memory; free space and call flush() again" in str(info.value)
     assert len(seen) == 2 and Path(seen[0]).parent == store.path / "shards"
@@ -176,7 +177,7 @@ def test_export_to_a_full_disk(tmp_path: Path, small_tmpfs: Path) -> None:
     filler = small_tmpfs / "filler"
     size = fill(filler)
     os.truncate(filler, size - 256 * 1024)
-    with pytest.raises(DatasetError, match="no space left on device while writing"):
+    with pytest.raises(DiskFullError, match="no space left on device while writing"):
         export_minari("d/src-v0", "mm/src-v0", minari_root, root=tmp_path)
     assert list(minari_root.iterdir()) == []  # no staging folder, no dataset (nor the namespace it made)
     filler.unlink()
@@ -194,7 +195,7 @@ def test_spill_file_keeps_hdf5_alive_on_dev_full(tmp_path: Path) -> None:
     with EpisodeStore.create("d/src-v0", OBS, ACT, root=tmp_path) as store:
         for seed in range(3):
             write(store, seed, 10)
-    with pytest.raises(DatasetError, match="no space left on device while writing '/dev/full'") as info:
+    with pytest.raises(DiskFullError, match="no space left on device while writing '/dev/full'") as info:
         minari_interop._write_main_file(load_dataset("d/src-v0", root=tmp_path), Path("/dev/full"))
     assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == errno.ENOSPC
 

@@ -66,3 +66,11 @@ class SpaceMismatchError(DatasetError, ValueError):
 
 class UnfinishedEpisodesWarning(UserWarning):
     """Episodes still running when a collector writing to a store closed or reset were not stored."""
+
+
+class DiskFullError(DatasetError):
+    """A shard, dataset or export could not be written for want of disk space (ENOSPC or a quota).
+
+    Nothing already stored is damaged and no partial file is left; a writer keeps its pending episodes, so
+    ``flush()`` after freeing space commits them.
+    """

@@ -41,6 +41,7 @@ from vcollect.errors import (
     DatasetError,
     DatasetExistsError,
     DatasetNotFoundError,
+    DiskFullError,
     InfoStructureError,
     InvalidDatasetIdError,
 )
@@ -356,7 +357,7 @@ def _write_main_file(dataset: Dataset, path: Path) -> None:
                     group.attrs[key] = value
     if raw.error is not None:
         if raw.error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DatasetError(f"no space left on device while writing {str(path)!r}") from raw.error
+            raise DiskFullError(f"no space left on device while writing {str(path)!r}") from raw.error
         raise raw.error
 
 

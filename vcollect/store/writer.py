@@ -35,7 +35,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.errors import DatasetError, DatasetExistsError, InfoStructureError, SpaceMismatchError
+from vcollect.errors import (
+    DatasetError,
+    DatasetExistsError,
+    DiskFullError,
+    InfoStructureError,
+    SpaceMismatchError,
+)
 from vcollect.spaces import Leaf, flatten_batch, leaves, unflatten_batch
 from vcollect.store.dataset_info import (
     DATASET_FILE,
@@ -207,7 +213,7 @@ class EpisodeStore:
                     directory.rmdir()
             if exc.errno not in _NO_SPACE:
                 raise
-            raise DatasetError(
+            raise DiskFullError(
                 f"no space left on device while creating dataset {dataset_id!r} at {str(path)!r}; "
                 "nothing was created"
             ) from exc
@@ -673,7 +679,7 @@ class EpisodeStore:
             write_shard(final, pending.columns(rows), attrs, self.compression)
         except Exception as exc:
             if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
-                raise DatasetError(
+                raise DiskFullError(
                     f"no space left on device while committing shard {str(final)!r} of dataset "
                     f"{self._dataset_id!r} ({exc}); committed shards are intact, {pending.episodes} pending "
                     "episodes are kept in memory; free space and call flush() again"
