@@ -24,7 +24,7 @@ class SpillFile(io.RawIOBase):
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         super().__init__()
-        self._file = io.FileIO(path, "w+")  # unbuffered: a write error shows at the write
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)  # unbuffered: errors show at once
         self._pos = 0
         self._size = 0
         self._spilled: list[tuple[int, bytes]] = []  # (offset, data) written after the error, in order
@@ -53,10 +53,9 @@ class SpillFile(io.RawIOBase):
         n = len(view)
         if self.error is None:
             try:
-                self._file.seek(self._pos)
-                rest = view
-                while rest:
-                    rest = rest[self._file.write(rest) or 0 :]
+                done = 0
+                while done < n:
+                    done += os.pwrite(self._fd, view[done:], self._pos + done)
             except OSError as exc:
                 self.error = exc
         if self.error is not None:
@@ -68,9 +67,9 @@ class SpillFile(io.RawIOBase):
     def readinto(self, buffer: WriteableBuffer) -> int:
         out = memoryview(buffer).cast("B")
         want = min(len(out), max(0, self._size - self._pos))
-        self._file.seek(self._pos)
-        got = self._file.readinto(out[:want]) or 0
-        out[got:want] = bytes(want - got)  # past what reached the disk: zeros, unless spilled below
+        data = os.pread(self._fd, want, self._pos)
+        out[: len(data)] = data
+        out[len(data) : want] = bytes(want - len(data))  # past what reached the disk: zeros, unless spilled below
         for offset, data in self._spilled:  # later writes win
             lo, hi = max(offset, self._pos), min(offset + len(data), self._pos + want)
             if lo < hi:
@@ -83,7 +82,7 @@ class SpillFile(io.RawIOBase):
         self._size = size
         if self.error is None:
             try:
-                self._file.truncate(size)
+                os.ftruncate(self._fd, size)
             except OSError as exc:
                 self.error = exc
         return size
@@ -92,10 +91,10 @@ class SpillFile(io.RawIOBase):
         """Nothing buffered here (the file is unbuffered); fsync is the caller's."""
 
     def fileno(self) -> int:
-        return self._file.fileno()
+        return self._fd
 
     def close(self) -> None:
         if not self.closed:
-            self._file.close()
+            os.close(self._fd)
             self._spilled.clear()
         super().close()
