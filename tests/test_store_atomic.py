@@ -224,3 +224,19 @@ def test_publish_replaces_empty_folders_only(tmp_path: Path) -> None:
                       tmp_path, overwrite=True)
     assert seeds_of("out/ns-v0/inner-v1", tmp_path) == [5, 6]  # kept, even with overwrite=True
     assert hidden(tmp_path / "out") == []
+
+
+def test_export_fsyncs_its_files_before_the_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make(tmp_path, "src/a-v0", range(2))
+    real_fsync = os.fsync
+    synced: list[str] = []
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    path = export_minari("src/a-v0", "mm/a-v0", tmp_path / "minari", root=tmp_path)
+    names = [Path(p).name for p in synced if ".staging-" in p]
+    assert "main_data.hdf5" in names and "metadata.json" in names  # written in the staging folder, synced there
+    assert str(path.parent) in synced  # and the rename into place

@@ -51,7 +51,7 @@ from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
 from vcollect.store.spill_file import SpillFile
-from vcollect.store.staging import discard_staging, new_staging_dir, publish_dir
+from vcollect.store.staging import discard_staging, fsync_tree, new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
 
 __all__ = [
@@ -316,6 +316,7 @@ def export_minari(
         items.insert(position, ("dataset_size", round(size_mb, 1)))
         (data_dir / _METADATA_FILE).write_text(json.dumps(dict(items)), encoding="utf-8")
         _write_namespace_files(minari_root_path, namespace)
+        fsync_tree(tmp)
         publish_dir(tmp, final, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
         ))

@@ -26,6 +26,7 @@ from vcollect.store.dataset_info import SHARD_SUFFIX, TMP_SUFFIX, fsync_dir
 __all__ = [
     "STALE_AFTER_S",
     "discard_staging",
+    "fsync_tree",
     "new_staging_dir",
     "pid_space",
     "process_alive",
@@ -194,6 +195,18 @@ def publish_dir(staging: Path, final: Path, *, marker: str, overwrite: bool, exi
             os.rename(staging, final)
             shutil.rmtree(old, ignore_errors=True)
     fsync_dir(final.parent)
+
+
+def fsync_tree(folder: Path) -> None:
+    """fsync every file and folder under ``folder`` (before publishing files written without fsync)."""
+    for dirpath, _, filenames in os.walk(folder):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
 
 
 def discard_staging(staging: Path, root: Path) -> None:
