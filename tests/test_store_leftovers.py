@@ -152,6 +152,7 @@ def test_leftover_rules_by_owner_and_age(tmp_path: Path) -> None:
 
     removed = [
         old_format(dead.pid, STALE_AFTER_S + 60),
+        tmp(10**30, here),  # no process has such a pid
         tmp(dead.pid, here),  # this machine, dead writer
         tmp(os.getpid(), here, STALE_AFTER_S + 60),  # live pid (reused?) but untouched for too long
         tmp(os.getpid(), other, STALE_AFTER_S + 60),  # another machine's, untouched for too long
@@ -165,5 +166,5 @@ def test_leftover_rules_by_owner_and_age(tmp_path: Path) -> None:
     kept[-1].write_text("someone else's")
     with EpisodeStore.open("d/x-v0", tmp_path):
         pass
-    assert [p.exists() for p in removed] == [False] * 4
+    assert [p.exists() for p in removed] == [False] * 5
     assert [p.exists() for p in kept] == [True] * 4

@@ -57,14 +57,14 @@ def pid_space() -> str:
         namespace = os.readlink("/proc/self/ns/pid")
     except OSError:  # no /proc: the host name (pids are then only compared on one machine)
         boot, namespace = socket.gethostname(), ""
-    return hashlib.sha1(f"{boot}|{namespace}".encode()).hexdigest()[:8]
+    return hashlib.sha1(f"{boot}|{namespace}".encode(), usedforsecurity=False).hexdigest()[:8]
 
 
 def process_alive(pid: int) -> bool:
     """Whether a process with this pid exists (in this process-id space)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: no pid is that large
         return False
     except PermissionError:  # exists, owned by another user
         return True
