@@ -240,3 +240,15 @@ def test_export_fsyncs_its_files_before_the_rename(tmp_path: Path, monkeypatch: 
     names = [Path(p).name for p in synced if ".staging-" in p]
     assert "main_data.hdf5" in names and "metadata.json" in names  # written in the staging folder, synced there
     assert str(path.parent) in synced  # and the rename into place
+
+
+def test_import_overwriting_a_symlinked_dataset_replaces_the_link(tmp_path: Path) -> None:
+    make(tmp_path, "src/a-v0", range(3))
+    make(tmp_path / "elsewhere", "x/linked-v0", range(40, 42))
+    (tmp_path / "imp").mkdir()
+    (tmp_path / "imp" / "l-v0").symlink_to(tmp_path / "elsewhere" / "x" / "linked-v0")
+    export_minari("src/a-v0", "mm/a-v0", tmp_path / "minari", root=tmp_path)
+    import_minari("mm/a-v0", "imp/l-v0", tmp_path, overwrite=True, minari_root=tmp_path / "minari")
+    assert not (tmp_path / "imp" / "l-v0").is_symlink() and seeds_of("imp/l-v0", tmp_path) == [0, 1, 2]
+    assert hidden(tmp_path / "imp") == []
+    assert seeds_of("x/linked-v0", tmp_path / "elsewhere") == [40, 41]  # what the link pointed to is kept

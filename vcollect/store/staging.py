@@ -193,7 +193,10 @@ def publish_dir(staging: Path, final: Path, *, marker: str, overwrite: bool, exi
             old = _hidden_dir(final, "replaced")
             os.rename(final, old)
             os.rename(staging, final)
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_symlink():  # a dataset linked in from elsewhere: drop the link, not what it points to
+                old.unlink()
+            else:
+                shutil.rmtree(old, ignore_errors=True)
     fsync_dir(final.parent)
 
 
