@@ -164,7 +164,15 @@ def test_leftover_rules_by_owner_and_age(tmp_path: Path) -> None:
         shards / "notes.tmp",  # not a shard's temporary name
     ]
     kept[-1].write_text("someone else's")
+    json_tmps = []  # dataset.json being rewritten (update_metadata): no process-id space, removed by age only
+    for age in (STALE_AFTER_S + 60, 60):
+        file = shards.parent / f"dataset.json.{dead.pid}.0123abcd{age:.0f}.tmp"
+        file.write_text("{")
+        os.utime(file, (time.time() - age, time.time() - age))
+        json_tmps.append(file)
+    removed.append(json_tmps[0])
+    kept.append(json_tmps[1])
     with EpisodeStore.open("d/x-v0", tmp_path):
         pass
-    assert [p.exists() for p in removed] == [False] * 5
-    assert [p.exists() for p in kept] == [True] * 4
+    assert [p.exists() for p in removed] == [False] * 6
+    assert [p.exists() for p in kept] == [True] * 5

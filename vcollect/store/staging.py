@@ -31,6 +31,7 @@ __all__ = [
     "pid_space",
     "process_alive",
     "publish_dir",
+    "remove_stale_json_tmps",
     "remove_stale_shard_tmps",
     "remove_stale_staging",
     "shard_tmp_path",
@@ -45,6 +46,8 @@ _SHARD_TMP_RE = re.compile(
     r"\d+-w(?P<pid>\d+)x[0-9a-f]+-\d+" + re.escape(SHARD_SUFFIX) + r"(?:\.(?P<space>[0-9a-f]{8}))?"
     + re.escape(TMP_SUFFIX)
 )
+# dataset.json.<pid>.<hex>.tmp (dataset_info.write_json_atomic's temporary name: removed by age only)
+_JSON_TMP_RE = re.compile(r"dataset\.json\.\d+\.[0-9a-f]+" + re.escape(TMP_SUFFIX))
 # .<name>.<kind>-<space>-<pid>-<uuid>: a dataset being built (staging) or one being replaced
 _HIDDEN_DIR_RE = re.compile(r"\.(?P<name>.+)\.(?:staging|replaced)-(?P<space>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{12}")
 
@@ -104,6 +107,27 @@ def remove_stale_shard_tmps(shards_dir: Path) -> list[Path]:
                 continue
             os.unlink(entry.path)
         except OSError:  # gone meanwhile, or not ours to remove
+            continue
+        removed.append(Path(entry.path))
+    return removed
+
+
+def remove_stale_json_tmps(dataset_dir: Path) -> list[Path]:
+    """Remove temporary dataset.json files untouched for STALE_AFTER_S (their names carry no process-id
+    space, so a dead writer's is only known by its age); returns those removed."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(dataset_dir))
+    except OSError:
+        return removed
+    for entry in entries:
+        if _JSON_TMP_RE.fullmatch(entry.name) is None:
+            continue
+        try:
+            if time.time() - entry.stat(follow_symlinks=False).st_mtime <= STALE_AFTER_S:
+                continue
+            os.unlink(entry.path)
+        except OSError:
             continue
         removed.append(Path(entry.path))
     return removed

@@ -58,7 +58,7 @@ from vcollect.store.dataset_info import (
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, flatten_columns, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
-from vcollect.store.staging import remove_stale_shard_tmps
+from vcollect.store.staging import remove_stale_json_tmps, remove_stale_shard_tmps
 
 # DATASET_FILE stays importable from here for vcollect.cli, which imported it from this module.
 __all__ = ["DATASET_FILE", "EpisodeStore"]
@@ -275,6 +275,7 @@ class EpisodeStore:
                 )
         (path / SHARDS_DIR).mkdir(exist_ok=True)
         remove_stale_shard_tmps(path / SHARDS_DIR)
+        remove_stale_json_tmps(path)
         store = cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
                     shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
         store._identity = store._read_identity()
