@@ -70,3 +70,11 @@ class UnfinishedEpisodesWarning(UserWarning):
 
 class CorruptDatasetError(DatasetError, ValueError):
     """A dataset's ``dataset.json`` (or manifest) is unreadable or malformed; the message names the file."""
+
+
+class DiskFullError(DatasetError):
+    """A shard, dataset or export could not be written for want of disk space (ENOSPC or a quota).
+
+    Nothing already stored is damaged and no partial file is left; a writer keeps its pending episodes, so
+    ``flush()`` after freeing space commits them.
+    """

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import importlib.metadata
 import io
 import json
 import os
 import re
-import shutil
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -42,13 +41,17 @@ from vcollect.errors import (
     DatasetError,
     DatasetExistsError,
     DatasetNotFoundError,
+    DiskFullError,
     InfoStructureError,
     InvalidDatasetIdError,
 )
 from vcollect.infos import flatten_info, info_name, nest_info
 from vcollect.spaces import space_from_dict, space_to_dict
-from vcollect.store.catalog import delete_dataset
+from vcollect.store.dataset_info import DATASET_FILE
+from vcollect.store.naming import dataset_path, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
+from vcollect.store.spill_file import SpillFile
+from vcollect.store.staging import discard_staging, fsync_tree, new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
 
 __all__ = [
@@ -286,8 +289,9 @@ def export_minari(
     The result loads with ``minari.load_dataset(minari_dataset_id)`` (with ``$MINARI_DATASETS_PATH`` or
     Minari's default root matching ``minari_root``) and returns the same arrays, seeds, options and
     episode metadata. Episodes are renumbered 0..n-1 in this view's order. The dataset is written to a
-    hidden temporary directory and renamed into place, so a crash never leaves a half dataset under
-    the id. Returns the dataset directory. DatasetExistsError if it exists unless ``overwrite=True``.
+    hidden staging directory and renamed into place, so a crash never leaves a half dataset under
+    the id (the next export or import removes what a crashed one left). Returns the dataset directory.
+    DatasetExistsError if it exists unless ``overwrite=True``.
     """
     namespace, _, _ = parse_minari_dataset_id(minari_dataset_id)
     source = load_dataset(dataset, root) if isinstance(dataset, str) else dataset
@@ -297,11 +301,10 @@ def export_minari(
         raise DatasetExistsError(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
         )
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+    tmp = new_staging_dir(final)
     data_dir = tmp / _DATA_DIR
     try:
-        data_dir.mkdir(parents=True)
+        data_dir.mkdir()
         _write_main_file(source, data_dir / _MAIN_FILE)
         metadata = _export_metadata(source, minari_dataset_id)
         text = json.dumps(metadata)
@@ -313,23 +316,25 @@ def export_minari(
         items.insert(position, ("dataset_size", round(size_mb, 1)))
         (data_dir / _METADATA_FILE).write_text(json.dumps(dict(items)), encoding="utf-8")
         _write_namespace_files(minari_root_path, namespace)
-        if final.exists():
-            old = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.old"
-            os.rename(final, old)
-            os.rename(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
+        fsync_tree(tmp)
+        publish_dir(tmp, final, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
+            f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
+        ))
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        discard_staging(tmp, minari_root_path)
         raise
     return final
 
 
 def _write_main_file(dataset: Dataset, path: Path) -> None:
+    """Write main_data.hdf5 through a SpillFile: a full disk stops the export with DatasetError instead of
+    crashing inside HDF5."""
     obs_space, act_space = dataset.observation_space, dataset.action_space
-    with h5py.File(path, "w", track_order=True) as f:
+    raw = SpillFile(path)
+    with raw, h5py.File(raw, "w", track_order=True) as f:
         for i, episode in enumerate(dataset.iterate_episodes()):
+            if raw.error is not None:
+                break
             group = f.create_group(f"episode_{i}")
             group.attrs["id"] = i
             if episode.seed is not None:
@@ -351,6 +356,10 @@ def _write_main_file(dataset: Dataset, path: Path) -> None:
             for key, value in episode.metadata.items():
                 if key not in _EPISODE_ATTRS and not key.startswith(_OPTIONS_PREFIX):
                     group.attrs[key] = value
+    if raw.error is not None:
+        if raw.error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise DiskFullError(f"no space left on device while writing {str(path)!r}") from raw.error
+        raise raw.error
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -490,8 +499,10 @@ def import_minari(
     The source is a Minari id (resolved under ``minari_root``, else ``$MINARI_DATASETS_PATH``, else
     ``~/.minari/datasets``) or a path to the dataset directory, its ``data/`` or its ``main_data.hdf5``.
     Spaces, env specs and descriptive metadata come from its metadata.json; seeds, reset options, infos,
-    episode metadata and (for vcollect exports) extras are kept. Episodes whose infos change structure start a new shard
-    writer, so nothing is dropped. On failure the partial dataset is deleted.
+    episode metadata and (for vcollect exports) extras are kept. Episodes whose infos change structure start
+    a new shard writer, so nothing is dropped. The dataset appears under ``dataset_id`` (replacing the old
+    one with ``overwrite=True``) with one rename once complete: on a failure or a crash nothing is left
+    under the id.
     """
     data_dir = _resolve_minari_data_dir(minari_dataset_id_or_path, minari_root)
     try:
@@ -514,8 +525,20 @@ def import_minari(
     ours["minari_version"] = metadata.get("minari_version")
     jpeg = bool(metadata.get("jpeg_encoding", True))
 
-    store = EpisodeStore.create(dataset_id, obs_space, act_space, env_spec=env_spec, eval_env_spec=eval_env_spec,
-                                root=root, metadata=ours, overwrite=overwrite)
+    # Built under a hidden name next to the dataset's place and renamed there when complete: a failure or a
+    # crash part-way leaves nothing under the id (and an overwritten dataset as it was).
+    root_path = resolve_root(root)
+    final = dataset_path(dataset_id, root_path)
+    exists = f"dataset {dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
+    if (final / DATASET_FILE).exists() and not overwrite:
+        raise DatasetExistsError(exists)
+    staging = new_staging_dir(final)
+    try:
+        store = EpisodeStore._create_at(staging, dataset_id, obs_space, act_space, env_spec=env_spec,
+                                        eval_env_spec=eval_env_spec, metadata=ours)
+    except BaseException:
+        discard_staging(staging, root_path)
+        raise
     try:
         for episode in _iter_minari_episodes(main_file, obs_space, act_space, jpeg):
             name = episode.pop("name")
@@ -526,16 +549,16 @@ def import_minari(
                     raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {first_error}") from first_error
                 # Infos/extras/metadata structure is fixed per writer: a fresh writer takes the new one.
                 store.close()
-                store = EpisodeStore.open(dataset_id, root)
+                store = EpisodeStore._open_at(staging, dataset_id, root_path)
                 try:
                     store.write_episode(**episode, env_id=0)
                 except (InfoStructureError, ValueError) as exc:
                     raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {exc}") from exc
         store.close()
+        publish_dir(staging, final, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
     except BaseException:
         with contextlib.suppress(Exception):
             store.close()
-        with contextlib.suppress(Exception):
-            delete_dataset(dataset_id, root)
+        discard_staging(staging, root_path)
         raise
     return load_dataset(dataset_id, root)

@@ -2,15 +2,17 @@
 
 A shard is one HDF5 file of columns: observation/action leaves, rewards and flags (rows of all its
 episodes concatenated), ``infos/`` and ``extras/`` columns, and the ``episodes/`` table (one row per
-episode: offsets, length, return, env id, seed, options, metadata). It is written to a temporary name,
-fsynced and renamed, so a committed shard is always whole.
+episode: offsets, length, return, env id, seed, options, metadata). It is built in memory, written to a
+temporary name with plain file writes, fsynced and renamed, so a committed shard is always whole and a
+full disk is an OSError, not a crash.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import h5py
 import numpy as np
 
 from vcollect.spaces import Leaf
-from vcollect.store.dataset_info import TMP_SUFFIX
+from vcollect.store.staging import shard_tmp_path
 
 __all__ = ["EPISODE_COLUMNS", "SHARD_FORMAT_NAME", "EpisodeRows", "PendingShard", "column_path", "write_shard"]
 
@@ -162,9 +164,9 @@ class PendingShard:
         # rewards (float64) and the two flag columns, then the copied observation and action rows
         self.nbytes += 10 * steps + (steps + n) * self._obs_row_bytes + steps * self._act_row_bytes
 
-    def columns(self, tree_rows: Mapping[str, Mapping[str, str]]) -> list[Column]:
-        """The pending episodes as the columns of one shard; ``tree_rows[group][name]`` is "obs" or "step"."""
-        cols: list[Column] = []
+    def columns(self, tree_rows: Mapping[str, Mapping[str, str]]) -> Iterator[Column]:
+        """The pending episodes as the columns of one shard, made one at a time (so a commit holds one
+        concatenated column besides the parts); ``tree_rows[group][name]`` is "obs" or "step"."""
         for prefix, leaf_list, pending, store_dtypes in (
             ("observations", self._obs_leaves, self._obs, self._obs_store_dtypes),
             ("actions", self._act_leaves, self._act, self._act_store_dtypes),
@@ -175,66 +177,81 @@ class PendingShard:
                     info = np.iinfo(small.type)  # type: ignore[type-var]
                     if info.min <= int(arr.min()) and int(arr.max()) <= info.max:
                         arr = arr.astype(small)
-                cols.append((column_path(prefix, leaf.name), arr, {}))
+                yield (column_path(prefix, leaf.name), arr, {})
         rewards = np.concatenate(self._rew)
         with np.errstate(over="ignore", invalid="ignore"):
             rewards32 = rewards.astype(np.float32)
         if np.array_equal(rewards32, rewards):
             rewards = rewards32
-        cols.append(("rewards", rewards, {}))
-        cols.append(("terminations", np.concatenate(self._term), {}))
-        cols.append(("truncations", np.concatenate(self._trunc), {}))
+        yield ("rewards", rewards, {})
+        yield ("terminations", np.concatenate(self._term), {})
+        yield ("truncations", np.concatenate(self._trunc), {})
         for group, pending_tree in self._trees.items():
             for name, parts in pending_tree.items():
                 arr = np.concatenate(parts)
                 attrs: dict[str, Any] = {"rows": tree_rows[group][name]}
                 if arr.dtype.kind == "U":
                     attrs["encoding"] = "utf-8"
-                cols.append((f"{group}/{name}", _encode_strings(arr), attrs))
+                yield (f"{group}/{name}", _encode_strings(arr), attrs)
         lengths = np.asarray(self._lengths, dtype=np.int64)
         step_offset = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1], out=step_offset[1:])
-        cols.append(("episodes/obs_offset", step_offset + np.arange(len(lengths), dtype=np.int64), {}))
-        cols.append(("episodes/step_offset", step_offset, {}))
-        cols.append(("episodes/length", lengths, {}))
-        cols.append(("episodes/return", np.asarray(self._returns, dtype=np.float64), {}))
-        cols.append(("episodes/env_id", np.asarray(self._env_ids, dtype=np.int64), {}))
+        yield ("episodes/obs_offset", step_offset + np.arange(len(lengths), dtype=np.int64), {})
+        yield ("episodes/step_offset", step_offset, {})
+        yield ("episodes/length", lengths, {})
+        yield ("episodes/return", np.asarray(self._returns, dtype=np.float64), {})
+        yield ("episodes/env_id", np.asarray(self._env_ids, dtype=np.int64), {})
         seed_dtype = np.uint64 if self.seed_max >= 2**63 else np.int64
         seeds = [s if valid else 0 for s, valid in zip(self._seeds, self._seed_valid)]
-        cols.append(("episodes/seed", np.asarray(seeds, dtype=seed_dtype), {}))
-        cols.append(("episodes/seed_valid", np.asarray(self._seed_valid, dtype=np.bool_), {}))
+        yield ("episodes/seed", np.asarray(seeds, dtype=seed_dtype), {})
+        yield ("episodes/seed_valid", np.asarray(self._seed_valid, dtype=np.bool_), {})
         if any(o is not None for o in self._options):
             opts = np.array(["null" if o is None else o for o in self._options])
-            cols.append(("episodes/options", _encode_strings(opts), {"encoding": "utf-8", "json": True}))
+            yield ("episodes/options", _encode_strings(opts), {"encoding": "utf-8", "json": True})
         for name, values in self._meta.items():
             arr = np.stack(values)
             attrs = {"encoding": "utf-8"} if arr.dtype.kind == "U" else {}
-            cols.append((f"episodes/metadata/{name}", _encode_strings(arr), attrs))
-        return cols
+            yield (f"episodes/metadata/{name}", _encode_strings(arr), attrs)
 
 
-def write_shard(final: Path, columns: list[Column], attrs: Mapping[str, Any], compression: str | int | None) -> None:
-    """Write a shard file at ``final`` through ``final + .tmp``: write, fsync, rename.
+def _shard_image(columns: Iterable[Column], attrs: Mapping[str, Any], compression: str | int | None) -> io.BytesIO:
+    """The whole shard file built in memory: HDF5 does no disk I/O (a write error inside HDF5 on a full disk
+    crashes the process in its cleanup instead of raising)."""
+    image = io.BytesIO()
+    with h5py.File(image, "w") as f:
+        f.attrs.update(attrs)
+        for path, arr, column_attrs in columns:
+            kwargs: dict[str, Any] = {}
+            if compression is not None and arr.size:
+                kwargs = {"compression": compression, "chunks": True}
+            ds = f.create_dataset(path, data=arr, **kwargs)
+            for key, value in column_attrs.items():
+                ds.attrs[key] = value
+    return image
+
+
+def _write_new_file(path: Path, data: memoryview) -> None:
+    """Create ``path`` (it must not exist) holding ``data``, fsynced; OSError (ENOSPC, EIO...) as the OS gives it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: str | int | None) -> None:
+    """Write a shard file at ``final`` through a temporary name (see ``staging.shard_tmp_path``): build it in
+    memory, write and fsync it with plain file writes, rename.
 
     On any error the temporary file is removed and the error raised; nothing exists at ``final`` then.
     """
-    tmp = final.with_name(final.name + TMP_SUFFIX)
+    image = _shard_image(columns, attrs, compression)
+    tmp = shard_tmp_path(final)
     try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs.update(attrs)
-            for path, arr, column_attrs in columns:
-                kwargs: dict[str, Any] = {}
-                if compression is not None and arr.size:
-                    kwargs = {"compression": compression, "chunks": True}
-                ds = f.create_dataset(path, data=arr, **kwargs)
-                for key, value in column_attrs.items():
-                    ds.attrs[key] = value
-            f.flush()
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with image.getbuffer() as view:
+            _write_new_file(tmp, view)
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):

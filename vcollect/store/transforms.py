@@ -4,12 +4,16 @@ with :func:`copy_episodes`)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from vcollect.errors import SpaceMismatchError
+from vcollect.errors import DatasetExistsError, SpaceMismatchError
+from vcollect.store.dataset_info import DATASET_FILE
+from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.reader import Dataset, EpisodeData, load_dataset
+from vcollect.store.staging import discard_staging, new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
 
 __all__ = ["combine_datasets", "copy_episodes", "split_dataset"]
@@ -30,14 +34,22 @@ def split_dataset(dataset: Dataset, sizes: Sequence[int], seed: int | None = Non
 
 
 def combine_datasets(
-    datasets: Sequence[Dataset | str], new_dataset_id: str, root: str | os.PathLike[str] | None = None
+    datasets: Sequence[Dataset | str],
+    new_dataset_id: str,
+    root: str | os.PathLike[str] | None = None,
+    *,
+    metadata: Mapping[str, Any] | None = None,
 ) -> Dataset:
     """Copy the episodes of several datasets (objects or ids under ``root``) into a new dataset.
 
     All must have equal observation and action spaces (SpaceMismatchError otherwise). The env spec is
-    kept when all datasets share it. The new dataset's metadata lists the ``combined_datasets``.
-    Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras and metadata.
+    kept when all datasets share it. The new dataset's metadata lists the ``combined_datasets``, plus
+    ``metadata`` when given. Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras
+    and metadata. The new dataset is built under a hidden name and appears under ``new_dataset_id`` with one
+    rename when complete: killed part-way, nothing is left under the id (the next combine removes the rest).
+    DatasetExistsError when the id exists.
     """
+    parse_dataset_id(new_dataset_id)
     loaded = [load_dataset(d, root) if isinstance(d, str) else d for d in datasets]
     if not loaded:
         raise ValueError("combine_datasets needs at least one dataset")
@@ -53,19 +65,29 @@ def combine_datasets(
                 )
     specs = {d.env_spec_json for d in loaded}
     eval_specs = {d.eval_env_spec_json for d in loaded}
-    EpisodeStore.create(
-        new_dataset_id,
-        first.observation_space,
-        first.action_space,
-        env_spec=specs.pop() if len(specs) == 1 else None,
-        eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
-        root=root,
-        metadata={"combined_datasets": [d.id for d in loaded]},
-    ).close()
-    for dataset in loaded:
-        # One writer per source, so each source's infos/extras structure gets its own shards.
-        with EpisodeStore.open(new_dataset_id, root) as store:
-            copy_episodes(dataset.iterate_episodes(), store)
+    final = dataset_path(new_dataset_id, root)
+    exists = f"dataset {new_dataset_id!r} already exists at {str(final)!r}; delete it first or pick another id"
+    if (final / DATASET_FILE).exists():
+        raise DatasetExistsError(exists)
+    staging = new_staging_dir(final)
+    try:
+        EpisodeStore._create_at(
+            staging,
+            new_dataset_id,
+            first.observation_space,
+            first.action_space,
+            env_spec=specs.pop() if len(specs) == 1 else None,
+            eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
+            metadata={"combined_datasets": [d.id for d in loaded], **(metadata or {})},
+        ).close()
+        for dataset in loaded:
+            # One writer per source, so each source's infos/extras structure gets its own shards.
+            with EpisodeStore._open_at(staging, new_dataset_id, resolve_root(root)) as store:
+                copy_episodes(dataset.iterate_episodes(), store)
+        publish_dir(staging, final, marker=DATASET_FILE, overwrite=False, exists_message=exists)
+    except BaseException:
+        discard_staging(staging, resolve_root(root))
+        raise
     return load_dataset(new_dataset_id, root)
 
 

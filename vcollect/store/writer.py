@@ -8,10 +8,12 @@ Layout (docs/ARCHITECTURE.md, "On disk")::
 
 Episodes are buffered in memory (copies, because callers pass views of ring buffers) and
 committed as one shard when ``shard_steps`` steps (or ``shard_bytes`` bytes) are pending, on
-``flush()`` and on ``close()``. A shard is written to ``<name>.h5.tmp``, flushed, fsynced, renamed
-and the directory fsynced, so a crash leaves every committed shard whole and at most the pending
-episodes lost. Each store instance has its own writer name (pid + uuid), so many processes append
-to one dataset without coordinating.
+``flush()`` and on ``close()``. A shard is built in memory, written to ``<name>.h5.<space>.tmp``,
+fsynced, renamed and the directory fsynced, so a crash leaves every committed shard whole and at most
+the pending episodes lost; a commit that fails (a full disk) raises DatasetError and keeps the pending
+episodes for the next flush(). Each store instance has its own writer name (pid + uuid), so many
+processes append to one dataset without coordinating; the next writer to open a dataset removes the
+temporary files of crashed ones, and a writer whose dataset was deleted or replaced fails its next commit.
 
 This module validates and routes episodes; ``dataset_info`` owns ``dataset.json``, ``schema`` the
 info/extras/metadata structure checks and ``shard`` the pending columns and the shard file write.
@@ -19,6 +21,8 @@ info/extras/metadata structure checks and ``shard`` the pending columns and the 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import shutil
 import time
@@ -31,7 +35,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.errors import DatasetError, DatasetExistsError, InfoStructureError, SpaceMismatchError
+from vcollect.errors import (
+    DatasetError,
+    DatasetExistsError,
+    DiskFullError,
+    InfoStructureError,
+    SpaceMismatchError,
+)
 from vcollect.spaces import Leaf, flatten_batch, leaves, unflatten_batch
 from vcollect.store.dataset_info import (
     DATASET_FILE,
@@ -49,6 +59,7 @@ from vcollect.store.manifest import record_commit
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, flatten_columns, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
+from vcollect.store.staging import remove_stale_json_tmps, remove_stale_shard_tmps
 
 # DATASET_FILE stays importable from here for vcollect.cli, which imported it from this module.
 __all__ = ["APPEND_HINT", "DATASET_FILE", "OVERWRITE_HINT", "EpisodeStore"]
@@ -56,6 +67,24 @@ __all__ = ["APPEND_HINT", "DATASET_FILE", "OVERWRITE_HINT", "EpisodeStore"]
 #: What a DatasetExistsError tells Python callers to do (the CLI says its flags instead).
 OVERWRITE_HINT = "pass overwrite=True to replace it"
 APPEND_HINT = "EpisodeStore.open() to append to it"
+
+# errnos of a write that failed for want of space (a full disk, or a quota)
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _make_dirs(path: Path, made: list[Path]) -> None:
+    """``mkdir -p path``, appending each directory it creates to ``made`` (outermost first)."""
+    missing: list[Path] = []
+    for directory in (path, *path.parents):
+        if directory.is_dir():
+            break
+        missing.append(directory)
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # made by someone else meanwhile: not ours to remove
+        made.append(directory)
 
 
 class EpisodeStore:
@@ -102,6 +131,7 @@ class EpisodeStore:
         self._seq = 0
         self._last_time_ns = 0
         self._closed = False
+        self._identity: tuple[int, int, str | None] | None = None  # set by create/open: see _check_identity
         self._schemas = {"infos": TreeSchema("infos"), "extras": TreeSchema("extras")}
         self._metadata = MetadataSchema()
         self._committed_episodes = 0
@@ -136,7 +166,31 @@ class EpisodeStore:
         ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
         """
         parse_dataset_id(dataset_id)
-        path = dataset_path(dataset_id, resolve_root(root))
+        return cls._create_at(
+            dataset_path(dataset_id, resolve_root(root)), dataset_id, observation_space, action_space,
+            env_spec=env_spec, eval_env_spec=eval_env_spec, metadata=metadata, shard_steps=shard_steps,
+            shard_bytes=shard_bytes, compression=compression, overwrite=overwrite, env_id_offset=env_id_offset,
+        )
+
+    @classmethod
+    def _create_at(
+        cls,
+        path: Path,
+        dataset_id: str,
+        observation_space: gym.Space[Any],
+        action_space: gym.Space[Any],
+        *,
+        env_spec: Any = None,
+        eval_env_spec: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        shard_steps: int = 100_000,
+        shard_bytes: int | None = 256 * 2**20,
+        compression: str | int | None = None,
+        overwrite: bool = False,
+        env_id_offset: int = 0,
+    ) -> EpisodeStore:
+        """:meth:`create` in the directory ``path`` (for combine/import, which build a dataset under a
+        hidden staging name and rename it to ``dataset_id``'s place at the end)."""
         info = new_dataset_info(dataset_id, observation_space, action_space, env_spec=env_spec,
                                 eval_env_spec=eval_env_spec, metadata=metadata)
         # Fail on unsupported spaces before touching the disk.
@@ -149,14 +203,26 @@ class EpisodeStore:
             )
         if exists:
             shutil.rmtree(path)
-        (path / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+        made: list[Path] = []
         try:
+            _make_dirs(path / SHARDS_DIR, made)
             write_json_atomic(path / DATASET_FILE, info, exclusive=not overwrite)
         except FileExistsError:
             raise DatasetExistsError(
                 f"dataset {dataset_id!r} was created at {str(path)!r} by someone else meanwhile"
             ) from None
+        except OSError as exc:
+            for directory in reversed(made):  # only what this call made, and only while empty
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            if exc.errno not in _NO_SPACE:
+                raise
+            raise DiskFullError(
+                f"no space left on device while creating dataset {dataset_id!r} at {str(path)!r}; "
+                "nothing was created"
+            ) from exc
         fsync_dir(path.parent)
+        store._identity = store._read_identity()
         return store
 
     @classmethod
@@ -176,11 +242,32 @@ class EpisodeStore:
 
         Spaces come from ``dataset.json``; if given, they must equal the stored ones, else
         SpaceMismatchError. DatasetNotFoundError names the id and the root searched. ``env_id_offset`` is
-        added to every env id this writer stores (see :attr:`env_id_offset`).
+        added to every env id this writer stores (see :attr:`env_id_offset`). Temporary shard files that
+        crashed writers left behind are removed (never those of a writer still running).
         """
         parse_dataset_id(dataset_id)
         root_path = resolve_root(root)
-        path = dataset_path(dataset_id, root_path)
+        return cls._open_at(
+            dataset_path(dataset_id, root_path), dataset_id, root_path, observation_space=observation_space,
+            action_space=action_space, shard_steps=shard_steps, shard_bytes=shard_bytes, compression=compression,
+            env_id_offset=env_id_offset,
+        )
+
+    @classmethod
+    def _open_at(
+        cls,
+        path: Path,
+        dataset_id: str,
+        root_path: Path,
+        *,
+        observation_space: gym.Space[Any] | None = None,
+        action_space: gym.Space[Any] | None = None,
+        shard_steps: int = 100_000,
+        shard_bytes: int | None = 256 * 2**20,
+        compression: str | int | None = None,
+        env_id_offset: int = 0,
+    ) -> EpisodeStore:
+        """:meth:`open` of the dataset directory ``path``; removes the temporary shard files of dead writers."""
         stored_obs, stored_act = dataset_spaces(read_dataset_info(path, dataset_id, root_path))
         for what, given, stored in (
             ("observation", observation_space, stored_obs),
@@ -191,8 +278,12 @@ class EpisodeStore:
                     f"dataset {dataset_id!r} stores {what} space {stored}, but {given} was given"
                 )
         (path / SHARDS_DIR).mkdir(exist_ok=True)
-        return cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
-                   shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
+        remove_stale_shard_tmps(path / SHARDS_DIR)
+        remove_stale_json_tmps(path)
+        store = cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
+                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
+        store._identity = store._read_identity()
+        return store
 
     def __enter__(self) -> EpisodeStore:
         return self
@@ -515,6 +606,7 @@ class EpisodeStore:
         self._shards_written = [self._shards_dir / p.name for p in self._shards_written]
         self._dataset_id = dataset_id
         update_dataset_info(new_path, dataset_id, self._root(), new_id=dataset_id)
+        self._identity = self._read_identity()
         return new_path
 
     def _root(self) -> Path:
@@ -552,10 +644,33 @@ class EpisodeStore:
             copies.append(a.copy())
         return copies
 
+    def _read_identity(self) -> tuple[int, int, str | None]:
+        """What tells this dataset from one deleted and made again at its place: the directory's device and
+        inode, and the creation time its dataset.json records."""
+        info = read_dataset_info(self._path, self._dataset_id, self._root())
+        st = os.stat(self._path)
+        return st.st_dev, st.st_ino, info.get("created_at")
+
+    def _check_identity(self) -> None:
+        """DatasetError when the dataset was deleted, moved or replaced since this writer opened it."""
+        if self._identity is None:
+            return
+        try:
+            same = self._read_identity() == self._identity
+        except (DatasetError, OSError):
+            same = False
+        if not same:
+            raise DatasetError(
+                f"dataset {self._dataset_id!r} at {str(self._path)!r} was deleted, moved or replaced since this "
+                f"writer opened it: nothing was committed, and the {self._pending.episodes} pending episodes "
+                "stay in memory only (open the dataset again with a new writer to store new episodes)"
+            )
+
     def _commit(self) -> None:
         pending = self._pending
         if pending.episodes == 0:
             return
+        self._check_identity()
         if os.getpid() != self._pid:  # a forked child must not reuse its parent's shard names
             self._pid = os.getpid()
             self._writer = self._new_writer_name()
@@ -568,6 +683,12 @@ class EpisodeStore:
         try:
             write_shard(final, pending.columns(rows), attrs, self.compression)
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+                raise DiskFullError(
+                    f"no space left on device while committing shard {str(final)!r} of dataset "
+                    f"{self._dataset_id!r} ({exc}); committed shards are intact, {pending.episodes} pending "
+                    "episodes are kept in memory; free space and call flush() again"
+                ) from exc
             raise DatasetError(
                 f"could not commit shard {str(final)!r} of dataset {self._dataset_id!r}: {exc}. "
                 f"Committed shards are intact; the {pending.episodes} pending episodes are kept "
