@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import types
 from pathlib import Path
 
 import h5py
@@ -149,7 +151,10 @@ def test_a_shard_committed_without_its_manifest_line_still_loads(tmp_path: Path,
 
     store = EpisodeStore.create("v/y-v0", OBS, ACT, root=tmp_path)
     store.write_episode(**episode(0, 3), seed=0, env_id=0)
-    monkeypatch.setattr("vcollect.store.manifest.os.write", full_disk)
+    # the manifest module's own os, with a write that fails (the shard writer's os.write stays real)
+    manifest_os = types.SimpleNamespace(**{name: getattr(os, name) for name in dir(os) if not name.startswith("__")})
+    manifest_os.write = full_disk
+    monkeypatch.setattr("vcollect.store.manifest.os", manifest_os)
     with pytest.warns(RuntimeWarning, match="could not be recorded in the manifest"):
         store.flush()
     monkeypatch.undo()
