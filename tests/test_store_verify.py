@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.reader as reader_module
 from vcollect.errors import CorruptShardError
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.manifest import read_manifest
@@ -75,7 +74,7 @@ def test_load_reads_recorded_shards_from_the_manifest_without_opening_them(
     def no_hdf5(*args: object, **kwargs: object) -> None:
         raise AssertionError("a shard was opened with h5py")
 
-    monkeypatch.setattr(reader_module.h5py, "File", no_hdf5)
+    monkeypatch.setattr(h5py, "File", no_hdf5)
     ds = load_dataset("v/x-v0", root=tmp_path)  # tables from the manifest; columns read through maps
     assert [(ep.id, ep.seed, ep.observations.tolist(), ep.rewards.tolist()) for ep in ds] == want
     assert ds.sample_steps(50)["rewards"].shape == (50,)
@@ -83,7 +82,7 @@ def test_load_reads_recorded_shards_from_the_manifest_without_opening_them(
     shard = ds.shard_paths[2]
     with h5py.File(shard, "r+") as f:  # changed since commit: its mtime and size no longer match
         f["episodes/env_id"][...] = [7]
-    monkeypatch.setattr(reader_module.h5py, "File", no_hdf5)
+    monkeypatch.setattr(h5py, "File", no_hdf5)
     with pytest.raises(CorruptShardError, match="opened with h5py"):
         load_dataset("v/x-v0", root=tmp_path)
     monkeypatch.undo()

@@ -1,7 +1,8 @@
 """SubprocVectorEnv: envs in worker processes, several per worker, rows in shared memory.
 
 The parent side: commands are dispatched to the workers (vcollect.envs.subproc_worker) and their replies
-matched; vcollect.envs.subproc_transport describes the protocol and holds the pipes and shared rows.
+matched; vcollect.envs.subproc_messaging sends, waits and settles them (the base class WorkerMessaging);
+vcollect.envs.subproc_transport describes the protocol and holds the pipes and shared rows.
 """
 
 from __future__ import annotations
@@ -14,15 +15,13 @@ import pickle
 import select
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from multiprocessing.context import BaseContext
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 
 from vcollect.envs.base import (
-    BaseVectorEnv,
     EnvIds,
     ResetResult,
     Seeds,
@@ -33,13 +32,13 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.subproc_messaging import _OWE_DONE, _OWE_NOTHING, WorkerMessaging, _Command
 from vcollect.envs.subproc_transport import (
     CTRL_FAST,
     CTRL_REPLY,
     LIVENESS_POLL_S,
     NO_RESET,
     RENDER,
-    REPLY_MESSAGE,
     REPLY_RESTARTED,
     RESET,
     SEEDED,
@@ -49,13 +48,10 @@ from vcollect.envs.subproc_transport import (
     Channel,
     Part,
     SharedRows,
-    command_parts,
     shared_file,
-    spin_acquire,
     spin_poll,
 )
 from vcollect.envs.subproc_worker import (
-    CLOSE_JOIN_S,
     NO_MAIN_GUARD_EXIT,
     exit_if_importing_main,
     factories_need_main,
@@ -68,20 +64,9 @@ from vcollect.errors import EnvWorkerError
 __all__ = ["SubprocVectorEnv"]
 
 _SPIN_S = 300e-6
-# what the parent still owes to read from a worker after an interrupted fast command
-_OWE_NOTHING, _OWE_DONE, _OWE_MESSAGE = 0, 1, 2
 
 
-@dataclass
-class _Command:
-    """An outstanding command of one worker; `live` is False for env ids whose result was discarded."""
-
-    op: int
-    ids: np.ndarray
-    live: np.ndarray
-
-
-class SubprocVectorEnv(BaseVectorEnv):
+class SubprocVectorEnv(WorkerMessaging):
     """Envs in `num_workers` processes (contiguous groups of env ids), observations in shared memory.
 
     Stepping or resetting a subset only messages the workers that hold those env ids, with one message
@@ -401,121 +386,6 @@ class SubprocVectorEnv(BaseVectorEnv):
         return StepResetResult(
             *step, restarted, reset_obs, [reset_infos.get(i, {}) for i in restarted.tolist()]
         )
-
-    def _settle_owed(self) -> None:
-        """Finish the fast commands whose answers an interrupted call left unread (and drop the answers):
-        the workers may still be reading the shared rows the next command is about to write."""
-        for w in range(self.num_workers):
-            if self._owed[w] and not self.closed:
-                self._settle(w)
-
-    def _settle(self, w: int) -> bytes | None:
-        """Wait for worker w's answer to its fast command: its pickled reply, or None if it had nothing
-        to say. What is still owed is tracked (self._owed), so an interrupted wait is finished later."""
-        if self._owed[w] == _OWE_DONE:
-            self._await_done(w)
-            if not self._rows.control[w, CTRL_REPLY] & REPLY_MESSAGE:  # type: ignore[union-attr]
-                self._owed[w] = _OWE_NOTHING
-                return None
-            self._owed[w] = _OWE_MESSAGE
-        reply = self._recv_from(w, self._group_ids[w], spin=False)
-        self._owed[w] = _OWE_NOTHING
-        return reply
-
-    def _await_done(self, w: int) -> None:
-        """Take worker w's done semaphore, checking every LIVENESS_POLL_S that the worker is alive."""
-        done = self._done_sems[w]
-        if spin_acquire(done, self._spin_s):
-            return
-        while not done.acquire(True, LIVENESS_POLL_S):
-            if not self._procs[w].is_alive():
-                if done.acquire(False):  # answered, then died: the next command finds out
-                    return
-                self._worker_died(w, self._group_ids[w])
-
-    def _parts(self, op: int, ids: np.ndarray, payload: Any) -> list[Part]:
-        """The command for each worker holding some of ids (see command_parts)."""
-        return command_parts(op, ids, payload, self._worker_of, self._starts)
-
-    def _roundtrip(
-        self,
-        parts: list[Part],
-        store_infos: bool = True,
-        reset_infos: dict[int, dict[str, Any]] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Send each worker its command, then collect the replies in order: rows land in shared memory,
-        infos are returned in parts order (and stored per env id if store_infos), failures recorded, the
-        infos of step-and-reset restarts put in ``reset_infos`` by env id."""
-        infos: list[dict[str, Any]] = []
-        owed = [w for w, _, _ in parts]
-        try:
-            for w, message, _ in parts:
-                self._send_to(w, message)
-            for w, _, group in parts:
-                reply = self._recv_from(w, group)
-                owed.pop(0)
-                infos += self._unpack(reply, reset_infos) if reply else [{} for _ in range(group.size)]
-        except BaseException:
-            # interrupted: the replies still owed are drained (and ignored) by later waits
-            if not self.closed:
-                for w in owed:
-                    self._commands[w].append(_Command(STEP, np.zeros(0, np.int64), np.zeros(0, bool)))
-            raise
-        if store_infos:
-            for env_id, info in zip(np.concatenate([g for _, _, g in parts]).tolist(), infos):
-                self._infos[env_id] = info
-        return infos
-
-    def _unpack(self, reply: bytes, reset_infos: dict[int, dict[str, Any]] | None) -> list[dict[str, Any]]:
-        infos, failures, restart_infos = pickle.loads(reply)
-        for env_id, kind, message, trace in failures:
-            self._failures.append(_Failure(env_id, kind, message, trace))
-        if reset_infos is not None:
-            reset_infos.update(restart_infos)
-        return infos
-
-    # -- messaging -------------------------------------------------------------------------------
-    def _send_to(self, w: int, message: bytes) -> None:
-        """Send worker w a command and announce it (after reading what an interrupted fast command owes)."""
-        if self._owed[w]:
-            self._settle(w)
-        try:
-            self._channels[w].send(message)
-        except OSError:
-            self._worker_died(w, None)
-        self._command_sems[w].release()
-
-    def _recv_from(self, w: int, ids: np.ndarray | None, spin: bool = True) -> bytes:
-        """The next message of worker w, checking it is alive while waiting (its dead pipe reads EOF)."""
-        channel = self._channels[w]
-        try:
-            if spin and self._spin_s > 0 and not channel.has_message():
-                spin_poll(self._pollers[w], self._spin_s)
-            while not channel.has_message():
-                if self._pollers[w].poll(LIVENESS_POLL_S * 1000):
-                    channel.fill()
-                elif not self._procs[w].is_alive():
-                    raise EOFError("worker exited")
-            return channel.pop()
-        except (EOFError, OSError):
-            self._worker_died(w, ids)
-
-    def _worker_died(self, w: int, ids: np.ndarray | None) -> NoReturn:
-        """Raise EnvWorkerError for a dead worker, naming the env it was calling; closes this vector env."""
-        proc = self._procs[w]
-        proc.join(CLOSE_JOIN_S)
-        current = int(self._rows.current[w]) if self._rows is not None else -1
-        env_id: int | None = current if current >= 0 else None
-        if env_id is None and ids is not None and ids.size:
-            env_id = int(ids[0])
-        group = self._group_ids[w].tolist()
-        message = (
-            f"worker process {w} (pid {proc.pid}, env ids {group[0]}..{group[-1]}) died with exit code "
-            f"{proc.exitcode}; the vector env has been closed"
-        )
-        if not self.closed:
-            self.close()
-        raise EnvWorkerError(env_id, message)
 
     # -- async half ------------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:

@@ -10,7 +10,7 @@ from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.dataset_info import dataset_files
 from vcollect.store.manifest import MANIFEST_DIR, file_sha256, read_manifest
-from vcollect.store.reader import _OpenFiles, _Shard
+from vcollect.store.shard_reader import _OpenFiles, _Shard
 
 __all__ = ["verify_dataset"]
 

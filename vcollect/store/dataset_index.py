@@ -1,0 +1,203 @@
+"""The index a loaded dataset's views share: all shards' episode tables as one, episodes decoded, rows gathered.
+
+Episode ids are global: shards in the order given (by file name, commit time first), then row.
+``EpisodeData`` is what decoding one episode gives.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vcollect.spaces import Leaf, leaves, unflatten_batch
+from vcollect.store.dataset_info import dataset_spaces
+from vcollect.store.shard import column_path
+from vcollect.store.shard_reader import _decode, _OpenFiles, _Shard
+
+__all__ = ["EpisodeData"]
+
+
+@dataclass(frozen=True, eq=False)
+class EpisodeData:
+    """One stored episode: T+1 observations, T actions/rewards/flags, infos/extras, seed and env id."""
+
+    id: int
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: dict[str, Any]
+    extras: dict[str, Any]
+    seed: int | None
+    env_id: int
+    options: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        """Number of steps T."""
+        return int(self.rewards.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeData(id={self.id}, steps={len(self)}, seed={self.seed}, env_id={self.env_id}, "
+            f"return={float(self.rewards.sum()):.6g})"
+        )
+
+
+class _Index:
+    """Everything a Dataset view shares: shards, global episode table, spaces, open files and the sampling cache."""
+
+    def __init__(
+        self, dataset_id: str, path: Path, info: dict[str, Any], shards: list[_Shard], max_open_files: int
+    ) -> None:
+        self.dataset_id = dataset_id
+        self.path = path
+        self.info = info
+        self.observation_space, self.action_space = dataset_spaces(info)
+        self.obs_leaves = leaves(self.observation_space)
+        self.act_leaves = leaves(self.action_space)
+        self.shards = shards
+        self.files = _OpenFiles(max_open_files)
+        counts = [s.num_episodes for s in shards]
+        self.shard_of = np.repeat(np.arange(len(shards), dtype=np.int64), counts)
+        self.shard_first_episode = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        step_base = np.concatenate([[0], np.cumsum([s.num_steps for s in shards], dtype=np.int64)])
+        obs_base = np.concatenate([[0], np.cumsum([s.num_obs_rows for s in shards], dtype=np.int64)])
+
+        def cat(name: str, dtype: Any) -> np.ndarray:
+            parts = [getattr(s, name) for s in shards]
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+        self.local_obs_offset = cat("obs_offset", np.int64)
+        self.local_step_offset = cat("step_offset", np.int64)
+        self.length = cat("length", np.int64)
+        self.returns = cat("returns", np.float64)
+        self.env_id = cat("env_id", np.int64)
+        seed_dtypes = {s.seed.dtype for s in shards}
+        self.seed = cat("seed", seed_dtypes.pop() if len(seed_dtypes) == 1 else (object if seed_dtypes else np.int64))
+        self.seed_valid = cat("seed_valid", np.bool_)
+        self.global_obs_offset = self.local_obs_offset + obs_base[:-1][self.shard_of]
+        self.global_step_offset = self.local_step_offset + step_base[:-1][self.shard_of]
+        self.total_steps = int(step_base[-1])
+        self.step_base = step_base
+        self.obs_base = obs_base
+        self._cache: dict[str, np.ndarray] | None = None
+        self._cache_lock = threading.Lock()
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.length.shape[0])
+
+    def episode(self, episode_id: int) -> EpisodeData:
+        """Decode one episode by global id."""
+        if not 0 <= episode_id < self.total_episodes:
+            raise IndexError(f"episode id {episode_id} out of range [0, {self.total_episodes})")
+        s = int(self.shard_of[episode_id])
+        shard = self.shards[s]
+        row = episode_id - int(self.shard_first_episode[s])
+        o = int(shard.obs_offset[row])
+        st = int(shard.step_offset[row])
+        steps = int(shard.length[row])
+        obs_rows, step_rows = slice(o, o + steps + 1), slice(st, st + steps)
+
+        def read(name: str, rows: slice) -> np.ndarray:
+            return self.files.read(s, shard, name, rows)
+
+        def leaf_values(prefix: str, leaf_list: list[Leaf], rows: slice) -> list[np.ndarray]:
+            return [read(column_path(prefix, leaf.name), rows).astype(leaf.dtype, copy=False) for leaf in leaf_list]
+
+        observations = unflatten_batch(self.observation_space, leaf_values("observations", self.obs_leaves, obs_rows))
+        actions = unflatten_batch(self.action_space, leaf_values("actions", self.act_leaves, step_rows))
+        trees: dict[str, dict[str, Any]] = {}
+        for group, cols in shard.tree_columns.items():
+            tree: dict[str, Any] = {}
+            for key, col in cols.items():
+                value = _decode(read(col.path, obs_rows if col.attrs.get("rows") == "obs" else step_rows), col.attrs)
+                node = tree
+                *parents, last = key.split("/")
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[last] = value
+            trees[group] = tree
+        options = None
+        if shard.options is not None:
+            options = json.loads(shard.options[row])
+        metadata = {key: (col[row].item() if col.ndim == 1 else np.array(col[row])) for key, col in shard.metadata.items()}
+        return EpisodeData(
+            id=episode_id,
+            observations=observations,
+            actions=actions,
+            rewards=read("rewards", step_rows).astype(np.float64, copy=False),
+            terminations=read("terminations", step_rows).astype(np.bool_, copy=False),
+            truncations=read("truncations", step_rows).astype(np.bool_, copy=False),
+            infos=trees["infos"],
+            extras=trees["extras"],
+            seed=int(shard.seed[row]) if shard.seed_valid[row] else None,
+            env_id=int(shard.env_id[row]),
+            options=options,
+            metadata=metadata,
+        )
+
+    def _sampled_columns(self) -> list[tuple[str, np.dtype[Any], bool]]:
+        """(name, dtype, has observation rows) of every column sample_steps reads."""
+        cols = [(column_path("observations", leaf.name), leaf.dtype, True) for leaf in self.obs_leaves]
+        cols += [(column_path("actions", leaf.name), leaf.dtype, False) for leaf in self.act_leaves]
+        cols += [(name, np.dtype(dtype), False) for name, dtype in
+                 (("rewards", np.float64), ("terminations", np.bool_), ("truncations", np.bool_))]
+        return cols
+
+    def _row_shape(self, name: str) -> tuple[int, ...]:
+        return self.shards[0].columns[name].shape[1:] if self.shards else ()
+
+    def cache_size(self) -> int:
+        """Bytes the in-memory copy of the sampled columns of all shards takes (or would take)."""
+        nbytes = 0
+        for name, dtype, obs_rows in self._sampled_columns():
+            rows = self.total_steps + (self.total_episodes if obs_rows else 0)
+            nbytes += rows * int(np.prod(self._row_shape(name), dtype=np.int64)) * dtype.itemsize
+        return nbytes
+
+    @property
+    def cache_nbytes(self) -> int:
+        """Bytes the in-memory sampling cache holds now (0 when not built)."""
+        cache = self._cache
+        return 0 if cache is None else sum(arr.nbytes for arr in cache.values())
+
+    def cache(self, cache_bytes: int) -> dict[str, np.ndarray] | None:
+        """The sampled columns of all shards concatenated in memory, built on first use when they fit in
+        ``cache_bytes`` (else None); filled shard by shard so that few files are open at once."""
+        if self._cache is not None or self.cache_size() > cache_bytes:
+            return self._cache
+        with self._cache_lock:
+            if self._cache is None:
+                columns = self._sampled_columns()
+                cache = {
+                    name: np.empty((int((self.obs_base if obs_rows else self.step_base)[-1]), *self._row_shape(name)),
+                                   dtype=dtype)
+                    for name, dtype, obs_rows in columns
+                }
+                for s, shard in enumerate(self.shards):  # shard by shard: each file opened once
+                    for name, _, obs_rows in columns:
+                        base = self.obs_base if obs_rows else self.step_base
+                        cache[name][base[s] : base[s + 1]] = self.files.read(s, shard, name, slice(None))
+                self._cache = cache
+        return self._cache
+
+    def gather(self, name: str, dtype: np.dtype[Any], rows: np.ndarray, obs_rows: bool, cache_bytes: int) -> np.ndarray:
+        """Rows (global row numbers) of one column, from the cache or else shard by shard."""
+        cache = self.cache(cache_bytes)
+        if cache is not None:
+            return cache[name][rows]
+        base = self.obs_base if obs_rows else self.step_base
+        which = np.searchsorted(base, rows, side="right") - 1
+        out = np.empty((len(rows), *self._row_shape(name)), dtype=dtype)
+        for s in np.unique(which).tolist():
+            sel = which == s
+            out[sel] = self.files.read(s, self.shards[s], name, rows[sel] - base[s])
+        return out
