@@ -138,6 +138,12 @@ class Dataset:
         return self._index.returns[self._episode_indices]
 
     @property
+    def episode_seeded(self) -> np.ndarray:
+        """Whether each episode of this view was stored with the seed of its reset (so it replays alone),
+        aligned with ``episode_indices``."""
+        return self._index.seed_valid[self._episode_indices]
+
+    @property
     def shard_paths(self) -> list[Path]:
         """The committed shard files this dataset was loaded from, in episode-id order."""
         return [s.path for s in self._index.shards]

@@ -16,7 +16,7 @@ def replay_episodes(dataset: Dataset, count: int, seed: int = 0) -> tuple[int, l
     replayed, one line per episode that differs from its replay). Observations, rewards and terminations
     must match exactly; a stored truncation may also mark an episode cut short by the collector
     (``unfinished='truncate'``), so only the env's own truncations must be stored."""
-    seeded = np.flatnonzero(dataset._index.seed_valid[dataset.episode_indices]).tolist()  # TEMP until split merges
+    seeded = np.flatnonzero(dataset.episode_seeded).tolist()
     if not seeded or count <= 0:
         return 0, []
     rng = np.random.default_rng(seed)
