@@ -28,7 +28,7 @@ from vcollect.envs.factory import BACKENDS
 from vcollect.store import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ["collect", "list", "show", "combine", "split", "export", "import-minari", "delete", "bench"]
+COMMANDS = ["collect", "list", "show", "combine", "split", "export", "import-minari", "verify", "delete", "bench"]
 # Backends the CLI tests run collect on (ray has its own tests and a slow start).
 LOCAL_BACKENDS = [name for name in BACKENDS if name != "ray"]
 
@@ -921,3 +921,52 @@ def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path, cli: Cl
     assert table_value(result.stdout, "episodes") == "6"
     # EnvPool steps all envs at once: surplus episodes of the last step are stored too, never dropped.
     assert load_dataset("pool/cartpole-v0", root=tmp_path).total_episodes >= 6
+
+
+def test_verify_a_sound_dataset_then_each_kind_of_damage(tmp_path: Path, cli: Cli) -> None:
+    """`vcollect verify` is quiet and exits 0 on a sound dataset (with episodes replayed from their seeds),
+    then names an altered episode that no longer replays, a deleted shard and a copied one, exiting 1."""
+    make_dataset(tmp_path, "cli/v-v0", 6, 0)
+    sound = cli("verify", "cli/v-v0", "--replay", "4")
+    assert sound.returncode == 0, sound.stdout + sound.stderr
+    assert sound.stdout.split()[-2:] == ["no", "problems"] and "4 replayed" in sound.stdout
+    shards = sorted((tmp_path / "cli" / "v-v0" / "shards").glob("*.h5"))
+    copy = shards[0].with_name("99999999999999999999-copied-000000.h5")
+    shutil.copy(shards[0], copy)
+    copied = cli("verify", "cli/v-v0")
+    assert copied.returncode == 1
+    assert f"shard {copy.name} is not recorded in the manifest" in " ".join(copied.stdout.split())
+    copy.unlink()
+    shards[0].unlink()
+    missing = cli("verify", "cli/v-v0")
+    assert missing.returncode == 1 and f"shard {shards[0].name} is missing" in " ".join(missing.stdout.split())
+    assert cli("verify", "cli/v-v0", "--replay", "-1").returncode == 2
+    assert cli("verify", "cli/nope-v0").returncode == 2
+
+
+def test_verify_replay_names_an_episode_that_does_not_replay(tmp_path: Path) -> None:
+    """A stored episode whose actions were changed after the fact no longer replays from its seed."""
+    from vcollect.store.replay import replay_episodes
+
+    make_dataset(tmp_path, "cli/r-v0", 3, 1)
+    dataset = load_dataset("cli/r-v0", root=tmp_path)
+    assert replay_episodes(dataset, 3) == (3, [])
+
+    class Tampered:  # the dataset with episode 1's first action flipped
+        episode_seeded = dataset.episode_seeded
+        observation_space, action_space = dataset.observation_space, dataset.action_space
+
+        def __getitem__(self, i: int):  # noqa: ANN204
+            episode = dataset[i]
+            if i == 1:
+                actions = np.array(episode.actions)
+                actions[0] = 1 - actions[0]
+                return episode.__class__(**{**episode.__dict__, "actions": actions})
+            return episode
+
+        def recover_environment(self):  # noqa: ANN201
+            return dataset.recover_environment()
+
+    count, problems = replay_episodes(Tampered(), 3)  # type: ignore[arg-type]
+    assert count == 3 and len(problems) == 1 and problems[0].startswith("episode 1 ")
+    assert "differs" in problems[0]
