@@ -201,14 +201,14 @@ def test_spill_file_keeps_hdf5_alive_on_dev_full(tmp_path: Path) -> None:
 
 
 def test_create_failing_removes_only_the_folders_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import vcollect.store.writer as writer
+    import vcollect.store.dataset_dir as dataset_dir
 
     EpisodeStore.create("ns/kept-v0", OBS, ACT, root=tmp_path).close()
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise PermissionError(errno.EACCES, "Permission denied")
 
-    monkeypatch.setattr(writer, "write_json_atomic", refuse)
+    monkeypatch.setattr(dataset_dir, "write_json_atomic", refuse)
     with pytest.raises(PermissionError):  # other errors than a full disk keep their type
         EpisodeStore.create("ns/deeper/new-v0", OBS, ACT, root=tmp_path)
     assert sorted(p.name for p in (tmp_path / "ns").iterdir()) == ["kept-v0"]  # ns/deeper/new-v0 removed

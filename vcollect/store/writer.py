@@ -15,16 +15,14 @@ episodes for the next flush(). Each store instance has its own writer name (pid 
 processes append to one dataset without coordinating; the next writer to open a dataset removes the
 temporary files of crashed ones, and a writer whose dataset was deleted or replaced fails its next commit.
 
-This module validates and routes episodes; ``dataset_info`` owns ``dataset.json``, ``schema`` the
-info/extras/metadata structure checks and ``shard`` the pending columns and the shard file write.
+This module routes episodes and commits shards; ``dataset_dir`` makes, opens and moves the dataset
+directory, ``episode_checks`` checks and copies each episode's arrays, ``dataset_info`` owns ``dataset.json``,
+``schema`` the info/extras/metadata structure checks and ``shard`` the pending columns and the shard file write.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import shutil
 import time
 import uuid
 import warnings
@@ -35,56 +33,45 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.errors import (
-    DatasetError,
-    DatasetExistsError,
-    DiskFullError,
-    InfoStructureError,
-    SpaceMismatchError,
+from vcollect.errors import DatasetError, DiskFullError, InfoStructureError
+from vcollect.spaces import flatten_batch, leaves, unflatten_batch
+from vcollect.store.dataset_dir import (
+    APPEND_HINT,
+    NO_SPACE,
+    OVERWRITE_HINT,
+    Identity,
+    check_identity,
+    create_dataset_dir,
+    move_dataset_dir,
+    open_dataset_dir,
+    read_identity,
 )
-from vcollect.spaces import Leaf, flatten_batch, leaves, unflatten_batch
 from vcollect.store.dataset_info import (
     DATASET_FILE,
     FORMAT_VERSION,
     SHARD_SUFFIX,
     SHARDS_DIR,
-    dataset_spaces,
     fsync_dir,
     new_dataset_info,
-    read_dataset_info,
     update_dataset_info,
-    write_json_atomic,
+)
+from vcollect.store.episode_checks import (
+    batch_lists,
+    batch_seeds,
+    batch_steps,
+    copy_leaves,
+    episode_seed,
+    episode_steps,
+    side_data,
 )
 from vcollect.store.manifest import record_commit
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
-from vcollect.store.schema import MetadataSchema, TreeSchema, flatten_columns, to_json
+from vcollect.store.schema import MetadataSchema, TreeSchema, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
-from vcollect.store.staging import remove_stale_json_tmps, remove_stale_shard_tmps
 
-# DATASET_FILE stays importable from here for vcollect.cli, which imported it from this module.
+# DATASET_FILE and the hints (store/dataset_dir.py) stay importable from here for vcollect.cli, which
+# imported them from this module.
 __all__ = ["APPEND_HINT", "DATASET_FILE", "OVERWRITE_HINT", "EpisodeStore"]
-
-#: What a DatasetExistsError tells Python callers to do (the CLI says its flags instead).
-OVERWRITE_HINT = "pass overwrite=True to replace it"
-APPEND_HINT = "EpisodeStore.open() to append to it"
-
-# errnos of a write that failed for want of space (a full disk, or a quota)
-_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
-
-
-def _make_dirs(path: Path, made: list[Path]) -> None:
-    """``mkdir -p path``, appending each directory it creates to ``made`` (outermost first)."""
-    missing: list[Path] = []
-    for directory in (path, *path.parents):
-        if directory.is_dir():
-            break
-        missing.append(directory)
-    for directory in reversed(missing):
-        try:
-            directory.mkdir()
-        except FileExistsError:
-            continue  # made by someone else meanwhile: not ours to remove
-        made.append(directory)
 
 
 class EpisodeStore:
@@ -131,7 +118,7 @@ class EpisodeStore:
         self._seq = 0
         self._last_time_ns = 0
         self._closed = False
-        self._identity: tuple[int, int, str | None] | None = None  # set by create/open: see _check_identity
+        self._identity: Identity | None = None  # set by create/open: see dataset_dir.check_identity
         self._schemas = {"infos": TreeSchema("infos"), "extras": TreeSchema("extras")}
         self._metadata = MetadataSchema()
         self._committed_episodes = 0
@@ -196,33 +183,8 @@ class EpisodeStore:
         # Fail on unsupported spaces before touching the disk.
         store = cls(path, dataset_id, observation_space, action_space, shard_steps=shard_steps,
                     shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
-        exists = (path / DATASET_FILE).exists()
-        if exists and not overwrite:
-            raise DatasetExistsError(
-                f"dataset {dataset_id!r} already exists at {str(path)!r}; {OVERWRITE_HINT} or {APPEND_HINT}"
-            )
-        if exists:
-            shutil.rmtree(path)
-        made: list[Path] = []
-        try:
-            _make_dirs(path / SHARDS_DIR, made)
-            write_json_atomic(path / DATASET_FILE, info, exclusive=not overwrite)
-        except FileExistsError:
-            raise DatasetExistsError(
-                f"dataset {dataset_id!r} was created at {str(path)!r} by someone else meanwhile"
-            ) from None
-        except OSError as exc:
-            for directory in reversed(made):  # only what this call made, and only while empty
-                with contextlib.suppress(OSError):
-                    directory.rmdir()
-            if exc.errno not in _NO_SPACE:
-                raise
-            raise DiskFullError(
-                f"no space left on device while creating dataset {dataset_id!r} at {str(path)!r}; "
-                "nothing was created"
-            ) from exc
-        fsync_dir(path.parent)
-        store._identity = store._read_identity()
+        create_dataset_dir(path, dataset_id, info, overwrite=overwrite)
+        store._identity = read_identity(path, dataset_id, store._root())
         return store
 
     @classmethod
@@ -268,21 +230,10 @@ class EpisodeStore:
         env_id_offset: int = 0,
     ) -> EpisodeStore:
         """:meth:`open` of the dataset directory ``path``; removes the temporary shard files of dead writers."""
-        stored_obs, stored_act = dataset_spaces(read_dataset_info(path, dataset_id, root_path))
-        for what, given, stored in (
-            ("observation", observation_space, stored_obs),
-            ("action", action_space, stored_act),
-        ):
-            if given is not None and given != stored:
-                raise SpaceMismatchError(
-                    f"dataset {dataset_id!r} stores {what} space {stored}, but {given} was given"
-                )
-        (path / SHARDS_DIR).mkdir(exist_ok=True)
-        remove_stale_shard_tmps(path / SHARDS_DIR)
-        remove_stale_json_tmps(path)
+        stored_obs, stored_act = open_dataset_dir(path, dataset_id, root_path, observation_space, action_space)
         store = cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
                     shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
-        store._identity = store._read_identity()
+        store._identity = read_identity(path, dataset_id, store._root())
         return store
 
     def __enter__(self) -> EpisodeStore:
@@ -379,39 +330,15 @@ class EpisodeStore:
         """
         if self._closed:
             raise DatasetError(f"EpisodeStore for {self._dataset_id!r} is closed")
-        rew = np.array(rewards, dtype=np.float64)
-        if rew.ndim != 1:
-            raise ValueError(f"rewards must be 1-D (T,), got shape {rew.shape}")
+        rew, terms, truncs = episode_steps(rewards, terminations, truncations)
         steps = rew.shape[0]
-        terms = np.array(terminations, dtype=np.bool_)
-        truncs = np.array(truncations, dtype=np.bool_)
-        if terms.shape != (steps,) or truncs.shape != (steps,):
-            raise ValueError(
-                f"terminations/truncations must have shape ({steps},) like rewards, got {terms.shape} and {truncs.shape}"
-            )
-        obs_copies = self._copy_leaves("observations", self._obs_leaves, self._obs_shapes,
-                                       flatten_batch(self.observation_space, observations), steps + 1)
-        act_copies = self._copy_leaves("actions", self._act_leaves, self._act_shapes,
-                                       flatten_batch(self.action_space, actions), steps)
-        # Infos, extras and metadata are checked against the structure the first episode fixed; an episode
-        # without any (the Collector's usual case) skips that when the structure has none either.
-        trees: dict[str, dict[str, np.ndarray]] = {}
-        structures = {}
-        if infos or extras or self._schemas["infos"].fields or self._schemas["extras"].fields:
-            for group, tree in (("infos", infos), ("extras", extras)):
-                arrays = flatten_columns(tree, group) if tree else {}
-                structures[group] = self._schemas[group].check(arrays, steps)
-                trees[group] = {name: np.array(arr) for name, arr in arrays.items()}
-        meta: dict[str, np.ndarray] = {}
-        meta_fields: dict[str, tuple[str, tuple[int, ...]]] = {}
-        if metadata or self._metadata.fields:
-            meta, meta_fields = self._metadata.check(metadata)
-        if seed is None:
-            seed_value, seed_valid = -1, False
-        else:
-            seed_value, seed_valid = int(seed), True
-            if not -(2**63) <= seed_value < 2**64:
-                raise ValueError(f"seed {seed_value} does not fit in 64 bits (int64 or uint64)")
+        obs_copies = copy_leaves("observations", self._obs_leaves, self._obs_shapes,
+                                 flatten_batch(self.observation_space, observations), steps + 1)
+        act_copies = copy_leaves("actions", self._act_leaves, self._act_shapes,
+                                 flatten_batch(self.action_space, actions), steps)
+        # Infos, extras and metadata are checked against the structure the first episode fixed.
+        trees, structures, meta, meta_fields = side_data(self._schemas, self._metadata, infos, extras, metadata, steps)
+        seed_value, seed_valid = episode_seed(seed)
         options_json = None if options is None else to_json(options, "options")
 
         if seed_valid and (
@@ -457,17 +384,8 @@ class EpisodeStore:
         """
         if self._closed:
             raise DatasetError(f"EpisodeStore for {self._dataset_id!r} is closed")
-        lens = np.asarray(lengths, dtype=np.int64)
+        lens, opts, info_list = batch_lists(lengths, seeds, env_ids, options, infos)
         n = len(lens)
-        if lens.ndim != 1 or (n and int(lens.min()) < 0):
-            raise ValueError(f"lengths must be a 1-D sequence of step counts >= 0, got {lengths!r}")
-        opts = [None] * n if options is None else list(options)
-        info_list = [None] * n if infos is None else list(infos)
-        if len(seeds) != n or len(env_ids) != n or len(opts) != n or len(info_list) != n:
-            raise ValueError(
-                f"got {n} lengths, {len(seeds)} seeds, {len(env_ids)} env ids, {len(opts)} options and "
-                f"{len(info_list)} infos: one each per episode"
-            )
         one_by_one = any(info is not None for info in info_list)
         if not one_by_one and (
             self._schemas["infos"].fields or self._schemas["extras"].fields or self._metadata.fields
@@ -479,24 +397,13 @@ class EpisodeStore:
         if n == 0:
             return
         steps = int(lens.sum())
-        rew = np.array(rewards, dtype=np.float64)
-        terms = np.array(terminations, dtype=np.bool_)
-        truncs = np.array(truncations, dtype=np.bool_)
-        if rew.shape != (steps,) or terms.shape != (steps,) or truncs.shape != (steps,):
-            raise ValueError(
-                f"rewards/terminations/truncations must have shape ({steps},) (the sum of lengths), got "
-                f"{rew.shape}, {terms.shape} and {truncs.shape}"
-            )
-        obs_copies = self._copy_leaves("observations", self._obs_leaves, self._obs_shapes,
-                                       flatten_batch(self.observation_space, observations), steps + n)
-        act_copies = self._copy_leaves("actions", self._act_leaves, self._act_shapes,
-                                       flatten_batch(self.action_space, actions), steps)
+        rew, terms, truncs = batch_steps(rewards, terminations, truncations, steps)
+        obs_copies = copy_leaves("observations", self._obs_leaves, self._obs_shapes,
+                                 flatten_batch(self.observation_space, observations), steps + n)
+        act_copies = copy_leaves("actions", self._act_leaves, self._act_shapes,
+                                 flatten_batch(self.action_space, actions), steps)
         batch = EpisodeRows(obs_copies, act_copies, rew, terms, truncs, lens.tolist())
-        seed_values = [-1 if seed is None else int(seed) for seed in seeds]
-        valid = [seed is not None for seed in seeds]
-        given = [v for v, ok in zip(seed_values, valid) if ok]
-        if given and not (min(given) >= -(2**63) and max(given) < 2**64):
-            raise ValueError(f"seeds {given} do not all fit in 64 bits (int64 or uint64)")
+        seed_values, valid, given = batch_seeds(seeds)
         if one_by_one or (min([self._pending.seed_min, *given]) < 0 and max([self._pending.seed_max, *given]) >= 2**63):
             # per-episode infos, or negative seeds and seeds that need uint64 (which cannot share a shard):
             # write one by one (write_episode checks each info tree and commits between such seeds)
@@ -589,24 +496,13 @@ class EpisodeStore:
         new_path = dataset_path(dataset_id, root)
         if new_path.resolve() == self._path.resolve():
             return self._path
-        if (new_path / DATASET_FILE).exists():
-            if not overwrite:
-                raise DatasetExistsError(
-                    f"dataset {dataset_id!r} already exists at {str(new_path)!r}; {OVERWRITE_HINT}"
-                )
-            shutil.rmtree(new_path)
-        new_path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.rename(self._path, new_path)
-        except OSError:  # another filesystem: copy, then delete (not atomic, but nothing is lost)
-            shutil.move(str(self._path), str(new_path))
-        fsync_dir(new_path.parent)
+        move_dataset_dir(self._path, new_path, dataset_id, overwrite=overwrite)
         self._path = new_path
         self._shards_dir = new_path / SHARDS_DIR
         self._shards_written = [self._shards_dir / p.name for p in self._shards_written]
         self._dataset_id = dataset_id
         update_dataset_info(new_path, dataset_id, self._root(), new_id=dataset_id)
-        self._identity = self._read_identity()
+        self._identity = read_identity(new_path, dataset_id, self._root())
         return new_path
 
     def _root(self) -> Path:
@@ -624,53 +520,11 @@ class EpisodeStore:
     def _new_writer_name() -> str:
         return f"w{os.getpid()}x{uuid.uuid4().hex[:12]}"
 
-    def _copy_leaves(
-        self,
-        what: str,
-        leaf_list: list[Leaf],
-        shapes: list[tuple[int, ...]],
-        arrays: list[Any],
-        rows: int,
-    ) -> list[np.ndarray]:
-        copies = []
-        for leaf, shape, arr in zip(leaf_list, shapes, arrays):
-            a = np.asarray(arr)
-            if a.shape[:1] != (rows,) or a.shape[1:] != shape:
-                where = f"{what}[{leaf.name!r}]" if leaf.name else what
-                raise ValueError(f"{where} must have shape {(rows, *shape)}, got {a.shape}")
-            if a.dtype != leaf.dtype and not np.can_cast(a.dtype, leaf.dtype, "same_kind"):
-                where = f"{what}[{leaf.name!r}]" if leaf.name else what
-                raise ValueError(f"{where} has dtype {a.dtype}, which does not fit the space's {leaf.dtype}")
-            copies.append(a.copy())
-        return copies
-
-    def _read_identity(self) -> tuple[int, int, str | None]:
-        """What tells this dataset from one deleted and made again at its place: the directory's device and
-        inode, and the creation time its dataset.json records."""
-        info = read_dataset_info(self._path, self._dataset_id, self._root())
-        st = os.stat(self._path)
-        return st.st_dev, st.st_ino, info.get("created_at")
-
-    def _check_identity(self) -> None:
-        """DatasetError when the dataset was deleted, moved or replaced since this writer opened it."""
-        if self._identity is None:
-            return
-        try:
-            same = self._read_identity() == self._identity
-        except (DatasetError, OSError):
-            same = False
-        if not same:
-            raise DatasetError(
-                f"dataset {self._dataset_id!r} at {str(self._path)!r} was deleted, moved or replaced since this "
-                f"writer opened it: nothing was committed, and the {self._pending.episodes} pending episodes "
-                "stay in memory only (open the dataset again with a new writer to store new episodes)"
-            )
-
     def _commit(self) -> None:
         pending = self._pending
         if pending.episodes == 0:
             return
-        self._check_identity()
+        check_identity(self._path, self._dataset_id, self._root(), self._identity, pending.episodes)
         if os.getpid() != self._pid:  # a forked child must not reuse its parent's shard names
             self._pid = os.getpid()
             self._writer = self._new_writer_name()
@@ -683,7 +537,7 @@ class EpisodeStore:
         try:
             write_shard(final, pending.columns(rows), attrs, self.compression)
         except Exception as exc:
-            if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+            if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 raise DiskFullError(
                     f"no space left on device while committing shard {str(final)!r} of dataset "
                     f"{self._dataset_id!r} ({exc}); committed shards are intact, {pending.episodes} pending "
