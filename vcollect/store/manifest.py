@@ -48,8 +48,8 @@ def _attr_value(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def shard_summary(path: Path) -> dict[str, Any]:
-    """The manifest line of a committed shard, read back from the file."""
+def shard_summary(path: Path, sha256: str | None = None) -> dict[str, Any]:
+    """The manifest line of a committed shard, read back from the file (its SHA-256 too, unless given)."""
     st = os.stat(path)
     with h5py.File(path, "r") as f:
         columns: list[list[Any]] = []
@@ -69,7 +69,7 @@ def shard_summary(path: Path) -> dict[str, Any]:
         "shard": path.name,
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
-        "sha256": file_sha256(path),
+        "sha256": file_sha256(path) if sha256 is None else sha256,
         "episodes": totals[0],
         "steps": totals[1],
         "length": table["length"].tolist(),
@@ -83,15 +83,16 @@ def shard_summary(path: Path) -> dict[str, Any]:
     }
 
 
-def record_commit(dataset_path: Path, shard_path: Path, writer: str) -> None:
-    """Append the manifest line of the just-committed ``shard_path`` to ``manifest/<writer>.jsonl``.
+def record_commit(dataset_path: Path, shard_path: Path, writer: str, sha256: str | None = None) -> None:
+    """Append the manifest line of the just-committed ``shard_path`` to ``manifest/<writer>.jsonl``
+    (``sha256``: the file's digest when the writer has it, else it is read back from the file).
 
     Called by the writer after the shard's rename. Never raises: the shard is committed whatever
     happens here (a failure is warned about; the shard then loads without the manifest's help and
     ``Dataset.verify`` reports it as unrecorded).
     """
     try:
-        line = json.dumps(shard_summary(shard_path), separators=(",", ":")) + "\n"
+        line = json.dumps(shard_summary(shard_path, sha256), separators=(",", ":")) + "\n"
         directory = dataset_path / MANIFEST_DIR
         directory.mkdir(exist_ok=True)
         file = directory / f"{writer}{MANIFEST_SUFFIX}"

@@ -10,6 +10,7 @@ full disk is an OSError, not a crash.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -241,9 +242,10 @@ def _write_new_file(path: Path, data: memoryview) -> None:
         os.close(fd)
 
 
-def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: str | int | None) -> None:
+def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: str | int | None) -> str:
     """Write a shard file at ``final`` through a temporary name (see ``staging.shard_tmp_path``): build it in
-    memory, write and fsync it with plain file writes, rename.
+    memory, write and fsync it with plain file writes, rename. Returns the file's SHA-256 (hex), taken from
+    the image in memory so the manifest need not read the file back.
 
     On any error the temporary file is removed and the error raised; nothing exists at ``final`` then.
     """
@@ -251,9 +253,11 @@ def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any]
     tmp = shard_tmp_path(final)
     try:
         with image.getbuffer() as view:
+            digest = hashlib.sha256(view).hexdigest()
             _write_new_file(tmp, view)
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
+    return digest

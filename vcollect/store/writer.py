@@ -535,7 +535,7 @@ class EpisodeStore:
         attrs = {"format": SHARD_FORMAT_NAME, "format_version": FORMAT_VERSION, "writer": self._writer,
                  "seq": self._seq, "num_episodes": pending.episodes, "num_steps": pending.steps}
         try:
-            write_shard(final, pending.columns(rows), attrs, self.compression)
+            digest = write_shard(final, pending.columns(rows), attrs, self.compression)
         except Exception as exc:
             if isinstance(exc, OSError) and exc.errno in NO_SPACE:
                 raise DiskFullError(
@@ -548,7 +548,7 @@ class EpisodeStore:
                 f"Committed shards are intact; the {pending.episodes} pending episodes are kept "
                 "in memory and flush() can be retried"
             ) from exc
-        record_commit(self._path, final, self._writer)  # manifest entry (store/manifest.py); never raises
+        record_commit(self._path, final, self._writer, digest)  # manifest entry (store/manifest.py); never raises
         self._last_time_ns = now
         self._seq += 1
         self._committed_episodes += pending.episodes
