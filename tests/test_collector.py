@@ -659,3 +659,48 @@ def test_unfinished_episodes_at_a_reset_follow_the_same_choice_and_without_a_sto
         collector.close()
     with pytest.raises(ValueError, match="unfinished must be 'drop' or 'truncate'"):
         Collector(None, counting_fns(1), unfinished="keep")  # type: ignore[arg-type]
+
+
+class NanRewardEnv(CountingEnv):
+    """CountingEnv whose step ``at`` (counted from 1 in each episode) returns reward NaN, or inf obs."""
+
+    def __init__(self, episode_length: int = 6, at: int = 3, what: str = "reward") -> None:
+        super().__init__(episode_length)
+        self.at, self.what = at, what
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.t == self.at:
+            if self.what == "reward":
+                reward = float("nan")
+            else:
+                obs = np.array([np.inf], np.float32)
+        return obs, reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("backend", ["dummy", "vector entry"])
+def test_a_reward_that_is_not_finite_is_refused_naming_env_and_step(backend: str) -> None:
+    """NaN rewards were stored silently and made returns_stat NaN. With validate (the default) the step
+    that returned it raises ObservationError naming the env and the step; the steps before it are kept."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    fns = [lambda: NanRewardEnv(at=3), lambda: NanRewardEnv(at=99)]
+    envs: Any = DummyVectorEnv(fns) if backend == "dummy" else SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP)
+    store = ListStore()
+    with Collector(None, envs, store=store, seed=0) as collector:
+        collector.reset()
+        with pytest.raises(ObservationError, match=r"envs \[0\] returned rewards \[nan\] \(not finite\) at step \[2\]"):
+            collector.collect(n_step=40, random=True)
+        assert collector.buffer.episode_lengths[0] == 2  # steps 0 and 1 recorded, not the NaN one
+    with Collector(None, [lambda: NanRewardEnv(at=3)], store=ListStore(), seed=0, validate=False) as collector:
+        stats = collector.collect(n_episode=1, random=True, reset_before_collect=True)
+        assert np.isnan(stats.returns[0])  # validate=False: stored as it is
+
+
+def test_check_finite_refuses_inf_in_an_unbounded_observation_space() -> None:
+    with Collector(None, [lambda: NanRewardEnv(at=2, what="obs")], seed=0) as collector:
+        collector.collect(n_episode=1, random=True, reset_before_collect=True)  # inf is in Box(-inf, inf)
+    collector = Collector(None, [lambda: NanRewardEnv(at=2, what="obs")], seed=0, check_finite=True)
+    with collector, pytest.raises(ObservationError, match="not finite .*check_finite=True"):
+        collector.collect(n_episode=1, random=True, reset_before_collect=True)

@@ -79,6 +79,7 @@ class AsyncCollector(Collector):
         seed_every_reset: bool = True,
         stage_blocks: bool = True,
         unfinished: Literal["drop", "truncate"] = "drop",
+        check_finite: bool = False,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
@@ -87,7 +88,7 @@ class AsyncCollector(Collector):
         super().__init__(
             policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate,
             record_infos=record_infos, seed_every_reset=seed_every_reset, stage_blocks=stage_blocks,
-            unfinished=unfinished,
+            unfinished=unfinished, check_finite=check_finite,
         )
         if wait_num is not None and not (isinstance(wait_num, int) and 1 <= wait_num <= self.num_envs):
             raise ValueError(f"wait_num must be an int in 1..{self.num_envs} (the number of envs), got {wait_num!r}")

@@ -12,6 +12,7 @@ staged in blocks (vcollect.loops).
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.reset_seeds import ResetSeeds
-from vcollect.spaces import BatchCheck
+from vcollect.spaces import BatchCheck, flatten_batch, leaves
 from vcollect.stats import CollectStats
 from vcollect.store.sink import EpisodeSink, check_sink
 
@@ -100,6 +101,10 @@ class Collector:
     Minari's DataCollector stores an episode cut short by a reset), so the dataset holds every step
     collected; they are reported by no CollectStats, and their last step's truncation is not the env's.
 
+    ``validate`` (default True) checks every observation against the observation space, every reward for
+    being finite, and a policy's actions against the action space; ``check_finite=True`` also refuses
+    NaN/inf in observations of unbounded Box spaces.
+
     ``seed_every_reset=False`` seeds only each env's first reset (after construction or ``reset(seed=...)``);
     later episodes continue the env's own generator, as Tianshou's and Minari's collectors reset, and are
     stored with ``seed=None``: the run is reproducible from ``seed`` as a whole, but an episode can no
@@ -123,6 +128,7 @@ class Collector:
         seed_every_reset: bool = True,
         stage_blocks: bool = True,
         unfinished: Literal["drop", "truncate"] = "drop",
+        check_finite: bool = False,
     ) -> None:
         if unfinished not in ("drop", "truncate"):
             raise ValueError(f"unfinished must be 'drop' or 'truncate', got {unfinished!r}")
@@ -162,7 +168,7 @@ class Collector:
             exploration_noise=exploration_noise, validate=validate,
         )
         self.ledger = TransitionLedger(n)
-        self._obs_check = BatchCheck(self.observation_space)
+        self._obs_check = _observation_check(self.observation_space, check_finite)
         self._reseed(seed)
         self._needs_reset = np.ones(n, dtype=bool)
         self._was_reset = False
@@ -384,6 +390,22 @@ class Collector:
         if policy_state:
             self.actor.reset_state(env_ids)
 
+    def _check_rewards(self, rewards: np.ndarray, env_ids: np.ndarray) -> None:
+        """ObservationError unless every reward is finite: a NaN or inf would be stored and would make every
+        return statistic NaN. One sum per step; the rewards are looked at one by one only when it is not
+        finite."""
+        if math.isfinite(float(np.add.reduce(rewards))):
+            return
+        bad = ~np.isfinite(rewards)
+        if not bad.any():  # the sum overflowed, every reward is finite
+            return
+        envs = env_ids[bad]
+        raise ObservationError(
+            f"envs {envs.tolist()} returned rewards {rewards[bad].tolist()} (not finite) at step "
+            f"{self.buffer.episode_lengths[envs].tolist()} of their episodes; fix the env's reward, or collect "
+            "with validate=False to store such rewards as they are"
+        )
+
     def _check_obs(self, obs: Any, env_ids: np.ndarray, what: str) -> None:
         """ObservationError unless every row of obs is in the observation space."""
         problem = self._obs_check(obs)
@@ -405,3 +427,24 @@ class Collector:
     def _check_open(self) -> None:
         if self._closed:
             raise CollectorStateError("this collector is closed; make a new Collector")
+
+
+def _observation_check(space: gym.Space[Any], check_finite: bool) -> Callable[[Any], str | None]:
+    """The batch check of observations: in the space, and with ``check_finite`` every float value finite
+    (an unbounded Box admits inf, which offline training rarely survives)."""
+    check = BatchCheck(space)
+    if not check_finite:
+        return check
+
+    def finite_check(batch: Any) -> str | None:
+        problem = check(batch)
+        if problem is not None:
+            return problem
+        for leaf, values in zip(leaves(space), flatten_batch(space, batch)):
+            array = np.asarray(values)
+            if array.dtype.kind == "f" and not np.isfinite(array).all():
+                where = f" at '{leaf.name}'" if leaf.name else ""
+                return f"a value{where} is not finite (NaN or inf) and check_finite=True"
+        return None
+
+    return finite_check

@@ -104,6 +104,10 @@ class AllEnvLoop:
             c._check_obs(obs, all_ids, "an observation")
             if step.next_obs is not obs:
                 c._check_obs(step.next_obs, all_ids, "a final observation")
+            if transitions is None:
+                c._check_rewards(step.rewards, all_ids)
+            else:  # restart rows carry no reward
+                c._check_rewards(step.rewards[transitions], all_ids[transitions])
         if transitions is None:  # every row is a transition (SAME_STEP restarts are started below)
             c.buffer.add_all(actions, step.rewards, step.terminations, step.truncations, step.next_obs)
         else:  # NEXT_STEP: the other rows are the restarts of the envs in `started`

@@ -9,6 +9,7 @@ when it raises. While rendering, steps are recorded one by one (AllEnvLoop).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -132,8 +133,16 @@ class BlockLoop(AllEnvLoop):
         bad = None
         if c.validate and block.checked < k and c._obs_check(block.obs_rows(block.checked, k)) is not None:
             bad = next(j for j in range(block.checked, k) if c._obs_check(block.obs_row(j)) is not None)
+        if c.validate and not math.isfinite(float(np.add.reduce(block.rewards[:k], axis=None))):
+            # restart rows carry no reward: only transitions' rewards must be finite
+            unfit = ~np.isfinite(block.rewards[:k]) & ~block.restarts(k)
+            if unfit.any():
+                row = int(unfit.any(axis=1).argmax())
+                bad = row if bad is None else min(bad, row)
+        if bad is not None:
             k = bad
         bad_obs = None if bad is None else block.obs_row(bad)
+        bad_rewards = None if bad is None else (block.rewards[bad].copy(), block.restart_row(bad).copy())
         try:
             if k:
                 self._record_block(k, random)
@@ -142,8 +151,10 @@ class BlockLoop(AllEnvLoop):
                 block.clear()
             else:  # the policy may still hold views of the rows
                 block.renew()
-        if bad_obs is not None:
+        if bad_obs is not None and bad_rewards is not None:
             c._check_obs(bad_obs, c._all_ids, "an observation")
+            rewards, restarting = bad_rewards
+            c._check_rewards(rewards[~restarting], c._all_ids[~restarting])
 
     def _record_block(self, k: int, random: bool) -> None:
         """The first k steps of the block into the rings (one write per array), the ledger and the store.

@@ -150,6 +150,7 @@ class SubsetLoop:
             writer.next_rounds()
         if c.validate:
             c._check_obs(next_obs, env_ids, "an observation")
+            c._check_rewards(rewards, env_ids)
         if env_ids is c._all_ids:  # every env, in order: one write per array
             c.buffer.add_all(actions, rewards, terminations, truncations, next_obs)
         else:
