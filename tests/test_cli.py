@@ -970,3 +970,46 @@ def test_verify_replay_names_an_episode_that_does_not_replay(tmp_path: Path) -> 
     count, problems = replay_episodes(Tampered(), 3)  # type: ignore[arg-type]
     assert count == 3 and len(problems) == 1 and problems[0].startswith("episode 1 ")
     assert "differs" in problems[0]
+
+
+def test_list_shows_a_broken_dataset_as_a_marked_row(tmp_path: Path, cli: Cli) -> None:
+    make_dataset(tmp_path, "cli/a-v0", 2, 0, author="bob")
+    make_dataset(tmp_path, "cli/bad-v0", 2, 1)
+    make_dataset(tmp_path, "cli/z-v0", 3, 2)
+    file = tmp_path / "cli" / "bad-v0" / "dataset.json"
+    file.write_bytes(b"{nope")
+    listing = cli("list")
+    assert listing.returncode == 0, listing.stderr
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[1:-1]]
+            for line in listing.stdout.splitlines() if line.startswith("│")}
+    assert list(rows) == ["cli/a-v0", "cli/bad-v0 (broken)", "cli/z-v0"]
+    assert rows["cli/bad-v0 (broken)"][1:3] == ["-", "-"]
+    assert rows["cli/a-v0"][1:3] == ["2", f"{load_dataset('cli/a-v0', root=tmp_path).total_steps:,}"]
+    assert rows["cli/z-v0"][1] == "3" and rows["cli/a-v0"][4] == "bob"
+    notes = [line for line in listing.stdout.splitlines() if line.startswith("note: cli/bad-v0")]
+    assert len(notes) == 1 and str(file) in notes[0] and "is not valid JSON" in notes[0]
+
+
+def test_import_minari_without_stored_spaces_needs_trust_env_spec(tmp_path: Path, cli: Cli) -> None:
+    import json
+
+    make_dataset(tmp_path, "cli/src-v0", 2, 3)
+    minari_root = tmp_path / "minari"
+    assert cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/src-v0",
+               "--minari-root", str(minari_root)).returncode == 0
+    file = minari_root / "vc" / "src-v0" / "data" / "metadata.json"
+    metadata = json.loads(file.read_text())
+    del metadata["observation_space"], metadata["action_space"]
+    file.write_text(json.dumps(metadata))
+    args = ("import-minari", "vc/src-v0", "--minari-root", str(minari_root), "--into", "cli/back-v0")
+    refused = cli(*args)  # a failure of the data (exit 1), with one line saying what to pass
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    line, = refused.stderr.strip().splitlines()
+    for fragment in ("error:", str(file), "stores no observation_space and action_space", "--trust-env-spec"):
+        assert fragment in line, line
+    assert not (tmp_path / "cli" / "back-v0").exists()
+    result = cli(*args, "--trust-env-spec")
+    assert result.returncode == 0, result.stderr
+    back, source = load_dataset("cli/back-v0", root=tmp_path), load_dataset("cli/src-v0", root=tmp_path)
+    assert back.observation_space == source.observation_space and back.action_space == source.action_space
+    assert back.total_steps == source.total_steps

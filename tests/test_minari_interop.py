@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from tests.envs import DictObsEnv
 from vcollect.errors import (
+    DatasetError,
     DatasetExistsError,
     DatasetNotFoundError,
     InfoStructureError,
@@ -357,3 +358,63 @@ def test_export_refuses_an_option_key_that_would_nest_on_import(tmp_path: Path, 
     # stored as the attribute "options/a/b", it would come back as {"a": {"b": 1}}: refused, naming the key
     with pytest.raises(InfoStructureError, match="reset options key 'a/b' under '<top>'"):
         export_minari("opt/slash-v0", "opt/slash-v0", root=tmp_path)
+
+
+def drop_spaces(minari_root: Path, minari_id: str) -> Path:
+    """Remove both spaces from an exported Minari dataset's metadata.json (as old Minari releases wrote it)."""
+    file = minari_root.joinpath(*minari_id.split("/"), "data", "metadata.json")
+    metadata = json.loads(file.read_text())
+    del metadata["observation_space"], metadata["action_space"]
+    file.write_text(json.dumps(metadata))
+    return file
+
+
+def test_import_without_stored_spaces_makes_the_env_only_when_trusted(
+    tmp_path: Path, minari_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = cartpole_dataset(tmp_path / "vc", n=3)
+    export_minari(ds, "cart/nospaces-v0")
+    file = drop_spaces(minari_root, "cart/nospaces-v0")
+    made: list[Any] = []
+    real_make = gym.make
+    monkeypatch.setattr(gym, "make", lambda *a, **k: made.append(a) or real_make(*a, **k))
+    with pytest.raises(DatasetError) as excinfo:
+        import_minari("cart/nospaces-v0", "back/nospaces-v0", tmp_path / "vc")
+    message = str(excinfo.value)
+    assert str(file) in message and "observation_space and action_space" in message
+    assert "trust_env_spec=True" in message and "gymnasium.envs.classic_control.cartpole:CartPoleEnv" in message
+    assert made == [] and not (tmp_path / "vc" / "back").exists()  # no env made, nothing left under the id
+    back = import_minari("cart/nospaces-v0", "back/nospaces-v0", tmp_path / "vc", trust_env_spec=True)
+    assert len(made) == 1  # the spaces came from the env of the stored spec
+    assert back.observation_space == ds.observation_space and back.action_space == ds.action_space
+    assert back.total_steps == ds.total_steps
+
+
+def test_import_with_stored_spaces_never_makes_the_env(
+    tmp_path: Path, minari_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = cartpole_dataset(tmp_path / "vc", n=3)
+    export_minari(ds, "cart/spaces-v0")
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"import_minari made an env: {args} {kwargs}")
+
+    monkeypatch.setattr(gym, "make", refuse)
+    monkeypatch.setattr(gym.envs.registration, "make", refuse)
+    for trust in (False, True):
+        back = import_minari("cart/spaces-v0", f"back/spaces-v{int(trust)}", tmp_path / "vc", trust_env_spec=trust)
+        assert back.observation_space == ds.observation_space and back.action_space == ds.action_space
+        assert back.env_spec_json == ds.env_spec_json and back.total_steps == ds.total_steps
+
+
+def test_import_without_spaces_or_env_spec_names_the_file(tmp_path: Path, minari_root: Path) -> None:
+    ds = cartpole_dataset(tmp_path / "vc", n=2)
+    export_minari(ds, "cart/bare-v0")
+    file = drop_spaces(minari_root, "cart/bare-v0")
+    metadata = json.loads(file.read_text())
+    del metadata["env_spec"]
+    file.write_text(json.dumps(metadata))
+    for trust in (False, True):
+        with pytest.raises(DatasetError, match="no env_spec to recover them from") as excinfo:
+            import_minari("cart/bare-v0", "back/bare-v0", tmp_path / "vc", trust_env_spec=trust)
+        assert str(file) in str(excinfo.value)

@@ -246,7 +246,8 @@ def test_fifos_and_directories_named_like_shards_are_ignored(tmp_path: Path) -> 
 
         ds = load_dataset("f/x-v0", root=sys.argv[1])
         print([p.name for p in ds.shard_paths] == [sys.argv[2]], ds.total_episodes)
-        print(sorted(list_datasets(sys.argv[1])), list_datasets(sys.argv[1])["f/x-v0"]["num_shards"])
+        listing = list_datasets(sys.argv[1])
+        print(sorted(listing), listing["f/x-v0"]["num_shards"], "not a regular file" in listing["f/y-v0"]["broken"])
         try:
             load_dataset("f/y-v0", root=sys.argv[1])
         except CorruptDatasetError as exc:
@@ -256,7 +257,7 @@ def test_fifos_and_directories_named_like_shards_are_ignored(tmp_path: Path) -> 
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[:2] == ["True 1", "['f/x-v0'] 1"]
+    assert lines[:2] == ["True 1", "['f/x-v0', 'f/y-v0'] 1 True"]  # the FIFO one listed broken, not read
     assert lines[2].startswith("y: ") and "dataset.json is not a regular file" in lines[2]
 
 
@@ -403,5 +404,7 @@ def test_malformed_dataset_json_names_the_file(tmp_path: Path, case: str) -> Non
         with pytest.raises(CorruptDatasetError) as excinfo:
             open_it()
         assert str(file) in str(excinfo.value) and fault in str(excinfo.value)
-    listing = list_datasets(tmp_path)  # one malformed dataset does not break listing the others
-    assert list(listing) == ["j/good-v0"] and listing["j/good-v0"]["author"] == "a"
+    listing = list_datasets(tmp_path)  # one malformed dataset does not break listing the others, nor is hidden
+    assert list(listing) == ["j/bad-v0", "j/good-v0"] and listing["j/good-v0"]["author"] == "a"
+    assert str(file) in listing["j/bad-v0"]["broken"] and fault in listing["j/bad-v0"]["broken"]
+    assert listing["j/good-v0"]["broken"] is None

@@ -88,6 +88,11 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
     imp.add_argument("--into", metavar="ID", required=True, help="id of the new vcollect dataset")
     imp.add_argument("--minari-root", default=None, metavar="DIR", help="Minari datasets folder for a Minari id")
     imp.add_argument("--overwrite", action="store_true", help="replace the vcollect dataset if it exists")
+    imp.add_argument(
+        "--trust-env-spec", action="store_true",
+        help="when the Minari metadata stores no spaces, take them from the env made from its env spec (which "
+        "imports the module it names: any code; without this flag such a dataset is refused)",
+    )
     imp.add_argument("--root", default=None, metavar="DIR", help=root_help)
     imp.set_defaults(handler=run_import_minari)
 
@@ -128,6 +133,11 @@ def run_list(args: argparse.Namespace, console: Console) -> int:
         table.add_column(column, justify="right" if column in ("episodes", "steps", "size") else "left")
     notes: list[str] = []
     for dataset_id, info in datasets.items():
+        if info.get("broken"):  # listed, never hidden: "-" counts and a note saying what is wrong
+            table.add_row(cell(dataset_id) + Text(" (broken)", style="bold red"), "-", "-",
+                          human_size(int(info.get("size_bytes") or 0)), "-", "-")
+            notes.append(f"{dataset_id}: broken, cannot be read: {info['broken']}")
+            continue
         author = info.get("author")
         table.add_row(
             cell(dataset_id),
@@ -143,7 +153,7 @@ def run_list(args: argparse.Namespace, console: Console) -> int:
             notes.append(f"{dataset_id}: {len(info['temporary_files'])} half-written .tmp files (from a crash)")
     console.print(table)
     for note in notes:
-        console.print(Text(f"note: {note}"))
+        console.print(Text(f"note: {note}"), soft_wrap=True)
     return EXIT_OK
 
 
@@ -410,7 +420,8 @@ def run_import_minari(args: argparse.Namespace, console: Console) -> int:
 
     parse_dataset_id(args.into)
     _check_new([args.into], args.root, overwrite=args.overwrite)
-    dataset = import_minari(args.source, args.into, args.root, overwrite=args.overwrite, minari_root=args.minari_root)
+    dataset = import_minari(args.source, args.into, args.root, overwrite=args.overwrite, minari_root=args.minari_root,
+                            trust_env_spec=args.trust_env_spec)
     console.print(
         Text(f"imported {dataset.total_episodes:,} episodes ({dataset.total_steps:,} steps) into {args.into} at {dataset.path}")
     )

@@ -25,18 +25,26 @@ def _shard_totals(file: Path) -> tuple[int, int]:
 
 
 def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
-    """All datasets under the root: id -> metadata plus totals and any temporary/corrupt shard files.
+    """All datasets under the root, broken ones included: id -> metadata plus totals and any problem files.
 
     Each value holds the dataset metadata (author, ...), ``dataset_id``, ``total_episodes``,
     ``total_steps``, ``num_shards``, ``size_bytes`` (dataset.json plus readable shards),
     ``created_at``, ``temporary_files`` (half-written ``.tmp`` files, e.g. left by a
-    crash) and ``corrupt_shards`` (committed files that cannot be opened; not counted in the totals).
+    crash), ``corrupt_shards`` (committed files that cannot be opened; not counted in the totals) and
+    ``broken``: None for a readable dataset, else a message naming the file and what is wrong with it.
+    A broken dataset (its dataset.json cannot be read or checked, or its folder, or a folder below the
+    root named like a dataset, cannot be listed) is listed, never left out and never a reason to fail
+    the others: ``broken`` says why, its
+    ``total_episodes``, ``total_steps``, ``num_shards`` and ``created_at`` are None, ``size_bytes``
+    counts the files there without opening them. Folders whose path below the root is no valid dataset
+    id (hidden staging folders, ...) are not datasets and are not listed.
     """
     root_path = resolve_root(root)
     out: dict[str, dict[str, Any]] = {}
     if not root_path.is_dir():
         return out
-    for dirpath, dirnames, filenames in os.walk(root_path):
+    unreadable: list[OSError] = []
+    for dirpath, dirnames, filenames in os.walk(root_path, onerror=unreadable.append):
         if SHARDS_DIR in dirnames and DATASET_FILE in filenames:
             dirnames.remove(SHARDS_DIR)
         if DATASET_FILE not in filenames:
@@ -45,34 +53,97 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
         dataset_id = path.relative_to(root_path).as_posix()
         try:
             parse_dataset_id(dataset_id)
-            info = read_dataset_info(path, dataset_id, root_path)
         except Exception:
             continue
-        committed, temporary = dataset_files(path)
-        episodes = steps = 0
-        size = (path / DATASET_FILE).stat().st_size
-        corrupt: list[str] = []
-        for file in committed:
-            try:
-                n_eps, n_steps = _shard_totals(file)
-                size += file.stat().st_size
-            except Exception:
-                corrupt.append(str(file))
-                continue
-            episodes += n_eps
-            steps += n_steps
-        out[dataset_id] = {
-            **info.get("metadata", {}),
-            "dataset_id": dataset_id,
-            "total_episodes": episodes,
-            "total_steps": steps,
-            "num_shards": len(committed) - len(corrupt),
-            "size_bytes": size,
-            "temporary_files": [str(p) for p in temporary],
-            "corrupt_shards": corrupt,
-            "created_at": info.get("created_at"),
-        }
+        entry = _listing_entry(path, dataset_id, root_path)
+        if entry is not None:
+            out[dataset_id] = entry
+    for exc in unreadable:  # a folder named like a dataset that cannot be listed may hide one: say so
+        if exc.filename is None or exc.filename == str(root_path):
+            continue
+        path = Path(exc.filename)
+        try:
+            dataset_id = path.relative_to(root_path).as_posix()
+            parse_dataset_id(dataset_id)
+        except Exception:
+            continue
+        out.setdefault(dataset_id, _broken_entry(path, dataset_id, exc))
     return dict(sorted(out.items()))
+
+
+def _listing_entry(path: Path, dataset_id: str, root_path: Path) -> dict[str, Any] | None:
+    """The ``list_datasets`` value of one dataset directory; None when it vanished while listing."""
+    try:
+        info = read_dataset_info(path, dataset_id, root_path)
+        committed, temporary = dataset_files(path)
+        size = (path / DATASET_FILE).stat().st_size
+    except DatasetNotFoundError as not_found:
+        file = path / DATASET_FILE
+        if not os.path.lexists(file):
+            return None  # deleted since the walk saw it
+        error: Exception = not_found
+        if file.is_symlink():  # a dangling link, not a deleted dataset
+            error = DatasetError(f"{file} is a symbolic link to {os.readlink(file)!r}, which does not exist")
+        return _broken_entry(path, dataset_id, error)
+    except Exception as exc:
+        return _broken_entry(path, dataset_id, exc)
+    episodes = steps = 0
+    corrupt: list[str] = []
+    for file in committed:
+        try:
+            n_eps, n_steps = _shard_totals(file)
+            size += file.stat().st_size
+        except Exception:
+            corrupt.append(str(file))
+            continue
+        episodes += n_eps
+        steps += n_steps
+    return {
+        **info.get("metadata", {}),
+        "dataset_id": dataset_id,
+        "total_episodes": episodes,
+        "total_steps": steps,
+        "num_shards": len(committed) - len(corrupt),
+        "size_bytes": size,
+        "temporary_files": [str(p) for p in temporary],
+        "corrupt_shards": corrupt,
+        "created_at": info.get("created_at"),
+        "broken": None,
+    }
+
+
+def _broken_entry(path: Path, dataset_id: str, exc: Exception) -> dict[str, Any]:
+    """The ``list_datasets`` value of a dataset that cannot be read: ``broken`` names the file and the error."""
+    message = str(exc)
+    file = str(path / DATASET_FILE)
+    if file not in message and not (isinstance(exc, OSError) and exc.filename is not None):
+        message = f"{file}: {message}" if message else file
+    if not isinstance(exc, DatasetError):
+        message = f"{message} ({type(exc).__name__})"
+    temporary: list[Path] = []
+    try:
+        committed, temporary = dataset_files(path)
+    except OSError:
+        committed = []
+    size = sum(_size_or_zero(file_path) for file_path in [path / DATASET_FILE, *committed])
+    return {
+        "dataset_id": dataset_id,
+        "total_episodes": None,
+        "total_steps": None,
+        "num_shards": None,
+        "size_bytes": size,
+        "temporary_files": [str(p) for p in temporary],
+        "corrupt_shards": [],
+        "created_at": None,
+        "broken": message,
+    }
+
+
+def _size_or_zero(file: Path) -> int:
+    try:
+        return file.stat().st_size
+    except OSError:
+        return 0
 
 
 def symlinked_folder(dataset_id: str, root: str | os.PathLike[str] | None = None) -> Path | None:

@@ -431,13 +431,25 @@ def _clean_env_spec(text: Any) -> str | None:
     return json.dumps({k: v for k, v in spec.items() if k in known})
 
 
-def _spaces_of(metadata: Mapping[str, Any], env_spec: str | None) -> tuple[gym.Space[Any], gym.Space[Any]]:
+def _spaces_of(
+    metadata: Mapping[str, Any], env_spec: str | None, metadata_file: Path, trust_env_spec: bool
+) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    """The spaces stored in the Minari metadata; only when one is missing, and only with ``trust_env_spec``,
+    those of the env made from its env_spec (making it imports its entry point's module: any code)."""
     obs = metadata.get("observation_space")
     act = metadata.get("action_space")
     if obs is not None and act is not None:
         return space_from_dict(obs), space_from_dict(act)
+    missing = " and ".join(name for name, space in (("observation_space", obs), ("action_space", act)) if space is None)
     if env_spec is None:
-        raise DatasetError("the Minari metadata has neither both spaces nor an env_spec to recover them from")
+        raise DatasetError(f"{metadata_file} stores no {missing} and no env_spec to recover them from")
+    if not trust_env_spec:
+        entry_point = json.loads(env_spec).get("entry_point")
+        raise DatasetError(
+            f"{metadata_file} stores no {missing}; they can only be recovered by making the env of its env_spec "
+            f"(entry point {entry_point!r}), which imports and runs that module's code: pass trust_env_spec=True "
+            "(CLI: --trust-env-spec) if you trust this dataset"
+        )
     env = gym.make(gym.envs.registration.EnvSpec.from_json(env_spec))
     try:
         return (
@@ -493,6 +505,7 @@ def import_minari(
     *,
     overwrite: bool = False,
     minari_root: str | os.PathLike[str] | None = None,
+    trust_env_spec: bool = False,
 ) -> Dataset:
     """Copy a Minari HDF5 dataset into a new vcollect dataset ``dataset_id`` (under ``root``) and load it.
 
@@ -503,6 +516,11 @@ def import_minari(
     a new shard writer, so nothing is dropped. The dataset appears under ``dataset_id`` (replacing the old
     one with ``overwrite=True``) with one rename once complete: on a failure or a crash nothing is left
     under the id.
+
+    The env is never made when the metadata stores both spaces. When it lacks one, the import fails
+    (DatasetError) unless ``trust_env_spec=True``, with which the missing space comes from the env made
+    from the stored env_spec: making it imports the module of its entry point, i.e. runs any code the
+    dataset names, so pass it only for datasets you trust.
     """
     data_dir = _resolve_minari_data_dir(minari_dataset_id_or_path, minari_root)
     try:
@@ -519,7 +537,7 @@ def import_minari(
         raise DatasetError(f"Minari dataset at {str(data_dir)!r} has no {_MAIN_FILE}")
     env_spec = _clean_env_spec(metadata.get("env_spec"))
     eval_env_spec = _clean_env_spec(metadata.get("eval_env_spec"))
-    obs_space, act_space = _spaces_of(metadata, env_spec)
+    obs_space, act_space = _spaces_of(metadata, env_spec, data_dir / _METADATA_FILE, trust_env_spec)
     ours = {k: v for k, v in metadata.items() if k not in _DATA_KEYS}
     ours["minari_dataset_id"] = metadata.get("dataset_id")
     ours["minari_version"] = metadata.get("minari_version")
