@@ -6,15 +6,19 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from tests.envs import CountingEnv
+from tests.test_cli import Cli, Result, run_process
+from vcollect.cli import main
 from vcollect.collector import Collector
 from vcollect.envs import SubprocVectorEnv, make_vector
 from vcollect.errors import EnvWorkerError
+from vcollect.store import load_dataset
 
 
 class HangingEnv(CountingEnv):
@@ -155,3 +159,60 @@ def test_make_vector_passes_the_timeout_to_ray(ray_ready: Any) -> None:
         assert envs.timeout == 5.0  # type: ignore[attr-defined]
         envs.reset(seeds=0)
         envs.step(np.zeros(2, np.int64))
+
+
+# ---------------------------------------------------------------- vcollect collect --timeout
+
+
+@pytest.fixture
+def cli(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Cli:
+    """``cli(*ARGS)``: ``vcollect ARGS`` in this process, datasets under ``tmp_path`` (as in test_cli)."""
+    monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(tmp_path))
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return Result(status, out, err)
+
+    return run
+
+
+def test_cli_timeout_on_subproc_fails_naming_the_env_and_keeps_committed_episodes(tmp_path: Path, cli: Cli) -> None:
+    result = cli("collect", "tests.cli_envs:Hanging-v0", "--num-envs", "2", "--backend", "subproc", "--steps", "100",
+                 "--timeout", "1", "--shard-steps", "4", "--no-progress", "--dataset", "cli/hang-v0")
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("vcollect collect: error: env ") and "--timeout" in lines[0], lines[0]
+    assert "Traceback" not in result.stderr
+    # each env finished 2 episodes of 4 steps before its 10th step hung
+    assert load_dataset("cli/hang-v0", root=tmp_path).total_episodes == 4
+
+
+@pytest.mark.parametrize("backend", ["dummy", "gymnasium"])
+def test_cli_timeout_on_an_in_process_backend_ends_the_command(tmp_path: Path, backend: str) -> None:
+    started = time.monotonic()
+    result = run_process(tmp_path, "collect", "tests.cli_envs:Hanging-v0", "--num-envs", "1", "--backend", backend,
+                         "--steps", "5000", "--env-kwargs", '{"hang_after": 1000}', "--timeout", "1",
+                         "--shard-steps", "4", "--no-progress", "--dataset", "cli/hang-v0", timeout=60)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("vcollect collect: error: no env step or reset") and "--timeout 1" in lines[0]
+    assert time.monotonic() - started < 50
+    committed = load_dataset("cli/hang-v0", root=tmp_path).total_episodes
+    assert committed >= 1 and f"keeps its {committed} committed episodes" in lines[0], lines[0]
+
+
+def test_cli_timeout_must_be_positive(cli: Cli) -> None:
+    result = cli("collect", "CartPole-v1", "--steps", "10", "--timeout", "0")
+    assert result.returncode == 2 and "--timeout must be a positive number" in result.stderr
+    result = cli("collect", "CartPole-v1", "--steps", "10", "--timeout", "5", "--ray-workers", "1")
+    assert result.returncode == 2 and "--timeout is not supported with --ray-workers" in result.stderr
+
+
+def test_cli_timeout_does_not_end_a_run_that_progresses(cli: Cli) -> None:
+    result = cli("collect", "tests.cli_envs:InfoCounter-v0", "--num-envs", "2", "--backend", "dummy",
+                 "--steps", "50", "--timeout", "30", "--no-progress")
+    assert result.returncode == 0, result

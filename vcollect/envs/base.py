@@ -160,13 +160,18 @@ def check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
-def timeout_message(timeout: float | None, running: Sequence[int], what: str) -> str:
-    """What EnvWorkerError says when a synchronous step or reset ran past ``timeout`` seconds."""
+TIMEOUT_HINT = "pass a larger timeout (None waits forever)"
+"""How a timeout's EnvWorkerError ends: what to do (the CLI says it with its --timeout option)."""
+
+
+def timeout_message(timeout: float | None, running: Sequence[int], what: str, where: str = "") -> str:
+    """What EnvWorkerError says when a synchronous step or reset ran past ``timeout`` seconds (``where``:
+    the workers that ran them, said after the env ids)."""
     ids = ", ".join(str(i) for i in running) or "unknown"
     return (
-        f"no reply within the timeout of {timeout:g} s to the {what} of env ids {ids} (still running: the env "
+        f"no reply within the timeout of {timeout:g} s to the {what} of env ids {ids}{where} (still running: the env "
         "hangs, or one call needs longer than that); the vector env has been closed and its workers stopped. "
-        "Fix the env, or pass a larger timeout (None waits forever)"
+        f"Fix the env, or {TIMEOUT_HINT}"
     )
 
 

@@ -195,8 +195,8 @@ class WorkerMessaging(BaseVectorEnv):
                 proc.join()
         if not self.closed:
             self.close()
-        message = timeout_message(self.timeout, running, what)
-        raise EnvWorkerError(running[0] if running else None, f"{message} (worker pids {pids})")
+        message = timeout_message(self.timeout, running, what, f" in worker processes with pids {pids}")
+        raise EnvWorkerError(running[0] if running else None, message)
 
     def _worker_died(self, w: int, ids: np.ndarray | None) -> NoReturn:
         """Raise EnvWorkerError for a dead worker, naming the env it was calling; closes this vector env."""
