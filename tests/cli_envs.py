@@ -6,6 +6,7 @@ so the command (and its worker processes) import this module themselves.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -71,3 +72,23 @@ class ExplodingEnv(InfoCounterEnv):
 
 
 gym.register("Exploding-v0", entry_point=ExplodingEnv)
+
+
+class HangingEnv(InfoCounterEnv):
+    """An InfoCounterEnv whose step number ``hang_after`` (counted over all its episodes) never returns: it
+    waits on an event nobody sets. For the ``--timeout`` tests (in worker processes, or in a command's own
+    process that the test runs as a subprocess)."""
+
+    def __init__(self, episode_length: int = 4, hang_after: int = 10) -> None:
+        super().__init__(episode_length)
+        self.hang_after = hang_after
+        self.total_steps = 0
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.total_steps += 1
+        if self.total_steps == self.hang_after:
+            threading.Event().wait()
+        return super().step(action)
+
+
+gym.register("Hanging-v0", entry_point=HangingEnv)

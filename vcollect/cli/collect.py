@@ -6,9 +6,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
+import os
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -20,10 +24,12 @@ from rich.text import Text
 
 from vcollect.cli.checks import check_count, check_seed
 from vcollect.cli.datasets import check_replaceable
-from vcollect.cli.exits import EXIT_INTERRUPTED, EXIT_OK, CommandParser, UsageError
+from vcollect.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, CommandParser, UsageError
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import stats_table
 from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, vector_source
+from vcollect.envs.base import TIMEOUT_HINT
+from vcollect.envs.factory import TIMEOUT_BACKENDS
 from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarning, VCollectError
 
 
@@ -87,6 +93,13 @@ def add_collect_parser(
         "--shard-steps", type=int, default=100_000, metavar="N",
         help="commit a shard every this many steps (the most a crash can lose; default: 100000)",
     )
+    collect.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS",
+        help="give up when an env step or reset has not returned after SECONDS: the subproc and ray backends "
+        "stop the hung env's worker and fail with its env id; the in-process backends (dummy, gymnasium, "
+        "envpool) cannot interrupt it, so the command ends after SECONDS without progress. Either way the "
+        "exit status is 1 and the shards already committed are kept (default: wait forever)",
+    )
     collect.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     collect.add_argument("--root", default=None, metavar="DIR", help=root_help)
     collect.set_defaults(handler=run_collect)
@@ -144,6 +157,8 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     check_count("--num-envs", args.num_envs)
     check_count("--shard-steps", args.shard_steps)
     check_seed("--seed", args.seed)
+    if args.timeout is not None and not args.timeout > 0:  # also NaN
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")
     env_factory, env_spec = resolve_env(args.env_id, env_kwargs)
     if args.dataset is not None:
@@ -160,6 +175,8 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
     collector_class = _collector_class(args.use_async)  # here too for --ray-workers: said as --async, not collector=
     if args.ray_workers is not None:
+        if args.timeout is not None:
+            raise UsageError("--timeout is not supported with --ray-workers")
         return run_collect_distributed(args, console, env_factory, env_spec, env_kwargs, policy_factory, n_step, n_episode)
 
     guard = InterruptGuard()
@@ -169,7 +186,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     try:
         with guard, contextlib.ExitStack() as cleanup:
             try:
-                envs = make_envs(args.env_id, args.num_envs, args.backend, env_kwargs)
+                envs = _make_envs(args, env_kwargs)
             except (ImportError, ValueError, TypeError, gym.error.Error, EnvWorkerError) as exc:
                 # a missing extra or env dependency, an id the backend lacks, --env-kwargs the env refuses
                 # (in a worker process: EnvWorkerError, whose worker traceback is not the user's business)
@@ -200,6 +217,11 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
                 seed_every_reset=not args.seed_first_reset_only, unfinished=args.unfinished,
             )
+            watchdog = None
+            if args.timeout is not None and args.backend not in TIMEOUT_BACKENDS:
+                watchdog = _Watchdog(args.timeout, functools.partial(_hang_message, args, store))
+                watchdog.watch(envs)
+                cleanup.callback(watchdog.stop)
             try:
                 stats = collector.collect(
                     n_step=n_step,
@@ -209,6 +231,8 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                     progress=not args.no_progress,
                 )
             finally:
+                if watchdog is not None:
+                    watchdog.stop()  # closing (the last shard's commit) is not an env call
                 guard.saving()
                 running = collector.buffer.unfinished() if store is not None else np.zeros(0, np.int64)
                 cut = (running.size, int(collector.buffer.episode_lengths[running].sum()))
@@ -222,6 +246,9 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         if interrupted:
             _report_interrupt(args, store, removed)
             return EXIT_INTERRUPTED
+        if isinstance(exc, EnvWorkerError) and TIMEOUT_HINT in str(exc):  # said as this command's option
+            text = str(exc).partition(": ")[2].replace(TIMEOUT_HINT, "pass a larger --timeout (or none to wait forever)")
+            raise EnvWorkerError(exc.env_id, text) from None
         raise
     collector_name = "AsyncCollector" if args.use_async else "Collector"
     console.print(stats_table(stats, args.env_id, f"{args.num_envs} x {args.backend}, {collector_name}"))
@@ -244,6 +271,94 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
             )
         )
     return EXIT_OK
+
+
+def _make_envs(args: argparse.Namespace, env_kwargs: Mapping[str, Any]) -> Any:
+    """make_envs, with --timeout for the backends that take one (TIMEOUT_BACKENDS)."""
+    if args.timeout is None or args.backend not in TIMEOUT_BACKENDS:
+        return make_envs(args.env_id, args.num_envs, args.backend, env_kwargs)
+    from vcollect.envs import make_vector
+
+    source = vector_source(args.env_id, args.backend, env_kwargs)
+    return make_vector(source.env, args.num_envs, backend=args.backend, env_kwargs=source.env_kwargs, timeout=args.timeout)
+
+
+class _Watchdog:
+    """--timeout for the in-process backends, whose env calls cannot be interrupted: a thread that ends the
+    process (exit status 1, one line on stderr) when no env call has returned for `seconds`.
+
+    It ends the process with os._exit, from its own thread: the main thread is stuck in the env (or the
+    policy) and cannot be made to raise. Nothing is written then: the store is not thread-safe, and the
+    main thread might be stuck inside it; the shards already committed are complete files listed in the
+    dataset's manifest (every commit is atomic), so they stay readable; episodes not yet committed (at most
+    --shard-steps steps) are lost, as in a crash.
+    """
+
+    _CALLS = ("reset", "step", "step_reset", "step_all", "step_into", "send", "recv", "reset_async", "recv_reset", "recv_any")
+
+    def __init__(self, seconds: float, message: Callable[[float], str]) -> None:
+        self.seconds = seconds
+        self._message = message
+        self._last = time.monotonic()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, envs: Any) -> None:
+        """Count every return of an env call of envs (its methods wrapped on the instance) as progress,
+        and start watching."""
+        for name in self._CALLS:
+            method = getattr(envs, name, None)
+            if callable(method):
+                setattr(envs, name, self._beating(method))
+        self._last = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="vcollect-collect-timeout", daemon=True)
+        self._thread.start()
+
+    def _beating(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._last = time.monotonic()
+
+        return call
+
+    def stop(self) -> None:
+        """Stop watching (idempotent)."""
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while True:
+            remaining = self._last + self.seconds - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._stopped.wait(remaining):
+                return
+        if self._stopped.is_set():
+            return
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"\nvcollect collect: error: {self._message(time.monotonic() - self._last)}\n")
+            sys.stderr.flush()
+        os._exit(EXIT_FAILURE)
+
+
+def _hang_message(args: argparse.Namespace, store: Any, idle: float) -> str:
+    """The one line the --timeout watchdog prints before it ends the process."""
+    message = (
+        f"no env step or reset (nor the policy) returned for {idle:.3g} s (--timeout {args.timeout:g}); the "
+        f"{args.backend} backend runs the envs in this process and cannot interrupt them, so the command was ended"
+    )
+    if store is None:
+        return message + (" (no --dataset: nothing was stored)" if args.dataset is None else "")
+    return message + (
+        f"; dataset {args.dataset} keeps its {store.committed_episodes:,} committed episodes "
+        f"({store.committed_steps:,} steps), episodes not yet committed were lost"
+    )
 
 
 def run_collect_distributed(

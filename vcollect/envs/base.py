@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, NoReturn, Protocol, TypeAlias, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -151,6 +151,30 @@ def normalize_seeds(seeds: Seeds, k: int) -> list[int | None]:
 # shared backend machinery
 
 
+def check_timeout(timeout: float | None) -> float | None:
+    """A backend's ``timeout`` argument: None or a positive number of seconds (ValueError otherwise)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    return float(timeout)
+
+
+TIMEOUT_HINT = "pass a larger timeout (None waits forever)"
+"""How a timeout's EnvWorkerError ends: what to do (the CLI says it with its --timeout option)."""
+
+
+def timeout_message(timeout: float | None, running: Sequence[int], what: str, where: str = "") -> str:
+    """What EnvWorkerError says when a synchronous step or reset ran past ``timeout`` seconds (``where``:
+    the workers that ran them, said after the env ids)."""
+    ids = ", ".join(str(i) for i in running) or "unknown"
+    return (
+        f"no reply within the timeout of {timeout:g} s to the {what} of env ids {ids}{where} (still running: the env "
+        "hangs, or one call needs longer than that); the vector env has been closed and its workers stopped. "
+        f"Fix the env, or {TIMEOUT_HINT}"
+    )
+
+
 @dataclass
 class _Failure:
     env_id: int
@@ -173,7 +197,14 @@ class BaseVectorEnv:
     Subclasses provide `_dispatch_step`, `_dispatch_reset`, `_wait(timeout)` (process replies, blocking at
     most `timeout` seconds) and `_discard(ids)`, and fill the row arrays `_obs_rows`, `_rewards`,
     `_terminations`, `_truncations`, `_infos`, setting `_done[ids]` when rows are ready.
+
+    ``timeout`` (seconds, None: wait forever) bounds each synchronous step or reset of an out-of-process
+    backend that supports it (SubprocVectorEnv, RayVectorEnv): past it `_timed_out` raises EnvWorkerError
+    naming the env ids still running and closes the vector env. Backends that call the envs in this
+    process cannot interrupt a call that never returns and leave it None.
     """
+
+    timeout: float | None = None
 
     def __init__(self, num_envs: int, observation_space: gym.Space, action_space: gym.Space) -> None:
         if not isinstance(getattr(self, "capabilities", None), EnvCapabilities):
@@ -215,6 +246,13 @@ class BaseVectorEnv:
         """Forget the results of in-flight env ids (they are no longer in flight)."""
         self._flight[ids] = 0
         self._done[ids] = False
+
+    def _timed_out(self, running: list[int], what: str) -> NoReturn:
+        """A synchronous call ran past ``self.timeout``: close this vector env and raise EnvWorkerError
+        naming the env ids still running (`running`). Backends override it to stop their hung workers first."""
+        if not self.closed:
+            self.close()
+        raise EnvWorkerError(running[0] if running else None, timeout_message(self.timeout, running, what))
 
     # -- checks --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -360,13 +398,21 @@ class BaseVectorEnv:
         self._dispatch_reset(ids, seed_list, options)
 
     def _collect(self, ids: np.ndarray) -> None:
-        """Wait until every env id in ids is done; on a failure, drop the others' results and raise."""
+        """Wait until every env id in ids is done; on a failure, drop the others' results and raise.
+        Past ``self.timeout`` seconds, `_timed_out` raises (and closes this vector env)."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         try:
             while True:
                 self._raise_failure()
                 if self._done[ids].all():
                     break
-                self._wait(None)
+                if deadline is None:
+                    self._wait(None)
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    self._timed_out(ids[~self._done[ids]].tolist(), "step or reset")
+                self._wait(remaining)
         except BaseException:
             if not self.closed:
                 self._discard(ids[self._flight[ids] != 0])

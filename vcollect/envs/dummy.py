@@ -38,6 +38,10 @@ class DummyVectorEnv(BaseVectorEnv):
 
     Observations are written into preallocated rows (cast to the space dtypes) and returned as copies,
     so results are bit-identical to the subprocess backend for the same seeds and actions.
+
+    No ``timeout``: the envs run in this process, and a step or reset that never returns cannot be
+    interrupted from here; use SubprocVectorEnv(timeout=) or RayVectorEnv(timeout=) for envs that may
+    hang (``vcollect collect --timeout`` ends the whole process instead).
     """
 
     capabilities = EnvCapabilities(step_reset=True)

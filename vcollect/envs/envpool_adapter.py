@@ -61,6 +61,10 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     Its ``capabilities``: ``autoresets`` and ``recv_any`` in both modes, never ``seeded_resets``; sync mode
     ``steps_all_envs`` and ``steps_in_blocks`` (``step_into``); async mode ``recv_batch_size=batch_size``
     and ``step_reset`` (BaseVectorEnv's step, then reset of the ended envs).
+
+    No ``timeout`` for synchronous calls either: EnvPool's C++ threads run in this process and a pool call
+    that never returns cannot be interrupted from here (``vcollect collect --timeout`` ends the whole process
+    instead).
     """
 
     def __init__(self, pool: Any) -> None:

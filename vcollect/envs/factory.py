@@ -15,7 +15,12 @@ from vcollect.envs.envpool_adapter import EnvPoolVectorEnv
 from vcollect.envs.gymnasium_adapter import GymnasiumVectorEnv
 from vcollect.envs.subproc import SubprocVectorEnv
 
-__all__ = ["BACKENDS", "FROM_ENV_ID", "make_vector"]
+__all__ = ["BACKENDS", "FROM_ENV_ID", "TIMEOUT_BACKENDS", "make_vector"]
+
+TIMEOUT_BACKENDS = frozenset({"subproc", "ray"})
+"""Backends that take ``timeout=`` (seconds per synchronous step or reset): their envs run in other
+processes, which can be stopped when a call never returns. The others call the envs in this process (or
+on EnvPool's threads) and cannot interrupt a call that hangs."""
 
 OPTIONAL_BACKENDS: dict[str, str] = {"ray": "ray", "envpool": "envpool"}
 """Backends that need an extra: backend name -> the package it imports (and the extra that installs it)."""
@@ -62,6 +67,7 @@ def make_vector(
     backend: str = "dummy",
     *,
     env_kwargs: dict[str, Any] | None = None,
+    timeout: float | None = None,
     **kwargs: Any,
 ) -> VectorEnv:
     """Build `num_envs` copies of `env` (a registered id, or a zero-arg factory) on the named backend.
@@ -69,6 +75,9 @@ def make_vector(
     `env_kwargs` go to gymnasium.make (or to the factory); other keyword arguments go to the backend.
     `backend="gymnasium"` wraps gymnasium.make_vec (its vector entry point when the env has one; see
     GymnasiumVectorEnv.make); `backend="envpool"` needs an envpool task id (see EnvPoolVectorEnv.make).
+    `timeout` (seconds each synchronous step or reset may take; None: wait forever) goes to the backends of
+    TIMEOUT_BACKENDS (subproc, ray): past it they raise EnvWorkerError and close. The in-process backends
+    cannot interrupt a hung call: a timeout for them is a ValueError rather than a promise not kept.
     """
     if backend in OPTIONAL_BACKENDS and backend not in BACKENDS and backend not in FROM_ENV_ID:
         extra = OPTIONAL_BACKENDS[backend]
@@ -81,6 +90,13 @@ def make_vector(
         raise ValueError(f"unknown backend {backend!r}; available backends: {names}{not_installed}")
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+    if timeout is not None:
+        if backend not in TIMEOUT_BACKENDS:
+            raise ValueError(
+                f"the {backend} backend calls its envs in this process and cannot interrupt a step or reset "
+                f"that never returns, so it takes no timeout; use {' or '.join(sorted(TIMEOUT_BACKENDS))}"
+            )
+        kwargs["timeout"] = timeout
     if backend == "envpool":
         if not isinstance(env, str):
             raise TypeError(f"the envpool backend builds envs from an envpool task id (a str), got {type(env).__name__}")

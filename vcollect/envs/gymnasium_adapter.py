@@ -55,6 +55,11 @@ class GymnasiumVectorEnv(BaseVectorEnv):
     SyncVectorEnv/AsyncVectorEnv (vector entry points take one seed for all envs).
     Errors raised by the wrapped env surface as EnvWorkerError (env id None: the vector env does not say
     which env failed) with the original traceback.
+
+    No ``timeout``: the wrapped vector env is called in this process (a SyncVectorEnv runs its envs here),
+    and a step or reset that never returns cannot be interrupted from here; use SubprocVectorEnv(timeout=)
+    or RayVectorEnv(timeout=) for envs that may hang (``vcollect collect --timeout`` ends the whole process
+    instead).
     """
 
     def __init__(self, vector_env: gym.vector.VectorEnv) -> None:

@@ -31,6 +31,7 @@ from vcollect.envs.base import (
     StepResult,
     _Failure,
     check_reset_options,
+    check_timeout,
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
@@ -131,15 +132,25 @@ class RayVectorEnv(BaseVectorEnv):
     ``num_cpus``, ``resources``, ``scheduling_strategy``); Ray's defaults otherwise. Ray is initialised if
     it is not (a local instance). Each call costs one actor round trip per env (about a millisecond), so
     this backend pays off for envs whose steps take milliseconds or more, or that must run on other nodes.
+
+    `timeout`: seconds each synchronous step or reset may take (``ray.get`` with that timeout); past it the
+    call raises EnvWorkerError naming the env ids still running, kills every actor and closes the vector
+    env. None (the default) waits forever, as before: how long a call may normally take depends on the env
+    and the cluster, so pick several times the slowest call you expect. Building the envs is not bounded.
     """
 
     capabilities = EnvCapabilities(step_reset=True)
 
     def __init__(
-        self, env_fns: Sequence[Callable[[], gym.Env]], *, actor_options: dict[str, Any] | None = None
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        *,
+        actor_options: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> None:
         if len(env_fns) == 0:
             raise ValueError("RayVectorEnv needs at least one env factory")
+        self.timeout = check_timeout(timeout)
         self._ray = ensure_ray()
         self.closed = False
         actor_cls = _remote_env_actor()
@@ -179,7 +190,7 @@ class RayVectorEnv(BaseVectorEnv):
         ids = self._ids(env_ids)
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         refs = self._step_refs(ids, leaves)
-        for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs)):
+        for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs, "step")):
             self._store(env_id, _STEP, reply)
         self._raise_failure()
         return self._gather_step(None if env_ids is None else ids)
@@ -192,7 +203,7 @@ class RayVectorEnv(BaseVectorEnv):
         seed_list = normalize_seeds(seeds, ids.size)
         check_reset_options(options)
         refs = [self._actors[i].reset.remote(s, options) for i, s in zip(ids.tolist(), seed_list)]
-        for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs)):
+        for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs, "reset")):
             self._store(env_id, _RESET, reply)
         self._raise_failure()
         return self._gather_reset(ids)
@@ -204,11 +215,17 @@ class RayVectorEnv(BaseVectorEnv):
             return [self._actors[i].step.remote(a) for i, a in zip(ids.tolist(), flat)]
         return [self._actors[i].step.remote(layout.read_row(leaves, j)) for j, i in enumerate(ids.tolist())]
 
-    def _get_all(self, ids: np.ndarray, refs: list[Any]) -> list[Any]:
-        """The replies of refs (one per env id); a dead actor raises EnvWorkerError and closes the env."""
+    def _get_all(self, ids: np.ndarray, refs: list[Any], what: str) -> list[Any]:
+        """The replies of refs (one per env id); a dead actor, or no reply within self.timeout, raises
+        EnvWorkerError and closes the env."""
+        ray = self._ray
         try:
-            return list(self._ray.get(refs))
-        except self._ray.exceptions.RayError:
+            return list(ray.get(refs, timeout=self.timeout))
+        except ray.exceptions.GetTimeoutError:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            done = set(ready)
+            self._timed_out([i for i, ref in zip(ids.tolist(), refs) if ref not in done], what)
+        except ray.exceptions.RayError:
             # find which one failed (and keep the others' replies)
             return [self._get_one(i, ref) for i, ref in zip(ids.tolist(), refs)]
 
@@ -252,6 +269,15 @@ class RayVectorEnv(BaseVectorEnv):
         if not self.closed:
             self.close()
         raise EnvWorkerError(env_id, message, str(exc))
+
+    def _timed_out(self, running: list[int], what: str) -> NoReturn:
+        """A synchronous call ran past self.timeout: kill the actors at once (a hung actor would not run
+        its close call), close this vector env and raise EnvWorkerError naming the env ids still running."""
+        if not self.closed:
+            self.closed = True
+            self._pending.clear()
+            self._kill_actors(gentle=False)
+        super()._timed_out(running, what)
 
     # -- async half ------------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:

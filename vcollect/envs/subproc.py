@@ -14,6 +14,7 @@ import os
 import pickle
 import select
 import sys
+import time
 from collections.abc import Callable, Sequence
 from multiprocessing.context import BaseContext
 from typing import Any, cast
@@ -29,6 +30,7 @@ from vcollect.envs.base import (
     StepResult,
     _Failure,
     check_reset_options,
+    check_timeout,
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
@@ -77,6 +79,14 @@ class SubprocVectorEnv(WorkerMessaging):
     steps follow each other quickly, at the price of at most spin_s of CPU per wait.
     A worker process that dies raises EnvWorkerError and closes the vector env.
 
+    `timeout`: seconds each synchronous call (step, reset, step_reset) may take; past it the call raises
+    EnvWorkerError naming the env ids still running, kills their worker processes and closes the vector
+    env, as a dead worker does (the collected data so far stays valid; a hung env cannot be resumed).
+    None (the default) waits forever, as before: a step's normal duration depends on the env (a physics
+    simulator or a game emulator can take seconds to reset), so no default would be right for every env;
+    pick one several times the slowest call you expect. Building the envs and render() are not bounded.
+    The async half (send/recv) takes its own ``recv(timeout=)``.
+
     `import_main`: whether spawn and forkserver workers import the program's main module when they start,
     as multiprocessing does by default (they run the script again as ``__mp_main__``: seconds when it
     imports torch). None (the default) imports it only when the env factories need it: a factory, or
@@ -100,6 +110,7 @@ class SubprocVectorEnv(WorkerMessaging):
         context: str | BaseContext | None = None,
         spin_s: float = _SPIN_S,
         import_main: bool | None = None,
+        timeout: float | None = None,
     ) -> None:
         exit_if_importing_main()  # a worker running an unguarded script: the parent explains
         num_envs = len(env_fns)
@@ -110,6 +121,7 @@ class SubprocVectorEnv(WorkerMessaging):
         if not 1 <= num_workers <= num_envs:
             raise ValueError(f"num_workers must be in 1..{num_envs} (the number of envs), got {num_workers}")
         self.num_workers = num_workers
+        self.timeout = check_timeout(timeout)
         self.closed = False
         self._procs: list[Any] = []
         self._pipes: list[Any] = []  # the parent's Connection ends, kept to close them
@@ -206,8 +218,46 @@ class SubprocVectorEnv(WorkerMessaging):
         return obs_space, act_space, spec, metadata
 
     # -- the hot paths: synchronous calls while nothing else is in flight ---------------------------
+    def _begin(self, what: str) -> None:
+        """Start the deadline of a synchronous call (when there is a timeout)."""
+        if self.timeout is not None:
+            self._deadline = time.monotonic() + self.timeout
+            self._call_what = what
+
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
         """Step env_ids (all when None): one message per worker holding them; results in env_ids order."""
+        self._begin("step")
+        try:
+            return self._step(actions, env_ids)
+        finally:
+            self._deadline = None
+
+    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
+        """Reset env_ids (all when None): one message per worker holding them; results in env_ids order."""
+        self._begin("reset")
+        try:
+            return self._reset(env_ids, seeds, options)
+        finally:
+            self._deadline = None
+
+    def step_reset(
+        self,
+        actions: Any,
+        env_ids: EnvIds = None,
+        *,
+        reset_seeds: Sequence[int | None],
+        may_reset: np.ndarray | None = None,
+        options: dict | None = None,
+    ) -> StepResetResult:
+        """Step env_ids (all when None); each worker resets its envs that end right after their step, so
+        an ended episode costs no second round trip. Results in env_ids order."""
+        self._begin("step")
+        try:
+            return self._step_reset(actions, env_ids, reset_seeds, may_reset, options)
+        finally:
+            self._deadline = None
+
+    def _step(self, actions: Any, env_ids: EnvIds) -> StepResult:
         if any(self._owed):
             self._settle_owed()
         if self.closed or any(self._commands):
@@ -232,8 +282,7 @@ class SubprocVectorEnv(WorkerMessaging):
         self._raise_failure()
         return self._gather_step(ids)
 
-    def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None): one message per worker holding them; results in env_ids order."""
+    def _reset(self, env_ids: EnvIds, seeds: Seeds, options: dict | None) -> ResetResult:
         if any(self._owed):
             self._settle_owed()
         if self.closed or any(self._commands):
@@ -245,17 +294,14 @@ class SubprocVectorEnv(WorkerMessaging):
         self._raise_failure()
         return self._gather_reset(ids)
 
-    def step_reset(
+    def _step_reset(
         self,
         actions: Any,
-        env_ids: EnvIds = None,
-        *,
+        env_ids: EnvIds,
         reset_seeds: Sequence[int | None],
-        may_reset: np.ndarray | None = None,
-        options: dict | None = None,
+        may_reset: np.ndarray | None,
+        options: dict | None,
     ) -> StepResetResult:
-        """Step env_ids (all when None); each worker resets its envs that end right after their step, so
-        an ended episode costs no second round trip. Results in env_ids order."""
         if (
             env_ids is None
             and may_reset is None

@@ -10,12 +10,13 @@ from __future__ import annotations
 import collections
 import pickle
 import select
+import time
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
 
-from vcollect.envs.base import BaseVectorEnv, _Failure
+from vcollect.envs.base import BaseVectorEnv, _Failure, timeout_message
 from vcollect.envs.subproc_transport import (
     CTRL_REPLY,
     LIVENESS_POLL_S,
@@ -62,6 +63,9 @@ class WorkerMessaging(BaseVectorEnv):
     _worker_of: np.ndarray
     _commands: list[collections.deque[_Command]]
     _spin_s: float
+    # the end of the synchronous call under way (time.monotonic()), None when it may wait forever
+    _deadline: float | None = None
+    _call_what = "step or reset"
 
     def close(self) -> None:  # SubprocVectorEnv's: stop the workers, release shared memory
         raise NotImplementedError
@@ -91,7 +95,7 @@ class WorkerMessaging(BaseVectorEnv):
         done = self._done_sems[w]
         if spin_acquire(done, self._spin_s):
             return
-        while not done.acquire(True, LIVENESS_POLL_S):
+        while not done.acquire(True, self._poll_s(w)):
             if not self._procs[w].is_alive():
                 if done.acquire(False):  # answered, then died: the next command finds out
                     return
@@ -156,13 +160,43 @@ class WorkerMessaging(BaseVectorEnv):
             if spin and self._spin_s > 0 and not channel.has_message():
                 spin_poll(self._pollers[w], self._spin_s)
             while not channel.has_message():
-                if self._pollers[w].poll(LIVENESS_POLL_S * 1000):
+                if self._pollers[w].poll(self._poll_s(w) * 1000):
                     channel.fill()
                 elif not self._procs[w].is_alive():
                     raise EOFError("worker exited")
             return channel.pop()
         except (EOFError, OSError):
             self._worker_died(w, ids)
+
+    def _poll_s(self, w: int) -> float:
+        """How long to wait for worker w before checking on it again: LIVENESS_POLL_S, or less near the
+        deadline of the synchronous call under way; past it, `_timed_out` raises."""
+        if self._deadline is None:
+            return LIVENESS_POLL_S
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            rows = self._rows
+            running = [] if rows is None else [int(c) for c in rows.current if c >= 0]
+            self._timed_out(running or self._group_ids[w].tolist(), self._call_what)
+        return min(remaining, LIVENESS_POLL_S)
+
+    def _timed_out(self, running: list[int], what: str) -> NoReturn:
+        """A synchronous call ran past self.timeout: stop the workers of the env ids still running (at once:
+        they are not listening), close this vector env and raise EnvWorkerError naming those env ids."""
+        hung = sorted({int(self._worker_of[i]) for i in running})
+        pids = ", ".join(str(self._procs[w].pid) for w in hung)
+        for w in hung:
+            proc = self._procs[w]
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(CLOSE_JOIN_S)
+            if proc.is_alive():  # pragma: no cover - ignores SIGTERM
+                proc.kill()
+                proc.join()
+        if not self.closed:
+            self.close()
+        message = timeout_message(self.timeout, running, what, f" in worker processes with pids {pids}")
+        raise EnvWorkerError(running[0] if running else None, message)
 
     def _worker_died(self, w: int, ids: np.ndarray | None) -> NoReturn:
         """Raise EnvWorkerError for a dead worker, naming the env it was calling; closes this vector env."""
