@@ -95,7 +95,9 @@ def test_delete_killed_part_way_leaves_no_half_deleted_dataset(tmp_path: Path) -
         load_dataset("ns/big-v0", tmp_path)
     assert list(list_datasets(tmp_path)) == ["ns/other-v0"]
 
-    delete_dataset("ns/other-v0", tmp_path)  # the next operation in the namespace removes the dead one's rest
+    EpisodeStore.open("ns/other-v0", tmp_path).close()  # the next open in the namespace removes the rest
+    assert hidden(tmp_path / "ns") == []
+    delete_dataset("ns/other-v0", tmp_path)
     assert not (tmp_path / "ns").exists()
 
 

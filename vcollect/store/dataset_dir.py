@@ -244,7 +244,8 @@ def open_dataset_dir(
     """The stored (observation, action) spaces of the dataset at ``path``, ready for a new writer.
 
     Given spaces must equal the stored ones, else SpaceMismatchError. Makes ``shards/`` if missing and removes
-    the temporary files that crashed writers left behind (never those of a writer still running).
+    the temporary files and hidden folders (beside it) that crashed writers left behind (never those of a
+    process still running).
     """
     stored_obs, stored_act = dataset_spaces(read_dataset_info(path, dataset_id, root_path))
     for what, given, stored in (
@@ -256,6 +257,7 @@ def open_dataset_dir(
                 f"dataset {dataset_id!r} stores {what} space {stored}, but {given} was given"
             )
     (path / SHARDS_DIR).mkdir(exist_ok=True)
+    remove_stale_staging(path.parent)  # what a killed delete or overwrite of a neighbour left
     remove_stale_shard_tmps(path / SHARDS_DIR)
     remove_stale_json_tmps(path)
     return stored_obs, stored_act

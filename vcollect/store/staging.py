@@ -234,8 +234,13 @@ def publish_dir(staging: Path, final: Path, *, marker: str, overwrite: bool, exi
             raise DatasetExistsError(exists_message) from None
         else:
             old = hidden_dir(final, "replaced")
-            os.rename(final, old)
-            os.rename(staging, final)
+            with folder_lock(final.parent):  # one replacement at a time: the two renames never interleave
+                if not os.path.lexists(final / marker):
+                    raise DatasetError(
+                        f"the dataset at {str(final)!r} was deleted by someone else meanwhile; it was not overwritten"
+                    ) from exc
+                os.rename(final, old)
+                os.rename(staging, final)
             if old.is_symlink():  # a dataset linked in from elsewhere: drop the link, not what it points to
                 old.unlink()
             else:
