@@ -362,7 +362,6 @@ def parse_sizes(text: str, total: int) -> list[int]:
 def run_split(args: argparse.Namespace, console: Console) -> int:
     """``vcollect split ID --sizes 80,20 --into A B``: shuffle and copy disjoint parts into new datasets."""
     from vcollect.store import (
-        EpisodeStore,
         combine_datasets,
         dataset_path,
         delete_dataset,
@@ -387,9 +386,9 @@ def run_split(args: argparse.Namespace, console: Console) -> int:
             if args.overwrite and (dataset_path(new_id, args.root) / DATASET_FILE).is_file():
                 delete_dataset(new_id, args.root)  # checked above: not through a symbolic link
             made.append(new_id)
-            part = combine_datasets([view], new_id, args.root)
-            with EpisodeStore.open(new_id, args.root) as store:
-                store.update_metadata({**inherited, "split_from": source.id, "split_sizes": sizes, "split_seed": args.seed})
+            # the split metadata goes in with the part (one rename publishes both)
+            split_meta = {**inherited, "split_from": source.id, "split_sizes": sizes, "split_seed": args.seed}
+            part = combine_datasets([view], new_id, args.root, metadata=split_meta)
             console.print(Text(f"{new_id}: {part.total_episodes:,} episodes, {part.total_steps:,} steps"))
     except BaseException:
         for new_id in made:  # all or nothing

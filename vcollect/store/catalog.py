@@ -10,9 +10,11 @@ from typing import Any
 import h5py
 
 from vcollect.errors import DatasetError, DatasetNotFoundError
-from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, dataset_files, read_dataset_info
+from vcollect.store.dataset_dir import nested_datasets
+from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, dataset_files, fsync_dir, read_dataset_info
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.shard import SHARD_FORMAT_NAME
+from vcollect.store.staging import folder_lock, hidden_dir, remove_stale_staging
 
 __all__ = ["delete_dataset", "list_datasets", "symlinked_folder"]
 
@@ -164,6 +166,10 @@ def symlinked_folder(dataset_id: str, root: str | os.PathLike[str] | None = None
 def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) -> None:
     """Delete a dataset directory (and namespace directories left empty); DatasetNotFoundError if absent.
 
+    All or nothing: the folder is first renamed to a hidden name (one rename), then removed; killed part-way,
+    the id is already gone and the next operation in its namespace removes the hidden rest. Refuses
+    (DatasetError, nothing deleted) when datasets lie inside its folder.
+
     Refuses (DatasetError, nothing deleted) when a folder of the dataset's path below the root is a
     symbolic link, so a deletion never reaches outside the root.
     """
@@ -176,11 +182,27 @@ def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) 
             f"refusing to delete dataset {dataset_id!r}: {str(link)!r} is a symbolic link, and deleting through "
             "it would delete files outside the datasets root"
         )
+    if path.parent.is_dir():
+        remove_stale_staging(path.parent)  # what deletions killed part-way left
     if not (path / DATASET_FILE).is_file():
         raise DatasetNotFoundError(
             f"no dataset {dataset_id!r} under root {str(root_path)!r} (looked for {str(path / DATASET_FILE)!r})"
         )
-    shutil.rmtree(path)
+    inner = nested_datasets(path)
+    if inner:
+        raise DatasetError(
+            f"refusing to delete dataset {dataset_id!r}: its folder holds other datasets ("
+            + ", ".join(repr(p.relative_to(root_path).as_posix()) for p in inner[:3])
+            + (", ..." if len(inner) > 3 else "") + "), which deleting it would delete; nothing was deleted"
+        )
+    gone = hidden_dir(path, "deleting")
+    with folder_lock(path.parent):
+        try:
+            os.rename(path, gone)  # all or nothing: the id is gone at once, the files follow
+        except FileNotFoundError:
+            raise DatasetNotFoundError(f"dataset {dataset_id!r} was deleted by someone else meanwhile") from None
+        fsync_dir(path.parent)
+    shutil.rmtree(gone)
     parent = path.parent
     while parent != root_path and root_path in parent.parents:
         try:

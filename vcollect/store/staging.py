@@ -9,7 +9,9 @@ filesystem cannot be checked that way: they are stale once untouched for :data:`
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import functools
 import hashlib
 import os
@@ -18,6 +20,7 @@ import shutil
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from vcollect.errors import DatasetError, DatasetExistsError
@@ -27,6 +30,8 @@ __all__ = [
     "STALE_AFTER_S",
     "discard_staging",
     "fsync_tree",
+    "folder_lock",
+    "hidden_dir",
     "new_staging_dir",
     "pid_space",
     "process_alive",
@@ -48,8 +53,8 @@ _SHARD_TMP_RE = re.compile(
 )
 # dataset.json.<pid>.<hex>.tmp (dataset_info.write_json_atomic's temporary name: removed by age only)
 _JSON_TMP_RE = re.compile(r"dataset\.json\.\d+\.[0-9a-f]+" + re.escape(TMP_SUFFIX))
-# .<name>.<kind>-<space>-<pid>-<uuid>: a dataset being built (staging) or one being replaced
-_HIDDEN_DIR_RE = re.compile(r"\.(?P<name>.+)\.(?:staging|replaced)-(?P<space>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{12}")
+# .<name>.<kind>-<space>-<pid>-<uuid>: a dataset being built (staging), replaced or deleted
+_HIDDEN_DIR_RE = re.compile(r"\.(?P<name>.+)\.(?:staging|replaced|deleting)-(?P<space>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{12}")
 
 
 @functools.cache
@@ -148,7 +153,9 @@ def _newest_mtime(path: Path) -> float:
     return newest
 
 
-def _hidden_dir(final: Path, kind: str) -> Path:
+def hidden_dir(final: Path, kind: str) -> Path:
+    """A new hidden sibling name of ``final`` for this process (``kind``: staging, replaced, deleting); the
+    next operation in that folder removes it once this process is dead (:func:`remove_stale_staging`)."""
     return final.with_name(f".{final.name}.{kind}-{pid_space()}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
 
 
@@ -156,13 +163,25 @@ def new_staging_dir(final: Path) -> Path:
     """A fresh hidden sibling of ``final`` (created, with its parents) to build a dataset in."""
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(final.parent)
-    staging = _hidden_dir(final, "staging")
+    staging = hidden_dir(final, "staging")
     staging.mkdir()
     return staging
 
 
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the folder ``folder`` (flock on the folder itself: no file is made, and the
+    kernel releases it when the holder dies, so a crash leaves no stale lock). Blocks while another holds it."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def remove_stale_staging(parent: Path) -> list[Path]:
-    """Remove the staging/replaced folders under ``parent`` that dead processes left; returns those removed."""
+    """Remove the staging/replaced/deleting folders under ``parent`` that dead processes left; returns those removed."""
     removed: list[Path] = []
     try:
         entries = list(os.scandir(parent))
@@ -214,9 +233,14 @@ def publish_dir(staging: Path, final: Path, *, marker: str, overwrite: bool, exi
         elif not overwrite:
             raise DatasetExistsError(exists_message) from None
         else:
-            old = _hidden_dir(final, "replaced")
-            os.rename(final, old)
-            os.rename(staging, final)
+            old = hidden_dir(final, "replaced")
+            with folder_lock(final.parent):  # one replacement at a time: the two renames never interleave
+                if not os.path.lexists(final / marker):
+                    raise DatasetError(
+                        f"the dataset at {str(final)!r} was deleted by someone else meanwhile; it was not overwritten"
+                    ) from exc
+                os.rename(final, old)
+                os.rename(staging, final)
             if old.is_symlink():  # a dataset linked in from elsewhere: drop the link, not what it points to
                 old.unlink()
             else:
