@@ -1013,3 +1013,25 @@ def test_import_minari_without_stored_spaces_needs_trust_env_spec(tmp_path: Path
     back, source = load_dataset("cli/back-v0", root=tmp_path), load_dataset("cli/src-v0", root=tmp_path)
     assert back.observation_space == source.observation_space and back.action_space == source.action_space
     assert back.total_steps == source.total_steps
+
+
+def test_a_failed_run_removes_only_the_empty_dataset_it_made_not_one_put_in_its_place(tmp_path: Path) -> None:
+    """After a failed `collect --overwrite` with nothing committed, the CLI removes the empty dataset it made;
+    if a concurrent --overwrite replaced it meanwhile, the other run's dataset is left alone."""
+    import argparse
+
+    from vcollect.cli.collect import _remove_if_empty
+
+    envs = make_vector("CartPole-v1", 1)
+    spaces = envs.single_observation_space, envs.single_action_space
+    envs.close()
+    args = argparse.Namespace(dataset="cli/race-v0", root=str(tmp_path), append=False)
+    mine = EpisodeStore.create("cli/race-v0", *spaces, root=tmp_path)
+    with EpisodeStore.create("cli/race-v0", *spaces, root=tmp_path, overwrite=True) as theirs:
+        theirs.write_episode(np.zeros((2, 4), np.float32), np.zeros(1, np.int64), [1.0], [True], [False], seed=0, env_id=0)
+    assert _remove_if_empty(args, mine) is False
+    assert load_dataset("cli/race-v0", root=tmp_path).total_episodes == 1
+    alone = EpisodeStore.create("cli/alone-v0", *spaces, root=tmp_path)
+    args.dataset = "cli/alone-v0"
+    assert _remove_if_empty(args, alone) is True
+    assert not (tmp_path / "cli" / "alone-v0").exists()

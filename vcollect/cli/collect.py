@@ -472,8 +472,13 @@ def _remove_if_empty(args: argparse.Namespace, store: Any) -> bool:
     if store is None or args.append or store.committed_episodes:
         return False
     from vcollect.store import delete_dataset
+    from vcollect.store.dataset_dir import read_identity
+    from vcollect.store.naming import resolve_root
 
     with contextlib.suppress(DatasetError, OSError):
+        # only the dataset this run made: a concurrent --overwrite may have put another one in its place
+        if read_identity(store.path, args.dataset, resolve_root(args.root)) != store.identity:
+            return False
         delete_dataset(args.dataset, args.root)
         return True
     return False

@@ -149,7 +149,8 @@ class EpisodeStore:
 
         ``env_spec``/``eval_env_spec``: a gymnasium EnvSpec or its JSON (for ``recover_environment``).
         ``metadata``: JSON-able dataset metadata (author, description, ...). Raises DatasetExistsError
-        when the id exists unless ``overwrite=True`` (which deletes the old dataset first).
+        when the id exists unless ``overwrite=True`` (the new dataset is built aside and swapped in; the old one
+        is removed only then, and a concurrent overwrite of the same id fails with DatasetError).
         ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
         """
         parse_dataset_id(dataset_id)
@@ -262,6 +263,12 @@ class EpisodeStore:
     def dataset_id(self) -> str:
         """The dataset id this store writes to."""
         return self._dataset_id
+
+    @property
+    def identity(self) -> Identity | None:
+        """What tells the dataset this store writes to from one made again at its place (see
+        dataset_dir.read_identity); None before create/open."""
+        return self._identity
 
     @property
     def env_id_offset(self) -> int:
