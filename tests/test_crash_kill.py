@@ -172,9 +172,9 @@ def test_kill_data_collector(tmp_path: Path, round_: int) -> None:
     assert word == "staging"
     seen = kill_after_lines(child, rng, rng.randint(3, 30))
     finished = int(seen[-1].split()[1])
-    # flush_every=2 commits once two episodes are pending, at the latest when the next one finishes, so
-    # all but the last (at most) 2 finished episodes are committed by the time "finished N" is printed.
-    check_whole(staging_id, root, max(finished - 2, 0))
+    # flush_every=2 commits in the step that finishes every second episode, so by the time "finished N"
+    # is printed the first N - N % 2 episodes are committed.
+    check_whole(staging_id, root, finished - finished % 2)
 
 
 # --- 3. CLI collect --------------------------------------------------------------------------------
