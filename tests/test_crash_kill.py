@@ -296,6 +296,7 @@ def test_kill_dataset_operations(source: Path, tmp_path: Path, op: str, round_: 
         targets = {"out/imported-v0": SOURCE_EPISODES}
     else:
         child = Child(py(SPLIT), root)
+        # Each part is absent or complete; that the parts are all-or-nothing is the xfail test at the end.
         targets = {"out/a-v0": SOURCE_EPISODES * 7 // 10, "out/b-v0": SOURCE_EPISODES * 3 // 10}
     kill_op(child, rng, root, (0.0, 0.05, 0.3)[round_])  # early, mid, maybe after publishing
     published = [absent_or_complete(dataset_id, root, total) for dataset_id, total in targets.items()]
@@ -310,3 +311,21 @@ def test_kill_dataset_operations(source: Path, tmp_path: Path, op: str, round_: 
     # No hidden leftover is listed as a dataset, and the source is untouched.
     assert set(list_datasets(root)) <= {SOURCE_ID, *targets}
     assert check_whole(SOURCE_ID, root, SOURCE_EPISODES) == SOURCE_EPISODES
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: `vcollect split` publishes its parts one by one (a combine "
+                   "each); its all-or-nothing cleanup runs only on exceptions, so a SIGKILL between two parts "
+                   "leaves the first part published and the others missing")
+def test_split_killed_between_parts_is_all_or_nothing(source: Path, tmp_path: Path) -> None:
+    root, _ = copy_source(source, tmp_path)
+    child = Child(py(SPLIT), root)
+    assert child.readline() == "start"
+    deadline = time.monotonic() + DEADLINE_S
+    while not (root / "out" / "a-v0" / "dataset.json").is_file() and child.proc.poll() is None:
+        assert time.monotonic() < deadline, child.stderr()
+        time.sleep(0.001)  # a poll: the first part is published
+    child.kill()
+    published = [absent_or_complete(i, root, n) for i, n in (("out/a-v0", 420), ("out/b-v0", 180))]
+    if published == [True, True]:
+        pytest.skip("the split finished before the kill landed")
+    assert published == [False, False], f"a killed split left {published} (a-v0, b-v0) published"
