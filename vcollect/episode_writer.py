@@ -105,9 +105,7 @@ class EpisodeWriter:
             if rounds < 1:
                 self.write_queued()
             else:
-                deadline = self._rounds + rounds
-                if self._write_by is None or deadline < self._write_by:
-                    self._write_by = deadline
+                self._deadline(rounds)
         if len(self._queue) >= WRITE_BATCH:
             self.write_queued()
 

@@ -29,7 +29,7 @@ from vcollect.envs.subproc_transport import (
     spin_acquire,
     spin_poll,
 )
-from vcollect.envs.subproc_worker import CLOSE_JOIN_S
+from vcollect.envs.subproc_worker import CLOSE_JOIN_S, end_process
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["WorkerMessaging"]
@@ -186,13 +186,7 @@ class WorkerMessaging(BaseVectorEnv):
         hung = sorted({int(self._worker_of[i]) for i in running})
         pids = ", ".join(str(self._procs[w].pid) for w in hung)
         for w in hung:
-            proc = self._procs[w]
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(CLOSE_JOIN_S)
-            if proc.is_alive():  # pragma: no cover - ignores SIGTERM
-                proc.kill()
-                proc.join()
+            end_process(self._procs[w])
         if not self.closed:
             self.close()
         message = timeout_message(self.timeout, running, what, f" in worker processes with pids {pids}")

@@ -498,12 +498,17 @@ def stop_workers(procs: Sequence[Any], channels: Sequence[Channel], command_sems
     deadline = time.monotonic() + CLOSE_JOIN_S
     for proc in procs:
         proc.join(max(0.0, deadline - time.monotonic()))
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(CLOSE_JOIN_S)
-        if proc.is_alive():  # pragma: no cover - ignores SIGTERM
-            proc.kill()
-            proc.join()
+        end_process(proc)
+
+
+def end_process(proc: Any) -> None:
+    """Stop a worker process that is still alive: SIGTERM, then SIGKILL if it ignores that."""
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(CLOSE_JOIN_S)
+    if proc.is_alive():  # pragma: no cover - ignores SIGTERM
+        proc.kill()
+        proc.join()
 
 
 def mp_context(context: str | BaseContext | None) -> BaseContext:

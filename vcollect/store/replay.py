@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vcollect.spaces import flatten_batch
+from vcollect.spaces import flatten_batch, unflatten_batch
 from vcollect.store.reader import Dataset, EpisodeData
 
 __all__ = ["replay_episodes"]
@@ -63,6 +63,4 @@ def _same(space: object, value: object, stored: object, t: int) -> bool:
 
 def _row(space: object, leaves: list[np.ndarray], t: int) -> object:
     """Action t in the nested form the env takes."""
-    from vcollect.spaces import unflatten_batch
-
     return unflatten_batch(space, [leaf[t] for leaf in leaves])  # type: ignore[arg-type]
