@@ -91,8 +91,9 @@ def raw_envpool_window(task: str) -> Window:
     return window
 
 
-def collector_window(envs: Any, policy: Any, *, compression: str | None = None, shard_steps: int = 4_000) -> Window:
-    """``collect(n_step=n)`` into an EpisodeStore (a shard commit every ``shard_steps`` steps)."""
+def collector_window(envs: Any, policy: Any, *, compression: str = "auto", shard_steps: int = 4_000) -> Window:
+    """``collect(n_step=n)`` into an EpisodeStore (a shard commit every ``shard_steps`` steps; the default
+    compression: Zstandard for the frames, the rest raw)."""
     root = tempfile.mkdtemp(prefix="vcollect-workloads-")
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
     store = EpisodeStore.create("bench/workload-v0", envs.single_observation_space, envs.single_action_space,
@@ -177,17 +178,19 @@ def rows(which: set[str]) -> dict[str, tuple[Callable[[], Window], int]]:
             "raw Pong AsyncVectorEnv": (lambda: raw_window(gym.vector.AsyncVectorEnv(
                 [make_pong] * NUM_ENVS, shared_memory=True, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)),
                 800),
-            "Pong subproc+gzip store random": (
-                lambda: collector_window(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS), None, compression="gzip"), 800),
-            "Pong subproc+gzip store cnn": (
-                lambda: (lambda e: collector_window(e, cnn_policy(e), compression="gzip"))(
+            "Pong subproc+zstd store random": (
+                lambda: collector_window(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS), None), 800),
+            "Pong subproc, no store": (
+                lambda: collector_nostore(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS)), 800),
+            "Pong subproc+zstd store cnn": (
+                lambda: (lambda e: collector_window(e, cnn_policy(e)))(
                     SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS)), 800),
         }
         if importlib.util.find_spec("envpool"):
             found |= {
                 "raw Pong EnvPool": (lambda: raw_envpool_window("Pong-v5"), 1_600),
-                "Pong envpool+gzip store random": (
-                    lambda: collector_window(make_vector("Pong-v5", NUM_ENVS, "envpool"), None, compression="gzip"),
+                "Pong envpool+zstd store random": (
+                    lambda: collector_window(make_vector("Pong-v5", NUM_ENVS, "envpool"), None),
                     1_600),
             }
     return found
@@ -197,9 +200,10 @@ RATIOS = [
     ("HalfCheetah dummy+store random", "raw HalfCheetah SyncVectorEnv", 0.9),
     ("HalfCheetah dummy+store gaussian", "raw HalfCheetah SyncVectorEnv", None),
     ("HalfCheetah subproc+store random", "raw HalfCheetah AsyncVectorEnv", 0.9),
-    ("Pong subproc+gzip store random", "raw Pong AsyncVectorEnv", 0.85),
-    ("Pong subproc+gzip store cnn", "raw Pong AsyncVectorEnv", None),
-    ("Pong envpool+gzip store random", "raw Pong EnvPool", 0.85),
+    ("Pong subproc+zstd store random", "raw Pong AsyncVectorEnv", 0.85),
+    ("Pong subproc+zstd store random", "Pong subproc, no store", 0.95),
+    ("Pong subproc+zstd store cnn", "raw Pong AsyncVectorEnv", None),
+    ("Pong envpool+zstd store random", "raw Pong EnvPool", 0.85),
     ("CartPole dummy (vcollect)", "CartPole torchrl SerialEnv", 10.0),
     ("HalfCheetah dummy (vcollect)", "HalfCheetah torchrl SerialEnv", 5.0),
     ("CartPole subproc (vcollect)", "CartPole torchrl ParallelEnv", None),

@@ -24,6 +24,7 @@ import numpy as np
 
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
+from vcollect.store.compression import import_plugin_filters
 from vcollect.store.shard import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
 
 #: errno values that say something about the process or the system, not about the shard being read.
@@ -265,7 +266,10 @@ class _OpenFiles:
                 if rows.size == 0:
                     return np.empty((0, *col.shape[1:]), dtype=col.dtype)
                 lo, hi = int(rows.min()), int(rows.max()) + 1
-                return np.asarray(ds[lo:hi])[rows - lo]
+                unique, inverse = np.unique(rows, return_inverse=True)
+                if hi - lo <= 4 * unique.size:  # dense: one range read
+                    return np.asarray(ds[lo:hi])[rows - lo]
+                return np.asarray(ds[unique])[inverse]  # sparse: decode only the chunks holding the rows
             except CorruptShardError:
                 raise
             except Exception as exc:
@@ -290,6 +294,7 @@ class _OpenFiles:
             with open(shard.path, "rb") as f:
                 handle = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         else:
+            import_plugin_filters()  # a column written with lz4/zstd reads only once they are registered
             handle = h5py.File(shard.path, "r")
         self._open[(key, kind)] = handle
         return handle
