@@ -246,6 +246,13 @@ class _OpenFiles:
     def __len__(self) -> int:
         return len(self._open)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as its capacity only: open maps and HDF5 handles never cross into another process."""
+        return {"capacity": self.capacity}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["capacity"])  # type: ignore[misc]
+
     def read(self, key: int, shard: _Shard, name: str, rows: slice | np.ndarray) -> np.ndarray:
         """A copy of ``rows`` (a slice, or row numbers) of column ``name`` of ``shard``."""
         col = shard.columns[name]
