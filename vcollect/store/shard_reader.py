@@ -24,6 +24,7 @@ import numpy as np
 
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
+from vcollect.store.chunk_reader import ChunkTable
 from vcollect.store.compression import import_plugin_filters
 from vcollect.store.shard import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
 
@@ -240,6 +241,7 @@ class _OpenFiles:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._tables: dict[tuple[int, str], ChunkTable | None] = {}
         self._lock = threading.RLock()
         self._pid = os.getpid()
 
@@ -272,6 +274,9 @@ class _OpenFiles:
                     return np.asarray(ds[rows])
                 if rows.size == 0:
                     return np.empty((0, *col.shape[1:]), dtype=col.dtype)
+                table = self._chunk_table(key, name, ds)
+                if table is not None:  # Zstandard chunks: decoded straight from the file's map
+                    return table.read_rows(self._get(key, shard, "map"), rows)
                 lo, hi = int(rows.min()), int(rows.max()) + 1
                 unique, inverse = np.unique(rows, return_inverse=True)
                 if hi - lo <= 4 * unique.size:  # dense: one range read
@@ -283,6 +288,12 @@ class _OpenFiles:
                 if _not_corruption(exc):
                     raise
                 raise CorruptShardError(f"shard {str(shard.path)!r}: cannot read column {name!r}: {exc}") from exc
+
+    def _chunk_table(self, key: int, name: str, ds: h5py.Dataset) -> ChunkTable | None:
+        """The chunk table of a Zstandard-compressed column (read once per column), or None for other columns."""
+        if (key, name) not in self._tables:
+            self._tables[(key, name)] = ChunkTable(ds) if ChunkTable.applies_to(ds) else None
+        return self._tables[(key, name)]
 
     def _get(self, key: int, shard: _Shard, kind: str) -> Any:
         if os.getpid() != self._pid:  # a forked child opens its own files (HDF5 handles do not survive fork)
