@@ -238,10 +238,12 @@ class Dataset:
         step_rows = idx.global_step_offset[episodes] + within
         obs_rows = idx.global_obs_offset[episodes] + within
         obs, next_obs, acts = [], [], []
-        for leaf in idx.obs_leaves:
-            name = column_path("observations", leaf.name)
-            obs.append(idx.gather(name, leaf.dtype, obs_rows, True, limit))
-            next_obs.append(idx.gather(name, leaf.dtype, obs_rows + 1, True, limit))
+        n = len(u)
+        for leaf in idx.obs_leaves:  # each observation row and the next in one gather (one pass per shard)
+            both = idx.gather(column_path("observations", leaf.name), leaf.dtype,
+                              np.concatenate([obs_rows, obs_rows + 1]), True, limit)
+            obs.append(both[:n])
+            next_obs.append(both[n:])
         for leaf in idx.act_leaves:
             acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, step_rows, False, limit))
         return {
