@@ -270,13 +270,15 @@ class _OpenFiles:
                     del arr
                     return out
                 ds = self._get(key, shard, "h5")[name]
+                table = self._chunk_table(key, name, ds)
+                if table is not None:  # Zstandard chunks: decoded straight from the file's map
+                    if isinstance(rows, slice):
+                        rows = np.arange(*rows.indices(col.shape[0]))
+                    return table.read_rows(self._get(key, shard, "map"), rows)
                 if isinstance(rows, slice):
                     return np.asarray(ds[rows])
                 if rows.size == 0:
                     return np.empty((0, *col.shape[1:]), dtype=col.dtype)
-                table = self._chunk_table(key, name, ds)
-                if table is not None:  # Zstandard chunks: decoded straight from the file's map
-                    return table.read_rows(self._get(key, shard, "map"), rows)
                 lo, hi = int(rows.min()), int(rows.max()) + 1
                 unique, inverse = np.unique(rows, return_inverse=True)
                 if hi - lo <= 4 * unique.size:  # dense: one range read
