@@ -113,7 +113,7 @@ def test_row_gathers_return_exactly_the_asked_rows(rows: list[int], codec: str, 
     shard = index.shards[0]
     name = next(n for n in shard.columns if n.endswith("frames"))
     column = index.files.read(0, shard, name, slice(None))
-    want = np.asarray(rows) % len(column)
+    want = np.asarray(rows, dtype=np.int64) % len(column)
     np.testing.assert_array_equal(index.files.read(0, shard, name, want), column[want])
     np.testing.assert_array_equal(index.files.read(0, shard, name, slice(3, 40)), column[3:40])
     if codec == "zstd":  # and the rows came through the chunk table, not h5py's selection

@@ -58,9 +58,9 @@ class ChunkTable:
         """``rows`` (row numbers, any order, repeats allowed) decoded from the file's memory map ``mapped``."""
         row_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
         out = np.empty((len(rows), *self.row_shape), dtype=self.dtype)
-        flat = out.reshape(len(rows), -1).view(np.uint8)
         if not len(rows):
             return out
+        flat = out.reshape(len(rows), -1).view(np.uint8)
         if self.rows_per_chunk == 1:  # frame-sized rows: a chunk each, decoded straight into its output row
             return self._read_single_rows(mapped, rows, out, flat, row_bytes)
         chunk_of = rows // self.rows_per_chunk
