@@ -31,7 +31,7 @@ def example_main(name: str) -> Any:
 
 
 def test_every_example_is_tested() -> None:
-    tested = {"random_dataset", "torch_rollout", "online_to_offline", "async_slow_envs", "minari_export"}
+    tested = {"random_dataset", "torch_rollout", "online_to_offline", "async_slow_envs", "minari_export", "bc_pong"}
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -61,7 +61,7 @@ def run_without_torch(name: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("name", ["torch_rollout", "online_to_offline"])
+@pytest.mark.parametrize("name", ["torch_rollout", "online_to_offline", "bc_pong"])
 def test_torch_example_without_torch_says_which_extra_in_one_line(name: str) -> None:
     result = run_without_torch(name)
     assert result.returncode in (1, 2)
@@ -119,3 +119,12 @@ def test_minari_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert dataset_ids(tmp_path) == sorted(default_dataset_ids("minari_export"))
     if importlib.util.find_spec("minari") is not None:
         assert result["minari"].total_episodes == 12
+
+
+@pytest.mark.slow
+def test_bc_pong_learns_the_teacher_from_dataloader_workers(tmp_path: Path) -> None:
+    """Pong frames collected into a dataset, read by 2 DataLoader workers: the clone beats a constant guess."""
+    result = example_main("bc_pong")(["--steps", "1600", "--epochs", "2", "--root", str(tmp_path)])
+    assert result["steps"] == 1600, "every collected step is stored (unfinished episodes truncated)"
+    assert result["accuracy"] > result["constant"] + 0.15, result
+    assert dataset_ids(tmp_path) == default_dataset_ids("bc_pong")

@@ -78,3 +78,7 @@ class DiskFullError(DatasetError):
     Nothing already stored is damaged and no partial file is left; a writer keeps its pending episodes, so
     ``flush()`` after freeing space commits them.
     """
+
+
+class CodecUnavailableError(DatasetError, ImportError):
+    """A shard compression codec (or the filter a stored column was written with) is not installed here."""

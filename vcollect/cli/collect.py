@@ -94,6 +94,11 @@ def add_collect_parser(
         help="commit a shard every this many steps (the most a crash can lose; default: 100000)",
     )
     collect.add_argument(
+        "--compression", type=_compression_arg, default="auto", metavar="CODEC",
+        help="shard column filter: auto (Zstandard for image-like uint8 columns such as Atari frames, the "
+        "rest raw; the default), none, gzip, lzf, lz4, zstd, or a gzip level 0-9",
+    )
+    collect.add_argument(
         "--timeout", type=float, default=None, metavar="SECONDS",
         help="give up when an env step or reset has not returned after SECONDS: the subproc and ray backends "
         "stop the hung env's worker and fail with its env id; the in-process backends (dummy, gymnasium, "
@@ -404,7 +409,7 @@ def run_collect_distributed(
         collector="async" if args.use_async else "sync",
         seed_every_reset=not args.seed_first_reset_only,
         unfinished=args.unfinished,
-        store_kwargs={"shard_steps": args.shard_steps},
+        store_kwargs={"shard_steps": args.shard_steps, "compression": args.compression},
     )
     try:
         stats = collector.collect(n_step=n_step, n_episode=n_episode, random=policy_factory is None)
@@ -415,6 +420,17 @@ def run_collect_distributed(
     if args.dataset is not None:
         console.print(Text(f"dataset {args.dataset}: appended {stats.n_collected_episodes:,} episodes"))
     return EXIT_OK
+
+
+def _compression_arg(text: str) -> str | int:
+    """--compression's value: a codec name, or a gzip level given as digits."""
+    from vcollect.store.compression import check_compression
+
+    value: str | int = int(text) if text.isdigit() else text
+    try:
+        return check_compression(value)  # type: ignore[return-value]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -433,6 +449,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
             observation_space=envs.single_observation_space,
             action_space=envs.single_action_space,
             shard_steps=args.shard_steps,
+            compression=args.compression,
         )
     metadata: dict[str, Any] = {
         "algorithm_name": args.algorithm_name or args.policy,
@@ -463,6 +480,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         root=args.root,
         metadata=metadata,
         shard_steps=args.shard_steps,
+        compression=args.compression,
         overwrite=args.overwrite,
     )
 

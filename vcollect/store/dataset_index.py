@@ -90,6 +90,17 @@ class _Index:
         self._cache: dict[str, np.ndarray] | None = None
         self._cache_lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (e.g. into a DataLoader worker) without the sampling cache, its lock or open files: the
+        copy rebuilds them on use, so no process reads through another's file handles."""
+        state = self.__dict__.copy()
+        state["_cache"], state["_cache_lock"] = None, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache_lock = threading.Lock()
+
     @property
     def total_episodes(self) -> int:
         return int(self.length.shape[0])

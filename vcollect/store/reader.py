@@ -15,7 +15,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -208,27 +208,42 @@ class Dataset:
         :data:`SAMPLE_CACHE_BYTES`, 64 MiB); else, and with ``cache_bytes=0``, rows are read from the shard
         files on each call. A cache already built is used whatever ``cache_bytes`` says.
         """
-        limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
-        if limit < 0:
-            raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
-        idx = self._index
-        if self._cum_lengths is None:
-            self._cum_lengths = np.cumsum(idx.length[self._episode_indices])
-        cum = self._cum_lengths
+        cum = self._cumulative_lengths()
         total = int(cum[-1]) if cum.size else 0
         if total == 0:
             raise ValueError(f"dataset {self.id!r} has no steps to sample")
-        u = self._rng.integers(0, total, size=batch_size)
+        return self.steps_at(self._rng.integers(0, total, size=batch_size), cache_bytes=cache_bytes)
+
+    def _cumulative_lengths(self) -> np.ndarray:
+        """Running sum of this view's episode lengths (computed once): maps step positions to episodes."""
+        if self._cum_lengths is None:
+            self._cum_lengths = np.cumsum(self._index.length[self._episode_indices])
+        return self._cum_lengths
+
+    def steps_at(self, positions: Any, *, cache_bytes: int | None = None) -> dict[str, Any]:
+        """The transitions at ``positions`` (ints in [0, steps of this view), the view's steps counted episode
+        by episode in order), as sample_steps returns them; ``cache_bytes`` as there."""
+        limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+        if limit < 0:
+            raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+        cum = self._cumulative_lengths()
+        total = int(cum[-1]) if cum.size else 0
+        u = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if u.size and (int(u.min()) < 0 or int(u.max()) >= total):
+            raise IndexError(f"step positions must lie in [0, {total}) for dataset {self.id!r}")
+        idx = self._index
         k = np.searchsorted(cum, u, side="right")
         episodes = self._episode_indices[k]
         within = u - (cum[k] - idx.length[episodes])
         step_rows = idx.global_step_offset[episodes] + within
         obs_rows = idx.global_obs_offset[episodes] + within
         obs, next_obs, acts = [], [], []
-        for leaf in idx.obs_leaves:
-            name = column_path("observations", leaf.name)
-            obs.append(idx.gather(name, leaf.dtype, obs_rows, True, limit))
-            next_obs.append(idx.gather(name, leaf.dtype, obs_rows + 1, True, limit))
+        n = len(u)
+        for leaf in idx.obs_leaves:  # each observation row and the next in one gather (one pass per shard)
+            both = idx.gather(column_path("observations", leaf.name), leaf.dtype,
+                              np.concatenate([obs_rows, obs_rows + 1]), True, limit)
+            obs.append(both[:n])
+            next_obs.append(both[n:])
         for leaf in idx.act_leaves:
             acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, step_rows, False, limit))
         return {
@@ -239,6 +254,13 @@ class Dataset:
             "terminations": idx.gather("terminations", np.dtype(np.bool_), step_rows, False, limit),
             "truncations": idx.gather("truncations", np.dtype(np.bool_), step_rows, False, limit),
         }
+
+    def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
+        """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on
+        demand and safe in DataLoader workers (each opens its own files); see vcollect/store/torch_dataset.py."""
+        from vcollect.store.torch_dataset import TorchDataset
+
+        return TorchDataset(self, items)
 
     @property
     def sample_cache_nbytes(self) -> int:

@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 
 from vcollect.spaces import Leaf
+from vcollect.store.compression import Compression, column_filter
 from vcollect.store.staging import shard_tmp_path
 
 __all__ = ["EPISODE_COLUMNS", "SHARD_FORMAT_NAME", "EpisodeRows", "PendingShard", "column_path", "write_shard"]
@@ -215,17 +216,14 @@ class PendingShard:
             yield (f"episodes/metadata/{name}", _encode_strings(arr), attrs)
 
 
-def _shard_image(columns: Iterable[Column], attrs: Mapping[str, Any], compression: str | int | None) -> io.BytesIO:
+def _shard_image(columns: Iterable[Column], attrs: Mapping[str, Any], compression: Compression) -> io.BytesIO:
     """The whole shard file built in memory: HDF5 does no disk I/O (a write error inside HDF5 on a full disk
-    crashes the process in its cleanup instead of raising)."""
+    crashes the process in its cleanup instead of raising). Each column's filter: compression.column_filter."""
     image = io.BytesIO()
     with h5py.File(image, "w") as f:
         f.attrs.update(attrs)
         for path, arr, column_attrs in columns:
-            kwargs: dict[str, Any] = {}
-            if compression is not None and arr.size:
-                kwargs = {"compression": compression, "chunks": True}
-            ds = f.create_dataset(path, data=arr, **kwargs)
+            ds = f.create_dataset(path, data=arr, **column_filter(compression, arr))
             for key, value in column_attrs.items():
                 ds.attrs[key] = value
     return image
@@ -242,7 +240,7 @@ def _write_new_file(path: Path, data: memoryview) -> None:
         os.close(fd)
 
 
-def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: str | int | None) -> str:
+def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: Compression) -> str:
     """Write a shard file at ``final`` through a temporary name (see ``staging.shard_tmp_path``): build it in
     memory, write and fsync it with plain file writes, rename. Returns the file's SHA-256 (hex), taken from
     the image in memory so the manifest need not read the file back.

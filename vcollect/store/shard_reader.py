@@ -24,6 +24,8 @@ import numpy as np
 
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
+from vcollect.store.chunk_reader import ChunkTable
+from vcollect.store.compression import import_plugin_filters
 from vcollect.store.shard import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
 
 #: errno values that say something about the process or the system, not about the shard being read.
@@ -239,11 +241,19 @@ class _OpenFiles:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._tables: dict[tuple[int, str], ChunkTable | None] = {}
         self._lock = threading.RLock()
         self._pid = os.getpid()
 
     def __len__(self) -> int:
         return len(self._open)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled as its capacity only: open maps and HDF5 handles never cross into another process."""
+        return {"capacity": self.capacity}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["capacity"])  # type: ignore[misc]
 
     def read(self, key: int, shard: _Shard, name: str, rows: slice | np.ndarray) -> np.ndarray:
         """A copy of ``rows`` (a slice, or row numbers) of column ``name`` of ``shard``."""
@@ -260,18 +270,32 @@ class _OpenFiles:
                     del arr
                     return out
                 ds = self._get(key, shard, "h5")[name]
+                table = self._chunk_table(key, name, ds)
+                if table is not None:  # Zstandard chunks: decoded straight from the file's map
+                    if isinstance(rows, slice):
+                        rows = np.arange(*rows.indices(col.shape[0]))
+                    return table.read_rows(self._get(key, shard, "map"), rows)
                 if isinstance(rows, slice):
                     return np.asarray(ds[rows])
                 if rows.size == 0:
                     return np.empty((0, *col.shape[1:]), dtype=col.dtype)
                 lo, hi = int(rows.min()), int(rows.max()) + 1
-                return np.asarray(ds[lo:hi])[rows - lo]
+                unique, inverse = np.unique(rows, return_inverse=True)
+                if hi - lo <= 4 * unique.size:  # dense: one range read
+                    return np.asarray(ds[lo:hi])[rows - lo]
+                return np.asarray(ds[unique])[inverse]  # sparse: decode only the chunks holding the rows
             except CorruptShardError:
                 raise
             except Exception as exc:
                 if _not_corruption(exc):
                     raise
                 raise CorruptShardError(f"shard {str(shard.path)!r}: cannot read column {name!r}: {exc}") from exc
+
+    def _chunk_table(self, key: int, name: str, ds: h5py.Dataset) -> ChunkTable | None:
+        """The chunk table of a Zstandard-compressed column (read once per column), or None for other columns."""
+        if (key, name) not in self._tables:
+            self._tables[(key, name)] = ChunkTable(ds) if ChunkTable.applies_to(ds) else None
+        return self._tables[(key, name)]
 
     def _get(self, key: int, shard: _Shard, kind: str) -> Any:
         if os.getpid() != self._pid:  # a forked child opens its own files (HDF5 handles do not survive fork)
@@ -290,6 +314,7 @@ class _OpenFiles:
             with open(shard.path, "rb") as f:
                 handle = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         else:
+            import_plugin_filters()  # a column written with lz4/zstd reads only once they are registered
             handle = h5py.File(shard.path, "r")
         self._open[(key, kind)] = handle
         return handle

@@ -35,6 +35,7 @@ import numpy as np
 
 from vcollect.errors import DatasetError, DiskFullError, InfoStructureError
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
+from vcollect.store.compression import Compression, check_compression
 from vcollect.store.dataset_dir import (
     APPEND_HINT,
     NO_SPACE,
@@ -90,7 +91,7 @@ class EpisodeStore:
         *,
         shard_steps: int = 100_000,
         shard_bytes: int | None = 256 * 2**20,
-        compression: str | int | None = None,
+        compression: Compression = "auto",
         env_id_offset: int = 0,
     ) -> None:
         """Internal: use :meth:`create` or :meth:`open`."""
@@ -107,7 +108,7 @@ class EpisodeStore:
         self.action_space = action_space
         self.shard_steps = int(shard_steps)
         self.shard_bytes = shard_bytes
-        self.compression = compression
+        self.compression = check_compression(compression)
         self._env_id_offset = int(env_id_offset)
         self._obs_leaves = leaves(observation_space)
         self._act_leaves = leaves(action_space)
@@ -141,7 +142,7 @@ class EpisodeStore:
         metadata: Mapping[str, Any] | None = None,
         shard_steps: int = 100_000,
         shard_bytes: int | None = 256 * 2**20,
-        compression: str | int | None = None,
+        compression: Compression = "auto",
         overwrite: bool = False,
         env_id_offset: int = 0,
     ) -> EpisodeStore:
@@ -152,6 +153,9 @@ class EpisodeStore:
         when the id exists unless ``overwrite=True`` (the new dataset is built aside and swapped in; the old one
         is removed only then, and a concurrent overwrite of the same id fails with DatasetError).
         ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
+        ``compression``: each shard column's filter (vcollect/store/compression.py); the default "auto" stores
+        image-like uint8 columns with Zstandard and the rest raw; "none", "gzip", "lzf", "lz4", "zstd" or a
+        gzip level apply one codec to every column.
         """
         parse_dataset_id(dataset_id)
         return cls._create_at(
@@ -173,7 +177,7 @@ class EpisodeStore:
         metadata: Mapping[str, Any] | None = None,
         shard_steps: int = 100_000,
         shard_bytes: int | None = 256 * 2**20,
-        compression: str | int | None = None,
+        compression: Compression = "auto",
         overwrite: bool = False,
         env_id_offset: int = 0,
     ) -> EpisodeStore:
@@ -198,7 +202,7 @@ class EpisodeStore:
         action_space: gym.Space[Any] | None = None,
         shard_steps: int = 100_000,
         shard_bytes: int | None = 256 * 2**20,
-        compression: str | int | None = None,
+        compression: Compression = "auto",
         env_id_offset: int = 0,
     ) -> EpisodeStore:
         """Open an existing dataset to append episodes (a new writer; existing shards are never touched).
@@ -227,7 +231,7 @@ class EpisodeStore:
         action_space: gym.Space[Any] | None = None,
         shard_steps: int = 100_000,
         shard_bytes: int | None = 256 * 2**20,
-        compression: str | int | None = None,
+        compression: Compression = "auto",
         env_id_offset: int = 0,
     ) -> EpisodeStore:
         """:meth:`open` of the dataset directory ``path``; removes the temporary shard files of dead writers."""

@@ -1,0 +1,283 @@
+"""Steps/s on real workloads: MuJoCo HalfCheetah-v5 and Atari Pong (84x84, 4-frame stacks), 8 envs, store on.
+
+Each vcollect row is timed against the raw vector-env loop it runs on (the in-process rows against
+gymnasium's SyncVectorEnv, the subprocess rows against gymnasium's AsyncVectorEnv with shared memory and
+the same number of processes (one per env), EnvPool against its own loop), with the same method as compare.py: every
+row is set up once, then timed in short windows, the rows taking turns, and each keeps its fastest window.
+Ratios are only meaningful within one run (the machines are shared). TorchRL's Collector is the peer when
+``torchrl`` is importable or $TORCHRL_PYTHON names an interpreter that has it (benchmarks/torchrl_peer.py,
+in its own process). Usage:
+
+    python benchmarks/bench_workloads.py [--rows cheetah,pong,torchrl] [--rounds 5] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+import vcollect
+from vcollect.envs import SubprocVectorEnv, make_vector
+from vcollect.policies import TorchPolicy
+from vcollect.store import EpisodeStore
+
+Window = Callable[[int], float]
+NUM_ENVS = 8
+CLEANUP = contextlib.ExitStack()
+
+
+def make_pong() -> gym.Env:
+    """ALE Pong as agents see it: 84x84 grayscale, frame skip 4, the last 4 frames stacked."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0)
+    return gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env), 4)
+
+
+def make_cheetah() -> gym.Env:
+    return gym.make("HalfCheetah-v5")
+
+
+def raw_window(envs: gym.vector.VectorEnv) -> Window:
+    """The raw loop: batched random actions into a gymnasium vector env (SAME_STEP autoreset, so every
+    slot of every step is a transition, as in the Collector)."""
+    CLEANUP.callback(envs.close)
+    envs.reset(seed=0)
+    envs.action_space.seed(0)
+
+    def window(steps: int) -> float:
+        n = max(1, steps // envs.num_envs)
+        start = time.perf_counter()
+        for _ in range(n):
+            envs.step(envs.action_space.sample())
+        return n * envs.num_envs / (time.perf_counter() - start)
+
+    window(NUM_ENVS * 8)
+    return window
+
+
+def raw_envpool_window(task: str) -> Window:
+    import envpool
+
+    envs = envpool.make_gymnasium(task, num_envs=NUM_ENVS, seed=0)
+    CLEANUP.callback(envs.close)
+    envs.reset()
+    n_actions = envs.action_space.n
+    rng = np.random.default_rng(0)
+
+    def window(steps: int) -> float:
+        n = max(1, steps // NUM_ENVS)
+        start = time.perf_counter()
+        for _ in range(n):
+            envs.step(rng.integers(0, n_actions, NUM_ENVS))
+        return n * NUM_ENVS / (time.perf_counter() - start)
+
+    window(NUM_ENVS * 8)
+    return window
+
+
+def collector_window(envs: Any, policy: Any, *, compression: str = "auto", shard_steps: int = 4_000) -> Window:
+    """``collect(n_step=n)`` into an EpisodeStore (a shard commit every ``shard_steps`` steps; the default
+    compression: Zstandard for the frames, the rest raw)."""
+    root = tempfile.mkdtemp(prefix="vcollect-workloads-")
+    CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
+    store = EpisodeStore.create("bench/workload-v0", envs.single_observation_space, envs.single_action_space,
+                                root=root, compression=compression, shard_steps=shard_steps)
+    CLEANUP.callback(store.close)
+    collector = vcollect.Collector(policy, envs, store=store, seed=0)
+    CLEANUP.callback(collector.close)
+    random = policy is None
+    collector.collect(n_step=NUM_ENVS * 8, reset_before_collect=True, random=random)
+
+    def window(steps: int) -> float:
+        start = time.perf_counter()
+        collector.collect(n_step=steps, random=random)
+        return steps / (time.perf_counter() - start)
+
+    return window
+
+
+def gaussian_policy(envs: Any) -> TorchPolicy:
+    """A 17-64-64-6 Gaussian MLP (mean and a learnt log std), sampled."""
+
+    class Gaussian(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Sequential(torch.nn.Linear(17, 64), torch.nn.Tanh(), torch.nn.Linear(64, 64),
+                                            torch.nn.Tanh(), torch.nn.Linear(64, 6))
+            self.log_std = torch.nn.Parameter(torch.full((6,), -0.5))
+
+        def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            mean = self.body(obs)
+            return mean, self.log_std.expand_as(mean)
+
+    torch.manual_seed(0)
+    return TorchPolicy(Gaussian(), envs.single_action_space, deterministic=False)
+
+
+def cnn_policy(envs: Any) -> TorchPolicy:
+    """A small Nature-style CNN on (4, 84, 84) uint8 frames, sampled from its logits."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(4, 16, 8, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 4, stride=2), torch.nn.ReLU(),
+        torch.nn.Flatten(), torch.nn.Linear(32 * 9 * 9, int(envs.single_action_space.n)),
+    )
+    return TorchPolicy(net, envs.single_action_space, deterministic=False)
+
+
+def torchrl_speed(env: str, backend: str, steps: int) -> float | None:
+    """TorchRL's Collector on 8 envs with random actions, best of 3 windows in a fresh process."""
+    peer = Path(__file__).with_name("torchrl_peer.py")
+    args = [str(peer), env, backend, str(NUM_ENVS), str(steps)]
+    python = sys.executable if importlib.util.find_spec("torchrl") else os.environ.get("TORCHRL_PYTHON")
+    if not python:
+        return None
+    out = subprocess.run([python, *args], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        print(f"torchrl peer failed: {out.stderr[-2000:]}", file=sys.stderr)
+        return None
+    return float(out.stdout.split()[-1])
+
+
+def rows(which: set[str]) -> dict[str, tuple[Callable[[], Window], int]]:
+    """name -> (set-up, steps per window)."""
+    found: dict[str, tuple[Callable[[], Window], int]] = {}
+    if "cheetah" in which:
+        sync = lambda: gym.vector.SyncVectorEnv([make_cheetah] * NUM_ENVS,  # noqa: E731
+                                                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+        found |= {
+            "raw HalfCheetah SyncVectorEnv": (lambda: raw_window(sync()), 4_000),
+            "HalfCheetah dummy+store random": (
+                lambda: collector_window(make_vector("HalfCheetah-v5", NUM_ENVS), None), 4_000),
+            "HalfCheetah dummy+store gaussian": (
+                lambda: (lambda e: collector_window(e, gaussian_policy(e)))(make_vector("HalfCheetah-v5", NUM_ENVS)),
+                4_000),
+            "raw HalfCheetah AsyncVectorEnv": (lambda: raw_window(gym.vector.AsyncVectorEnv(
+                [make_cheetah] * NUM_ENVS, shared_memory=True, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)),
+                4_000),
+            "HalfCheetah subproc+store random": (
+                lambda: collector_window(make_vector("HalfCheetah-v5", NUM_ENVS, backend="subproc", num_workers=NUM_ENVS), None), 4_000),
+        }
+    if "pong" in which:
+        found |= {
+            "raw Pong AsyncVectorEnv": (lambda: raw_window(gym.vector.AsyncVectorEnv(
+                [make_pong] * NUM_ENVS, shared_memory=True, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)),
+                800),
+            "Pong subproc+zstd store random": (
+                lambda: collector_window(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS), None), 800),
+            "Pong subproc, no store": (
+                lambda: collector_nostore(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS)), 800),
+            "Pong subproc+zstd store cnn": (
+                lambda: (lambda e: collector_window(e, cnn_policy(e)))(
+                    SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS)), 800),
+        }
+        if importlib.util.find_spec("envpool"):
+            found |= {
+                "raw Pong EnvPool": (lambda: raw_envpool_window("Pong-v5"), 1_600),
+                "Pong envpool+zstd store random": (
+                    lambda: collector_window(make_vector("Pong-v5", NUM_ENVS, "envpool"), None),
+                    1_600),
+            }
+    return found
+
+
+RATIOS = [
+    ("HalfCheetah dummy+store random", "raw HalfCheetah SyncVectorEnv", 0.9),
+    ("HalfCheetah dummy+store gaussian", "raw HalfCheetah SyncVectorEnv", None),
+    ("HalfCheetah subproc+store random", "raw HalfCheetah AsyncVectorEnv", 0.9),
+    ("Pong subproc+zstd store random", "raw Pong AsyncVectorEnv", 0.85),
+    ("Pong subproc+zstd store random", "Pong subproc, no store", 0.95),
+    ("Pong subproc+zstd store cnn", "raw Pong AsyncVectorEnv", None),
+    ("Pong envpool+zstd store random", "raw Pong EnvPool", 0.85),
+    ("CartPole dummy (vcollect)", "CartPole torchrl SerialEnv", 10.0),
+    ("HalfCheetah dummy (vcollect)", "HalfCheetah torchrl SerialEnv", 5.0),
+    ("CartPole subproc (vcollect)", "CartPole torchrl ParallelEnv", None),
+    ("HalfCheetah subproc (vcollect)", "HalfCheetah torchrl ParallelEnv", None),
+]
+
+
+def peer_rows() -> dict[str, tuple[Callable[[], Window], int]]:
+    """vcollect without a store on the work TorchRL's rows do (random actions, 8 envs)."""
+    return {
+        "CartPole dummy (vcollect)": (lambda: collector_nostore(make_vector("CartPole-v1", NUM_ENVS)), 20_000),
+        "HalfCheetah dummy (vcollect)": (lambda: collector_nostore(make_vector("HalfCheetah-v5", NUM_ENVS)), 4_000),
+        "CartPole subproc (vcollect)": (
+            lambda: collector_nostore(make_vector("CartPole-v1", NUM_ENVS, backend="subproc")), 20_000),
+        "HalfCheetah subproc (vcollect)": (
+            lambda: collector_nostore(make_vector("HalfCheetah-v5", NUM_ENVS, backend="subproc")), 4_000),
+    }
+
+
+def collector_nostore(envs: Any) -> Window:
+    collector = vcollect.Collector(None, envs, seed=0)
+    CLEANUP.callback(collector.close)
+    collector.collect(n_step=NUM_ENVS * 8, reset_before_collect=True, random=True)
+
+    def window(steps: int) -> float:
+        start = time.perf_counter()
+        collector.collect(n_step=steps, random=True)
+        return steps / (time.perf_counter() - start)
+
+    return window
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default="cheetah,pong,torchrl")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--markdown", action="store_true")
+    args = parser.parse_args()
+    which = set(args.rows.split(","))
+    torch.set_num_threads(1)  # the policies' forward passes; TorchPolicy(num_threads=1) does this per call too
+    setups = rows(which) | (peer_rows() if "torchrl" in which else {})
+    windows = {}
+    for name, (setup, steps) in setups.items():
+        windows[name] = (setup(), steps)
+    best = dict.fromkeys(windows, 0.0)
+    for _ in range(args.rounds):
+        for name, (window, steps) in windows.items():
+            best[name] = max(best[name], window(steps))
+    CLEANUP.close()
+    if "torchrl" in which:
+        for env in ("CartPole", "HalfCheetah"):
+            for backend in ("SerialEnv", "ParallelEnv"):
+                speed = torchrl_speed(env, backend, 4_000 if env == "HalfCheetah" else 8_000)
+                if speed is not None:
+                    best[f"{env} torchrl {backend}"] = speed
+    print_table(best, args.markdown)
+
+
+def print_table(best: dict[str, float], markdown: bool) -> None:
+    sep = "|" if markdown else " "
+    print(f"{sep} row {sep} steps/s {sep}")
+    if markdown:
+        print("|---|---:|")
+    for name, speed in best.items():
+        print(f"{sep} {name} {sep} {speed:,.0f} {sep}")
+    print()
+    print(f"{sep} ratio {sep} value {sep} goal {sep}")
+    if markdown:
+        print("|---|---:|---:|")
+    for row, base, goal in RATIOS:
+        if row in best and base in best and best[base] > 0:
+            goal_text = "-" if goal is None else f">= {goal:g}"
+            print(f"{sep} {row} / {base} {sep} {best[row] / best[base]:.2f} {sep} {goal_text} {sep}")
+
+
+if __name__ == "__main__":
+    main()

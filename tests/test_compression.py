@@ -1,0 +1,188 @@
+"""Per-column shard compression: what each codec writes, bit-exact reads through every read path, the CLI
+flag, and clear errors for codecs that do not exist or cannot be loaded."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import h5py
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vcollect import EpisodeStore, load_dataset
+from vcollect.errors import CodecUnavailableError, CorruptShardError
+from vcollect.store import compression as codecs
+from vcollect.store.chunk_reader import ChunkTable
+
+ZSTD_FILTER, LZ4_FILTER = 32015, 32004  # HDF5's registered filter ids
+OBS_SPACE = spaces.Dict({
+    "frames": spaces.Box(0, 255, (4, 12, 12), np.uint8),
+    "ram": spaces.Box(0, 255, (16,), np.uint8),
+    "pos": spaces.Box(-1.0, 1.0, (3,), np.float32),
+})
+ACT_SPACE = spaces.Discrete(3)
+
+
+def make_episodes(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Episodes of Atari-like frames: a mostly constant background with a moving bright pixel."""
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for _ in range(n):
+        length = int(rng.integers(5, 40))
+        frames = np.full((length + 1, 4, 12, 12), 87, np.uint8)
+        frames[np.arange(length + 1), :, rng.integers(0, 12, length + 1), rng.integers(0, 12, length + 1)] = 236
+        obs = {"frames": frames, "ram": rng.integers(0, 256, (length + 1, 16), dtype=np.uint8),
+               "pos": rng.uniform(-1, 1, (length + 1, 3)).astype(np.float32)}
+        episodes.append({
+            "observations": obs, "actions": rng.integers(0, 3, length), "rewards": rng.normal(size=length),
+            "terminations": np.r_[np.zeros(length - 1, bool), True], "truncations": np.zeros(length, bool),
+        })
+    return episodes
+
+
+def write(root: Path, codec: Any, episodes: list[dict[str, Any]], dataset_id: str = "c/frames-v0") -> Path:
+    store = EpisodeStore.create(dataset_id, OBS_SPACE, ACT_SPACE, root=root, compression=codec, shard_steps=200)
+    for episode in episodes:
+        store.write_episode(**episode, seed=None, env_id=0)
+    store.close()
+    return store.path
+
+
+def column_filters(dataset_dir: Path, column: str) -> set[int | None]:
+    """The first HDF5 filter id of ``column`` in each shard (None: stored raw, contiguous)."""
+    found: set[int | None] = set()
+    for shard in sorted((dataset_dir / "shards").glob("*.h5")):
+        with h5py.File(shard, "r") as f:
+            names: list[str] = []
+            f.visit(names.append)
+            path = next(n for n in names if n.endswith(column) and isinstance(f[n], h5py.Dataset))
+            plist = f[path].id.get_create_plist()
+            found.add(plist.get_filter(0)[0] if plist.get_nfilters() else None)
+    return found
+
+
+def assert_same_episodes(dataset: Any, episodes: list[dict[str, Any]]) -> None:
+    stored = list(dataset.iterate_episodes())
+    assert len(stored) == len(episodes)
+    for got, want in zip(stored, episodes):
+        for key in ("frames", "ram", "pos"):
+            np.testing.assert_array_equal(got.observations[key], want["observations"][key])
+        np.testing.assert_array_equal(got.actions, want["actions"])
+        np.testing.assert_array_equal(got.rewards, want["rewards"])
+
+
+def test_auto_compresses_frames_with_zstd_and_keeps_the_rest_raw(tmp_path: Path) -> None:
+    episodes = make_episodes(12)
+    path = write(tmp_path, "auto", episodes)
+    assert column_filters(path, "frames") == {ZSTD_FILTER}
+    assert column_filters(path, "ram") == {None}, "a 1-D uint8 column is not image-like"
+    assert column_filters(path, "pos") == {None}
+    raw = write(tmp_path, "none", episodes, "c/raw-v0")
+    assert column_filters(raw, "frames") == {None}
+    size = lambda p: sum(f.stat().st_size for f in (p / "shards").glob("*.h5"))  # noqa: E731
+    assert size(path) * 3 < size(raw), "zstd did not shrink the frames"
+    assert_same_episodes(load_dataset("c/frames-v0", root=tmp_path), episodes)
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "lzf", "lz4", "zstd", 1, None])
+def test_every_codec_round_trips_bit_exact(codec: Any, tmp_path: Path) -> None:
+    episodes = make_episodes(6, seed=1)
+    path = write(tmp_path, codec, episodes)
+    expected = {"none": None, None: None, "gzip": 1, 1: 1, "lzf": 32000, "lz4": LZ4_FILTER, "zstd": ZSTD_FILTER}
+    assert column_filters(path, "pos") == {expected[codec]}, "one named codec applies to every column"
+    assert_same_episodes(load_dataset("c/frames-v0", root=tmp_path), episodes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.lists(st.integers(0, 10_000), min_size=0, max_size=64), codec=st.sampled_from(["zstd", "none"]))
+def test_row_gathers_return_exactly_the_asked_rows(rows: list[int], codec: str, tmp_path_factory: Any) -> None:
+    """The reader's row gather (sample_steps and episode reads go through it): from a chunked column one range
+    read when the rows are dense, per-chunk reads when sparse, from a raw one a memory map; either way exactly
+    the stored rows in the asked order, duplicates included."""
+    root = tmp_path_factory.mktemp("gather")
+    episodes = make_episodes(30, seed=2)
+    write(root, codec, episodes)
+    index = load_dataset("c/frames-v0", root=root)._index
+    shard = index.shards[0]
+    name = next(n for n in shard.columns if n.endswith("frames"))
+    column = index.files.read(0, shard, name, slice(None))
+    want = np.asarray(rows, dtype=np.int64) % len(column)
+    np.testing.assert_array_equal(index.files.read(0, shard, name, want), column[want])
+    np.testing.assert_array_equal(index.files.read(0, shard, name, slice(3, 40)), column[3:40])
+    if codec == "zstd":  # and the rows came through the chunk table, not h5py's selection
+        assert isinstance(index.files._tables.get((0, name)), ChunkTable)
+
+
+def test_one_row_chunks_and_a_corrupt_chunk(tmp_path: Path) -> None:
+    """Frame stacks of Atari size get a chunk each; a damaged chunk is a CorruptShardError naming the shard."""
+    space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    store = EpisodeStore.create("c/big-v0", space, ACT_SPACE, root=tmp_path)
+    rng = np.random.default_rng(4)
+    frames = np.repeat(rng.integers(0, 3, (21, 1, 84, 84), dtype=np.uint8) * 80, 4, axis=1)
+    store.write_episode(frames, np.zeros(20, np.int64), np.zeros(20), np.r_[np.zeros(19, bool), True],
+                        np.zeros(20, bool), seed=None, env_id=0)
+    store.close()
+    index = load_dataset("c/big-v0", root=tmp_path)._index
+    shard = index.shards[0]
+    name = next(n for n in shard.columns if n.startswith("observations"))
+    rows = np.array([20, 3, 3, 0, 17])
+    np.testing.assert_array_equal(index.files.read(0, shard, name, rows), frames[rows])
+    table = index.files._tables[(0, name)]
+    assert isinstance(table, ChunkTable) and table.rows_per_chunk == 1 and len(table.offsets) == 21
+    start, size = int(table.offsets[5]), int(table.sizes[5])
+    index.files.close()
+    with open(shard.path, "r+b") as f:
+        f.seek(start + size // 2)
+        f.write(b"\xff" * 16)
+    damaged = load_dataset("c/big-v0", root=tmp_path)._index
+    with pytest.raises(CorruptShardError, match=str(shard.path.name)):
+        damaged.files.read(0, damaged.shards[0], name, np.array([5]))
+
+
+def test_unknown_codec_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown compression 'snappy'.*auto, none, gzip"):
+        EpisodeStore.create("c/bad-v0", OBS_SPACE, ACT_SPACE, root=tmp_path, compression="snappy")
+    with pytest.raises(ValueError, match="gzip level is 0-9"):
+        EpisodeStore.create("c/bad-v0", OBS_SPACE, ACT_SPACE, root=tmp_path, compression=12)
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_missing_plugin_package_names_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    codecs.import_plugin_filters.cache_clear()
+    monkeypatch.setitem(sys.modules, "hdf5plugin", None)  # `import hdf5plugin` now raises ImportError
+    try:
+        with pytest.raises(CodecUnavailableError, match="pip install hdf5plugin"):
+            EpisodeStore.create("c/zstd-v0", OBS_SPACE, ACT_SPACE, root=tmp_path, compression="zstd")
+        assert codecs.column_filter("auto", np.zeros((2, 3), np.float32)) == {}, "raw columns need no plugin"
+    finally:
+        codecs.import_plugin_filters.cache_clear()
+
+
+def test_cli_compression_flag(tmp_path: Path) -> None:
+    env = {"VCOLLECT_DATASETS_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    base = [sys.executable, "-m", "vcollect", "collect", "CartPole-v1", "--num-envs", "2", "--episodes", "3",
+            "--seed", "0", "--no-progress", "--dataset", "c/cli-v0"]
+    ok = subprocess.run([*base, "--compression", "gzip"], capture_output=True, text=True, env=env, timeout=120,
+                        cwd=Path(__file__).parents[1])
+    assert ok.returncode == 0, ok.stderr
+    assert column_filters(tmp_path / "c" / "cli-v0", "observations") == {1}
+    bad = subprocess.run([*base, "--overwrite", "--compression", "snappy"], capture_output=True, text=True,
+                         env=env, timeout=120, cwd=Path(__file__).parents[1])
+    assert bad.returncode == 2 and "unknown compression 'snappy'" in bad.stderr
+
+
+def test_chunks_hold_whole_rows_of_about_a_mebibyte() -> None:
+    frames = np.zeros((5_000, 4, 84, 84), np.uint8)
+    kwargs = codecs.column_filter("auto", frames)
+    rows = kwargs["chunks"][0]
+    assert kwargs["chunks"][1:] == (4, 84, 84)
+    assert rows * frames[0].nbytes <= codecs.CHUNK_BYTES < (rows + 1) * frames[0].nbytes
+    assert codecs.column_filter("auto", np.zeros((3, 84, 84), np.uint8))["chunks"] == (3, 84, 84)
+    assert gym.spaces.Box(0, 255, (84, 84), np.uint8).sample().ndim == 2  # one step of a (rows, 84, 84) column
