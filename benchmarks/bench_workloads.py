@@ -91,13 +91,15 @@ def raw_envpool_window(task: str) -> Window:
     return window
 
 
-def collector_window(envs: Any, policy: Any, *, compression: str = "auto", shard_steps: int = 4_000) -> Window:
+def collector_window(envs: Any, policy: Any, *, compression: str = "auto", shard_steps: int = 4_000,
+                     background: bool = False) -> Window:
     """``collect(n_step=n)`` into an EpisodeStore (a shard commit every ``shard_steps`` steps; the default
     compression: Zstandard for the frames, the rest raw)."""
     root = tempfile.mkdtemp(prefix="vcollect-workloads-")
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
     store = EpisodeStore.create("bench/workload-v0", envs.single_observation_space, envs.single_action_space,
-                                root=root, compression=compression, shard_steps=shard_steps)
+                                root=root, compression=compression, shard_steps=shard_steps,
+                                background_commits=background)
     CLEANUP.callback(store.close)
     collector = vcollect.Collector(policy, envs, store=store, seed=0)
     CLEANUP.callback(collector.close)
@@ -180,6 +182,9 @@ def rows(which: set[str]) -> dict[str, tuple[Callable[[], Window], int]]:
                 800),
             "Pong subproc+zstd store random": (
                 lambda: collector_window(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS), None), 800),
+            "Pong subproc+zstd store, background commits": (
+                lambda: collector_window(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS), None,
+                                         background=True), 800),
             "Pong subproc, no store": (
                 lambda: collector_nostore(SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS)), 800),
             "Pong subproc+zstd store cnn": (
@@ -202,6 +207,7 @@ RATIOS = [
     ("HalfCheetah subproc+store random", "raw HalfCheetah AsyncVectorEnv", 0.9),
     ("Pong subproc+zstd store random", "raw Pong AsyncVectorEnv", 0.85),
     ("Pong subproc+zstd store random", "Pong subproc, no store", 0.95),
+    ("Pong subproc+zstd store, background commits", "Pong subproc, no store", 0.95),
     ("Pong subproc+zstd store cnn", "raw Pong AsyncVectorEnv", None),
     ("Pong envpool+zstd store random", "raw Pong EnvPool", 0.85),
     ("CartPole dummy (vcollect)", "CartPole torchrl SerialEnv", 10.0),

@@ -450,6 +450,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
             action_space=envs.single_action_space,
             shard_steps=args.shard_steps,
             compression=args.compression,
+            background_commits=True,  # commits off the collect loop; errors still end the command
         )
     metadata: dict[str, Any] = {
         "algorithm_name": args.algorithm_name or args.policy,
@@ -482,6 +483,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         shard_steps=args.shard_steps,
         compression=args.compression,
         overwrite=args.overwrite,
+        background_commits=True,
     )
 
 

@@ -33,15 +33,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.errors import DatasetError, DiskFullError, InfoStructureError
+from vcollect.errors import DatasetError, InfoStructureError
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 from vcollect.store.compression import Compression, check_compression
 from vcollect.store.dataset_dir import (
     APPEND_HINT,
-    NO_SPACE,
     OVERWRITE_HINT,
     Identity,
-    check_identity,
     create_dataset_dir,
     move_dataset_dir,
     open_dataset_dir,
@@ -52,7 +50,6 @@ from vcollect.store.dataset_info import (
     FORMAT_VERSION,
     SHARD_SUFFIX,
     SHARDS_DIR,
-    fsync_dir,
     new_dataset_info,
     update_dataset_info,
 )
@@ -65,10 +62,10 @@ from vcollect.store.episode_checks import (
     episode_steps,
     side_data,
 )
-from vcollect.store.manifest import record_commit
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, to_json
-from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard, write_shard
+from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard
+from vcollect.store.shard_commits import ShardCommits, ShardJob, commit_shard
 
 # DATASET_FILE and the hints (store/dataset_dir.py) stay importable from here for vcollect.cli, which
 # imported them from this module.
@@ -93,6 +90,7 @@ class EpisodeStore:
         shard_bytes: int | None = 256 * 2**20,
         compression: Compression = "auto",
         env_id_offset: int = 0,
+        background_commits: bool = False,
     ) -> None:
         """Internal: use :meth:`create` or :meth:`open`."""
         if isinstance(env_id_offset, bool) or not isinstance(env_id_offset, int | np.integer) or env_id_offset < 0:
@@ -126,6 +124,7 @@ class EpisodeStore:
         self._committed_steps = 0
         self._shards_written: list[Path] = []
         self._pending = PendingShard(self._obs_leaves, self._act_leaves)
+        self._commits = ShardCommits(commit_shard, background=background_commits)
 
     # ------------------------------------------------------------------ construction
 
@@ -145,6 +144,7 @@ class EpisodeStore:
         compression: Compression = "auto",
         overwrite: bool = False,
         env_id_offset: int = 0,
+        background_commits: bool = False,
     ) -> EpisodeStore:
         """Create a new, empty dataset and return a writer for it.
 
@@ -155,13 +155,16 @@ class EpisodeStore:
         ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
         ``compression``: each shard column's filter (vcollect/store/compression.py); the default "auto" stores
         image-like uint8 columns with Zstandard and the rest raw; "none", "gzip", "lzf", "lz4", "zstd" or a
-        gzip level apply one codec to every column.
+        gzip level apply one codec to every column. ``background_commits``: build, write and fsync shards in
+        one background thread (store/shard_commits.py), so a collect loop does not wait for them; errors
+        surface on the next write, flush or close, and a crash may lose the shards still being committed.
         """
         parse_dataset_id(dataset_id)
         return cls._create_at(
             dataset_path(dataset_id, resolve_root(root)), dataset_id, observation_space, action_space,
             env_spec=env_spec, eval_env_spec=eval_env_spec, metadata=metadata, shard_steps=shard_steps,
             shard_bytes=shard_bytes, compression=compression, overwrite=overwrite, env_id_offset=env_id_offset,
+            background_commits=background_commits,
         )
 
     @classmethod
@@ -180,6 +183,7 @@ class EpisodeStore:
         compression: Compression = "auto",
         overwrite: bool = False,
         env_id_offset: int = 0,
+        background_commits: bool = False,
     ) -> EpisodeStore:
         """:meth:`create` in the directory ``path`` (for combine/import, which build a dataset under a
         hidden staging name and rename it to ``dataset_id``'s place at the end)."""
@@ -187,7 +191,8 @@ class EpisodeStore:
                                 eval_env_spec=eval_env_spec, metadata=metadata)
         # Fail on unsupported spaces before touching the disk.
         store = cls(path, dataset_id, observation_space, action_space, shard_steps=shard_steps,
-                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
+                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset,
+                    background_commits=background_commits)
         create_dataset_dir(path, dataset_id, info, overwrite=overwrite)
         store._identity = read_identity(path, dataset_id, store._root())
         return store
@@ -204,6 +209,7 @@ class EpisodeStore:
         shard_bytes: int | None = 256 * 2**20,
         compression: Compression = "auto",
         env_id_offset: int = 0,
+        background_commits: bool = False,
     ) -> EpisodeStore:
         """Open an existing dataset to append episodes (a new writer; existing shards are never touched).
 
@@ -217,7 +223,7 @@ class EpisodeStore:
         return cls._open_at(
             dataset_path(dataset_id, root_path), dataset_id, root_path, observation_space=observation_space,
             action_space=action_space, shard_steps=shard_steps, shard_bytes=shard_bytes, compression=compression,
-            env_id_offset=env_id_offset,
+            env_id_offset=env_id_offset, background_commits=background_commits,
         )
 
     @classmethod
@@ -233,11 +239,13 @@ class EpisodeStore:
         shard_bytes: int | None = 256 * 2**20,
         compression: Compression = "auto",
         env_id_offset: int = 0,
+        background_commits: bool = False,
     ) -> EpisodeStore:
         """:meth:`open` of the dataset directory ``path``; removes the temporary shard files of dead writers."""
         stored_obs, stored_act = open_dataset_dir(path, dataset_id, root_path, observation_space, action_space)
         store = cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
-                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset)
+                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset,
+                    background_commits=background_commits)
         store._identity = read_identity(path, dataset_id, store._root())
         return store
 
@@ -292,27 +300,32 @@ class EpisodeStore:
 
     @property
     def pending_episodes(self) -> int:
-        """Episodes written but not yet committed to a shard."""
-        return self._pending.episodes
+        """Episodes written but not yet committed to a shard (background commits in flight included)."""
+        self._reap(raise_errors=False)
+        return self._pending.episodes + sum(job.pending.episodes for job in self._unsettled())
 
     @property
     def pending_steps(self) -> int:
-        """Steps written but not yet committed to a shard."""
-        return self._pending.steps
+        """Steps written but not yet committed to a shard (background commits in flight included)."""
+        self._reap(raise_errors=False)
+        return self._pending.steps + sum(job.pending.steps for job in self._unsettled())
 
     @property
     def committed_episodes(self) -> int:
         """Episodes this writer has committed to shards."""
+        self._reap(raise_errors=False)
         return self._committed_episodes
 
     @property
     def committed_steps(self) -> int:
         """Steps this writer has committed to shards."""
+        self._reap(raise_errors=False)
         return self._committed_steps
 
     @property
     def shards_written(self) -> list[Path]:
         """Paths of the shards this writer has committed, in order."""
+        self._reap(raise_errors=False)
         return list(self._shards_written)
 
     # ------------------------------------------------------------------ writing
@@ -433,7 +446,9 @@ class EpisodeStore:
         self._commit_if_full()
 
     def _commit_if_full(self) -> None:
-        """Commit the pending shard once it holds shard_steps steps or shard_bytes bytes."""
+        """Commit the pending shard once it holds shard_steps steps or shard_bytes bytes (and raise the error
+        of a background commit that failed since the last call)."""
+        self._reap(raise_errors=True)
         if self._pending.steps >= self.shard_steps or (
             self.shard_bytes is not None and self._pending.nbytes >= self.shard_bytes
         ):
@@ -465,17 +480,21 @@ class EpisodeStore:
             row += length + 1
 
     def flush(self) -> None:
-        """Commit the pending episodes as one shard now (no-op when nothing is pending, e.g. after close)."""
+        """Commit the pending episodes as one shard now, retrying shards whose commit failed, and wait for
+        background commits (no-op when nothing is pending, e.g. after close)."""
         self._commit()
+        self._apply(self._commits.settle(block=True))
+        self._reap(raise_errors=True)
 
     def close(self) -> None:
         """Commit pending episodes and close; idempotent. Later writes raise DatasetError."""
         if self._closed:
             return
         try:
-            self._commit()
+            self.flush()
         finally:
             self._closed = True
+            self._commits.close()
 
     def update_metadata(
         self,
@@ -532,38 +551,45 @@ class EpisodeStore:
         return f"w{os.getpid()}x{uuid.uuid4().hex[:12]}"
 
     def _commit(self) -> None:
+        """Hand the pending episodes over as one shard (after any shards whose commit failed, retried first)."""
+        if os.getpid() != self._pid:  # a forked child must not reuse its parent's shard names or commit its jobs
+            self._pid = os.getpid()
+            self._writer = self._new_writer_name()
+            self._commits.forget()
+        retry, self._commits.failed = self._commits.failed, []
+        for job in retry:
+            self._apply(self._commits.submit(job))
         pending = self._pending
         if pending.episodes == 0:
             return
-        check_identity(self._path, self._dataset_id, self._root(), self._identity, pending.episodes)
-        if os.getpid() != self._pid:  # a forked child must not reuse its parent's shard names
-            self._pid = os.getpid()
-            self._writer = self._new_writer_name()
         rows = {group: {name: spec[0] for name, spec in (schema.fields or {}).items()}
                 for group, schema in self._schemas.items()}
         now = max(time.time_ns(), self._last_time_ns + 1)
         final = self._shards_dir / f"{now:020d}-{self._writer}-{self._seq:06d}{SHARD_SUFFIX}"
         attrs = {"format": SHARD_FORMAT_NAME, "format_version": FORMAT_VERSION, "writer": self._writer,
                  "seq": self._seq, "num_episodes": pending.episodes, "num_steps": pending.steps}
-        try:
-            digest = write_shard(final, pending.columns(rows), attrs, self.compression)
-        except Exception as exc:
-            if isinstance(exc, OSError) and exc.errno in NO_SPACE:
-                raise DiskFullError(
-                    f"no space left on device while committing shard {str(final)!r} of dataset "
-                    f"{self._dataset_id!r} ({exc}); committed shards are intact, {pending.episodes} pending "
-                    "episodes are kept in memory; free space and call flush() again"
-                ) from exc
-            raise DatasetError(
-                f"could not commit shard {str(final)!r} of dataset {self._dataset_id!r}: {exc}. "
-                f"Committed shards are intact; the {pending.episodes} pending episodes are kept "
-                "in memory and flush() can be retried"
-            ) from exc
-        record_commit(self._path, final, self._writer, digest)  # manifest entry (store/manifest.py); never raises
         self._last_time_ns = now
         self._seq += 1
-        self._committed_episodes += pending.episodes
-        self._committed_steps += pending.steps
-        self._shards_written.append(final)
-        pending.clear()
-        fsync_dir(self._shards_dir)
+        self._pending = PendingShard(self._obs_leaves, self._act_leaves)
+        self._apply(self._commits.submit(ShardJob(final, pending, rows, attrs, self.compression, self._path,
+                                                  self._dataset_id, self._root(), self._identity, self._writer)))
+        if not self._commits.background:
+            self._reap(raise_errors=True)
+
+    def _apply(self, done: list[ShardJob]) -> None:
+        """Count the shards whose commit finished."""
+        for job in done:
+            self._committed_episodes += job.pending.episodes
+            self._committed_steps += job.pending.steps
+            self._shards_written.append(job.final)
+
+    def _reap(self, raise_errors: bool) -> None:
+        """Count background commits that finished; raise the error of one that failed when asked."""
+        self._apply(self._commits.settle(block=False))
+        if raise_errors:
+            error = self._commits.pop_error()
+            if error is not None:
+                raise error
+
+    def _unsettled(self) -> list[ShardJob]:
+        return [*self._commits.in_flight, *self._commits.failed]
