@@ -370,8 +370,8 @@ class BaseVectorEnv:
         reset_obs, reset_infos = self.reset(reset_ids, seeds=seeds, options=options)
         return StepResetResult(obs, rewards, terms, truncs, infos, reset_ids, reset_obs, reset_infos)
 
-    def get_env_attr(self, name: str, env_ids: EnvIds = None) -> list[Any]:
-        """The attribute ``name`` of each env in env_ids (all when None), as a list in env_ids order
+    def get_env_attr(self, name: str, env_ids: EnvIds | int = None) -> list[Any]:
+        """The attribute ``name`` of each env in env_ids (all when None; an int: that env), as a list in order
         (Tianshou's ``get_env_attr``). Looked up through each env's wrappers (vcollect.envs.env_attrs);
         EnvAttributeError names the env ids lacking it. Out-of-process backends wait at most their
         ``timeout``."""
@@ -379,17 +379,19 @@ class BaseVectorEnv:
         ids = self._attr_ids(env_ids)
         return values_or_raise("reading", name, ids, self._attr_replies(ids, name, False, None))
 
-    def set_env_attr(self, name: str, value: Any, env_ids: EnvIds = None) -> None:
+    def set_env_attr(self, name: str, value: Any, env_ids: EnvIds | int = None) -> None:
         """Set the attribute ``name`` to ``value`` in each env of env_ids (all when None), as Tianshou's
         ``set_env_attr``: on the outermost wrapper layer that has it, else on the base env."""
         name = check_attr_name(name)
         ids = self._attr_ids(env_ids)
         values_or_raise("setting", name, ids, self._attr_replies(ids, name, True, value))
 
-    def _attr_ids(self, env_ids: EnvIds) -> list[int]:
+    def _attr_ids(self, env_ids: EnvIds | int) -> list[int]:
         """The env ids of an attribute call, checked: open, valid, and no step or reset in flight (its reply
         would come before the attribute's)."""
         self._check_open()
+        if isinstance(env_ids, int | np.integer) and not isinstance(env_ids, bool):
+            env_ids = [int(env_ids)]  # one env id, as Tianshou takes it
         ids = self._ids(env_ids)
         if np.count_nonzero(self._flight):
             busy = np.flatnonzero(self._flight).tolist()

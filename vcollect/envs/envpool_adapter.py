@@ -339,7 +339,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             raise ValueError(f"env id(s) {busy.tolist()} already have a step or reset in flight")
 
     # -- rest of the API -----------------------------------------------------------------------------
-    def get_env_attr(self, name: str, env_ids: EnvIds = None) -> list[Any]:
+    def get_env_attr(self, name: str, env_ids: EnvIds | int = None) -> list[Any]:
         """What EnvPool has: its envs run in C++ inside one pool and have no Python attributes of their own, so
         this reads a key of the pool's ``config`` (e.g. ``max_episode_steps``), else an attribute of the pool
         (``spec``...), the same value for every env id asked for. EnvAttributeError when it has neither."""
@@ -359,7 +359,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
                 ) from None
         return [value for _ in ids]
 
-    def set_env_attr(self, name: str, value: Any, env_ids: EnvIds = None) -> None:
+    def set_env_attr(self, name: str, value: Any, env_ids: EnvIds | int = None) -> None:
         """Refused: EnvPool's envs are C++ objects with no attributes to set; their settings are fixed when
         the pool is made (``envpool.make(task_id, ..., name=value)``)."""
         name = check_attr_name(name)
