@@ -390,7 +390,9 @@ class BaseVectorEnv:
         """The env ids of an attribute call, checked: open, valid, and no step or reset in flight (its reply
         would come before the attribute's)."""
         self._check_open()
-        if isinstance(env_ids, int | np.integer) and not isinstance(env_ids, bool):
+        if isinstance(env_ids, bool):
+            raise ValueError(f"env_ids must be an int or a sequence of ints, got {env_ids!r}")
+        if isinstance(env_ids, int | np.integer):
             env_ids = [int(env_ids)]  # one env id, as Tianshou takes it
         ids = self._ids(env_ids)
         if np.count_nonzero(self._flight):
