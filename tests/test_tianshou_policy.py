@@ -300,3 +300,27 @@ def test_collectors_do_not_import_tianshou_to_recognise_its_policies() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+class ModeRecordingPolicy(TianshouBasePolicy):
+    """Action 0 always; records whether it and its net were in training mode at each call."""
+
+    def __init__(self) -> None:
+        super().__init__(action_space=gym.spaces.Discrete(2))
+        self.net = torch.nn.Sequential(torch.nn.Dropout(0.5))
+        self.modes: list[tuple[bool, bool]] = []
+
+    def forward(self, batch: Any, state: Any = None, **kwargs: Any) -> Batch:
+        self.modes.append((self.training, self.net[0].training))
+        return Batch(act=np.zeros(len(batch.obs), np.int64))
+
+
+def test_the_policy_runs_in_eval_mode_and_gets_its_mode_back() -> None:
+    policy = ModeRecordingPolicy()
+    policy.net[0].eval()  # a module already in eval mode stays so
+    collector = Collector(policy, DummyVectorEnv([seeded("CartPole-v1", [1])]), seed=0)
+    collector.reset()
+    collector.collect(n_step=3)
+    collector.close()
+    assert policy.modes == [(False, False)] * 3
+    assert policy.training and not policy.net[0].training

@@ -24,8 +24,9 @@ class TianshouPolicy:
     """Calls a Tianshou policy as Tianshou's Collector does, behind vcollect's ``policy(obs, state)``.
 
     Each call builds ``Batch(obs=obs, info=Batch())`` of the ready envs' observations and runs
-    ``policy(batch, state)`` in eval mode (``policy.train(False)`` around the call, as Tianshou's
-    Collector does) without autograd. Tianshou's Collector passes the envs' infos as ``batch.info``;
+    ``policy(batch, state)`` in eval mode, as Tianshou's Collector does (the ``training`` flags of the
+    policy's modules, listed when it is wrapped, are cleared around the call and set back; a module added
+    to the policy later is not switched), without autograd. Tianshou's Collector passes the envs' infos as ``batch.info``;
     vcollect's collectors do not hand infos to policies, so ``info`` is the empty Batch that Tianshou
     passes when the infos are empty (its own policies only forward it to their nets, which ignore it).
 
@@ -51,6 +52,9 @@ class TianshouPolicy:
         self.policy = policy
         self.action_space = policy.action_space
         self.num_threads = check_num_threads(num_threads)
+        # switched to eval mode per call by their flags: torch's train(False) walks the module tree, which
+        # costs about half of a small net's forward pass
+        self._modules = list(policy.modules())
         self._batch: Batch | None = None  # the last call's input, handed to add_exploration_noise
         self._batch_obs: Any = None
 
@@ -64,15 +68,15 @@ class TianshouPolicy:
         batch = Batch(obs=obs, info=Batch())
         self._batch, self._batch_obs = batch, obs
         policy = self.policy
-        training = policy.training
-        if training:
-            policy.train(False)
+        training = [module for module in self._modules if module.training]
+        for module in training:
+            module.training = False
         try:
             with torch.no_grad():
                 result = policy(batch, None if state is None else _to_tianshou(state))
         finally:
-            if training:
-                policy.train(True)
+            for module in training:
+                module.training = True
         actions = to_numpy(result.act)
         if not isinstance(actions, np.ndarray):
             raise ActionError(
