@@ -1,5 +1,7 @@
 """PolicyActor: the actions a collector sends to its ready envs, from a policy or sampled at random.
 
+A policy's actions get its exploration noise (when the collector asks for it), then its ``map_action``
+(when it has one), in that order, as Tianshou's Collector applies them.
 It keeps what acting needs between steps: the policy's per-env state (rows of the ready envs in, rows
 out; reset for env ids that restart), the newest observation of every env (so a step does not read its
 observations back from the rings), and whether the policy's actions must be checked against the action
@@ -46,6 +48,7 @@ class PolicyActor:
         self.validate = validate
         self._reset_state = getattr(policy, "reset_state", None)  # optional part of the Policy protocol
         self._noise = getattr(policy, "add_exploration_noise", None) if exploration_noise else None
+        self._map_action = getattr(policy, "map_action", None)  # optional (SupportsMapAction): after the noise
         self._action_leaves = leaves(action_space)
         self._action_check = BatchCheck(action_space)
         self._random = RandomPolicy(action_space)
@@ -143,6 +146,8 @@ class PolicyActor:
             self.state = put_state_rows(self.state, env_ids, state_out, self.num_envs)
         if self._noise is not None:
             actions = self._noise(actions, obs)
+        if self._map_action is not None:
+            actions = self._map_action(actions)
         return actions
 
     def _checked(self, actions: Any, env_ids: np.ndarray) -> Any:

@@ -32,6 +32,7 @@ from vcollect.errors import CollectorStateError, ObservationError, UnfinishedEpi
 from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
+from vcollect.policies.tianshou_types import as_policy
 from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import BatchCheck, flatten_batch, leaves
 from vcollect.stats import CollectStats
@@ -77,7 +78,9 @@ class CollectCall:
 class Collector:
     """Collect exact numbers of steps or episodes from a vector env into per-env ring buffers.
 
-    ``policy`` is called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only.
+    ``policy`` is called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only. A
+    Tianshou policy or Algorithm is wrapped in ``vcollect.policies.TianshouPolicy`` (recognised by isinstance
+    against Tianshou's classes when tianshou is imported; vcollect.policies.tianshou_types).
     With a ``store`` (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every
     completed episode is written whole, with the seed of its reset and its env id; a ``buffer`` given with
     a store is switched to keep episodes longer than its rings whole (``keep_whole_episodes``). ``seed``
@@ -148,6 +151,7 @@ class Collector:
                 f"{type(vector_env).__name__} returns results {caps.recv_batch_size} at a time (async mode): "
                 "collect from it with AsyncCollector, or make it in sync mode (batch_size=num_envs)"
             )
+        policy = as_policy(policy)  # a Tianshou Policy/Algorithm is wrapped in TianshouPolicy
         self.policy = policy
         self.num_envs = n = vector_env.num_envs
         self.observation_space = vector_env.single_observation_space

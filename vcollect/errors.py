@@ -82,3 +82,14 @@ class DiskFullError(DatasetError):
 
 class CodecUnavailableError(DatasetError, ImportError):
     """A shard compression codec (or the filter a stored column was written with) is not installed here."""
+
+
+class EnvAttributeError(VCollectError, AttributeError):
+    """``get_env_attr`` / ``set_env_attr`` failed for some env: no such attribute, or it cannot be set.
+
+    ``env_ids`` lists the env ids it failed for (the message names the attribute and them).
+    """
+
+    def __init__(self, message: str, env_ids: list[int] | None = None) -> None:
+        self.env_ids = list(env_ids or [])
+        super().__init__(message)

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium.vector.utils import batch_space
 
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.env_attrs import AttrReply, check_attr_name, values_or_raise
 from vcollect.envs.layout import FixedLayout
 from vcollect.envs.steps import StepResetResult
 from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
@@ -368,6 +369,42 @@ class BaseVectorEnv:
         seeds = [reset_seeds[p] for p in positions.tolist()]
         reset_obs, reset_infos = self.reset(reset_ids, seeds=seeds, options=options)
         return StepResetResult(obs, rewards, terms, truncs, infos, reset_ids, reset_obs, reset_infos)
+
+    def get_env_attr(self, name: str, env_ids: EnvIds | int = None) -> list[Any]:
+        """The attribute ``name`` of each env in env_ids (all when None; an int: that env), as a list in order
+        (Tianshou's ``get_env_attr``). Looked up through each env's wrappers (vcollect.envs.env_attrs);
+        EnvAttributeError names the env ids lacking it. Out-of-process backends wait at most their
+        ``timeout``."""
+        name = check_attr_name(name)
+        ids = self._attr_ids(env_ids)
+        return values_or_raise("reading", name, ids, self._attr_replies(ids, name, False, None))
+
+    def set_env_attr(self, name: str, value: Any, env_ids: EnvIds | int = None) -> None:
+        """Set the attribute ``name`` to ``value`` in each env of env_ids (all when None), as Tianshou's
+        ``set_env_attr``: on the outermost wrapper layer that has it, else on the base env."""
+        name = check_attr_name(name)
+        ids = self._attr_ids(env_ids)
+        values_or_raise("setting", name, ids, self._attr_replies(ids, name, True, value))
+
+    def _attr_ids(self, env_ids: EnvIds | int) -> list[int]:
+        """The env ids of an attribute call, checked: open, valid, and no step or reset in flight (its reply
+        would come before the attribute's)."""
+        self._check_open()
+        if isinstance(env_ids, bool):
+            raise ValueError(f"env_ids must be an int or a sequence of ints, got {env_ids!r}")
+        if isinstance(env_ids, int | np.integer):
+            env_ids = [int(env_ids)]  # one env id, as Tianshou takes it
+        ids = self._ids(env_ids)
+        if np.count_nonzero(self._flight):
+            busy = np.flatnonzero(self._flight).tolist()
+            raise ValueError(
+                f"env ids {busy} have a step or reset in flight: recv() them before get_env_attr/set_env_attr"
+            )
+        return ids.tolist()  # type: ignore[no-any-return]
+
+    def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
+        """Each env's reply (env_attrs.read_attr / write_attr) in ids order; the backend's part."""
+        raise NotImplementedError(f"{type(self).__name__} does not offer get_env_attr/set_env_attr")
 
     def __enter__(self) -> BaseVectorEnv:
         return self

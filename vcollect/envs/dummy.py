@@ -21,6 +21,7 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 
 __all__ = ["DummyVectorEnv"]
 
@@ -192,6 +193,12 @@ class DummyVectorEnv(BaseVectorEnv):
         if failed:
             self._flight[failed] = 0
             self._done[failed] = False
+
+    def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
+        envs = self.envs
+        if write:
+            return [write_attr(envs[i], name, value) for i in ids]
+        return [read_attr(envs[i], name) for i in ids]
 
     def render(self) -> list[Any] | None:
         """Each env's render() result, or None when every env returned None."""

@@ -25,8 +25,9 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.env_attrs import check_attr_name
 from vcollect.envs.steps import AllEnvStep, StepBlock
-from vcollect.errors import EnvWorkerError
+from vcollect.errors import EnvAttributeError, EnvWorkerError
 
 __all__ = ["EnvPoolVectorEnv", "is_envpool"]
 
@@ -338,6 +339,37 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             raise ValueError(f"env id(s) {busy.tolist()} already have a step or reset in flight")
 
     # -- rest of the API -----------------------------------------------------------------------------
+    def get_env_attr(self, name: str, env_ids: EnvIds | int = None) -> list[Any]:
+        """What EnvPool has: its envs run in C++ inside one pool and have no Python attributes of their own, so
+        this reads a key of the pool's ``config`` (e.g. ``max_episode_steps``), else an attribute of the pool
+        (``spec``...), the same value for every env id asked for. EnvAttributeError when it has neither."""
+        name = check_attr_name(name)
+        ids = self._attr_ids(env_ids)
+        config = self.pool.config
+        if name in config:
+            value = config[name]
+        else:
+            try:
+                value = getattr(self.pool, name)
+            except AttributeError:
+                raise EnvAttributeError(
+                    f"reading {name!r} failed for env {ids[0] if ids else 0}: an EnvPool pool has no per-env "
+                    f"attributes, and neither its config (keys {sorted(config)}) nor the pool has {name!r}",
+                    ids,
+                ) from None
+        return [value for _ in ids]
+
+    def set_env_attr(self, name: str, value: Any, env_ids: EnvIds | int = None) -> None:
+        """Refused: EnvPool's envs are C++ objects with no attributes to set; their settings are fixed when
+        the pool is made (``envpool.make(task_id, ..., name=value)``)."""
+        name = check_attr_name(name)
+        ids = self._attr_ids(env_ids)
+        raise EnvAttributeError(
+            f"setting {name!r} failed for env {ids[0] if ids else 0}: EnvPool's envs run in C++ and have no "
+            f"attributes to set; make the pool again with envpool.make(..., {name}=...) if it is a config key",
+            ids,
+        )
+
     def render(self) -> list[Any] | None:
         """Frames of every env when the pool was made with render_mode="rgb_array", else None."""
         self._check_open()

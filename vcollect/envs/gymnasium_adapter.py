@@ -18,6 +18,7 @@ carrying surplus transitions over to its next call. Episodes an env starts by it
 from __future__ import annotations
 
 import functools
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
 
 from vcollect.envs.base import (
     BaseVectorEnv,
@@ -34,10 +36,12 @@ from vcollect.envs.base import (
     StepResult,
     check_reset_options,
     normalize_seeds,
+    timeout_message,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 from vcollect.envs.steps import AllEnvStep, StepBlock
-from vcollect.errors import EnvWorkerError, ObservationError
+from vcollect.errors import EnvAttributeError, EnvWorkerError, ObservationError
 
 __all__ = ["GymnasiumVectorEnv"]
 
@@ -61,6 +65,10 @@ class GymnasiumVectorEnv(BaseVectorEnv):
     or RayVectorEnv(timeout=) for envs that may hang (``vcollect collect --timeout`` ends the whole process
     instead).
     """
+
+    attr_timeout: float = 60.0
+    """Seconds an AsyncVectorEnv worker may take to answer get_env_attr/set_env_attr (then the vector env is
+    closed and EnvWorkerError raised). Sync envs run here and are not bounded."""
 
     def __init__(self, vector_env: gym.vector.VectorEnv) -> None:
         if not isinstance(vector_env, gym.vector.VectorEnv):
@@ -342,6 +350,62 @@ class GymnasiumVectorEnv(BaseVectorEnv):
                 f"a gymnasium vector env steps all its {self.num_envs} envs at once; got env ids {ids.tolist()} "
                 "(pass env_ids=None)"
             )
+
+    def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
+        """SyncVectorEnv: each env directly. AsyncVectorEnv: its workers' own commands, sent to the env ids
+        asked for only, each reply awaited at most ``attr_timeout`` seconds. Vector entry points (one
+        batched env, e.g. CartPole's) have no envs to ask."""
+        vector_env = self.env.unwrapped
+        if isinstance(vector_env, SyncVectorEnv):
+            envs = vector_env.envs
+            if write:
+                return [write_attr(envs[i], name, value) for i in ids]
+            return [read_attr(envs[i], name) for i in ids]
+        if isinstance(vector_env, AsyncVectorEnv):
+            return self._async_attr_replies(vector_env, ids, name, write, value)
+        raise EnvAttributeError(
+            f"{type(vector_env).__name__} is one batched env (a vector entry point), with no per-env envs whose "
+            f"attribute {name!r} could be read or set; use its own attributes (GymnasiumVectorEnv.env), or make "
+            "the envs with vectorization_mode='sync' or 'async'",
+            ids,
+        )
+
+    def _async_attr_replies(
+        self, vector_env: AsyncVectorEnv, ids: list[int], name: str, write: bool, value: Any
+    ) -> list[AttrReply]:
+        """Ask AsyncVectorEnv's workers through its pipes (its get_attr/set_attr ask every env, and set_attr
+        waits without a timeout). A read asks ``has_wrapper_attr`` first: a worker whose command raises exits.
+        Writes use gymnasium's ``_setattr`` (``set_wrapper_attr``: a new attribute goes on the outermost
+        wrapper)."""
+        if vector_env._state != AsyncState.DEFAULT:
+            raise ValueError(f"the AsyncVectorEnv is waiting for a {vector_env._state.value} call to complete")
+        if write:
+            return [(True, None) for _ in self._ask_workers(vector_env, ids, ("_setattr", (name, value)))]
+        has = self._ask_workers(vector_env, ids, ("_call", ("has_wrapper_attr", (name,), {})))
+        present = [i for i, ok in zip(ids, has) if ok]
+        values = dict(zip(present, self._ask_workers(vector_env, present, ("_call", ("get_wrapper_attr", (name,), {})))))
+        return [(True, values[i]) if i in values else (False, f"the env has no attribute {name!r}") for i in ids]
+
+    def _ask_workers(self, vector_env: AsyncVectorEnv, ids: list[int], command: tuple[str, Any]) -> list[Any]:
+        """Send ``command`` to the workers of ids and return their results; no reply within ``attr_timeout``
+        closes this vector env and raises EnvWorkerError, as does a worker that failed (it has exited)."""
+        pipes = [vector_env.parent_pipes[i] for i in ids]
+        for pipe in pipes:
+            pipe.send(command)
+        deadline = time.monotonic() + self.attr_timeout
+        replies = []
+        for i, pipe in zip(ids, pipes):
+            if not pipe.poll(max(0.0, deadline - time.monotonic())):
+                vector_env.close(terminate=True)  # its polite close would wait for the hung worker
+                self.close()
+                raise EnvWorkerError(i, timeout_message(self.attr_timeout, [i], f"{command[0]} command"))
+            result, ok = pipe.recv()
+            if not ok:
+                _, _, error, trace = vector_env.error_queue.get(timeout=self.attr_timeout)
+                self.close()
+                raise EnvWorkerError(i, f"the AsyncVectorEnv worker raised {error!r} and exited", trace)
+            replies.append(result)
+        return replies
 
     def render(self) -> list[Any] | None:
         """The vector env's render() result as a list (one frame per env where it gives one), or None."""

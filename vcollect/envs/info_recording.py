@@ -119,6 +119,14 @@ class InfoRecordingEnv:
         self._started(env_ids, infos)
         return obs, infos, env_ids
 
+    def get_env_attr(self, name: str, env_ids: Any = None) -> list[Any]:
+        """The wrapped vector env's ``get_env_attr``."""
+        return self.envs.get_env_attr(name, env_ids)  # type: ignore[no-any-return]
+
+    def set_env_attr(self, name: str, value: Any, env_ids: Any = None) -> None:
+        """The wrapped vector env's ``set_env_attr``."""
+        self.envs.set_env_attr(name, value, env_ids)
+
     def render(self) -> Any:
         """The wrapped envs' render results."""
         return self.envs.render()

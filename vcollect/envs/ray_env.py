@@ -35,6 +35,7 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 from vcollect.errors import EnvWorkerError
 
 __all__ = ["RayVectorEnv", "ensure_ray", "require_ray"]
@@ -106,6 +107,12 @@ class _EnvActor:
         except Exception as exc:
             return _ERR, f"reset raised {exc!r}", traceback.format_exc()
         return _OK, obs, info
+
+    def attr(self, name: str, write: bool, value: Any) -> tuple[Any, ...]:
+        """(OK, value) of reading or writing an attribute (env_attrs), or (ERR, reason, "")."""
+        assert self.env is not None
+        ok, result = write_attr(self.env, name, value) if write else read_attr(self.env, name)
+        return (_OK, result) if ok else (_ERR, result, "")
 
     def render(self) -> Any:
         """The env's render() result."""
@@ -309,6 +316,12 @@ class RayVectorEnv(BaseVectorEnv):
         dropped = set(ids.tolist())
         for ref in [r for r, (env_id, _) in self._pending.items() if env_id in dropped]:
             del self._pending[ref]
+
+    def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
+        """One actor call per env, in parallel, bounded by ``timeout`` like a step."""
+        refs = [self._actors[i].attr.remote(name, write, value) for i in ids]
+        replies = self._get_all(np.asarray(ids, np.int64), refs, "set_env_attr" if write else "get_env_attr")
+        return [(True, reply[1]) if reply[0] == _OK else (False, reply[1]) for reply in replies]
 
     # -- rest of the API ------------------------------------------------------------------------
     def render(self) -> list[Any] | None:

@@ -34,8 +34,10 @@ from vcollect.envs.base import (
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.env_attrs import AttrReply
 from vcollect.envs.subproc_messaging import _OWE_DONE, _OWE_NOTHING, WorkerMessaging, _Command
 from vcollect.envs.subproc_transport import (
+    ATTR,
     CTRL_FAST,
     CTRL_REPLY,
     LIVENESS_POLL_S,
@@ -455,6 +457,8 @@ class SubprocVectorEnv(WorkerMessaging):
         if command.op == RENDER:
             self._render_results[w] = pickle.loads(reply)
             return
+        if command.op == ATTR:  # the answer to an interrupted attribute call: nobody waits for it
+            return
         infos, failures, _ = pickle.loads(reply) if reply else (None, [], None)
         live = command.ids[command.live].tolist()
         failed = set()
@@ -516,6 +520,36 @@ class SubprocVectorEnv(WorkerMessaging):
         frames = [f for w in range(self.num_workers) for f in self._render_results[w]]
         self._render_results = {}
         return None if all(f is None for f in frames) else frames
+
+    def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
+        """One ATTR command per worker holding some of ids; bounded by ``timeout`` like a step."""
+        if any(self._owed):
+            self._settle_owed()
+        parts = self._parts(ATTR, np.asarray(ids, np.int64), (name, write, value))
+        by_id: dict[int, AttrReply] = {}
+        owed: list[int] = []  # workers sent the command whose replies are not read yet
+        what = "set_env_attr" if write else "get_env_attr"
+        self._begin(what)
+        try:
+            while any(self._commands):  # answers an interrupted call left unread (nothing is in flight)
+                if self._deadline is not None and time.monotonic() > self._deadline:
+                    self._timed_out([int(g[0]) for g, q in zip(self._group_ids, self._commands) if q], what)
+                self._wait(LIVENESS_POLL_S)
+            for w, message, _ in parts:
+                self._send_to(w, message)
+                owed.append(w)
+            for w, _, group in parts:
+                replies = pickle.loads(self._recv_from(w, group))
+                owed.pop(0)
+                by_id.update(zip(group.tolist(), replies))
+        except BaseException:
+            if not self.closed:  # later waits read (and drop) the replies still owed
+                for w in owed:
+                    self._commands[w].append(_Command(ATTR, np.zeros(0, np.int64), np.zeros(0, bool)))
+            raise
+        finally:
+            self._deadline = None
+        return [by_id[i] for i in ids]
 
     def close(self) -> None:
         """Stop the workers (politely, then by force) and release shared memory; idempotent."""

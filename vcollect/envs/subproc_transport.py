@@ -44,7 +44,8 @@ from vcollect.envs.layout import FixedLayout
 
 __all__ = ["Channel", "InheritedFd", "Part", "SharedRows", "command_parts", "shared_file", "spin_acquire", "spin_poll"]
 
-STEP, RESET, RENDER, CLOSE, STEP_RESET = 0, 1, 2, 3, 4  # command codes
+STEP, RESET, RENDER, CLOSE, STEP_RESET, ATTR = 0, 1, 2, 3, 4, 5  # command codes
+# ATTR: payload (name, write, value); the reply is a pickled list of env_attrs.AttrReply, one per local env
 NO_RESET, SEEDED, UNSEEDED = 0, 1, 2  # what a step-and-reset command does with an env that ends
 LIVENESS_POLL_S = 0.5
 _ALIGN = 64

@@ -25,8 +25,10 @@ import gymnasium as gym
 from cloudpickle import Pickler as CloudPickler
 from gymnasium.vector.utils import CloudpickleWrapper
 
+from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 from vcollect.envs.layout import FixedLayout
 from vcollect.envs.subproc_transport import (
+    ATTR,
     CLOSE,
     CTRL_CURRENT,
     CTRL_FAST,
@@ -395,11 +397,30 @@ def _serve(
         if op == RENDER:
             channel.send(pickle.dumps([env.render() for env in envs], protocol=PROTOCOL))
             continue
+        if op == ATTR:
+            channel.send(_attr_reply([envs[li] for li in local], *payload))
+            continue
         infos, failures, reset_infos, _ = run(op, local, payload)
         if not failures and not any(infos) and not reset_infos:
             channel.send(b"")
         else:
             channel.send(encode(local, infos, failures, reset_infos))
+
+
+def _attr_reply(envs: Sequence[gym.Env], name: str, write: bool, value: Any) -> bytes:
+    """The pickled replies of an ATTR command; a value that cannot be pickled becomes a failed reply."""
+    replies = [write_attr(env, name, value) if write else read_attr(env, name) for env in envs]
+    try:
+        return pickle.dumps(replies, protocol=PROTOCOL)
+    except Exception:
+        safe: list[AttrReply] = []
+        for reply in replies:
+            try:
+                pickle.dumps(reply, protocol=PROTOCOL)
+                safe.append(reply)
+            except Exception as exc:
+                safe.append((False, f"the value of {name!r} cannot be sent from the worker process: {exc!r}"))
+        return pickle.dumps(safe, protocol=PROTOCOL)
 
 
 def _await_command(commands: Any, poller: select.poll, spin_s: float) -> None:

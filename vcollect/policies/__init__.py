@@ -1,17 +1,20 @@
-"""Policies: the protocol the collectors call, RandomPolicy, EpsilonGreedy and (lazily) TorchPolicy.
+"""Policies: the protocol the collectors call, RandomPolicy, EpsilonGreedy and (lazily) TorchPolicy and
+TianshouPolicy.
 
-Importing this package never imports torch; ``TorchPolicy`` is loaded on first access.
+Importing this package never imports torch or tianshou; ``TorchPolicy`` and ``TianshouPolicy`` are loaded
+on first access.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vcollect.policies.base import Policy, SupportsExplorationNoise, SupportsResetState
+from vcollect.policies.base import Policy, SupportsExplorationNoise, SupportsMapAction, SupportsResetState
 from vcollect.policies.exploration import EpsilonGreedy
 from vcollect.policies.random import RandomPolicy
 
 if TYPE_CHECKING:
+    from vcollect.policies.tianshou_policy import TianshouPolicy
     from vcollect.policies.torch_policy import TorchPolicy
 
 __all__ = [
@@ -19,15 +22,21 @@ __all__ = [
     "Policy",
     "RandomPolicy",
     "SupportsExplorationNoise",
+    "SupportsMapAction",
     "SupportsResetState",
+    "TianshouPolicy",
     "TorchPolicy",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    """Import TorchPolicy (and torch) only when it is asked for."""
+    """Import TorchPolicy (torch) and TianshouPolicy (torch, tianshou) only when they are asked for."""
     if name == "TorchPolicy":
         from vcollect.policies.torch_policy import TorchPolicy
 
         return TorchPolicy
+    if name == "TianshouPolicy":
+        from vcollect.policies.tianshou_policy import TianshouPolicy
+
+        return TianshouPolicy
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

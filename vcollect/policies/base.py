@@ -41,3 +41,13 @@ class SupportsExplorationNoise(Protocol):
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
         """Return ``actions`` perturbed for exploration (the input is not modified)."""
         ...
+
+
+@runtime_checkable
+class SupportsMapAction(Protocol):
+    """A policy whose actions are mapped into the env's action space after any exploration noise and
+    before the collector checks and sends them (Tianshou's ``map_action``; TianshouPolicy has one)."""
+
+    def map_action(self, actions: Any) -> Any:
+        """Return ``actions`` as the env takes them."""
+        ...

@@ -14,6 +14,7 @@ import torch
 from gymnasium import spaces
 
 from vcollect.errors import ActionError
+from vcollect.policies.tianshou_types import is_tianshou_batch, is_tianshou_net, net_gives_std
 from vcollect.spaces import leaves
 
 # (module output for one action leaf, deterministic) -> batch of actions for that leaf
@@ -29,7 +30,16 @@ class TorchPolicy:
     (k, *shape) clipped to the bounds, or tanh-squashed into them with ``squash=True`` (a ``(mean,
     log_std)`` pair is sampled from a Gaussian when not deterministic). Dict/Tuple action spaces take a
     dict/tuple of such outputs. With ``recurrent=True`` the module is called as ``module(obs, hidden)
-    -> (out, hidden)`` (hidden None at first) and the state handed back has the env axis first.
+    -> (out, hidden)`` (hidden None at first) and the state handed back has the env axis first
+    (``hidden_batch_dim``: the batch axis of the module's hidden; default 1 as torch's GRU/LSTM keep it).
+
+    Tianshou's networks (``Net``, ``Recurrent``, the actors: instances of its ``ActionReprNet``, and
+    ``RecurrentActorProb``; recognised by isinstance when tianshou is imported, see
+    vcollect.policies.tianshou_types) work as they are: they return ``(output, state)`` also when not
+    recurrent (``returns_state``, default: True for them; pass True for a module of your own that does
+    the same), their state is batch-first (``hidden_batch_dim`` 0) and may be a ``Batch`` (kept as a
+    dict), and their Gaussian actors give ``(loc, std)``, taken as ``(mean, log(std))``. To run a whole
+    Tianshou policy (its action mapping and exploration noise), use TianshouPolicy instead.
 
     ``num_threads`` (CPU only): torch's intra-op thread count while the policy runs (its forward pass
     and the action mapping); default 1. The small networks and batches of collection (one row per env)
@@ -56,15 +66,19 @@ class TorchPolicy:
         *,
         recurrent: bool = False,
         squash: bool = False,
-        hidden_batch_dim: int = 1,
+        hidden_batch_dim: int | None = None,
         num_threads: int | None = 1,
+        returns_state: bool | None = None,
     ) -> None:
-        if num_threads is not None and (
-            isinstance(num_threads, bool) or int(num_threads) != num_threads or num_threads < 1
-        ):
-            raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+        self.num_threads = check_num_threads(num_threads)
+        tianshou_net = is_tianshou_net(module)
+        # Tianshou's nets return (output, state) even when not recurrent; their state is batch-first
+        self.returns_state = tianshou_net if returns_state is None else bool(returns_state)
+        if hidden_batch_dim is None:
+            hidden_batch_dim = 0 if tianshou_net else 1
+        self._tianshou_net = tianshou_net
+        self._std_scale = net_gives_std(module)
         self.device = torch.device(device)
-        self.num_threads = None if num_threads is None else int(num_threads)
         self.module = module.to(self.device)
         self.action_space = action_space
         self.deterministic = deterministic
@@ -82,14 +96,7 @@ class TorchPolicy:
         threads = self.num_threads
         if threads is None or self.device.type != "cpu":
             return self._act(obs, state)
-        previous = torch.get_num_threads()
-        if previous == threads:
-            return self._act(obs, state)
-        torch.set_num_threads(threads)
-        try:
-            return self._act(obs, state)
-        finally:
-            torch.set_num_threads(previous)
+        return call_with_threads(threads, self._act, obs, state)
 
     def _act(self, obs: Any, state: Any) -> tuple[Any, Any]:
         with torch.inference_mode():
@@ -99,8 +106,14 @@ class TorchPolicy:
                     None if state is None else _state_to_hidden(state, self.hidden_batch_dim, self.device)
                 )
                 out, hidden = self.module(inputs, hidden)
+                if self._tianshou_net and is_tianshou_batch(hidden):
+                    hidden = hidden.to_dict()
             else:
                 out = self.module(inputs)
+                if self.returns_state:
+                    out = _output_of(out)
+            if self._std_scale and isinstance(out, tuple):  # Tianshou's Gaussian: (loc, std)
+                out = (out[0], torch.log(out[1]))
             actions = self._map(out, self.deterministic)
         if not self.recurrent:
             return actions, None
@@ -122,6 +135,38 @@ class TorchPolicy:
     def load_state_dict(self, weights: Mapping[str, Any], strict: bool = True) -> Any:
         """Load weights into the module (passthrough to ``module.load_state_dict``)."""
         return self.module.load_state_dict(weights, strict=strict)
+
+
+def check_num_threads(num_threads: int | None) -> int | None:
+    """A policy's ``num_threads``: a positive int or None (ValueError otherwise)."""
+    if num_threads is not None and (
+        isinstance(num_threads, bool) or int(num_threads) != num_threads or num_threads < 1
+    ):
+        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    return None if num_threads is None else int(num_threads)
+
+
+def call_with_threads(threads: int, fn: Callable[[Any, Any], tuple[Any, Any]], obs: Any, state: Any) -> tuple[Any, Any]:
+    """``fn(obs, state)`` with torch's intra-op thread count set to ``threads`` (see TorchPolicy), set back
+    afterwards even when it raises; nothing is changed when the count already matches."""
+    previous = torch.get_num_threads()
+    if previous == threads:
+        return fn(obs, state)
+    torch.set_num_threads(threads)
+    try:
+        return fn(obs, state)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _output_of(result: Any) -> Any:
+    """The output of a module returning ``(output, state)`` (Tianshou's nets); ActionError otherwise."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ActionError(
+            f"TorchPolicy(returns_state=True) needs the module to return (output, state), got "
+            f"{type(result).__name__}; pass returns_state=False for a module returning its output alone"
+        )
+    return result[0]
 
 
 def _to_tensors(obs: Any, device: torch.device) -> Any:

@@ -1,0 +1,143 @@
+"""TianshouPolicy: a Tianshou 2.x policy (or Algorithm, for its policy) called by vcollect's collectors.
+
+Imports torch and tianshou; ``vcollect.policies`` exposes it lazily, and the collectors wrap a Tianshou
+policy in it by themselves (vcollect.policies.tianshou_types.as_policy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tianshou.algorithm.algorithm_base import Algorithm
+from tianshou.algorithm.algorithm_base import Policy as TianshouBasePolicy
+from tianshou.data import Batch, to_numpy
+
+from vcollect.errors import ActionError
+from vcollect.policies.torch_policy import call_with_threads, check_num_threads
+
+__all__ = ["TianshouPolicy"]
+
+
+class TianshouPolicy:
+    """Calls a Tianshou policy as Tianshou's Collector does, behind vcollect's ``policy(obs, state)``.
+
+    Each call builds ``Batch(obs=obs, info=Batch())`` of the ready envs' observations and runs
+    ``policy(batch, state)`` in eval mode, as Tianshou's Collector does (the ``training`` flags of the
+    policy's modules, listed when it is wrapped, are cleared around the call and set back; a module added
+    to the policy later is not switched), without autograd. Tianshou's Collector passes the envs' infos as ``batch.info``;
+    vcollect's collectors do not hand infos to policies, so ``info`` is the empty Batch that Tianshou
+    passes when the infos are empty (its own policies only forward it to their nets, which ignore it).
+
+    Then, as in Tianshou's Collector: the collector's ``exploration_noise=True`` calls
+    ``add_exploration_noise`` (the policy's own, e.g. DQN's epsilon: ``eps_training`` while
+    ``policy.is_within_training_step`` is set, ``eps_inference`` otherwise), and ``map_action`` maps
+    the result into the env's action space. vcollect stores the mapped action (the one the env
+    received, so stored episodes replay); Tianshou's buffer stores the raw one.
+
+    Hidden state (``result.state``) is kept per env id (a ``Batch`` as a dict of its arrays) and the
+    rows of envs that start a new episode are zeroed, as Tianshou's Collector does. ``num_threads``:
+    torch's thread count during each call, as for TorchPolicy (default 1).
+    """
+
+    def __init__(self, policy: Any, *, num_threads: int | None = 1) -> None:
+        if isinstance(policy, Algorithm):
+            policy = policy.policy
+        if not isinstance(policy, TianshouBasePolicy):
+            raise TypeError(
+                f"TianshouPolicy wraps a tianshou Policy or Algorithm, got {type(policy).__name__}; wrap a plain "
+                "torch module in TorchPolicy"
+            )
+        self.policy = policy
+        self.action_space = policy.action_space
+        self.num_threads = check_num_threads(num_threads)
+        # switched to eval mode per call by their flags: torch's train(False) walks the module tree, which
+        # costs about half of a small net's forward pass
+        self._modules = list(policy.modules())
+        self._batch: Batch | None = None  # the last call's input, handed to add_exploration_noise
+        self._batch_obs: Any = None
+
+    def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
+        """The policy's raw actions (numpy) for ``obs`` and its new state rows (None when it keeps none)."""
+        if self.num_threads is None:
+            return self._act(obs, state)
+        return call_with_threads(self.num_threads, self._act, obs, state)
+
+    def _act(self, obs: Any, state: Any) -> tuple[Any, Any]:
+        batch = Batch(obs=obs, info=Batch())
+        self._batch, self._batch_obs = batch, obs
+        policy = self.policy
+        training = [module for module in self._modules if module.training]
+        for module in training:
+            module.training = False
+        try:
+            with torch.no_grad():
+                result = policy(batch, None if state is None else _to_tianshou(state))
+        finally:
+            for module in training:
+                module.training = True
+        actions = to_numpy(result.act)
+        if not isinstance(actions, np.ndarray):
+            raise ActionError(
+                f"{type(policy).__name__} returned act of type {type(actions).__name__}; TianshouPolicy needs an "
+                "array of actions (one row per env)"
+            )
+        return actions, _from_tianshou(result.get("state", None))
+
+    def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
+        """The policy's ``add_exploration_noise(actions, batch)`` on the batch it acted on."""
+        batch = self._batch if obs is self._batch_obs and self._batch is not None else Batch(obs=obs, info=Batch())
+        return self.policy.add_exploration_noise(actions, batch)
+
+    def map_action(self, actions: Any) -> Any:
+        """The policy's ``map_action`` (bounding and scaling into the env's action space)."""
+        return self.policy.map_action(actions)
+
+    def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
+        """Zero, in place, the state rows of ``env_ids`` (Tianshou's Collector zeroes the hidden state of
+        envs that finished)."""
+        if state is not None and len(env_ids):
+            _zero_rows(state, np.asarray(env_ids))
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The policy's weights (for broadcasting them to remote collectors)."""
+        return self.policy.state_dict()  # type: ignore[no-any-return]
+
+    def load_state_dict(self, weights: Any, strict: bool = True) -> Any:
+        """Load weights into the policy."""
+        return self.policy.load_state_dict(weights, strict=strict)
+
+
+def _from_tianshou(state: Any) -> Any:
+    """A policy's state in the forms vcollect keeps per env (arrays, tensors, dicts/tuples of them)."""
+    if isinstance(state, Batch):
+        items = dict(state.items())
+        return {key: _from_tianshou(value) for key, value in items.items()} if items else None
+    if isinstance(state, dict):
+        return {key: _from_tianshou(value) for key, value in state.items()}
+    if isinstance(state, list):
+        return tuple(_from_tianshou(value) for value in state)
+    return state
+
+
+def _to_tianshou(state: Any) -> Any:
+    """The state rows as the policy gave them: dicts back to Batch (Tianshou's nets index both alike)."""
+    if isinstance(state, dict):
+        return Batch({key: _to_tianshou(value) for key, value in state.items()})
+    return state
+
+
+def _zero_rows(state: Any, env_ids: np.ndarray) -> None:
+    if isinstance(state, dict):
+        for value in state.values():
+            _zero_rows(value, env_ids)
+    elif isinstance(state, tuple):
+        for value in state:
+            _zero_rows(value, env_ids)
+    elif isinstance(state, torch.Tensor):
+        with torch.no_grad():
+            state[torch.as_tensor(env_ids, dtype=torch.long, device=state.device)] = 0
+    elif isinstance(state, np.ndarray):
+        state[env_ids] = None if state.dtype == object else 0
