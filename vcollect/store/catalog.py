@@ -13,6 +13,7 @@ from vcollect.errors import DatasetError, DatasetNotFoundError
 from vcollect.store.dataset_dir import nested_datasets
 from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, dataset_files, fsync_dir, read_dataset_info
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.publish_journal import recover_publishes
 from vcollect.store.shard import SHARD_FORMAT_NAME
 from vcollect.store.staging import folder_lock, hidden_dir, remove_stale_staging
 
@@ -42,6 +43,7 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
     id (hidden staging folders, ...) are not datasets and are not listed.
     """
     root_path = resolve_root(root)
+    recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/publish_journal.py)
     out: dict[str, dict[str, Any]] = {}
     if not root_path.is_dir():
         return out
