@@ -296,10 +296,10 @@ def test_kill_dataset_operations(source: Path, tmp_path: Path, op: str, round_: 
         targets = {"out/imported-v0": SOURCE_EPISODES}
     else:
         child = Child(py(SPLIT), root)
-        # Each part is absent or complete; that the parts are all-or-nothing is the xfail test at the end.
         targets = {"out/a-v0": SOURCE_EPISODES * 7 // 10, "out/b-v0": SOURCE_EPISODES * 3 // 10}
     kill_op(child, rng, root, (0.0, 0.05, 0.3)[round_])  # early, mid, maybe after publishing
     published = [absent_or_complete(dataset_id, root, total) for dataset_id, total in targets.items()]
+    assert len(set(published)) == 1, f"a killed {op} published {published} of {list(targets)}: all or none"
     if op == "combine" and not published[0]:  # the dead writer's staging does not block a rerun
         combine_datasets([SOURCE_ID, SOURCE_ID], "out/combined-v0", root)
         assert absent_or_complete("out/combined-v0", root, 2 * SOURCE_EPISODES)
@@ -313,10 +313,9 @@ def test_kill_dataset_operations(source: Path, tmp_path: Path, op: str, round_: 
     assert check_whole(SOURCE_ID, root, SOURCE_EPISODES) == SOURCE_EPISODES
 
 
-@pytest.mark.xfail(strict=True, reason="known bug: `vcollect split` publishes its parts one by one (a combine "
-                   "each); its all-or-nothing cleanup runs only on exceptions, so a SIGKILL between two parts "
-                   "leaves the first part published and the others missing")
 def test_split_killed_between_parts_is_all_or_nothing(source: Path, tmp_path: Path) -> None:
+    """Killed once its first part is visible, a split has committed its journal: the next reader publishes
+    the other part (store/publish_journal.py), so both are complete and no staging folder is left."""
     root, _ = copy_source(source, tmp_path)
     child = Child(py(SPLIT), root)
     assert child.readline() == "start"
@@ -326,6 +325,31 @@ def test_split_killed_between_parts_is_all_or_nothing(source: Path, tmp_path: Pa
         time.sleep(0.001)  # a poll: the first part is published
     child.kill()
     published = [absent_or_complete(i, root, n) for i, n in (("out/a-v0", 420), ("out/b-v0", 180))]
-    if published == [True, True]:
-        pytest.skip("the split finished before the kill landed")
-    assert published == [False, False], f"a killed split left {published} (a-v0, b-v0) published"
+    assert published == [True, True], f"a killed split left {published} (a-v0, b-v0) published"
+    assert sorted(p.name for p in (root / "out").iterdir()) == ["a-v0", "b-v0"]
+    assert not list(root.glob(".vcollect-publish-*")), "the journal outlived the publish"
+
+
+SPLIT_OVER = """
+import runpy, sys
+print("start", flush=True)
+sys.argv = ["vcollect", "split", "src/source-v0", "--sizes", "70%,30%", "--into", "out/a-v0", "out/b-v0",
+            "--seed", "1", "--overwrite"]
+runpy.run_module("vcollect", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("round_", range(ROUNDS))
+def test_split_overwrite_killed_leaves_all_old_or_all_new(source: Path, tmp_path: Path, round_: int) -> None:
+    """`split --overwrite` over an earlier split: killed anywhere, both parts exist and come from one split."""
+    rng = random.Random(f"split-over-{SEED}-{round_}")
+    root, _ = copy_source(source, tmp_path)
+    first = Child(py(SPLIT), root)  # the earlier split (seed 0), run to its end
+    assert first.readline() == "start"
+    assert first.proc.wait(timeout=DEADLINE_S) == 0, first.stderr()
+    child = Child(py(SPLIT_OVER), root)
+    kill_op(child, rng, root, (0.0, 0.05, 0.3)[round_])
+    seeds = [load_dataset(i, root=root).metadata["split_seed"] for i in ("out/a-v0", "out/b-v0")]
+    assert seeds in ([0, 0], [1, 1]), f"the parts come from different splits: {seeds}"
+    for dataset_id, total in (("out/a-v0", 420), ("out/b-v0", 180)):
+        assert absent_or_complete(dataset_id, root, total)

@@ -105,3 +105,23 @@ def test_folders_that_are_no_dataset_ids_are_not_listed(tmp_path: Path) -> None:
     (tmp_path / "l" / "noversion").mkdir()
     (tmp_path / "l" / "noversion" / "dataset.json").write_text("{}")
     assert list(list_datasets(tmp_path)) == ["l/a-v0"]
+
+
+def test_listing_takes_totals_from_the_manifest_without_opening_shards(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import vcollect.store.catalog as catalog
+
+    obs, act = spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.Discrete(2)
+    with EpisodeStore.create("m/many-v0", obs, act, root=tmp_path, shard_steps=3) as store:
+        for seed in range(8):
+            store.write_episode(np.zeros((4, 2), np.float32), np.zeros(3, np.int64), np.ones(3),
+                                np.array([False, False, True]), np.zeros(3, bool), seed=seed, env_id=0)
+    opened: list[Path] = []
+    real = catalog._shard_totals
+    monkeypatch.setattr(catalog, "_shard_totals", lambda file: (opened.append(file), real(file))[1])
+    entry = catalog.list_datasets(tmp_path)["m/many-v0"]
+    assert (entry["total_episodes"], entry["total_steps"], entry["num_shards"]) == (8, 24, 8)
+    assert opened == [], "listing opened shards the manifest describes"
+    touched = sorted((tmp_path / "m" / "many-v0" / "shards").glob("*.h5"))[0]
+    os.utime(touched, ns=(1, 1))  # no longer as committed: this one is opened
+    assert catalog.list_datasets(tmp_path)["m/many-v0"]["total_episodes"] == 8 and opened == [touched]

@@ -93,3 +93,7 @@ class EnvAttributeError(VCollectError, AttributeError):
     def __init__(self, message: str, env_ids: list[int] | None = None) -> None:
         self.env_ids = list(env_ids or [])
         super().__init__(message)
+
+
+class EnvSpecMismatchError(DatasetError, ValueError):
+    """Datasets to combine were collected from different envs (their env specs differ beyond max_episode_steps)."""

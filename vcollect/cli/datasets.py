@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import json
 import math
@@ -20,7 +19,6 @@ from rich.text import Text
 from vcollect.cli.checks import check_folder, check_output_file, check_seed
 from vcollect.cli.exits import EXIT_FAILURE, EXIT_OK, CommandParser, UsageError
 from vcollect.cli.output import cell, human_size, summary_rows
-from vcollect.errors import DatasetError
 from vcollect.stats import SummaryStats
 
 
@@ -361,14 +359,9 @@ def parse_sizes(text: str, total: int) -> list[int]:
 
 def run_split(args: argparse.Namespace, console: Console) -> int:
     """``vcollect split ID --sizes 80,20 --into A B``: shuffle and copy disjoint parts into new datasets."""
-    from vcollect.store import (
-        combine_datasets,
-        dataset_path,
-        delete_dataset,
-        load_dataset,
-        split_dataset,
-    )
-    from vcollect.store.writer import DATASET_FILE
+    from vcollect.store import load_dataset, resolve_root, split_dataset
+    from vcollect.store.staging import discard_staging
+    from vcollect.store.transforms import Staged, publish_staged, stage_combined
 
     check_seed("--seed", args.seed)
     source = load_dataset(args.dataset_id, args.root)
@@ -380,21 +373,19 @@ def run_split(args: argparse.Namespace, console: Console) -> int:
     _check_new(args.into, args.root, overwrite=args.overwrite)
     views = split_dataset(source, sizes, seed=args.seed)
     inherited = {k: v for k, v in source.metadata.items() if k not in ("dataset_id", "created_at", "format_version")}
-    made: list[str] = []
-    try:
+    split_meta = {**inherited, "split_from": source.id, "split_sizes": sizes, "split_seed": args.seed}
+    staged: list[Staged] = []
+    try:  # every part built aside, then all published or none (one journal: store/publish_journal.py)
         for new_id, view in zip(args.into, views):
-            if args.overwrite and (dataset_path(new_id, args.root) / DATASET_FILE).is_file():
-                delete_dataset(new_id, args.root)  # checked above: not through a symbolic link
-            made.append(new_id)
-            # the split metadata goes in with the part (one rename publishes both)
-            split_meta = {**inherited, "split_from": source.id, "split_sizes": sizes, "split_seed": args.seed}
-            part = combine_datasets([view], new_id, args.root, metadata=split_meta)
-            console.print(Text(f"{new_id}: {part.total_episodes:,} episodes, {part.total_steps:,} steps"))
+            staged.append(stage_combined([view], new_id, args.root, metadata=split_meta, overwrite=args.overwrite))
     except BaseException:
-        for new_id in made:  # all or nothing
-            with contextlib.suppress(DatasetError):
-                delete_dataset(new_id, args.root)
+        for part in staged:
+            discard_staging(part.staging, resolve_root(args.root))
         raise
+    publish_staged(staged, args.root, overwrite=args.overwrite)
+    for new_id in args.into:
+        published = load_dataset(new_id, args.root)
+        console.print(Text(f"{new_id}: {published.total_episodes:,} episodes, {published.total_steps:,} steps"))
     return EXIT_OK
 
 

@@ -12,7 +12,9 @@ import h5py
 from vcollect.errors import DatasetError, DatasetNotFoundError
 from vcollect.store.dataset_dir import nested_datasets
 from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, dataset_files, fsync_dir, read_dataset_info
+from vcollect.store.manifest import read_manifest
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.publish_journal import recover_publishes
 from vcollect.store.shard import SHARD_FORMAT_NAME
 from vcollect.store.staging import folder_lock, hidden_dir, remove_stale_staging
 
@@ -42,6 +44,7 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
     id (hidden staging folders, ...) are not datasets and are not listed.
     """
     root_path = resolve_root(root)
+    recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/publish_journal.py)
     out: dict[str, dict[str, Any]] = {}
     if not root_path.is_dir():
         return out
@@ -73,6 +76,16 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
     return dict(sorted(out.items()))
 
 
+def _committed_totals(file: Path, entry: dict[str, Any] | None) -> tuple[int, int]:
+    """A shard's (episodes, steps): from its manifest line when the file is as committed (same size and
+    mtime: no file opened, so listing thousands of shards stays fast), else from the file."""
+    if entry is not None:
+        st = file.stat()
+        if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns"):
+            return int(entry["episodes"]), int(entry["steps"])
+    return _shard_totals(file)
+
+
 def _listing_entry(path: Path, dataset_id: str, root_path: Path) -> dict[str, Any] | None:
     """The ``list_datasets`` value of one dataset directory; None when it vanished while listing."""
     try:
@@ -91,9 +104,10 @@ def _listing_entry(path: Path, dataset_id: str, root_path: Path) -> dict[str, An
         return _broken_entry(path, dataset_id, exc)
     episodes = steps = 0
     corrupt: list[str] = []
+    manifest = read_manifest(path).by_shard
     for file in committed:
         try:
-            n_eps, n_steps = _shard_totals(file)
+            n_eps, n_steps = _committed_totals(file, manifest.get(file.name))
             size += file.stat().st_size
         except Exception:
             corrupt.append(str(file))

@@ -26,6 +26,7 @@ from vcollect.store.dataset_index import EpisodeData, _Index
 from vcollect.store.dataset_info import dataset_files, dataset_spaces, read_dataset_info
 from vcollect.store.manifest import read_manifest
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.publish_journal import recover_publishes
 from vcollect.store.shard import column_path
 from vcollect.store.shard_reader import _Shard
 
@@ -327,6 +328,7 @@ def load_dataset(
     """
     parse_dataset_id(dataset_id)
     root_path = resolve_root(root)
+    recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/publish_journal.py)
     path = dataset_path(dataset_id, root_path)
     info = read_dataset_info(path, dataset_id, root_path)
     obs_space, act_space = dataset_spaces(info)

@@ -27,11 +27,13 @@ from vcollect.errors import DatasetError, DatasetExistsError
 from vcollect.store.dataset_info import SHARD_SUFFIX, TMP_SUFFIX, fsync_dir
 
 __all__ = [
+    "JOURNAL_NAME_FILE",
     "STALE_AFTER_S",
     "discard_staging",
     "fsync_tree",
     "folder_lock",
     "hidden_dir",
+    "is_stale",
     "new_staging_dir",
     "pid_space",
     "process_alive",
@@ -44,6 +46,8 @@ __all__ = [
 
 #: A leftover whose owner cannot be checked (another machine or container) is stale after this long untouched.
 STALE_AFTER_S = 3600.0
+#: In a staging folder that is part of a journaled publish (store/publish_journal.py): the journal's path.
+JOURNAL_NAME_FILE = ".publish-journal"
 
 # <20-digit time>-w<pid>x<hex>-<seq>.h5.<space>.tmp (shard.write_shard's temporary name; without
 # .<space> from vcollect versions before it: those are removed by age only)
@@ -81,7 +85,7 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def _stale(space: str, pid: int, path: Path) -> bool:
+def is_stale(space: str, pid: int, path: Path) -> bool:
     """Dead owner in this process-id space, or (any owner) nothing under ``path`` touched for STALE_AFTER_S."""
     if space == pid_space() and not process_alive(pid):
         return True
@@ -108,7 +112,7 @@ def remove_stale_shard_tmps(shards_dir: Path) -> list[Path]:
         if match is None:
             continue
         try:
-            if not _stale(match["space"] or "", int(match["pid"]), Path(entry.path)):
+            if not is_stale(match["space"] or "", int(match["pid"]), Path(entry.path)):
                 continue
             os.unlink(entry.path)
         except OSError:  # gone meanwhile, or not ours to remove
@@ -192,12 +196,21 @@ def remove_stale_staging(parent: Path) -> list[Path]:
         if match is None or not entry.is_dir(follow_symlinks=False):
             continue
         path = Path(entry.path)
-        if not _stale(match["space"], int(match["pid"]), path):
+        if not is_stale(match["space"], int(match["pid"]), path) or _journaled(path):
             continue
         shutil.rmtree(path, ignore_errors=True)
         if not path.exists():
             removed.append(path)
     return removed
+
+
+def _journaled(staging: Path) -> bool:
+    """A staging folder whose journaled publish was committed: the journal's next reader publishes it."""
+    try:
+        journal = (staging / JOURNAL_NAME_FILE).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return os.path.isfile(journal)
 
 
 def _remove_empty_tree(folder: Path) -> None:

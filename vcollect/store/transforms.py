@@ -3,20 +3,23 @@ with :func:`copy_episodes`)."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from vcollect.errors import DatasetExistsError, SpaceMismatchError
+from vcollect.errors import DatasetExistsError, EnvSpecMismatchError, SpaceMismatchError
 from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.publish_journal import publish_together
 from vcollect.store.reader import Dataset, EpisodeData, load_dataset
-from vcollect.store.staging import discard_staging, new_staging_dir, publish_dir
+from vcollect.store.staging import discard_staging, new_staging_dir
 from vcollect.store.writer import EpisodeStore
 
-__all__ = ["combine_datasets", "copy_episodes", "split_dataset"]
+__all__ = ["Staged", "combine_datasets", "copy_episodes", "publish_staged", "split_dataset", "stage_combined"]
 
 
 def split_dataset(dataset: Dataset, sizes: Sequence[int], seed: int | None = None) -> list[Dataset]:
@@ -39,16 +42,63 @@ def combine_datasets(
     root: str | os.PathLike[str] | None = None,
     *,
     metadata: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
 ) -> Dataset:
     """Copy the episodes of several datasets (objects or ids under ``root``) into a new dataset.
 
     All must have equal observation and action spaces (SpaceMismatchError otherwise). The env spec is
-    kept when all datasets share it. The new dataset's metadata lists the ``combined_datasets``, plus
+    kept as Minari keeps it (:func:`combined_env_spec`); the eval env spec when all datasets share it. The new dataset's metadata lists the ``combined_datasets``, plus
     ``metadata`` when given. Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras
     and metadata. The new dataset is built under a hidden name and appears under ``new_dataset_id`` with one
     rename when complete: killed part-way, nothing is left under the id (the next combine removes the rest).
-    DatasetExistsError when the id exists.
+    DatasetExistsError when the id exists, unless ``overwrite`` (the old dataset is replaced as one journaled
+    step: a kill leaves the old one or the new one, never neither).
     """
+    staged = stage_combined(datasets, new_dataset_id, root, metadata=metadata, overwrite=overwrite)
+    publish_staged([staged], root, overwrite=overwrite)
+    return load_dataset(new_dataset_id, root)
+
+
+def combined_env_spec(spec_jsons: Sequence[str | None], ids: Sequence[str]) -> str | None:
+    """The env spec (JSON) of datasets combined, by Minari's rule: None when none has one; the common spec
+    when they are equal but for ``max_episode_steps``, which becomes the largest (None if any is None);
+    EnvSpecMismatchError when some have none or they name different envs."""
+    present = [json.loads(s) for s in spec_jsons if s is not None]
+    if not present:
+        return None
+    if len(present) < len(spec_jsons):
+        missing = [i for i, s in zip(ids, spec_jsons) if s is None]
+        raise EnvSpecMismatchError(f"cannot combine datasets with an env spec and datasets without one: {missing}")
+    steps = [spec.get("max_episode_steps") for spec in present]
+    common = None if any(n is None for n in steps) else max(steps)
+    first = {**present[0], "max_episode_steps": common}
+    for dataset_id, spec in zip(ids, present):
+        if {**spec, "max_episode_steps": common} != first:
+            raise EnvSpecMismatchError(
+                f"cannot combine {ids[0]!r} and {dataset_id!r}: their env specs differ "
+                f"({present[0].get('id')!r} vs {spec.get('id')!r}; anything but max_episode_steps must match)"
+            )
+    return json.dumps(first)
+
+
+class Staged(NamedTuple):
+    """A dataset built in its hidden staging folder, waiting to be published at ``final``."""
+
+    staging: Path
+    final: Path
+    exists_message: str
+
+
+def stage_combined(
+    datasets: Sequence[Dataset | str],
+    new_dataset_id: str,
+    root: str | os.PathLike[str] | None = None,
+    *,
+    metadata: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> Staged:
+    """combine_datasets up to its last step: the new dataset complete in a staging folder, not yet published
+    (several can then be published all-or-nothing with :func:`publish_staged`, as ``vcollect split`` does)."""
     parse_dataset_id(new_dataset_id)
     loaded = [load_dataset(d, root) if isinstance(d, str) else d for d in datasets]
     if not loaded:
@@ -63,11 +113,11 @@ def combine_datasets(
                 raise SpaceMismatchError(
                     f"cannot combine {first.id!r} and {other.id!r}: {what} spaces differ ({a} vs {b})"
                 )
-    specs = {d.env_spec_json for d in loaded}
+    env_spec = combined_env_spec([d.env_spec_json for d in loaded], [d.id for d in loaded])
     eval_specs = {d.eval_env_spec_json for d in loaded}
     final = dataset_path(new_dataset_id, root)
     exists = f"dataset {new_dataset_id!r} already exists at {str(final)!r}; delete it first or pick another id"
-    if (final / DATASET_FILE).exists():
+    if (final / DATASET_FILE).exists() and not overwrite:
         raise DatasetExistsError(exists)
     staging = new_staging_dir(final)
     try:
@@ -76,7 +126,7 @@ def combine_datasets(
             new_dataset_id,
             first.observation_space,
             first.action_space,
-            env_spec=specs.pop() if len(specs) == 1 else None,
+            env_spec=env_spec,
             eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
             metadata={"combined_datasets": [d.id for d in loaded], **(metadata or {})},
         ).close()
@@ -84,11 +134,20 @@ def combine_datasets(
             # One writer per source, so each source's infos/extras structure gets its own shards.
             with EpisodeStore._open_at(staging, new_dataset_id, resolve_root(root)) as store:
                 copy_episodes(dataset.iterate_episodes(), store)
-        publish_dir(staging, final, marker=DATASET_FILE, overwrite=False, exists_message=exists)
     except BaseException:
         discard_staging(staging, resolve_root(root))
         raise
-    return load_dataset(new_dataset_id, root)
+    return Staged(staging, final, exists)
+
+
+def publish_staged(parts: Sequence[Staged], root: str | os.PathLike[str] | None = None, *,
+                   overwrite: bool = False) -> None:
+    """Publish staged datasets all-or-nothing (store/publish_journal.py); on an error before the commit
+    point every staging folder is removed."""
+    root_path = resolve_root(root)
+    publish_together([(p.staging, p.final) for p in parts], root_path, marker=DATASET_FILE,
+                     overwrite=overwrite, exists_messages=[p.exists_message for p in parts],
+                     discard=lambda staging: discard_staging(staging, root_path))
 
 
 def copy_episodes(episodes: Iterable[EpisodeData], store: EpisodeStore) -> int:
