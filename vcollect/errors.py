@@ -78,3 +78,7 @@ class DiskFullError(DatasetError):
     Nothing already stored is damaged and no partial file is left; a writer keeps its pending episodes, so
     ``flush()`` after freeing space commits them.
     """
+
+
+class BufferNotReadyError(VCollectError, RuntimeError):
+    """A ring buffer made without spaces was used before a Collector (or ``bind_spaces``) gave it its spaces."""
