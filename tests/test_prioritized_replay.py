@@ -22,11 +22,14 @@ ACT = gs.Discrete(2)
     size=st.integers(1, 70),
     updates=st.lists(st.lists(st.tuples(st.integers(0, 69), st.integers(0, 9)), max_size=12), min_size=1, max_size=5),
     queries=st.lists(st.floats(0.0, 1.0, exclude_min=True), min_size=1, max_size=20),
+    data=st.data(),
 )
 def test_sum_tree_prefix_search_matches_cumulative_sums(
-    size: int, updates: list[list[tuple[int, int]]], queries: list[float]
+    size: int, updates: list[list[tuple[int, int]]], queries: list[float], data: st.DataObject
 ) -> None:
-    tree, plain = SumTree(size), np.zeros(size)
+    depth = max(0, (size - 1).bit_length())
+    top = data.draw(st.integers(0, depth), label="top_level")  # binary walk below it, cumulative sums at it
+    tree, plain = SumTree(size, top_level=top), np.zeros(size)
     for batch in updates:  # integer-valued leaves: every sum is exact, so the answers must be equal
         idx = np.array([i % size for i, _ in batch], dtype=np.intp)
         values = np.array([float(v) for _, v in batch])
@@ -47,6 +50,9 @@ def test_sum_tree_prefix_search_matches_cumulative_sums(
 def test_sum_tree_bad_size() -> None:
     with pytest.raises(ValueError, match="at least one leaf"):
         SumTree(0)
+    with pytest.raises(ValueError, match="top_level"):
+        SumTree(8, top_level=4)
+    assert SumTree(100_000).top_level == 12 and SumTree(100).top_level == 7
 
 
 def prio_ring(alpha: float = 1.0, beta: float = 0.5, capacity: int = 8, seed: int = 0, **kw: object

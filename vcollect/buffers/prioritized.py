@@ -134,10 +134,9 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         """As :meth:`VectorRingBuffer.sample`, rows drawn in proportion to their priorities, with ``weights``
         (importance weights, float64) in the batch."""
         self._sync()
-        rows = draw_priority_rows(self._tree, self._has_flat, batch_size, self._rng if rng is None else rng)
+        rows, p = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
         self._sampled_gen[rows] = self._row_gen[rows]
         batch = gather_transitions(self, rows, stack_num)
-        p = self._tree[rows]
         if self.weight_norm:
             batch["weights"] = (p / p.min()) ** -self.beta
         else:
@@ -165,9 +164,11 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             raise ValueError("update_weight got priorities that are NaN or infinite; check the TD errors")
         self._sync()
         fresh = self._row_gen[idx] == self._sampled_gen[idx]
-        if fresh.any():
-            p = p[fresh] + _EPS
-            self._tree.set(idx[fresh], p**self.alpha)
+        if not fresh.all():
+            idx, p = idx[fresh], p[fresh]
+        if idx.size:
+            p += _EPS
+            self._tree.set(idx, p**self.alpha)
             self.max_priority = max(self.max_priority, float(p.max()))
         return fresh
 

@@ -74,8 +74,9 @@ def draw_rows(has: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.
     return rows
 
 
-def draw_priority_rows(tree: SumTree, has: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
-    """``batch_size`` flat step rows drawn with replacement in proportion to their leaves in ``tree``.
+def draw_priority_rows(tree: SumTree, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``batch_size`` flat step rows drawn with replacement in proportion to their leaves in ``tree``, and
+    their leaf values.
 
     Values are drawn in (0, total], so a leaf of 0 (a row holding no step) is never found in exact
     arithmetic; the few that rounding could still land on are drawn again.
@@ -84,17 +85,16 @@ def draw_priority_rows(tree: SumTree, has: np.ndarray, batch_size: int, rng: np.
     total = tree.total
     if not total > 0.0:
         raise ValueError("cannot sample from a buffer that holds no transitions: collect some steps first")
-    rows = np.minimum(tree.find((1.0 - rng.random(batch_size)) * total), tree.size - 1)
-    bad = np.flatnonzero(~has[rows] | (tree[rows] <= 0.0))
+    rows = tree.find((1.0 - rng.random(batch_size)) * total)  # a padding leaf past size is 0: redrawn
+    leaf = tree[rows]
+    bad = np.flatnonzero(leaf <= 0.0)  # rows holding no step have leaf 0 (the caller synced the tree)
     for _ in range(_REDRAW_ROUNDS):
         if not bad.size:
-            return rows
-        again = np.minimum(tree.find((1.0 - rng.random(bad.size)) * total), tree.size - 1)
-        rows[bad] = again
-        bad = bad[~has[again] | (tree[again] <= 0.0)]
-    if bad.size:
-        raise RuntimeError(f"prioritized sampling kept finding empty rows ({bad.size}); the sum tree is inconsistent")
-    return rows
+            return rows, leaf
+        again = tree.find((1.0 - rng.random(bad.size)) * total)
+        rows[bad], leaf[bad] = again, tree[again]
+        bad = bad[leaf[bad] <= 0.0]
+    raise RuntimeError(f"prioritized sampling kept finding empty rows ({bad.size}); the sum tree is inconsistent")
 
 
 def stack_rows(rows: np.ndarray, stack_num: int, has: np.ndarray, capacity: int) -> np.ndarray:
