@@ -3,6 +3,7 @@ weights as Tianshou normalises them, new rows at the largest priority, stale ind
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces as gs
@@ -168,3 +169,27 @@ def test_prioritized_ring_with_a_collector_and_stacks() -> None:
     assert batch["observations"].shape == (32, 3, 4) and batch["weights"].shape == (32,)
     np.testing.assert_array_equal(batch["observations"][:, -1], ring._obs_flat[0][batch["indices"]])
     assert np.all(ring.priorities(batch["indices"]) == 1.0)  # all new rows at the initial max priority
+
+
+@pytest.mark.parametrize("mode", ["dummy", "same-step", "next-step"])
+def test_every_write_path_gives_step_rows_priority_and_other_rows_none(mode: str) -> None:
+    """add (subset loop), add_all (SAME_STEP) and add_steps (NEXT_STEP blocks): after collection wrapping
+    the rings many times, a row has priority exactly when it holds a step, the newest at the max."""
+    from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+    fns = [lambda: gym.make("CartPole-v1") for _ in range(3)]
+    envs = (
+        vcollect.DummyVectorEnv(fns) if mode == "dummy"
+        else SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP if mode == "same-step" else AutoresetMode.NEXT_STEP)
+    )
+    ring = PrioritizedVectorRingBuffer(3, 16, alpha=0.5, beta=0.4, seed=0)
+    with vcollect.Collector(None, envs, ring, seed=0) as collector:
+        collector.collect(n_step=150, random=True, reset_before_collect=True)
+        batch = ring.sample(64)
+        ring.update_weight(batch["indices"], np.full(64, 4.0))
+        collector.collect(n_step=120, random=True)
+        leaves = ring.priorities(np.arange(48))
+        np.testing.assert_array_equal(leaves > 0, ring._has_flat)
+        # 120 steps over 3 rings of 16 rows rewrote every row since the update: all at the new max
+        np.testing.assert_allclose(leaves[ring._has_flat], (4.0 + np.finfo(np.float32).eps) ** 0.5)
+        assert ring._tree.total == pytest.approx(leaves.sum())
