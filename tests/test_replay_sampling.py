@@ -133,9 +133,10 @@ def test_sample_uses_the_rings_seeded_generator_unless_one_is_given() -> None:
     assert batch["dones"].any() and not batch["dones"].all()
 
 
-def test_uniform_draws_over_step_rows() -> None:
+@pytest.mark.parametrize("capacity", [16, 400, 5000])  # full; a tenth full; under 1/32 full (listed)
+def test_uniform_draws_over_step_rows(capacity: int) -> None:
     """Redrawn candidates keep the draw uniform over the step rows (chi-square over all of them)."""
-    ring = filled_ring(num_envs=3, capacity=16, steps=40)
+    ring = filled_ring(num_envs=3, capacity=capacity, steps=40)
     steps = np.flatnonzero(ring._has_flat)
     n = 60_000
     counts = np.bincount(ring.sample(n)["indices"], minlength=ring._has_flat.size)

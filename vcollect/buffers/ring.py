@@ -31,6 +31,11 @@ class VectorRingBuffer:
 
     ``start_episodes`` and ``add`` take distinct env ids in ``[0, num_envs)``; they are the per-step
     hot path and do not re-validate their arguments (``add`` needs a started episode for every id).
+
+    As a replay buffer: ``VectorRingBuffer(total_size=..., num_envs=...)`` (Tianshou's
+    ``VectorReplayBuffer(total_size, buffer_num)``) is made without spaces, which the Collector it is given
+    to sets; ``sample`` draws with the generator seeded by ``seed``. A ring of c rows holds c - 1 - (episodes
+    in it) transitions: each episode's final observation has its own row instead of a copy in every row.
     """
 
     def __init__(

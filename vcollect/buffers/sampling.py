@@ -19,8 +19,10 @@ if TYPE_CHECKING:
     from vcollect.buffers.ring import VectorRingBuffer
     from vcollect.buffers.sum_tree import SumTree
 
-# Rounds of redrawing the rejected candidates before falling back to listing every step row.
+# Rounds of redrawing rejected candidates before falling back to listing every step row.
 _REDRAW_ROUNDS = 16
+# Below 1 step row in this many rows, listing the step rows is cheaper than drawing candidates.
+_MIN_SHARE = 32
 
 
 def ring_capacity(num_envs: int, capacity: int | None, total_size: int | None) -> int:
@@ -53,25 +55,34 @@ def check_count(name: str, value: Any, low: int, high: int | None = None) -> int
 def draw_rows(has: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     """``batch_size`` flat step rows drawn uniformly with replacement.
 
-    Candidates are drawn from every row and the ones that hold no step are redrawn (each kept draw is
-    uniform over step rows): no pass over the whole ring while most rows are steps, which they are once it
-    has filled. A ring still mostly empty is listed once instead.
+    Candidates are drawn from every row and those that hold no step are dropped: the kept ones, taken in
+    order, are independent uniform draws of step rows. Each round draws what is still missing, scaled by
+    the share kept so far, so a ring still filling up takes few rounds; no pass over the whole ring unless
+    under 1 row in ``_MIN_SHARE`` is a step (then the step rows are listed once).
     """
     batch_size = check_count("batch_size", batch_size, 1)
     rows = rng.integers(0, has.size, size=batch_size)
-    missing = np.flatnonzero(~has[rows])
-    rounds = 0
-    while missing.size and 2 * missing.size <= batch_size and rounds < _REDRAW_ROUNDS:
-        again = rng.integers(0, has.size, size=missing.size)
-        rows[missing] = again
-        missing = missing[~has[again]]
-        rounds += 1
-    if missing.size:
-        stored = np.flatnonzero(has)
-        if stored.size == 0:
-            raise ValueError("cannot sample from a buffer that holds no transitions: collect some steps first")
-        rows[missing] = stored[rng.integers(0, stored.size, size=missing.size)]
-    return rows
+    ok = has[rows]
+    if ok.all():
+        return rows
+    kept, drawn = [rows[ok]], batch_size
+    have = int(kept[0].size)
+    for _ in range(_REDRAW_ROUNDS):
+        share = have / drawn
+        if share < 1 / _MIN_SHARE:
+            break
+        more = rng.integers(0, has.size, size=int((batch_size - have) / share * 1.25) + 8)
+        drawn += more.size
+        more = more[has[more]]
+        kept.append(more)
+        have += more.size
+        if have >= batch_size:
+            return np.concatenate(kept)[:batch_size]
+    stored = np.flatnonzero(has)
+    if stored.size == 0:
+        raise ValueError("cannot sample from a buffer that holds no transitions: collect some steps first")
+    rest = stored[rng.integers(0, stored.size, size=batch_size - have)]
+    return np.concatenate([*kept, rest])
 
 
 def draw_priority_rows(tree: SumTree, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
