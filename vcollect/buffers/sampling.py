@@ -93,18 +93,18 @@ def draw_priority_rows(tree: SumTree, batch_size: int, rng: np.random.Generator)
     arithmetic; the few that rounding could still land on are drawn again.
     """
     batch_size = check_count("batch_size", batch_size, 1)
-    total = tree.total
-    if not total > 0.0:
+    if not tree.total > 0.0:
         raise ValueError("cannot sample from a buffer that holds no transitions: collect some steps first")
-    rows = tree.find((1.0 - rng.random(batch_size)) * total)  # a padding leaf past size is 0: redrawn
-    leaf = tree[rows]
+    rows, leaf = tree.sample(1.0 - rng.random(batch_size))
+    if leaf.min() > 0.0:
+        return rows, leaf
     bad = np.flatnonzero(leaf <= 0.0)  # rows holding no step have leaf 0 (the caller synced the tree)
     for _ in range(_REDRAW_ROUNDS):
+        again, again_leaf = tree.sample(1.0 - rng.random(bad.size))
+        rows[bad], leaf[bad] = again, again_leaf
+        bad = bad[again_leaf <= 0.0]
         if not bad.size:
             return rows, leaf
-        again = tree.find((1.0 - rng.random(bad.size)) * total)
-        rows[bad], leaf[bad] = again, tree[again]
-        bad = bad[leaf[bad] <= 0.0]
     raise RuntimeError(f"prioritized sampling kept finding empty rows ({bad.size}); the sum tree is inconsistent")
 
 

@@ -36,6 +36,7 @@ class SumTree:
         self._tree = np.zeros(2 * self.bound, dtype=np.float64)
         self._pairs = self._tree.reshape(self.bound, 2)  # _pairs[i] = the children of node i
         self._top = self._tree[1 << top : 2 << top]  # the top level, a view
+        self._prefix = np.zeros(self._top.size + 1)  # 0, then the cumulative sums of the top level
 
     @property
     def total(self) -> float:
@@ -71,16 +72,32 @@ class SumTree:
         """For each v in ``values`` (in (0, total]): the smallest leaf i whose prefix sum (leaves 0..i) reaches
         v. A leaf of value 0 is never the answer in exact arithmetic; the caller checks for rounding."""
         v = np.array(values, dtype=np.float64)  # a copy, reduced in place
-        top = self._top
-        cumulative = np.cumsum(top)
-        j = np.minimum(np.searchsorted(cumulative, v, side="left"), top.size - 1)
-        np.subtract(v, cumulative[j - 1], out=v, where=j > 0)  # what is left inside node j
-        child = (j + (1 << self.top_level)) << 1  # the left child of each walk's node
+        return self._walk(v, self._top_prefix()) - self.bound
+
+    def sample(self, uniform: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Leaves drawn in proportion to their values, one per ``uniform`` value in (0, 1] (consumed: scaled
+        in place), and their values: :meth:`find` of ``uniform * total``, total taken from the same sums."""
+        prefix = self._top_prefix()
+        uniform *= prefix[-1]
+        nodes = self._walk(uniform, prefix)
+        return nodes - self.bound, self._tree[nodes]
+
+    def _top_prefix(self) -> np.ndarray:
+        np.cumsum(self._top, out=self._prefix[1:])
+        return self._prefix
+
+    def _walk(self, v: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+        """Heap indices of the leaves found for v (modified): the top level's node by ``searchsorted`` in its
+        cumulative sums, then down the binary levels below it."""
+        j = np.searchsorted(prefix[1:], v, side="left")
+        np.minimum(j, self._top.size - 1, out=j)  # v a rounding above the total
+        v -= prefix[j]  # what is left inside top node j
+        node = j + (1 << self.top_level)
         tree = self._tree
         for _ in range(self.depth - self.top_level):
-            left = tree[child]
+            node <<= 1  # its left child
+            left = tree[node]
             right = left < v
             np.subtract(v, left, out=v, where=right)
-            child += right
-            child <<= 1
-        return (child >> 1) - self.bound
+            node += right
+        return node
