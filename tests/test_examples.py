@@ -31,7 +31,8 @@ def example_main(name: str) -> Any:
 
 
 def test_every_example_is_tested() -> None:
-    tested = {"random_dataset", "torch_rollout", "online_to_offline", "async_slow_envs", "minari_export", "bc_pong"}
+    tested = {"random_dataset", "torch_rollout", "online_to_offline", "async_slow_envs", "minari_export",
+              "dqn_cartpole", "bc_pong"}  # dqn_cartpole: tests/test_dqn_example.py
     assert {path.stem for path in EXAMPLES.glob("*.py")} == tested
 
 
@@ -61,7 +62,7 @@ def run_without_torch(name: str) -> subprocess.CompletedProcess[str]:
                           timeout=120, stdin=subprocess.DEVNULL)
 
 
-@pytest.mark.parametrize("name", ["torch_rollout", "online_to_offline", "bc_pong"])
+@pytest.mark.parametrize("name", ["torch_rollout", "online_to_offline", "dqn_cartpole", "bc_pong"])
 def test_torch_example_without_torch_says_which_extra_in_one_line(name: str) -> None:
     result = run_without_torch(name)
     assert result.returncode in (1, 2)

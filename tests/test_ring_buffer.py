@@ -179,7 +179,10 @@ def check_against_reference(
         "next_observations",
         "terminations",
         "truncations",
+        "dones",
+        "indices",
     }
+    np.testing.assert_array_equal(batch["dones"], batch["terminations"] | batch["truncations"])
     obs = flatten_batch(cfg.obs_space, batch["observations"])
     nxt = flatten_batch(cfg.obs_space, batch["next_observations"])
     acts = flatten_batch(cfg.act_space, batch["actions"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from vcollect.async_collector import AsyncCollector
-from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
 from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.collector import Collector
 from vcollect.envs import (
@@ -19,6 +19,7 @@ from vcollect.envs import (
 )
 from vcollect.errors import (
     ActionError,
+    BufferNotReadyError,
     CollectorStateError,
     CorruptShardError,
     DatasetError,
@@ -94,6 +95,8 @@ __all__ = [
     "VCollectError",
     "VectorEnv",
     "VectorRingBuffer",
+    "PrioritizedVectorRingBuffer",
+    "BufferNotReadyError",
     "make_vector",
 ]
 

@@ -193,6 +193,8 @@ class Collector:
                 f"buffer has {buffer.num_envs} env rings but the collector has {self.num_envs} envs; "
                 "make the VectorRingBuffer with num_envs equal to envs.num_envs"
             )
+        if not buffer.has_spaces:  # VectorRingBuffer(total_size=..., num_envs=...): the envs' spaces
+            buffer.bind_spaces(self.observation_space, self.action_space)
         for what, ring_space, env_space in (
             ("observation", buffer.observation_space, self.observation_space),
             ("action", buffer.action_space, self.action_space),

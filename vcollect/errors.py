@@ -97,3 +97,7 @@ class EnvAttributeError(VCollectError, AttributeError):
 
 class EnvSpecMismatchError(DatasetError, ValueError):
     """Datasets to combine were collected from different envs (their env specs differ beyond max_episode_steps)."""
+
+
+class BufferNotReadyError(VCollectError, RuntimeError):
+    """A ring buffer made without spaces was used before a Collector (or ``bind_spaces``) gave it its spaces."""

@@ -1,5 +1,6 @@
-"""Per-env ring buffers of rows, written vectorised over env ids."""
+"""Per-env ring buffers of rows, written vectorised over env ids, and replay sampling from them."""
 
+from vcollect.buffers.prioritized import PrioritizedVectorRingBuffer
 from vcollect.buffers.ring import EpisodeEnds, EpisodeSlice, VectorRingBuffer
 
-__all__ = ["EpisodeEnds", "EpisodeSlice", "VectorRingBuffer"]
+__all__ = ["EpisodeEnds", "EpisodeSlice", "PrioritizedVectorRingBuffer", "VectorRingBuffer"]

@@ -12,12 +12,15 @@ microseconds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, _Chunk
+from vcollect.buffers.row_writes import _row_items, _scatter, _write_columns
+from vcollect.buffers.sampling import draw_rows, gather_transitions, ring_capacity
+from vcollect.errors import BufferNotReadyError
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
 __all__ = ["EpisodeEnds", "EpisodeSlice", "VectorRingBuffer"]
@@ -28,27 +31,69 @@ class VectorRingBuffer:
 
     ``start_episodes`` and ``add`` take distinct env ids in ``[0, num_envs)``; they are the per-step
     hot path and do not re-validate their arguments (``add`` needs a started episode for every id).
+
+    As a replay buffer: ``VectorRingBuffer(total_size=..., num_envs=...)`` (Tianshou's
+    ``VectorReplayBuffer(total_size, buffer_num)``) is made without spaces, which the Collector it is given
+    to sets; ``sample`` draws with the generator seeded by ``seed``. A ring of c rows holds c - 1 - (episodes
+    in it) transitions: each episode's final observation has its own row instead of a copy in every row.
     """
 
     def __init__(
         self,
         num_envs: int,
-        capacity: int,
-        observation_space: gym.Space[Any],
-        action_space: gym.Space[Any],
+        capacity: int | None = None,
+        observation_space: gym.Space[Any] | None = None,
+        action_space: gym.Space[Any] | None = None,
         *,
         keep_overflow: bool = False,
+        total_size: int | None = None,
+        seed: int | np.random.SeedSequence | None = None,
     ) -> None:
+        capacity = ring_capacity(num_envs, capacity, total_size)
         if int(num_envs) < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if int(capacity) < 2:
             raise ValueError(f"capacity must be >= 2 (an episode step needs two rows), got {capacity}")
-        self.num_envs = n = int(num_envs)
-        self.capacity = c = int(capacity)
+        self.num_envs = int(num_envs)
+        self.capacity = int(capacity)
+        self.keep_overflow = bool(keep_overflow)
+        self._rng = np.random.default_rng(seed)  # sample()'s generator unless one is passed
+        self.observation_space: gym.Space[Any] = None  # type: ignore[assignment]  # set by bind_spaces
+        self.action_space: gym.Space[Any] = None  # type: ignore[assignment]
+        if (observation_space is None) != (action_space is None):
+            raise ValueError("give both observation_space and action_space, or neither (a Collector sets them)")
+        if observation_space is not None and action_space is not None:
+            self.bind_spaces(observation_space, action_space)
+
+    @property
+    def has_spaces(self) -> bool:
+        """Whether the ring has its spaces (and storage): given when made, or by a Collector."""
+        return self.observation_space is not None
+
+    def bind_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        """Give a ring made without spaces its envs' spaces and allocate its rows (a Collector calls this
+        with its envs' single spaces, as Tianshou's collector shapes a VectorReplayBuffer on first add)."""
+        if self.has_spaces:
+            raise ValueError("this ring already has its spaces; make a new VectorRingBuffer for other spaces")
         self.observation_space = observation_space
         self.action_space = action_space
-        self.keep_overflow = bool(keep_overflow)
+        self._allocate()
 
+    if not TYPE_CHECKING:  # at run time only, so that mypy still checks every attribute of the class
+
+        def __getattr__(self, name: str) -> Any:
+            """Reached only for attributes not set: the storage of a ring still waiting for its spaces."""
+            if name.startswith("_") and not name.startswith("__") and self.__dict__.get("observation_space", 0) is None:
+                raise BufferNotReadyError(
+                    "this VectorRingBuffer was made without spaces: give it to a Collector (which sets its "
+                    "envs' spaces) or call bind_spaces(observation_space, action_space) before using it"
+                )
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _allocate(self) -> None:
+        """The rows and per-env state for the spaces bound; then :meth:`reset`."""
+        n, c = self.num_envs, self.capacity
+        observation_space, action_space = self.observation_space, self.action_space
         self._obs_leaves = leaves(observation_space)
         self._act_leaves = leaves(action_space)
         self._obs_nested = isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
@@ -525,59 +570,18 @@ class VectorRingBuffer:
         rows = self._last_flat[env_ids]
         return unflatten_batch(self.observation_space, [a[rows] for a in self._obs_flat])
 
-    def sample(self, batch_size: int, rng: np.random.Generator) -> dict[str, Any]:
-        """``batch_size`` transitions drawn uniformly (with replacement) from those stored."""
-        stored = np.flatnonzero(self._has_flat)
-        if stored.size == 0:
-            raise ValueError("cannot sample from a buffer that holds no transitions")
-        rows = stored[rng.integers(0, stored.size, size=int(batch_size))]
-        nxt = self._next_flat[rows]
-        return {
-            "observations": unflatten_batch(self.observation_space, [a[rows] for a in self._obs_flat]),
-            "actions": unflatten_batch(self.action_space, [a[rows] for a in self._act_flat]),
-            "rewards": self._rew_flat[rows],
-            "next_observations": unflatten_batch(self.observation_space, [a[nxt] for a in self._obs_flat]),
-            "terminations": self._term_flat[rows],
-            "truncations": self._trunc_flat[rows],
-        }
+    def sample(
+        self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1
+    ) -> dict[str, Any]:
+        """``batch_size`` transitions drawn uniformly (with replacement) from those stored, with the ring's own
+        seeded generator unless ``rng`` is given: a dict of ``observations``, ``actions``, ``rewards``,
+        ``next_observations``, ``terminations``, ``truncations``, ``dones`` (either flag) and ``indices``
+        (flat row ids, ``env_id * capacity + row``: Tianshou's ``sample`` returns them beside its Batch).
 
-
-def _write_columns(store: np.ndarray, start: int, values: np.ndarray) -> None:
-    """``store[:, start + j] = values[j]`` for each of the k rows of values, columns wrapping around the
-    (num_envs, capacity, ...) store's capacity (k <= capacity)."""
-    capacity = store.shape[1]
-    stop = start + len(values)
-    by_env = values.swapaxes(0, 1)
-    if stop <= capacity:
-        store[:, start:stop] = by_env
-    else:
-        split = capacity - start
-        store[:, start:] = by_env[:, :split]
-        store[:, : stop - capacity] = by_env[:, split:]
-
-
-def _row_items(rows: np.ndarray) -> np.ndarray | None:
-    """A 1-D view of C-contiguous ``rows`` (N, ...) holding each row as one opaque (void) item, or None where
-    rows are single values or empty. numpy scatters such items several times faster than the rows of a
-    2-D array, which it copies through a slower per-row loop."""
-    if rows.ndim < 2 or rows[0].nbytes == 0:
-        return None
-    return rows.reshape(len(rows), -1).view(np.dtype((np.void, rows[0].nbytes)))[:, 0]
-
-
-def _scatter(store: np.ndarray, items: np.ndarray | None, rows: np.ndarray, values: Any) -> None:
-    """``store[rows] = values``, through ``items`` (``_row_items(store)``) where values are C-contiguous rows
-    of the same dtype and shape, the usual case, else numpy's general (casting, broadcasting) assignment."""
-    if items is None:
-        store[rows] = values
-    elif (
-        type(values) is np.ndarray
-        and values.dtype == store.dtype
-        and values.shape[1:] == store.shape[1:]
-        and values.flags.c_contiguous
-    ):
-        if values.ndim > 2:
-            values = values.reshape(len(values), -1)
-        items[rows] = values.view(items.dtype).ravel()  # (k, 1) items, as a 1-D view
-    else:
-        store[rows] = values
+        ``stack_num=k`` stacks observations over the last k steps of the same episode, shape (batch, k, ...),
+        oldest first, the episode's first frame repeated before its start (as Tianshou's ``stack_num``), and
+        the next observations likewise (the stack the agent sees one step later); rows are gathered by index,
+        never stored k times. Frames older than the oldest row still in the ring repeat that row, as Tianshou.
+        """
+        rows = draw_rows(self._has_flat, batch_size, self._rng if rng is None else rng)
+        return gather_transitions(self, rows, stack_num)

@@ -1,0 +1,181 @@
+"""PrioritizedVectorRingBuffer: the rings sampled in proportion to priorities (prioritized replay).
+
+Priorities live in a :class:`~vcollect.buffers.sum_tree.SumTree` with one leaf per ring row: a step row
+has ``priority ** alpha``, any other row 0. New step rows get the largest priority given so far, as
+Tianshou's PrioritizedReplayBuffer. The writes only note which rows they touched (one small array per
+write, no tree work in the collection path); the tree takes them in one vectorised update before the next
+``sample`` or ``update_weight``, each at the priority that was the largest when it was written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.buffers.episodes import EpisodeEnds
+from vcollect.buffers.ring import VectorRingBuffer
+from vcollect.buffers.sampling import draw_priority_rows, gather_transitions
+from vcollect.buffers.sum_tree import SumTree
+
+# Added to |priority| so that no transition's probability becomes 0 (Tianshou adds float32's eps too).
+_EPS = float(np.finfo(np.float32).eps)
+
+
+class PrioritizedVectorRingBuffer(VectorRingBuffer):
+    """A :class:`VectorRingBuffer` whose ``sample`` draws step rows with probability proportional to
+    ``priority ** alpha`` and adds importance weights: ``weights = (P_j / min_batch P) ** -beta``, the
+    batch's largest weight 1 (Tianshou's ``weight_norm=True``); with ``weight_norm=False`` the paper's
+    unnormalised ``(N * P_j / sum P) ** -beta``, N the transitions stored (Tianshou's divides by its
+    smallest raw priority instead, which mixes priorities with and without alpha; vcollect does not).
+
+    ``update_weight(indices, priorities)`` sets new priorities (``|p| + eps``) of rows a ``sample`` returned.
+    Stale indices, rows rewritten since the ``sample`` that last returned them (the collector moved on
+    between sampling and the update), are ignored: their new transition keeps the priority it was given
+    when written. ``update_weight`` returns which indices it applied.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        capacity: int | None = None,
+        observation_space: gym.Space[Any] | None = None,
+        action_space: gym.Space[Any] | None = None,
+        *,
+        alpha: float,
+        beta: float,
+        weight_norm: bool = True,
+        keep_overflow: bool = False,
+        total_size: int | None = None,
+        seed: int | np.random.SeedSequence | None = None,
+    ) -> None:
+        if not float(alpha) > 0.0:
+            raise ValueError(f"alpha must be > 0 (priority ** alpha), got {alpha}")
+        if not float(beta) >= 0.0:
+            raise ValueError(f"beta must be >= 0, got {beta}")
+        self.alpha, self.beta, self.weight_norm = float(alpha), float(beta), bool(weight_norm)
+        self.max_priority = 1.0
+        super().__init__(
+            num_envs, capacity, observation_space, action_space,
+            keep_overflow=keep_overflow, total_size=total_size, seed=seed,
+        )
+
+    def _allocate(self) -> None:
+        rows = self.num_envs * self.capacity
+        self._tree = SumTree(rows)
+        self._row_gen = np.zeros(rows, dtype=np.int64)  # bumped whenever the row is rewritten
+        self._sampled_gen = np.full(rows, -1, dtype=np.int64)  # the row's gen when a sample last returned it
+        self._touched: list[np.ndarray] = []  # rows written since the tree last took them
+        self._touched_rows = 0
+        super()._allocate()
+
+    def set_beta(self, beta: float) -> None:
+        """Change beta (e.g. annealed towards 1 over training), as Tianshou's ``set_beta``."""
+        if not float(beta) >= 0.0:
+            raise ValueError(f"beta must be >= 0, got {beta}")
+        self.beta = float(beta)
+
+    # ------------------------------------------------------------------------- writes: note the rows
+    def reset(self) -> None:
+        """Forget everything stored, priorities included (every earlier index becomes stale)."""
+        super().reset()
+        self._tree.reset()
+        self._row_gen += 1
+        self._touched.clear()
+        self._touched_rows = 0
+
+    def _note(self, rows: np.ndarray) -> None:
+        self._touched.append(rows)
+        self._touched_rows += rows.size
+        if self._touched_rows > self._tree.size:  # bound the notes of a long collection without sampling
+            self._sync()
+
+    def start_episodes(self, env_ids: np.ndarray, obs_batch: Any) -> None:
+        super().start_episodes(env_ids, obs_batch)
+        self._note(self._last_flat[env_ids])
+
+    def add(self, env_ids: np.ndarray, actions: Any, rewards: Any, terminations: Any, truncations: Any,
+            next_obs: Any) -> None:
+        env_ids = np.asarray(env_ids)
+        before = self._last_flat[env_ids]
+        super().add(env_ids, actions, rewards, terminations, truncations, next_obs)
+        self._note(np.concatenate([before, self._last_flat[env_ids]]))
+
+    def add_all(self, actions: Any, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray,
+                next_obs: Any, started: np.ndarray | None = None, stepped: np.ndarray | None = None) -> None:
+        before = self._last_flat.copy()
+        super().add_all(actions, rewards, terminations, truncations, next_obs, started, stepped)
+        self._note(np.concatenate([before, self._last_flat]))
+
+    def add_steps(self, actions: list[np.ndarray], rewards: np.ndarray, terminations: np.ndarray,
+                  truncations: np.ndarray, next_obs: list[np.ndarray], restarts: np.ndarray) -> EpisodeEnds:
+        before = self._last_flat.copy()
+        ends = super().add_steps(actions, rewards, terminations, truncations, next_obs, restarts)
+        c = self.capacity
+        base = before - before % c
+        self._note((base + (before - base + np.arange(len(rewards) + 1)[:, None]) % c).reshape(-1))
+        return ends
+
+    def _sync(self) -> None:
+        """Give the rows written since the last sync their priority: the largest so far if they hold a step."""
+        if not self._touched:
+            return
+        rows = np.concatenate(self._touched)
+        self._touched.clear()
+        self._touched_rows = 0
+        self._row_gen[rows] += 1
+        self._tree.set(rows, np.where(self._has_flat[rows], self.max_priority**self.alpha, 0.0))
+
+    # ----------------------------------------------------------------------------- sampling, updates
+    def sample(
+        self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1
+    ) -> dict[str, Any]:
+        """As :meth:`VectorRingBuffer.sample`, rows drawn in proportion to their priorities, with ``weights``
+        (importance weights, float64) in the batch."""
+        self._sync()
+        rows, p = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
+        self._sampled_gen[rows] = self._row_gen[rows]
+        batch = gather_transitions(self, rows, stack_num)
+        if self.weight_norm:
+            batch["weights"] = (p / p.min()) ** -self.beta
+        else:
+            stored = np.count_nonzero(self._has_flat)
+            batch["weights"] = (stored * p / self._tree.total) ** -self.beta
+        return batch
+
+    def priorities(self, indices: np.ndarray) -> np.ndarray:
+        """The current ``priority ** alpha`` of rows ``indices`` (0 for rows holding no step)."""
+        self._sync()
+        return self._tree[self._check_indices(indices)]
+
+    def update_weight(self, indices: np.ndarray, priorities: Any) -> np.ndarray:
+        """Set the priorities of rows ``indices`` (from a batch's ``indices``) to ``|priorities| + eps``;
+        ``priorities`` may be numpy or a torch tensor (e.g. TD errors). Indices whose rows were rewritten
+        since they were sampled are ignored (see the class docstring). Returns the bool mask of the
+        indices applied."""
+        idx = self._check_indices(indices)
+        if hasattr(priorities, "detach"):  # a torch tensor, maybe on a device or needing grad
+            priorities = priorities.detach().cpu().numpy()
+        p = np.abs(np.asarray(priorities, dtype=np.float64)).reshape(-1)
+        if p.shape != idx.shape:
+            raise ValueError(f"update_weight got {idx.size} indices but {p.size} priorities; give one per index")
+        if not np.isfinite(p).all():
+            raise ValueError("update_weight got priorities that are NaN or infinite; check the TD errors")
+        self._sync()
+        fresh = self._row_gen[idx] == self._sampled_gen[idx]
+        if not fresh.all():
+            idx, p = idx[fresh], p[fresh]
+        if idx.size:
+            p += _EPS
+            self._tree.set(idx, p**self.alpha)
+            self.max_priority = max(self.max_priority, float(p.max()))
+        return fresh
+
+    def _check_indices(self, indices: np.ndarray) -> np.ndarray:
+        idx = np.asarray(indices).reshape(-1)
+        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0 or idx.max() >= self._tree.size):
+            raise IndexError(
+                f"indices must be flat row ids in [0, {self._tree.size}) as sample() returns them, got {indices!r}"
+            )
+        return idx.astype(np.intp, copy=False)

@@ -1,0 +1,48 @@
+"""Row writes shared by the rings: column-wise block writes and scatters of whole rows as opaque items."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def _write_columns(store: np.ndarray, start: int, values: np.ndarray) -> None:
+    """``store[:, start + j] = values[j]`` for each of the k rows of values, columns wrapping around the
+    (num_envs, capacity, ...) store's capacity (k <= capacity)."""
+    capacity = store.shape[1]
+    stop = start + len(values)
+    by_env = values.swapaxes(0, 1)
+    if stop <= capacity:
+        store[:, start:stop] = by_env
+    else:
+        split = capacity - start
+        store[:, start:] = by_env[:, :split]
+        store[:, : stop - capacity] = by_env[:, split:]
+
+
+def _row_items(rows: np.ndarray) -> np.ndarray | None:
+    """A 1-D view of C-contiguous ``rows`` (N, ...) holding each row as one opaque (void) item, or None where
+    rows are single values or empty. numpy scatters such items several times faster than the rows of a
+    2-D array, which it copies through a slower per-row loop."""
+    if rows.ndim < 2 or rows[0].nbytes == 0:
+        return None
+    return rows.reshape(len(rows), -1).view(np.dtype((np.void, rows[0].nbytes)))[:, 0]
+
+
+def _scatter(store: np.ndarray, items: np.ndarray | None, rows: np.ndarray, values: Any) -> None:
+    """``store[rows] = values``, through ``items`` (``_row_items(store)``) where values are C-contiguous rows
+    of the same dtype and shape, the usual case, else numpy's general (casting, broadcasting) assignment."""
+    if items is None:
+        store[rows] = values
+    elif (
+        type(values) is np.ndarray
+        and values.dtype == store.dtype
+        and values.shape[1:] == store.shape[1:]
+        and values.flags.c_contiguous
+    ):
+        if values.ndim > 2:
+            values = values.reshape(len(values), -1)
+        items[rows] = values.view(items.dtype).ravel()  # (k, 1) items, as a 1-D view
+    else:
+        store[rows] = values
