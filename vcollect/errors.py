@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class VCollectError(Exception):
     """Base class of every error raised by vcollect."""
@@ -78,3 +80,15 @@ class DiskFullError(DatasetError):
     Nothing already stored is damaged and no partial file is left; a writer keeps its pending episodes, so
     ``flush()`` after freeing space commits them.
     """
+
+
+class WorkerLostError(EnvWorkerError):
+    """A distributed worker died and could not be replaced (no restarts left, or its replacement failed).
+
+    ``stats`` holds what the call collected and counted before it gave up (each stored episode once, the
+    dead workers' committed episodes included), so a caller can ask for the rest instead of all again.
+    """
+
+    def __init__(self, message: str, traceback_text: str = "", stats: Any = None) -> None:
+        super().__init__(None, message, traceback_text)
+        self.stats = stats
