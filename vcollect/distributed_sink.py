@@ -36,6 +36,7 @@ class ShardWriterActor:
         self.dataset_id, self.root, self.store_kwargs = dataset_id, root, dict(store_kwargs)
         self._stores: dict[str, Any] = {}
         self._pending: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
+        self._held_steps: dict[str, int] = {}
         self._dropped: set[str] = set()
 
     def open(self, env_id_offset: int) -> str:
@@ -52,15 +53,19 @@ class ShardWriterActor:
         return require_ray().get_runtime_context().get_node_id(), os.getpid()
 
     def write(self, key: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Hold one write_episodes batch until the key's next flush (ignored once the key is dropped)."""
+        """Hold one write_episodes batch (ignored once the key is dropped); commit the key's held batches as
+        a shard once they reach the store's shard_steps, as a worker's own EpisodeStore would."""
         if key in self._dropped:
             return
         self._pending[key].append((args, kwargs))
+        self._held_steps[key] = self._held_steps.get(key, 0) + int(np.sum(args[5]))
+        if self._held_steps[key] >= self._stores[key].shard_steps:
+            self.flush(key)
 
     def flush(self, key: str) -> list[str]:
         """Commit the key's held batches as one shard; returns the names of every shard the key committed."""
         store = self._stores[key]
-        batches, self._pending[key] = self._pending[key], []
+        batches, self._pending[key], self._held_steps[key] = self._pending[key], [], 0
         for args, kwargs in batches:
             store.write_episodes(*args, **kwargs)
         store.flush()
