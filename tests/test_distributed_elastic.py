@@ -188,3 +188,44 @@ def test_object_store_transport_needs_no_shared_path(ray_ready: Any, tmp_path: P
     env = gym.make("CartPole-v1")
     for episode in ds:
         assert_replays(env, episode)
+
+
+class ConstantPolicy:
+    """Acts weights["action"] for every env (None before any weights): what a replacement starts with shows."""
+
+    def __init__(self) -> None:
+        self.action: int | None = None
+
+    def __call__(self, obs: Any, state: Any = None) -> tuple[Any, None]:
+        assert self.action is not None, "no weights loaded"
+        return np.full(len(obs), self.action, dtype=np.int64), None
+
+    def load_state_dict(self, weights: dict[str, int]) -> None:
+        self.action = int(weights["action"])
+
+
+def constant_policy(observation_space: gym.Space, action_space: gym.Space) -> ConstantPolicy:
+    return ConstantPolicy()
+
+
+def test_replacement_gets_the_latest_weights(ray_ready: Any, tmp_path: Path) -> None:
+    dataset_id = new_dataset(tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2), "test/weights-v0")
+    with DistributedCollector(
+        "CartPole-v1", constant_policy, num_workers=2, envs_per_worker=1, store=dataset_id, root=tmp_path,
+        seed=0, max_worker_restarts=2,
+    ) as dc:
+        dc.set_policy_weights({"action": 1})
+        killed = dc.workers[0]
+        ray_ready.kill(killed)
+        wait_dead(ray_ready, killed)
+        dc.collect(n_episode=4)  # worker 0 replaced inside collect: it must start with the weights above
+        killed = dc.workers[1]
+        ray_ready.kill(killed)
+        wait_dead(ray_ready, killed)
+        dc.set_policy_weights({"action": 0})
+        dc.collect(n_episode=4)  # worker 1 was replaced by set_policy_weights
+        assert dc.restarts == [1, 1]
+    episodes = list(load_dataset(dataset_id, root=tmp_path))
+    assert len(episodes) == 8
+    assert all(np.all(np.asarray(ep.actions) == 1) for ep in episodes[:4])
+    assert all(np.all(np.asarray(ep.actions) == 0) for ep in episodes[4:])
