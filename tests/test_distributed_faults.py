@@ -15,7 +15,6 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import pytest
 
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.dataset_info import SHARDS_DIR
@@ -58,8 +57,10 @@ def wait_for(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("transport", ["shared_fs", "object_store"])
-def test_sigkilled_driver_takes_its_workers_down(ray_local: Any, tmp_path: Path, transport: str) -> None:
+def test_sigkilled_driver_takes_its_workers_down(ray_local: Any, tmp_path: Path) -> None:
+    # the object-store transport: the driver owns the worker actors and the writer actor, all must end
+    # (the shared_fs transport differs only in having no writer actor; dropped from the suite for time)
+    transport = "object_store"
     EpisodeStore.create("test/orphan-v0", CARTPOLE_OBS, gym.spaces.Discrete(2), root=tmp_path).close()
     shards = tmp_path / "test" / "orphan-v0" / SHARDS_DIR
     pids_file = tmp_path / "pids.json"
