@@ -215,6 +215,8 @@ class DistributedCollector:
             try:
                 ok, value = ray.get(ready[0])
             except ray.exceptions.RayActorError as exc:
+                with contextlib.suppress(Exception):  # an unreachable actor must not commit after it is read
+                    ray.kill(self._workers[w])
                 lost = self._salvage(w)
                 parts[w].append(lost)
                 remaining[w] -= lost.n_collected_steps if by_steps else lost.n_collected_episodes
