@@ -31,6 +31,7 @@ from vcollect.distributed_salvage import committed_in_call, writer_shards
 from vcollect.distributed_sink import writer_actor
 from vcollect.distributed_worker import (
     COLLECTOR_KINDS,
+    CollectorWorker,
     RemoteFailure,
     WorkerReply,
     WorkerSpec,
@@ -43,6 +44,8 @@ from vcollect.stats import CollectStats
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 
 __all__ = ["COLLECTOR_KINDS", "TRANSPORTS", "DistributedCollector", "derive_seeds", "replacement_seed"]
+
+_CollectorWorker, _WorkerSpec = CollectorWorker, WorkerSpec  # the names these had before the split
 
 TRANSPORTS = ("shared_fs", "object_store")
 """Values of DistributedCollector(transport=...): how episodes reach the dataset."""
@@ -233,7 +236,7 @@ class DistributedCollector:
                 errors.append(self._rebuild(w, value))
                 continue
             reply: WorkerReply = value
-            parts[w].append(reply.stats)
+            parts[w].append(reply)
             remaining[w] = 0
             self._carry[w] = reply.carry
             self._known[w] = set(reply.shards)

@@ -62,14 +62,15 @@ class ShardWriterActor:
         if self._held_steps[key] >= self._stores[key].shard_steps:
             self.flush(key)
 
-    def flush(self, key: str) -> list[str]:
-        """Commit the key's held batches as one shard; returns the names of every shard the key committed."""
+    def flush(self, key: str) -> tuple[list[str], int]:
+        """Commit the key's held batches as one shard; returns the names of every shard the key committed
+        and its committed episodes."""
         store = self._stores[key]
         batches, self._pending[key], self._held_steps[key] = self._pending[key], [], 0
         for args, kwargs in batches:
             store.write_episodes(*args, **kwargs)
         store.flush()
-        return [p.name for p in store.shards_written]
+        return [p.name for p in store.shards_written], int(store.committed_episodes)
 
     def drop(self, key: str) -> list[str]:
         """The key's worker died: forget its held batches (never committed) and close its writer; returns
@@ -118,6 +119,7 @@ class RemoteSink:
         self._actor = actor
         self._in_flight: list[Any] = []
         self._shards: list[str] = []
+        self._committed = 0
         self._closed = False
 
     @property
@@ -157,7 +159,7 @@ class RemoteSink:
         ray = require_ray()
         refs, self._in_flight = self._in_flight, []
         ray.get(refs, timeout=_SINK_TIMEOUT_S)
-        self._shards = ray.get(self._actor.flush.remote(self.writer_name), timeout=_SINK_TIMEOUT_S)
+        self._shards, self._committed = ray.get(self._actor.flush.remote(self.writer_name), timeout=_SINK_TIMEOUT_S)
 
     def close(self) -> None:
         """Commit what is left and close this key at the writer; idempotent."""
@@ -169,5 +171,5 @@ class RemoteSink:
 
     @property
     def committed_episodes(self) -> int:
-        """Not tracked worker-side (the driver counts from the shards); 0."""
-        return 0
+        """Episodes the writer has committed for this sink, as of the last flush."""
+        return self._committed

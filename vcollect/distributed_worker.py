@@ -57,13 +57,13 @@ def collector_class(kind: str) -> type:
 
 
 @dataclass(frozen=True)
-class WorkerReply:
-    """What a worker's collect returns: its stats, each local env's steps already collected in its unfinished
-    episode (counted by this or an earlier call, stored by none yet), and its writer's committed shard names."""
+class WorkerReply(CollectStats):
+    """A worker's CollectStats plus what the driver needs if the worker dies later: each local env's steps
+    already collected in its unfinished episode (counted by this or an earlier call, stored by none yet) and
+    the names of the shards its writer has committed."""
 
-    stats: CollectStats
-    carry: np.ndarray
-    shards: tuple[str, ...]
+    carry: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    shards: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class CollectorWorker:
         return self._guard(self._reset, seed)
 
     def close(self) -> tuple[bool, Any]:
-        """Close the collector (commits pending episodes) and the store writer; reply its committed shards."""
+        """Close the collector (commits pending episodes) and the store writer; reply committed episodes."""
         return self._guard(self._close)
 
     def _setup(self, spec: WorkerSpec) -> dict[str, Any]:
@@ -200,7 +200,8 @@ class CollectorWorker:
         unfinished = buffer.unfinished()
         carry[unfinished] = buffer.episode_lengths[unfinished]
         shards = () if self.writer is None else tuple(p.name for p in self.writer.shards_written)
-        return WorkerReply(stats, carry, shards)
+        return WorkerReply(stats.n_collected_steps, stats.n_collected_episodes, stats.collect_time, stats.returns,
+                           stats.lens, carry=carry, shards=shards)
 
     def _set_weights(self, weights: Any) -> None:
         policy = self.collector.policy
@@ -223,7 +224,7 @@ class CollectorWorker:
         finally:
             if self.writer is not None:
                 self.writer.close()
-        return len(self.writer.shards_written) if self.writer is not None else 0
+        return 0 if self.writer is None else int(self.writer.committed_episodes)
 
 
 def _open_store(spec: WorkerSpec, obs_space: gym.Space, act_space: gym.Space) -> EpisodeStore:
