@@ -1,7 +1,7 @@
 """The worker side of DistributedCollector: what one Ray actor runs (a vector env, a policy, a Collector and
 its episode sink), and how its failures cross Ray back to the driver.
 
-Worker methods never raise through Ray: they reply ``(True, value)`` or ``(False, _RemoteFailure)`` and the
+Worker methods never raise through Ray: they reply ``(True, value)`` or ``(False, RemoteFailure)`` and the
 driver raises the failure again. A worker's sink is either its own EpisodeStore on a filesystem all nodes
 share, or (``transport="object_store"``) a RemoteSink sending its episodes to the driver-side writer actor.
 """
