@@ -17,7 +17,11 @@ collectors alive throughout), and the best and the median round are reported: on
 whatever else runs lands on every configuration alike. Workers ask for a quarter of a logical CPU so that
 all configurations can be held at once; at most two workers run at any moment.
 
-Usage: ``python benchmarks/bench_ray.py [--steps 300000] [--envs 8] [--rounds 7] [--json out.json]``.
+``--model`` measures the throughput model instead (see model_rows): each transport's ceiling on trivial
+envs, the object-store writer's intake alone, per-worker overhead against the same Collector alone,
+scaling over W workers on envs whose step sleeps 1 ms, and a 10M-parameter weight broadcast to 4 workers.
+
+Usage: ``python benchmarks/bench_ray.py [--steps 300000] [--envs 8] [--rounds 7] [--json out.json] [--model]``.
 Starts a local Ray with ``--num-cpus`` CPUs (2) unless Ray is initialised or ``RAY_ADDRESS`` is set.
 """
 
@@ -149,12 +153,20 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100, help="small calls timed for the per-call costs")
     parser.add_argument("--num-cpus", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    parser.add_argument("--model", action="store_true", help="measure the throughput model rows instead")
     args = parser.parse_args()
 
     import ray
 
     if not ray.is_initialized():
         ray.init(num_cpus=args.num_cpus, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    if args.model:
+        from bench_ray_model import model_rows  # benchmarks/ is sys.path[0] when run as a script
+
+        model = model_rows(args.envs, args.rounds)
+        if args.json is not None:
+            args.json.write_text(json.dumps(model, indent=2))
+        return
     results: dict[str, Any] = {"cpus": ray.cluster_resources().get("CPU"), "envs_per_worker": args.envs,
                                "steps_per_call": args.steps}
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,68 +2,55 @@
 
 Each worker actor builds its own local vector env (``make_vector(env, envs_per_worker, backend)``), its
 own policy (``policy_fn(observation_space, action_space)``, called inside the worker), a Collector with
-its own ring buffers and, with a ``store``, its own writer appending shards to the shared dataset. A
-``collect`` call is one actor call per worker with that worker's exact quota; observations, actions and
-episodes never travel through Ray, only the quotas in and each worker's CollectStats out. Weights are
-put in the object store once per ``set_policy_weights`` and fetched by every worker.
+its own ring buffers and, with a ``store``, its own episode sink: an EpisodeStore appending shards to the
+dataset on a filesystem all nodes share (``transport="shared_fs"``), or a RemoteSink sending episodes
+through Ray's object store to one writer actor on the driver's node (``transport="object_store"``). A
+``collect`` call is one actor call per worker with that worker's exact quota. Weights are put in the
+object store once per ``set_policy_weights`` and fetched by every worker (and by replacements).
 
-Worker methods never raise through Ray: they reply ``(True, value)`` or ``(False, _RemoteFailure)`` and
-the driver raises the failure again, as the same exception type where it can, naming the worker. A worker
-whose actor died raises EnvWorkerError naming it; the DistributedCollector can then only be closed.
+With ``max_worker_restarts``, a worker that dies is replaced by a new actor (same index and env ids, a
+new seed); what it had committed counts (read back from its shards), the rest of its quota is collected
+by the replacement, so the call still returns exact totals. Worker methods never raise through Ray (see
+distributed_worker); the driver raises their failures again, naming the worker.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
-import importlib
 import os
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from vcollect.envs.ray_env import ensure_ray, require_ray
-from vcollect.errors import CollectorStateError, DatasetNotFoundError, EnvWorkerError, VCollectError
+from vcollect.distributed_salvage import committed_in_call, writer_shards
+from vcollect.distributed_sink import writer_actor
+from vcollect.distributed_worker import (
+    COLLECTOR_KINDS,
+    CollectorWorker,
+    RemoteFailure,
+    WorkerReply,
+    WorkerSpec,
+    collector_class,
+    remote_worker,
+)
+from vcollect.envs.ray_env import ensure_ray
+from vcollect.errors import CollectorStateError, EnvWorkerError, VCollectError, WorkerLostError
 from vcollect.stats import CollectStats
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 
-if TYPE_CHECKING:
-    from vcollect.store.writer import EpisodeStore
+__all__ = ["COLLECTOR_KINDS", "TRANSPORTS", "DistributedCollector", "derive_seeds", "replacement_seed"]
 
-__all__ = ["COLLECTOR_KINDS", "DistributedCollector", "derive_seeds"]
+_CollectorWorker, _WorkerSpec = CollectorWorker, WorkerSpec  # the names these had before the split
 
-COLLECTOR_KINDS = ("sync", "async")
-"""Values of DistributedCollector(collector=...): vcollect.collector.Collector or vcollect.async_collector's."""
+TRANSPORTS = ("shared_fs", "object_store")
+"""Values of DistributedCollector(transport=...): how episodes reach the dataset."""
 
 _CLOSE_TIMEOUT_S = 60.0
-_TRACEBACK_MARK = "\n--- original traceback ---\n"
-
-
-def _collector_class(kind: str) -> type:
-    """The collector class a worker runs: Collector for "sync", AsyncCollector for "async".
-
-    ImportError when "async" is asked for and this vcollect has no vcollect.async_collector.
-    """
-    if kind == "sync":
-        from vcollect.collector import Collector
-
-        return Collector
-    if kind != "async":
-        raise ValueError(f"collector must be one of {COLLECTOR_KINDS}, got {kind!r}")
-    try:
-        module = importlib.import_module("vcollect.async_collector")
-        cls = module.AsyncCollector
-    except (ImportError, AttributeError) as exc:
-        raise ImportError(
-            "collector='async' runs vcollect.async_collector.AsyncCollector in every worker, but it cannot be "
-            f"imported from this vcollect ({exc}); use collector='sync' or upgrade vcollect"
-        ) from exc
-    return cls  # type: ignore[no-any-return]
 
 
 def derive_seeds(seed: int | None, num_workers: int) -> tuple[int, list[int]]:
@@ -74,179 +61,11 @@ def derive_seeds(seed: int | None, num_workers: int) -> tuple[int, list[int]]:
     return entropy, [int(child.generate_state(1, np.uint64)[0]) for child in root.spawn(num_workers)]
 
 
-# --------------------------------------------------------------------------------------------------
-# worker side
-
-
-@dataclass(frozen=True)
-class _WorkerSpec:
-    """Everything a worker needs to build its vector env, policy, collector and store writer."""
-
-    env: Any
-    env_kwargs: dict[str, Any]
-    backend: str
-    backend_kwargs: dict[str, Any]
-    num_envs: int
-    env_id_offset: int
-    policy_fn: Callable[[gym.Space, gym.Space], Any] | None
-    seed: int
-    collector: str
-    store_id: str | None
-    root: str | None
-    store_kwargs: dict[str, Any] = field(default_factory=dict)
-    seed_every_reset: bool = True
-    unfinished: str = "drop"
-
-
-@dataclass(frozen=True)
-class _RemoteFailure:
-    """An exception raised in a worker, in a form that crosses Ray and is raised again by the driver."""
-
-    exc_type: type[BaseException] | None  # None: not a builtin or vcollect type (may not import on the driver)
-    type_name: str
-    message: str
-    traceback_text: str
-    env_error: bool = False  # an EnvWorkerError: env_id is global, message has no "env N:" prefix
-    env_id: int | None = None
-
-    @classmethod
-    def of(cls, exc: BaseException, env_id_offset: int) -> _RemoteFailure:
-        """Describe exc; an EnvWorkerError's local env id becomes the global one."""
-        trace = traceback.format_exc()
-        kind = type(exc)
-        name = f"{kind.__module__}.{kind.__qualname__}"
-        if isinstance(exc, EnvWorkerError):
-            text = str(exc).split(_TRACEBACK_MARK, 1)[0]
-            prefix = f"env {exc.env_id}: " if exc.env_id is not None else "an env worker: "
-            text = text[len(prefix):] if text.startswith(prefix) else text
-            env_id = None if exc.env_id is None else exc.env_id + env_id_offset
-            local = "" if exc.env_id is None else f"local env {exc.env_id}: "
-            return cls(kind, name, local + text, exc.traceback_text or trace, env_error=True, env_id=env_id)
-        portable = kind.__module__ == "builtins" or kind.__module__.split(".")[0] == "vcollect"
-        return cls(kind if portable else None, name, str(exc), trace)
-
-
-class _CollectorWorker:
-    """The body of a worker actor. Every public method replies (True, value) or (False, _RemoteFailure)."""
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.offset = 0
-        self.collector: Any = None
-        self.writer: EpisodeStore | None = None
-        self.started = False
-
-    def _guard(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
-        try:
-            return True, fn(*args)
-        except Exception as exc:
-            return False, _RemoteFailure.of(exc, self.offset)
-
-    def setup(self, spec: _WorkerSpec) -> tuple[bool, Any]:
-        """Build the vector env, policy, store writer and collector; reply with pid, node and spaces."""
-        return self._guard(self._setup, spec)
-
-    def collect(self, n_step: int | None, n_episode: int | None, random: bool) -> tuple[bool, Any]:
-        """Collect this worker's quota, commit its episodes as a shard, reply with its CollectStats."""
-        return self._guard(self._collect, n_step, n_episode, random)
-
-    def set_weights(self, weights: Any) -> tuple[bool, Any]:
-        """policy.load_state_dict(weights) (Ray hands the object-store value in, not the reference)."""
-        return self._guard(self._set_weights, weights)
-
-    def reset(self, seed: int | None) -> tuple[bool, Any]:
-        """Reset the collector (every env, the buffer), re-seeding its generator when seed is given."""
-        return self._guard(self._reset, seed)
-
-    def close(self) -> tuple[bool, Any]:
-        """Close the collector (commits pending episodes) and the store writer; reply committed episodes."""
-        return self._guard(self._close)
-
-    def _setup(self, spec: _WorkerSpec) -> dict[str, Any]:
-        from vcollect.envs import make_vector
-
-        self.offset = spec.env_id_offset
-        cls = _collector_class(spec.collector)
-        envs = make_vector(spec.env, spec.num_envs, spec.backend, env_kwargs=spec.env_kwargs, **spec.backend_kwargs)
-        try:
-            obs_space, act_space = envs.single_observation_space, envs.single_action_space
-            policy = None if spec.policy_fn is None else spec.policy_fn(obs_space, act_space)
-            if spec.store_id is not None:  # the writer shifts env ids to the global ones itself
-                self.writer = _open_store(spec, obs_space, act_space)
-            self.collector = cls(
-                policy, envs, store=self.writer, seed=spec.seed, seed_every_reset=spec.seed_every_reset,
-                unfinished=spec.unfinished,
-            )
-        except BaseException:
-            envs.close()
-            if self.writer is not None:
-                self.writer.close()
-            raise
-        return {
-            "pid": os.getpid(),
-            "node": require_ray().util.get_node_ip_address(),
-            "observation_space": obs_space,
-            "action_space": act_space,
-        }
-
-    def _collect(self, n_step: int | None, n_episode: int | None, random: bool) -> CollectStats:
-        stats = self.collector.collect(
-            n_step=n_step, n_episode=n_episode, random=random, reset_before_collect=not self.started
-        )
-        self.started = True
-        if self.writer is not None:
-            self.writer.flush()
-        return stats  # type: ignore[no-any-return]
-
-    def _set_weights(self, weights: Any) -> None:
-        policy = self.collector.policy
-        load = getattr(policy, "load_state_dict", None)
-        if not callable(load):
-            raise TypeError(
-                f"the workers' policy ({type(policy).__name__}) has no load_state_dict(weights): policy_fn must "
-                "return a policy that takes new weights, e.g. a TorchPolicy"
-            )
-        load(weights)
-
-    def _reset(self, seed: int | None) -> None:
-        self.collector.reset(seed=seed)
-        self.started = True
-
-    def _close(self) -> int:
-        try:
-            if self.collector is not None:
-                self.collector.close()
-        finally:
-            if self.writer is not None:
-                self.writer.close()
-        return 0 if self.writer is None else int(self.writer.committed_episodes)
-
-
-def _open_store(spec: _WorkerSpec, obs_space: gym.Space, act_space: gym.Space) -> EpisodeStore:
-    """The worker's own writer to the shared dataset, storing global env ids (local id + the worker's offset)."""
-    from vcollect.store import EpisodeStore
-
-    assert spec.store_id is not None
-    try:
-        return EpisodeStore.open(
-            spec.store_id, spec.root, observation_space=obs_space, action_space=act_space,
-            env_id_offset=spec.env_id_offset, **spec.store_kwargs,
-        )
-    except DatasetNotFoundError as exc:
-        raise DatasetNotFoundError(
-            f"dataset {spec.store_id!r} is not reachable at {str(dataset_path(spec.store_id, spec.root))!r} "
-            f"from this worker: every worker appends to the same directory, so it must be on a filesystem that "
-            f"all Ray nodes mount at that path, and the dataset must exist (EpisodeStore.create). ({exc})"
-        ) from exc
-
-
-@functools.lru_cache(maxsize=1)
-def _remote_worker() -> Any:
-    return require_ray().remote(_CollectorWorker)
-
-
-# --------------------------------------------------------------------------------------------------
-# driver side
+def replacement_seed(entropy: int, worker: int, generation: int) -> int:
+    """The seed of worker ``worker``'s ``generation``-th replacement: SeedSequence(entropy, spawn_key=(worker,
+    generation)), a stream distinct from every original worker's (spawn_key (worker,)) and other replacement's."""
+    seq = np.random.SeedSequence(entropy, spawn_key=(worker, generation))
+    return int(seq.generate_state(1, np.uint64)[0])
 
 
 class DistributedCollector:
@@ -255,16 +74,18 @@ class DistributedCollector:
     ``env`` is what make_vector takes (an env id or a zero-argument factory); every worker builds
     ``envs_per_worker`` envs on ``backend``. ``policy_fn(observation_space, action_space) -> Policy`` runs in
     each worker (None: only ``collect(random=True)``). ``store`` is the id of an existing dataset under
-    ``root`` (resolved here with the default rules, so every worker uses the same path, which must be on a
-    filesystem all nodes share); every worker appends its own shards, with global env ids
-    ``worker_index * envs_per_worker + local env id``. Worker seeds come from ``SeedSequence(seed).spawn``.
-    ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset`` goes to it
-    (False: only each env's first reset is seeded, as Tianshou seeds), and so does ``unfinished`` (what
-    becomes of the episodes still running when the workers close: see Collector). Uses the connected Ray cluster, or
-    starts a local Ray instance when Ray is not initialised. ``worker_options`` go to the actor's
-    ``.options(...)`` (default ``num_cpus=1``: give a subproc worker as many CPUs as it has envs);
-    ``env_kwargs``/``backend_kwargs`` go to make_vector and ``store_kwargs`` (shard_steps, compression) to
-    EpisodeStore.open. Setup waits at most ``startup_timeout`` seconds for the actors to be placed.
+    ``root`` (resolved here, on the driver); every worker's episodes go to their own shards, with global env
+    ids ``worker_index * envs_per_worker + local env id``. ``transport="shared_fs"``: each worker writes the
+    shards itself, so the path must be on a filesystem all nodes mount; ``"object_store"``: workers send
+    episodes through Ray's object store to a writer actor on the driver's node (at most ``max_in_flight``
+    unanswered batches per worker), so only the driver's node needs the dataset. Worker seeds come from
+    ``SeedSequence(seed).spawn``. ``max_worker_restarts``: how many times each worker may be replaced after
+    its actor dies (0: a death raises, naming the worker; the collector can then only be closed).
+    ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset`` and
+    ``unfinished`` go to it. Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
+    the actor's ``.options(...)`` (default ``num_cpus=1``); ``env_kwargs``/``backend_kwargs`` go to
+    make_vector and ``store_kwargs`` (shard_steps, compression) to EpisodeStore.open. Setup (and a
+    replacement's) waits at most ``startup_timeout`` seconds for the actors to be placed.
     """
 
     def __init__(
@@ -286,13 +107,20 @@ class DistributedCollector:
         store_kwargs: Mapping[str, Any] | None = None,
         worker_options: Mapping[str, Any] | None = None,
         startup_timeout: float = 300.0,
+        max_worker_restarts: int = 0,
+        transport: str = "shared_fs",
+        max_in_flight: int = 4,
     ) -> None:
-        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
-            if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        _collector_class(collector)  # a missing AsyncCollector fails here, before any actor starts
+        for name, value, low in (("num_workers", num_workers, 1), ("envs_per_worker", envs_per_worker, 1),
+                                 ("max_worker_restarts", max_worker_restarts, 0), ("max_in_flight", max_in_flight, 1)):
+            if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
+                what = "a positive integer" if low == 1 else "an integer >= 0"
+                raise ValueError(f"{name} must be {what}, got {value!r}")
+        collector_class(collector)  # a missing AsyncCollector fails here, before any actor starts
         if unfinished not in ("drop", "truncate"):
             raise ValueError(f"unfinished must be 'drop' or 'truncate', got {unfinished!r}")
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         if store is not None:
             parse_dataset_id(store)
         if store_kwargs and "env_id_offset" in store_kwargs:
@@ -303,37 +131,38 @@ class DistributedCollector:
         self.envs_per_worker = int(envs_per_worker)
         self.num_envs = self.num_workers * self.envs_per_worker
         self.store_id = store
+        self.transport = transport
+        self.max_worker_restarts = int(max_worker_restarts)
         self.root = None if store is None else str(resolve_root(root))
         self.seed, self.worker_seeds = derive_seeds(seed, self.num_workers)
         self.last_worker_stats: dict[int, CollectStats] = {}
+        self.restarts = [0] * self.num_workers
+        """Per worker index: how many times it was replaced."""
         self._dead: set[int] = set()
         self._next_worker = 0
         self._info: list[dict[str, Any]] = [{} for _ in range(self.num_workers)]
-        actor_cls = _remote_worker().options(**{"num_cpus": 1, **dict(worker_options or {})})
-        self._workers: list[Any] = [actor_cls.remote(w) for w in range(self.num_workers)]
+        self._known: list[set[str]] = [set() for _ in range(self.num_workers)]
+        self._carry = [np.zeros(self.envs_per_worker, dtype=np.int64) for _ in range(self.num_workers)]
+        self._weights: Any = None
+        self._actor_cls = remote_worker().options(**{"num_cpus": 1, **dict(worker_options or {})})
+        self._startup_timeout = float(startup_timeout)
+        self._sink: Any = None
+        self._workers: list[Any] = [self._actor_cls.remote(w) for w in range(self.num_workers)]
         self._closed = False
-        specs = {
-            w: (
-                _WorkerSpec(
-                    env=env,
-                    env_kwargs=dict(env_kwargs or {}),
-                    backend=backend,
-                    backend_kwargs=dict(backend_kwargs or {}),
-                    num_envs=self.envs_per_worker,
-                    env_id_offset=w * self.envs_per_worker,
-                    policy_fn=policy_fn,
-                    seed=self.worker_seeds[w],
-                    collector=collector,
-                    store_id=store,
-                    root=self.root,
-                    store_kwargs=dict(store_kwargs or {}),
-                    seed_every_reset=seed_every_reset,
-                    unfinished=unfinished,
-                ),
-            )
-            for w in range(self.num_workers)
-        }
+        use_sink = store is not None and transport == "object_store"
+        base = WorkerSpec(
+            env=env, env_kwargs=dict(env_kwargs or {}), backend=backend, backend_kwargs=dict(backend_kwargs or {}),
+            num_envs=self.envs_per_worker, env_id_offset=0, policy_fn=policy_fn, seed=0, collector=collector,
+            store_id=None if use_sink else store, root=None if use_sink else self.root,
+            store_kwargs=dict(store_kwargs or {}), seed_every_reset=seed_every_reset, unfinished=unfinished,
+            max_in_flight=int(max_in_flight),
+        )
         try:
+            if use_sink:
+                self._sink = self._start_sink(dict(store_kwargs or {}))
+                base = replace(base, sink_actor=self._sink)
+            self._base_spec = base
+            specs = {w: (self._spec(w),) for w in range(self.num_workers)}
             infos = self._call("setup", specs, "setup", timeout=startup_timeout)
         except BaseException:
             self._closed = True
@@ -352,18 +181,23 @@ class DistributedCollector:
 
     @property
     def worker_info(self) -> list[dict[str, Any]]:
-        """Per worker: pid, node (IP address), observation_space, action_space."""
+        """Per worker: pid, node (IP address), node_id (Ray's), writer (its shards' writer name), spaces."""
         return [dict(info) for info in self._info]
+
+    @property
+    def writer_actor(self) -> Any:
+        """transport="object_store": the actor that writes the dataset (None otherwise)."""
+        return self._sink
 
     def collect(self, n_step: int | None = None, n_episode: int | None = None, *, random: bool = False) -> CollectStats:
         """Collect exactly n_step transitions or exactly n_episode episodes over all workers.
 
         The total is split into per-worker quotas (n // W or one more; the extra ones rotate over the
         workers from call to call); each worker collects its quota like Collector.collect and commits its
-        episodes to the dataset before replying, so afterwards the dataset holds every episode completed
-        in the call. Returns the merged stats, timed on the driver. ``random=True`` samples actions.
-        A worker that fails or dies does not stop the others: they finish (and commit) their quotas,
-        then the first failure is raised; a dead worker's is EnvWorkerError naming it.
+        episodes before replying. A worker that dies with restarts left is replaced: its episodes committed
+        in the call count, the rest of its quota goes to the replacement, and the totals stay exact. A
+        worker that fails otherwise, or dies with none left, does not stop the others: they finish their
+        quotas, then the first failure is raised (a death as WorkerLostError carrying the stats so far).
         """
         self._check_usable()
         if (n_step is None) == (n_episode is None):
@@ -371,23 +205,67 @@ class DistributedCollector:
         target = n_step if n_step is not None else n_episode
         if not isinstance(target, int | np.integer) or isinstance(target, bool) or target < 1:
             raise ValueError(f"n_step / n_episode must be a positive integer, got {target!r}")
-        quotas = self._quotas(int(target))
-        calls = {
-            w: (q if n_step is not None else None, q if n_episode is not None else None, bool(random))
-            for w, q in enumerate(quotas)
-            if q > 0
-        }
+        by_steps = n_step is not None
+        remaining = {w: q for w, q in enumerate(self._quotas(int(target))) if q > 0}
+        parts: dict[int, list[CollectStats]] = {w: [] for w in remaining}
+        errors: list[Exception] = []
+        ray = self._ray
         start = time.perf_counter()
-        results = self._call("collect", calls, "collect")
+        running = {self._submit_collect(w, remaining[w], by_steps, random): w for w in remaining}
+        while running:
+            ready, _ = ray.wait(list(running), num_returns=1)
+            w = running.pop(ready[0])
+            try:
+                ok, value = ray.get(ready[0])
+            except ray.exceptions.RayActorError as exc:
+                with contextlib.suppress(Exception):  # an unreachable actor must not commit after it is read
+                    ray.kill(self._workers[w])
+                lost = self._salvage(w)
+                parts[w].append(lost)
+                remaining[w] -= lost.n_collected_steps if by_steps else lost.n_collected_episodes
+                failure = self._replace_or_fail(w, "collect", exc)
+                if failure is not None:
+                    errors.append(failure)
+                elif remaining[w] > 0:
+                    running[self._submit_collect(w, remaining[w], by_steps, random)] = w
+                continue
+            except ray.exceptions.RayError as exc:
+                errors.append(VCollectError(f"{self._name(w)}: the Ray call for collect failed: {exc}"))
+                continue
+            if not ok:
+                errors.append(self._rebuild(w, value))
+                continue
+            reply: WorkerReply = value
+            parts[w].append(reply)
+            remaining[w] = 0
+            self._carry[w] = reply.carry
+            self._known[w] = set(reply.shards)
         elapsed = time.perf_counter() - start
-        self.last_worker_stats = {w: results[w] for w in sorted(results)}
-        return CollectStats.merge(list(self.last_worker_stats.values()), collect_time=elapsed)
+        self.last_worker_stats = {
+            w: CollectStats.merge(p, collect_time=max((s.collect_time for s in p), default=0.0))
+            for w, p in sorted(parts.items()) if p
+        }
+        stats = CollectStats.merge(list(self.last_worker_stats.values()), collect_time=elapsed)
+        if errors:
+            first = errors[0]
+            if isinstance(first, WorkerLostError):
+                first.stats = stats
+            first.add_note(
+                f"collected so far in this call (counted, committed where a store is used): "
+                f"{stats.n_collected_steps} steps, {stats.n_collected_episodes} episodes"
+            )
+            if len(errors) > 1:
+                first.add_note(f"{len(errors) - 1} other worker(s) failed too: {[str(e)[:200] for e in errors[1:]]}")
+            raise first
+        return stats
 
     def set_policy_weights(self, weights: Any) -> None:
         """Put ``weights`` (e.g. a torch state_dict) in the object store once and load them into every
-        worker's policy (``policy.load_state_dict``); returns when all workers have them."""
+        worker's policy (``policy.load_state_dict``); returns when all workers have them. The reference is
+        kept, so a replacement worker starts with the latest weights."""
         self._check_usable()
         ref = self._ray.put(weights)
+        self._weights = ref
         self._call("set_weights", {w: (ref,) for w in range(self.num_workers)}, "set_policy_weights")
 
     def reset(self, seed: int | None = None) -> None:
@@ -399,6 +277,8 @@ class DistributedCollector:
             self.seed, self.worker_seeds = derive_seeds(seed, self.num_workers)
             seeds = list(self.worker_seeds)
         self._call("reset", {w: (seeds[w],) for w in range(self.num_workers)}, "reset")
+        for carry in self._carry:
+            carry.fill(0)
 
     def close(self) -> None:
         """Close every live worker (committing its pending episodes), then kill the actors; idempotent.
@@ -436,8 +316,69 @@ class DistributedCollector:
         state = "closed" if self._closed else f"dead workers {sorted(self._dead)}" if self._dead else "running"
         return (
             f"DistributedCollector({self.num_workers} workers x {self.envs_per_worker} envs, "
-            f"store={self.store_id!r}, {state})"
+            f"store={self.store_id!r}, transport={self.transport!r}, {state})"
         )
+
+    # ------------------------------------------------------------------ workers and replacements
+
+    def _start_sink(self, store_kwargs: dict[str, Any]) -> Any:
+        """The writer actor, pinned to this (the driver's) node, where the dataset is."""
+        ray = self._ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = ray.get_runtime_context().get_node_id()
+        actor = writer_actor().options(
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)
+        ).remote(self.store_id, self.root, store_kwargs)
+        ray.get(actor.node_and_pid.remote(), timeout=self._startup_timeout)
+        return actor
+
+    def _spec(self, w: int) -> WorkerSpec:
+        """Worker w's spec for its current generation (a new sink key for each)."""
+        offset = w * self.envs_per_worker
+        key = ""
+        if self._sink is not None:
+            key = self._ray.get(self._sink.open.remote(offset), timeout=self._startup_timeout)
+        return replace(self._base_spec, env_id_offset=offset, seed=self.worker_seeds[w], sink_key=key,
+                       weights=self._weights)
+
+    def _submit_collect(self, w: int, quota: int, by_steps: bool, random: bool) -> Any:
+        return self._workers[w].collect.remote(quota if by_steps else None, None if by_steps else quota, bool(random))
+
+    def _salvage(self, w: int) -> CollectStats:
+        """Stats of what dead worker w committed since its last reply (nothing when it has no store)."""
+        writer = self._info[w].get("writer")
+        if self.store_id is None or writer is None:
+            return CollectStats(0, 0, 0.0)
+        if self._sink is not None:
+            names = self._ray.get(self._sink.drop.remote(writer), timeout=_CLOSE_TIMEOUT_S)
+        else:
+            names = writer_shards(self._dataset_dir(), writer)
+        new = sorted(n for n in names if n not in self._known[w])
+        return committed_in_call(self._dataset_dir(), new, self._carry[w], w * self.envs_per_worker)
+
+    def _dataset_dir(self) -> Path:
+        assert self.store_id is not None
+        return dataset_path(self.store_id, self.root)
+
+    def _replace_or_fail(self, w: int, what: str, exc: BaseException) -> Exception | None:
+        """Worker w's actor died during ``what``: start its replacement (None) or say why it cannot (the error)."""
+        death = self._death_error(w, what, exc)
+        while self.restarts[w] < self.max_worker_restarts:
+            self.restarts[w] += 1
+            with contextlib.suppress(Exception):
+                self._ray.kill(self._workers[w])
+            self.worker_seeds[w] = replacement_seed(self.seed, w, self.restarts[w])
+            self._workers[w] = self._actor_cls.remote(w)
+            self._known[w], self._carry[w] = set(), np.zeros(self.envs_per_worker, dtype=np.int64)
+            self._info[w] = {}
+            try:
+                self._info[w] = self._call("setup", {w: (self._spec(w),)}, "setup", timeout=self._startup_timeout)[w]
+                return None
+            except Exception as setup_exc:  # noqa: BLE001 - a replacement that cannot start uses up a restart
+                death.add_note(f"replacement {self.restarts[w]} of worker {w} failed to start: {setup_exc}")
+        self._dead.add(w)
+        return death
 
     # ------------------------------------------------------------------ internals
 
@@ -471,8 +412,10 @@ class DistributedCollector:
     ) -> dict[int, Any]:
         """Call ``method`` on the workers in args, wait for all of them, and return their values by worker.
 
-        The first failure (worker order) is raised once every call has finished; a dead worker becomes
-        EnvWorkerError naming it. With a timeout, workers that did not reply in time raise TimeoutError.
+        The first failure (worker order) is raised once every call has finished; a dead worker is replaced
+        while it has restarts left (a replacement gets the latest weights and a fresh reset, so
+        set_weights/reset need not be repeated), else becomes WorkerLostError. With a timeout, workers that
+        did not reply in time raise TimeoutError.
         """
         ray = self._ray
         refs = {w: getattr(self._workers[w], method).remote(*a) for w, a in args.items()}
@@ -491,8 +434,10 @@ class DistributedCollector:
             try:
                 ok, value = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
-                self._dead.add(w)
-                errors.append(self._death_error(w, what, exc))
+                failure = self._death_error(w, what, exc) if method == "setup" else self._replace_or_fail(w, what, exc)
+                if failure is not None:
+                    self._dead.add(w)
+                    errors.append(failure)
                 continue
             except ray.exceptions.RayError as exc:
                 errors.append(VCollectError(f"{self._name(w)}: the Ray call for {what} failed: {exc}"))
@@ -503,23 +448,23 @@ class DistributedCollector:
                 errors.append(self._rebuild(w, value))
         if errors:
             first = errors[0]
-            if len(errors) > 1 and hasattr(first, "add_note"):
+            if len(errors) > 1:
                 first.add_note(f"{len(errors) - 1} other worker(s) failed too: {[str(e)[:200] for e in errors[1:]]}")
             raise first
         return results
 
-    def _death_error(self, w: int, what: str, exc: BaseException) -> EnvWorkerError:
+    def _death_error(self, w: int, what: str, exc: BaseException) -> WorkerLostError:
         lines = str(exc).strip().splitlines()
         reason = next((line.strip() for line in lines if "dead because" in line or "died" in line), "")
-        return EnvWorkerError(
-            None,
-            f"{self._name(w)} died during {what}{': ' + reason if reason else ''}. The shards it committed stay "
-            "valid (episodes it had not committed are lost); close() this DistributedCollector and make a "
-            "new one",
+        restarts = f" after {self.restarts[w]} replacement(s)" if self.restarts[w] else ""
+        return WorkerLostError(
+            f"{self._name(w)} died during {what}{': ' + reason if reason else ''}{restarts}. The shards it "
+            "committed stay valid (episodes it had not committed are lost); close() this DistributedCollector "
+            "and make a new one (or pass max_worker_restarts to replace dead workers)",
             str(exc),
         )
 
-    def _rebuild(self, w: int, failure: _RemoteFailure) -> Exception:
+    def _rebuild(self, w: int, failure: RemoteFailure) -> Exception:
         """The worker's exception, raised again on the driver with the worker named in its message."""
         where = self._name(w)
         if failure.env_error:
@@ -530,14 +475,13 @@ class DistributedCollector:
                 exc = failure.exc_type(f"{where}: {failure.message}")
         if not isinstance(exc, Exception):
             exc = VCollectError(f"{where} raised {failure.type_name}: {failure.message}")
-        if hasattr(exc, "add_note"):
-            exc.add_note(f"--- traceback in {where} ---\n{failure.traceback_text.rstrip()}")
+        exc.add_note(f"--- traceback in {where} ---\n{failure.traceback_text.rstrip()}")
         return exc
 
     def _kill_all(self) -> None:
         ray = self._ray
         if not ray.is_initialized():
             return
-        for actor in self._workers:
+        for actor in [*self._workers, *([self._sink] if self._sink is not None else [])]:
             with contextlib.suppress(Exception):
                 ray.kill(actor)

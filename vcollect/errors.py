@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class VCollectError(Exception):
     """Base class of every error raised by vcollect."""
@@ -101,3 +103,15 @@ class EnvSpecMismatchError(DatasetError, ValueError):
 
 class BufferNotReadyError(VCollectError, RuntimeError):
     """A ring buffer made without spaces was used before a Collector (or ``bind_spaces``) gave it its spaces."""
+
+
+class WorkerLostError(EnvWorkerError):
+    """A distributed worker died and could not be replaced (no restarts left, or its replacement failed).
+
+    ``stats`` holds what the call collected and counted before it gave up (each stored episode once, the
+    dead workers' committed episodes included), so a caller can ask for the rest instead of all again.
+    """
+
+    def __init__(self, message: str, traceback_text: str = "", stats: Any = None) -> None:
+        super().__init__(None, message, traceback_text)
+        self.stats = stats
