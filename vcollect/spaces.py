@@ -286,10 +286,11 @@ def _checks_for(space: gym.Space[Any]) -> tuple[bool, list[_LeafCheck]]:
         return entry[1], entry[2]
     nested, checks = isinstance(space, _NESTED), [_compile(leaf) for leaf in leaves(space)]
 
-    def _evict(ref: weakref.ref[gym.Space[Any]], key: int = key) -> None:
-        current = _CHECK_CACHE.get(key)
+    def _evict(ref: weakref.ref[gym.Space[Any]], key: int = key, cache: dict[int, Any] = _CHECK_CACHE) -> None:
+        # the cache is bound here: at interpreter exit the module global may already be None
+        current = cache.get(key)
         if current is not None and current[0] is ref:
-            del _CHECK_CACHE[key]
+            del cache[key]
 
     with contextlib.suppress(TypeError):  # a space that cannot be weakly referenced is not cached
         _CHECK_CACHE[key] = (weakref.ref(space, _evict), nested, checks)
