@@ -202,7 +202,8 @@ def _decode_tree(struct: pa.Array, steps: int, where: str) -> dict[str, Any]:
         else:
             column = column.slice(0, steps if meta.get(_ROWS_KEY) == b"step" else steps + 1)
             if pa.types.is_fixed_size_list(field.type):
-                shape = tuple(int(n) for n in meta[_SHAPE_KEY].split(b",")) if _SHAPE_KEY in meta else (field.type.list_size,)
+                # Minari writes 1-D info arrays as lists of one with an empty shape
+                shape = tuple(int(n) for n in meta[_SHAPE_KEY].split(b",") if n) if _SHAPE_KEY in meta else (field.type.list_size,)
                 inner = column.flatten()
                 if pa.types.is_string(inner.type) or pa.types.is_large_string(inner.type):
                     value = text_values(inner.to_pylist()).reshape(len(column), *shape)

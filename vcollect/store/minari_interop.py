@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import importlib.metadata
 import json
 import os
@@ -276,12 +277,11 @@ def _check_data_format(data_format: Any) -> None:
 def _arrow_codec() -> Any:
     """The Arrow/Parquet codec module, imported on first use: pyarrow is needed only for those layouts."""
     try:
-        from vcollect.store import minari_arrow
+        return importlib.import_module("vcollect.store.minari_arrow")
     except ImportError as exc:
         raise ImportError(
             f"Minari's arrow and parquet layouts need pyarrow ({exc}); install it with: pip install 'vcollect[minari]'"
         ) from exc
-    return minari_arrow
 
 
 # ---------------------------------------------------------------------------------------------------
