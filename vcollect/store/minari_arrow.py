@@ -54,7 +54,7 @@ _SHAPE_KEY = b"shape"
 
 def _fixed_list(values: np.ndarray, pad: int) -> pa.Array:
     """Rows of any shape as a fixed-size list of their flattened values, ``pad`` zero rows added."""
-    flat = values.reshape(values.shape[0], -1)
+    flat = values.reshape(values.shape[0], int(np.prod(values.shape[1:], dtype=np.int64)))
     if pad:
         flat = np.concatenate([flat, np.zeros((pad, flat.shape[1]), flat.dtype)])
     return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), list_size=flat.shape[1])
@@ -101,7 +101,7 @@ def _encode_tree(tree: Mapping[str, Any], rows: int) -> pa.StructArray:
 
 
 def _string_list(values: np.ndarray, pad: int) -> pa.Array:
-    flat = values.reshape(values.shape[0], -1)
+    flat = values.reshape(values.shape[0], int(np.prod(values.shape[1:], dtype=np.int64)))
     return pa.FixedSizeListArray.from_arrays(_strings(flat.reshape(-1), pad * flat.shape[1]), list_size=flat.shape[1])
 
 
