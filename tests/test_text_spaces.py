@@ -18,6 +18,7 @@ from vcollect import Collector, RandomPolicy, make_vector
 from vcollect.errors import ActionError, ObservationError
 from vcollect.spaces import BatchCheck, batch_contains, leaves
 from vcollect.store import EpisodeStore, load_dataset
+from vcollect.text_leaves import TextRule
 
 SMALL = spaces.Text(5, min_length=2, charset="ab€")
 
@@ -43,6 +44,11 @@ def test_batch_check_agrees_with_gymnasium_contains(values: list[str]) -> None:
     if not expected_ok:
         first_bad = next(i for i, v in enumerate(stored) if not SMALL.contains(v))
         assert problem is not None and f"element {first_bad} " in problem
+    # large batches take the code-point path (small ones a pass over Python strings): same answers
+    rule = TextRule(SMALL)
+    large = np.tile(batch, 70)
+    assert rule.holds(large) == expected_ok and (BatchCheck(SMALL)(large) is None) == expected_ok
+    np.testing.assert_array_equal(rule.bad(batch), [not SMALL.contains(v) for v in stored])
 
 
 def test_batch_check_messages_name_the_leaf_and_the_problem() -> None:

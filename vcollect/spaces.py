@@ -251,7 +251,7 @@ class _TextCheck(_LeafCheck):
         self.rule = TextRule(space)
 
     def holds(self, x: np.ndarray, k: int) -> bool:
-        return not bool(self.rule.bad(x).any())
+        return self.rule.holds(x)
 
 
 def _compile(leaf: Leaf) -> _LeafCheck:

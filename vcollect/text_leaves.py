@@ -19,6 +19,8 @@ __all__ = ["ENCODING_ATTR", "TextRule", "decode_utf8", "encode_utf8", "stored_te
 
 #: HDF5 column attribute naming the encoding of a byte-string column that holds text.
 ENCODING_ATTR = "encoding"
+#: Batches of at most this many values are checked as Python strings (see TextRule.holds).
+_PYTHON_MAX = 64
 
 
 def text_dtype(space: gs.Text) -> np.dtype[Any]:
@@ -68,6 +70,28 @@ class TextRule:
             # a NUL inside a value is padding to numpy: fewer non-NUL characters than its length shows it
             bad |= ~allowed.all(axis=1) | (np.count_nonzero(codes, axis=1) != lengths)
         return bad.reshape(x.shape)
+
+    def holds(self, x: np.ndarray) -> bool:
+        """Whether every value of ``x`` (a unicode array) is in the space: what the per-step check asks.
+
+        Up to ``_PYTHON_MAX`` values a pass over the Python strings (set containment, in C) is about ten
+        times cheaper than numpy's fixed per-call costs; larger batches go through the code points at once.
+        """
+        if x.size <= _PYTHON_MAX:
+            low, high, chars = self.min_length, self.max_length, self.space.character_set
+            return all(low <= len(s) <= high and chars.issuperset(s) for s in x.reshape(-1).tolist())
+        flat = np.ascontiguousarray(x).reshape(-1)
+        width = flat.dtype.itemsize // 4
+        if not width:
+            return self.min_length == 0
+        codes = flat.view(np.uint32).reshape(flat.size, width)
+        if not self._table[np.minimum(codes, self._table.size - 1)].all():
+            return False
+        filled = codes != 0
+        if (filled[:, 1:] & ~filled[:, :-1]).any():  # a NUL before a character: NUL is never in the charset
+            return False
+        counts = np.count_nonzero(filled, axis=1)
+        return bool(counts.min() >= self.min_length and counts.max() <= self.max_length)
 
     def value_problem(self, value: Any) -> str | None:
         """What is wrong with one value (None if it is in the space), as a phrase to follow "it"."""
