@@ -246,8 +246,8 @@ def test_random_policy_multi_discrete_and_multi_binary_cover_their_values() -> N
 
 
 def test_random_policy_rejects_unsupported_spaces() -> None:
-    with pytest.raises(TypeError, match="Text"):
-        RandomPolicy(spaces.Dict({"a": spaces.Discrete(2), "t": spaces.Text(5)}))
+    with pytest.raises(TypeError, match="Sequence"):
+        RandomPolicy(spaces.Dict({"a": spaces.Discrete(2), "t": spaces.Sequence(spaces.Discrete(5))}))
 
 
 def test_policies_satisfy_the_protocols() -> None:

@@ -375,7 +375,7 @@ def test_invalid_construction() -> None:
     with pytest.raises(ValueError, match="num_envs"):
         plain_buffer(num_envs=0)
     with pytest.raises(TypeError):
-        VectorRingBuffer(1, 4, gs.Text(3), gs.Discrete(2))
+        VectorRingBuffer(1, 4, gs.Sequence(gs.Discrete(3)), gs.Discrete(2))
 
 
 def test_contiguous_episode_is_a_view_and_wrapped_one_a_copy() -> None:

@@ -18,6 +18,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces as gs
 
+from vcollect.text_leaves import TextRule, text_dtype
+
 __all__ = [
     "Leaf",
     "leaves",
@@ -32,7 +34,7 @@ __all__ = [
 ]
 
 _NESTED = (gs.Dict, gs.Tuple)
-_LEAF_TYPES = frozenset({gs.Box, gs.Discrete, gs.MultiDiscrete, gs.MultiBinary})
+_LEAF_TYPES = frozenset({gs.Box, gs.Discrete, gs.MultiDiscrete, gs.MultiBinary, gs.Text})
 
 
 def _is_nested(space: gym.Space[Any]) -> bool:
@@ -61,9 +63,11 @@ def _storage(space: gym.Space[Any]) -> tuple[tuple[int, ...], np.dtype[Any]]:
         return tuple(space.nvec.shape), np.dtype(space.dtype)
     if isinstance(space, gs.MultiBinary):
         return tuple(space.shape), np.dtype(space.dtype)
+    if isinstance(space, gs.Text):
+        return (), text_dtype(space)  # fixed-width unicode, one spare character (see vcollect.text_leaves)
     raise TypeError(
         f"cannot store values of {space!r} ({type(space).__name__}): supported spaces are Box, Discrete, "
-        "MultiDiscrete, MultiBinary and Dict/Tuple of them"
+        "MultiDiscrete, MultiBinary, Text and Dict/Tuple of them"
     )
 
 
@@ -82,7 +86,8 @@ def _collect(space: gym.Space[Any], path: tuple[str | int, ...], out: list[Leaf]
 def leaves(space: gym.Space[Any]) -> list[Leaf]:
     """The leaves of ``space`` depth-first (Dict in ``space.spaces`` order, Tuple by index).
 
-    Raises TypeError for spaces without a fixed array layout (Text, Graph, Sequence, OneOf, ...).
+    Text leaves are scalars of fixed-width unicode (``vcollect.text_leaves``). Raises TypeError for spaces
+    without a fixed array layout (Graph, Sequence, OneOf, ...).
     """
     out: list[Leaf] = []
     _collect(space, (), out)
@@ -236,9 +241,24 @@ class _LeafCheck:
         return bool(np.count_nonzero(x >= low) + np.count_nonzero(x <= high) == 2 * x.size)
 
 
+class _TextCheck(_LeafCheck):
+    """The check of a Text leaf: lengths and charset of a batch of strings (``TextRule``), not bounds."""
+
+    __slots__ = ("rule",)
+
+    def __init__(self, name: str, space: gs.Text) -> None:
+        super().__init__(name, space, "U", np.zeros((), np.int64), np.zeros((), np.int64))
+        self.rule = TextRule(space)
+
+    def holds(self, x: np.ndarray, k: int) -> bool:
+        return self.rule.holds(x)
+
+
 def _compile(leaf: Leaf) -> _LeafCheck:
     space = leaf.space
     shape = leaf.shape
+    if isinstance(space, gs.Text):
+        return _TextCheck(leaf.name, space)
     if isinstance(space, gs.Box):
         kind = np.dtype(space.dtype).kind
         kinds = "fiub" if kind == "f" else ("iub" if kind in "iu" else "b")
@@ -266,10 +286,11 @@ def _checks_for(space: gym.Space[Any]) -> tuple[bool, list[_LeafCheck]]:
         return entry[1], entry[2]
     nested, checks = isinstance(space, _NESTED), [_compile(leaf) for leaf in leaves(space)]
 
-    def _evict(ref: weakref.ref[gym.Space[Any]], key: int = key) -> None:
-        current = _CHECK_CACHE.get(key)
+    def _evict(ref: weakref.ref[gym.Space[Any]], key: int = key, cache: dict[int, Any] = _CHECK_CACHE) -> None:
+        # the cache is bound here: at interpreter exit the module global may already be None
+        current = cache.get(key)
         if current is not None and current[0] is ref:
-            del _CHECK_CACHE[key]
+            del cache[key]
 
     with contextlib.suppress(TypeError):  # a space that cannot be weakly referenced is not cached
         _CHECK_CACHE[key] = (weakref.ref(space, _evict), nested, checks)
@@ -315,7 +336,8 @@ def batch_contains(space: gym.Space[Any], batch: Any) -> str | None:
     """Check that every element of a batched nested value lies in ``space``; None if all do.
 
     Otherwise a short message naming the leaf and the first bad element. Checks structure, shape, dtype
-    kind (a float Box takes any real numbers, integer spaces take integers) and bounds/ranges. The
+    kind (a float Box takes any real numbers, integer spaces take integers, Text takes numpy strings) and
+    bounds/ranges (Text: length and charset). The
     per-leaf checks are compiled on first use for each space object, so keep the space unchanged.
     """
     nested, checks = _checks_for(space)
@@ -343,6 +365,8 @@ def batch_contains(space: gym.Space[Any], batch: Any) -> str | None:
         if x.dtype.kind not in check.kinds:
             return f"{_where(check.name)}dtype {x.dtype} does not fit {check.describe}"
         if not check.holds(x, k):
+            if isinstance(check, _TextCheck):
+                return f"{_where(check.name)}{check.rule.explain(x)}"
             low, high = check.bounds(k)
             ok = ((x >= low) & (x <= high)).reshape(k, -1).all(axis=1)
             i = int(np.argmin(ok))

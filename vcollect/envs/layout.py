@@ -3,6 +3,8 @@
 The leaves (order, shapes, dtypes: Discrete in ``space.dtype``) are those of :func:`vcollect.spaces.leaves`,
 so what a backend hands out has the dtypes the rings and the store keep; this adds what a backend does
 with rows: write one env's value, read one back for the env, gather rows by env id, convert actions.
+Text leaves are fixed-width unicode rows; a value that numpy would cut or change on the way into a row
+(longer than ``max_length``, not a str, holding NUL) is refused when written instead.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.spaces import Discrete
+from gymnasium.spaces import Discrete, Text
 
 from vcollect.errors import ActionError
 from vcollect.spaces import allocate, leaf_values, leaves, unflatten_batch
+from vcollect.text_leaves import TextRule
 
 __all__ = ["FixedLayout"]
 
@@ -33,7 +36,10 @@ class FixedLayout:
         self.paths = [leaf.path for leaf in specs]
         self.shapes = [leaf.shape for leaf in specs]
         self.dtypes = [leaf.dtype for leaf in specs]
-        self.flat = len(specs) == 1 and specs[0].path == ()
+        # Text leaves whose values write_row checks (position in the layout, rule)
+        self._text = [(i, TextRule(leaf.space)) for i, leaf in enumerate(specs) if isinstance(leaf.space, Text)]
+        # flat: one leaf at the root, written straight into its rows; never for Text (write_row checks those)
+        self.flat = len(specs) == 1 and specs[0].path == () and not self._text
         self.discrete = [isinstance(leaf.space, Discrete) for leaf in specs]
         # how read_row hands out a leaf: 0 = numpy scalar (Discrete and other scalars), 1 = copy of the row
         self._row_modes = [1 if leaf.shape else 0 for leaf in specs]
@@ -63,11 +69,16 @@ class FixedLayout:
 
     def write_row(self, arrays: list[np.ndarray], row: int, value: Any) -> None:
         """Store one value in row `row` (cast to the leaf dtypes); ValueError/KeyError/TypeError if it does
-        not fit."""
+        not fit (Text: not a str, longer than max_length, or holding NUL)."""
         if self.flat:
             arrays[0][row] = value
             return
-        for array, leaf in zip(arrays, leaf_values(self.space, value)):
+        values = leaf_values(self.space, value)
+        for i, rule in self._text:
+            problem = rule.write_problem(values[i])
+            if problem is not None:
+                raise ValueError(f"leaf {_path_name(self.paths[i])!r}: {problem}")
+        for array, leaf in zip(arrays, values):
             array[row] = leaf
 
     def read_row(self, arrays: list[np.ndarray], row: int) -> Any:
@@ -103,6 +114,12 @@ class FixedLayout:
                     f"(one row per env id)"
                 )
             out.append(array)
+        for i, rule in self._text:  # numpy turns numbers into strings and cuts long ones: refuse both
+            problem = None if np.asarray(leaves[i]).dtype.kind == "U" else "are not strings"
+            if problem is None and out[i].size and int(np.strings.str_len(out[i]).max()) > rule.max_length:
+                problem = f"hold a value longer than max_length {rule.max_length} of {rule.space}"
+            if problem is not None:
+                raise ActionError(f"{what} leaf {_path_name(self.paths[i])!r} {problem}")
         return out
 
 

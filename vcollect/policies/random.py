@@ -14,6 +14,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from vcollect.text_leaves import text_dtype
+
 Sampler = Callable[[int], Any]
 
 BLOCK_ROWS = 1024
@@ -47,8 +49,8 @@ def batch_size_of(batch: Any) -> int:
 class RandomPolicy:
     """Samples a batch of uniformly random actions from ``action_space``; ignores observations and state.
 
-    Deterministic for a given ``seed``. Supports Box, Discrete, MultiDiscrete, MultiBinary and Dict/Tuple
-    of them; actions come in batched nested form with the space's dtypes (Discrete: int64). Its actions
+    Deterministic for a given ``seed``. Supports Box, Discrete, MultiDiscrete, MultiBinary, Text and
+    Dict/Tuple of them; actions come in batched nested form with the space's dtypes (Discrete: int64). Its actions
     lie in ``action_space`` by construction (``actions_in_space``), so a collector need not check them.
     """
 
@@ -82,6 +84,8 @@ def _compile(space: gym.Space[Any], rng: np.random.Generator) -> Sampler:
         return _multi_discrete_sampler(space, rng)
     if isinstance(space, spaces.MultiBinary):
         return _multi_binary_sampler(space, rng)
+    if isinstance(space, spaces.Text):
+        return _text_sampler(space, rng)
     if isinstance(space, spaces.Dict):
         subs = [(key, _compile(sub, rng)) for key, sub in space.spaces.items()]
         return lambda k: {key: sample(k) for key, sample in subs}
@@ -90,8 +94,28 @@ def _compile(space: gym.Space[Any], rng: np.random.Generator) -> Sampler:
         return lambda k: tuple(sample(k) for sample in tuple_subs)
     raise TypeError(
         f"RandomPolicy cannot sample {space!r}: supported spaces are Box, Discrete, MultiDiscrete, "
-        "MultiBinary, and Dict/Tuple of them"
+        "MultiBinary, Text, and Dict/Tuple of them"
     )
+
+
+def _text_sampler(space: spaces.Text, rng: np.random.Generator) -> Sampler:
+    """Strings as ``Text.sample`` draws them (a uniform length in [min_length, max_length], then uniform
+    characters of the charset), a batch at once as code points viewed as vcollect's Text leaf dtype."""
+    chars = np.fromiter((ord(c) for c in space.characters), dtype=np.uint32, count=len(space.characters))
+    low, high = int(space.min_length), int(space.max_length)
+    dtype = text_dtype(space)
+    width = dtype.itemsize // 4
+    positions = np.arange(high)
+
+    def sample(k: int) -> np.ndarray:
+        codes = np.zeros((k, width), dtype=np.uint32)
+        if high and chars.size:
+            lengths = rng.integers(low, high + 1, size=k)
+            drawn = chars[rng.integers(0, chars.size, size=(k, high))]
+            codes[:, :high] = np.where(positions < lengths[:, None], drawn, 0)
+        return codes.view(dtype).reshape(k)
+
+    return sample
 
 
 def _blocked(sample: Sampler) -> Sampler:

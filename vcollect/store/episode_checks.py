@@ -12,9 +12,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium.spaces import Text
 
+from vcollect.errors import ActionError, ObservationError
 from vcollect.spaces import Leaf
 from vcollect.store.schema import MetadataFields, MetadataSchema, TreeFields, TreeSchema, flatten_columns
+from vcollect.text_leaves import stored_text_problem
 
 __all__ = ["batch_lists", "batch_seeds", "batch_steps", "copy_leaves", "episode_seed", "episode_steps", "side_data"]
 
@@ -37,6 +40,12 @@ def copy_leaves(
         if a.dtype != leaf.dtype and not np.can_cast(a.dtype, leaf.dtype, "same_kind"):
             where = f"{what}[{leaf.name!r}]" if leaf.name else what
             raise ValueError(f"{where} has dtype {a.dtype}, which does not fit the space's {leaf.dtype}")
+        if isinstance(leaf.space, Text):  # numpy would cut long strings and turn numbers into text
+            problem = stored_text_problem(leaf.space, a)
+            if problem is not None:
+                where = f"{what}[{leaf.name!r}]" if leaf.name else what
+                error = ActionError if what == "actions" else ObservationError
+                raise error(f"{where} {problem}")
         copies.append(a.copy())
     return copies
 

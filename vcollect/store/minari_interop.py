@@ -1,19 +1,16 @@
-"""Minari interop: export a Dataset in Minari 0.5's HDF5 layout, import a Minari HDF5 dataset.
+"""Minari interop: export a Dataset as a Minari 0.5 dataset, import a Minari dataset (hdf5, arrow, parquet).
 
 Minari 0.5 layout (what ``minari.load_dataset`` reads)::
 
     <minari_root>/<namespace>/namespace_metadata.json     one per namespace level ("{}" when new)
     <minari_root>/<namespace>/<name>-vN/data/metadata.json
-    <minari_root>/<namespace>/<name>-vN/data/main_data.hdf5
+    <minari_root>/<namespace>/<name>-vN/data/main_data.hdf5              data_format "hdf5"
+    <minari_root>/<namespace>/<name>-vN/data/<id>/part-0.{arrow,parquet}  data_format "arrow"/"parquet"
 
 ``metadata.json`` holds the serialized spaces (JSON strings), env spec, totals, dataset size in MB,
-``dataset_id``, ``minari_version``, ``data_format`` ("hdf5") and the author/description keys.
-``main_data.hdf5`` has one group ``episode_{i}`` per episode: ``observations`` (T+1 rows; Dict spaces
-become groups keyed like the space, Tuple spaces groups of ``_index_{i}``), ``actions``, ``rewards``,
-``terminations``, ``truncations`` (T rows) and an ``infos`` group; its attributes are ``id``,
-``total_steps``, ``seed`` (when known), the reset options flattened as ``options/<key>`` and the
-per-episode metadata (``rewards_sum``...). Exports also keep vcollect's ``extras`` in an ``extras``
-group of each episode: Minari ignores it, ``import_minari`` reads it back.
+``dataset_id``, ``minari_version``, ``data_format`` (which storage Minari opens) and the author/description
+keys. The episodes are written and read by one codec per layout: ``minari_hdf5`` (``main_data.hdf5``) and
+``minari_arrow`` (a folder per episode, Arrow IPC or Parquet; needs pyarrow, part of the ``minari`` extra).
 
 Nothing here imports ``minari``: the layout and the root rule are written out from Minari's docs and
 file format so that exports work without it installed.
@@ -23,9 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
+import importlib
 import importlib.metadata
-import io
 import json
 import os
 import re
@@ -34,28 +30,28 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import h5py
-import numpy as np
 
 from vcollect.errors import (
     DatasetError,
     DatasetExistsError,
     DatasetNotFoundError,
-    DiskFullError,
     InfoStructureError,
     InvalidDatasetIdError,
 )
-from vcollect.infos import flatten_info, info_name, nest_info
 from vcollect.spaces import space_from_dict, space_to_dict
 from vcollect.store.dataset_info import DATASET_FILE
+from vcollect.store.minari_episodes import MinariEpisode
+from vcollect.store.minari_hdf5 import MAIN_FILE as _MAIN_FILE
+from vcollect.store.minari_hdf5 import iter_hdf5_episodes as _iter_minari_episodes
+from vcollect.store.minari_hdf5 import write_main_file as _write_main_file
 from vcollect.store.naming import dataset_path, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
-from vcollect.store.spill_file import SpillFile
 from vcollect.store.staging import discard_staging, fsync_tree, new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
 
 __all__ = [
     "MINARI_DATASETS_PATH_ENV",
+    "MINARI_DATA_FORMATS",
     "export_minari",
     "import_minari",
     "minari_dataset_path",
@@ -68,8 +64,10 @@ MINARI_DATASETS_PATH_ENV = "MINARI_DATASETS_PATH"
 #: The Minari release whose format this module writes (used when no minari 0.5.x is installed).
 MINARI_FORMAT_VERSION = "0.5.4"
 
+#: Minari 0.5's storage layouts (``data_format``), all of which export_minari writes and import_minari reads.
+MINARI_DATA_FORMATS = ("hdf5", "arrow", "parquet")
+
 _DATA_DIR = "data"
-_MAIN_FILE = "main_data.hdf5"
 _METADATA_FILE = "metadata.json"
 _NAMESPACE_FILE = "namespace_metadata.json"
 
@@ -98,9 +96,6 @@ _DATA_KEYS = frozenset(
 # Minari's descriptive keys, in the order its create_dataset writes them.
 _DESCRIPTIVE_KEYS = ("code_permalink", "author", "author_email", "algorithm_name", "description")
 _SCORE_KEYS = ("ref_max_score", "ref_min_score", "num_episodes_average_score", "requirements")
-# Episode-group attributes that are not per-episode metadata.
-_EPISODE_ATTRS = frozenset({"id", "seed", "total_steps"})
-_OPTIONS_PREFIX = "options/"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -157,34 +152,6 @@ def _minari_version() -> str:
 # helpers shared by export and import
 
 
-def _is_image_space(space: gym.Space[Any]) -> bool:
-    """Minari's rule for spaces it JPEG-encodes when ``jpeg_encoding`` is on."""
-    return (
-        isinstance(space, gym.spaces.Box)
-        and len(space.shape) in (2, 3)
-        and space.shape[0] >= 32
-        and space.shape[1] >= 32
-        and space.dtype == np.uint8
-        and bool(np.all(space.low == 0))
-        and bool(np.all(space.high == 255))
-    )
-
-
-def _json_value(value: Any) -> Any:
-    """numpy scalars/arrays (from HDF5 attributes) -> plain JSON-able Python values."""
-    if isinstance(value, np.ndarray):
-        return [_json_value(v) for v in value.tolist()] if value.dtype.kind in "OS" else value.tolist()
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, bytes):
-        return value.decode("utf-8")
-    if isinstance(value, Mapping):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_value(v) for v in value]
-    return value
-
-
 def _as_list(value: Any) -> list[Any]:
     """Minari keeps author/author_email as sets (JSON lists): a str becomes a one-element list."""
     if isinstance(value, str):
@@ -196,41 +163,6 @@ def _as_list(value: Any) -> list[Any]:
 
 # ---------------------------------------------------------------------------------------------------
 # export
-
-
-def _create_column(group: h5py.Group, key: str, data: Any) -> None:
-    """One per-step column as Minari writes it: chunked and growable along the time axis."""
-    arr = np.asarray(data)
-    if arr.dtype.kind == "U":
-        arr = arr.astype(object)
-        group.create_dataset(key, data=arr, dtype=h5py.string_dtype(encoding="utf-8"),
-                             chunks=True, maxshape=(None, *arr.shape[1:]))
-        return
-    if arr.ndim == 0:
-        group.create_dataset(key, data=arr)
-        return
-    group.create_dataset(key, data=arr, chunks=True, maxshape=(None, *arr.shape[1:]))
-
-
-def _write_value(group: h5py.Group, key: str, space: gym.Space[Any], value: Any) -> None:
-    if isinstance(space, gym.spaces.Dict):
-        sub = group.create_group(key)
-        for name, subspace in space.spaces.items():
-            _write_value(sub, name, subspace, value[name])
-    elif isinstance(space, gym.spaces.Tuple):
-        sub = group.create_group(key)
-        for i, subspace in enumerate(space.spaces):
-            _write_value(sub, f"_index_{i}", subspace, value[i])
-    else:
-        _create_column(group, key, value)
-
-
-def _write_tree(group: h5py.Group, tree: Mapping[str, Any]) -> None:
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            _write_tree(group.create_group(key), value)
-        else:
-            _create_column(group, key, value)
 
 
 def _write_namespace_files(root: Path, namespace: str | None) -> None:
@@ -283,8 +215,10 @@ def export_minari(
     *,
     overwrite: bool = False,
     root: str | os.PathLike[str] | None = None,
+    data_format: str = "hdf5",
 ) -> Path:
-    """Write ``dataset`` (a Dataset or view, or an id under ``root``) as a Minari 0.5 HDF5 dataset.
+    """Write ``dataset`` (a Dataset or view, or an id under ``root``) as a Minari 0.5 dataset stored as
+    ``data_format``: "hdf5" (Minari's default), "arrow" or "parquet" (these two need pyarrow).
 
     The result loads with ``minari.load_dataset(minari_dataset_id)`` (with ``$MINARI_DATASETS_PATH`` or
     Minari's default root matching ``minari_root``) and returns the same arrays, seeds, options and
@@ -294,6 +228,7 @@ def export_minari(
     DatasetExistsError if it exists unless ``overwrite=True``.
     """
     namespace, _, _ = parse_minari_dataset_id(minari_dataset_id)
+    _check_data_format(data_format)
     source = load_dataset(dataset, root) if isinstance(dataset, str) else dataset
     minari_root_path = resolve_minari_root(minari_root)
     final = minari_root_path.joinpath(*minari_dataset_id.split("/"))
@@ -305,10 +240,15 @@ def export_minari(
     data_dir = tmp / _DATA_DIR
     try:
         data_dir.mkdir()
-        _write_main_file(source, data_dir / _MAIN_FILE)
+        if data_format == "hdf5":
+            _write_main_file(source, data_dir / _MAIN_FILE)
+        else:
+            _arrow_codec().write_arrow_episodes(source, data_dir, data_format)
         metadata = _export_metadata(source, minari_dataset_id)
+        metadata["data_format"] = data_format  # which storage minari.load_dataset opens
         text = json.dumps(metadata)
-        size_mb = ((data_dir / _MAIN_FILE).stat().st_size + len(text.encode("utf-8"))) / 1e6
+        data_bytes = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file())
+        size_mb = (data_bytes + len(text.encode("utf-8"))) / 1e6
         # Minari reports the size in MB rounded to one decimal; insert it where its writer does.
         keys = list(metadata)
         position = keys.index("dataset_id")
@@ -326,40 +266,22 @@ def export_minari(
     return final
 
 
-def _write_main_file(dataset: Dataset, path: Path) -> None:
-    """Write main_data.hdf5 through a SpillFile: a full disk stops the export with DatasetError instead of
-    crashing inside HDF5."""
-    obs_space, act_space = dataset.observation_space, dataset.action_space
-    raw = SpillFile(path)
-    with raw, h5py.File(raw, "w", track_order=True) as f:
-        for i, episode in enumerate(dataset.iterate_episodes()):
-            if raw.error is not None:
-                break
-            group = f.create_group(f"episode_{i}")
-            group.attrs["id"] = i
-            if episode.seed is not None:
-                group.attrs["seed"] = episode.seed
-            if episode.options is not None:
-                group.attrs.update(
-                    {_OPTIONS_PREFIX + info_name(path): value
-                     for path, value in flatten_info(episode.options, "reset options").items()}
-                )
-            group.attrs["total_steps"] = len(episode)
-            _write_value(group, "observations", obs_space, episode.observations)
-            _write_value(group, "actions", act_space, episode.actions)
-            _create_column(group, "rewards", episode.rewards)
-            _create_column(group, "terminations", episode.terminations)
-            _create_column(group, "truncations", episode.truncations)
-            _write_tree(group.create_group("infos"), episode.infos)
-            if episode.extras:
-                _write_tree(group.create_group("extras"), episode.extras)
-            for key, value in episode.metadata.items():
-                if key not in _EPISODE_ATTRS and not key.startswith(_OPTIONS_PREFIX):
-                    group.attrs[key] = value
-    if raw.error is not None:
-        if raw.error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise DiskFullError(f"no space left on device while writing {str(path)!r}") from raw.error
-        raise raw.error
+def _check_data_format(data_format: Any) -> None:
+    if data_format not in MINARI_DATA_FORMATS:
+        raise ValueError(
+            f"data_format must be one of {', '.join(map(repr, MINARI_DATA_FORMATS))} (Minari 0.5's storages), "
+            f"got {data_format!r}"
+        )
+
+
+def _arrow_codec() -> Any:
+    """The Arrow/Parquet codec module, imported on first use: pyarrow is needed only for those layouts."""
+    try:
+        return importlib.import_module("vcollect.store.minari_arrow")
+    except ImportError as exc:
+        raise ImportError(
+            f"Minari's arrow and parquet layouts need pyarrow ({exc}); install it with: pip install 'vcollect[minari]'"
+        ) from exc
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -383,43 +305,6 @@ def _resolve_minari_data_dir(source: str | os.PathLike[str], minari_root: str | 
         f"no Minari dataset {str(source)!r}: looked for data/{_METADATA_FILE} under {looked}, or next to it "
         f"for a file (Minari root {str(resolve_minari_root(minari_root))!r})"
     )
-
-
-def _decode_strings(arr: np.ndarray) -> np.ndarray:
-    if arr.dtype.kind == "O" or arr.dtype.kind == "S":
-        flat = [v.decode("utf-8") if isinstance(v, bytes) else v for v in arr.reshape(-1).tolist()]
-        if all(isinstance(v, str) for v in flat):
-            return np.array(flat, dtype=str).reshape(arr.shape)
-    return arr
-
-
-def _read_tree(group: h5py.Group) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, node in group.items():
-        if isinstance(node, h5py.Group):
-            out[key] = _read_tree(node)
-        else:
-            out[key] = _decode_strings(np.asarray(node[()]))
-    return out
-
-
-def _decode_jpeg(node: h5py.Dataset) -> np.ndarray:
-    from PIL import Image  # Minari's own dependency; only needed for JPEG-encoded images
-
-    frames = [np.array(Image.open(io.BytesIO(np.asarray(raw).tobytes())), dtype=np.uint8) for raw in node[()]]
-    return np.stack(frames) if frames else np.zeros((0,), np.uint8)
-
-
-def _read_value(node: Any, space: gym.Space[Any], jpeg: bool, where: str) -> Any:
-    if isinstance(space, gym.spaces.Dict):
-        return {key: _read_value(node[key], sub, jpeg, f"{where}/{key}") for key, sub in space.spaces.items()}
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(_read_value(node[f"_index_{i}"], sub, jpeg, f"{where}/_index_{i}") for i, sub in enumerate(space.spaces))
-    if not isinstance(node, h5py.Dataset):
-        raise DatasetError(f"{where} should be an HDF5 dataset for space {space}, found a group")
-    if jpeg and _is_image_space(space):
-        return _decode_jpeg(node)
-    return np.asarray(node[()])
 
 
 def _clean_env_spec(text: Any) -> str | None:
@@ -460,44 +345,6 @@ def _spaces_of(
         env.close()
 
 
-def _episode_names(f: h5py.File) -> list[str]:
-    numbered = []
-    for name in f:
-        match = re.fullmatch(r"episode_(\d+)", name)
-        if match is not None:
-            numbered.append((int(match.group(1)), name))
-    return [name for _, name in sorted(numbered)]
-
-
-def _iter_minari_episodes(
-    path: Path, obs_space: gym.Space[Any], act_space: gym.Space[Any], jpeg: bool
-) -> Iterator[dict[str, Any]]:
-    with h5py.File(path, "r") as f:
-        for name in _episode_names(f):
-            group = f[name]
-            attrs = dict(group.attrs)
-            seed = attrs.get("seed")
-            options_flat = {k[len(_OPTIONS_PREFIX):]: _json_value(v) for k, v in attrs.items() if k.startswith(_OPTIONS_PREFIX)}
-            metadata = {
-                k: _json_value(v)
-                for k, v in attrs.items()
-                if k not in _EPISODE_ATTRS and not k.startswith(_OPTIONS_PREFIX)
-            }
-            yield {
-                "name": name,
-                "observations": _read_value(group["observations"], obs_space, jpeg, f"{name}/observations"),
-                "actions": _read_value(group["actions"], act_space, jpeg, f"{name}/actions"),
-                "rewards": np.asarray(group["rewards"][()]),
-                "terminations": np.asarray(group["terminations"][()]),
-                "truncations": np.asarray(group["truncations"][()]),
-                "infos": _read_tree(group["infos"]) if "infos" in group else None,
-                "extras": _read_tree(group["extras"]) if "extras" in group else None,
-                "seed": None if seed is None else int(seed),
-                "options": nest_info({tuple(k.split("/")): v for k, v in options_flat.items()}) if options_flat else None,
-                "metadata": metadata or None,
-            }
-
-
 def import_minari(
     minari_dataset_id_or_path: str | os.PathLike[str],
     dataset_id: str,
@@ -507,10 +354,12 @@ def import_minari(
     minari_root: str | os.PathLike[str] | None = None,
     trust_env_spec: bool = False,
 ) -> Dataset:
-    """Copy a Minari HDF5 dataset into a new vcollect dataset ``dataset_id`` (under ``root``) and load it.
+    """Copy a Minari dataset (stored as hdf5, arrow or parquet) into a new vcollect dataset ``dataset_id``
+    (under ``root``) and load it.
 
     The source is a Minari id (resolved under ``minari_root``, else ``$MINARI_DATASETS_PATH``, else
     ``~/.minari/datasets``) or a path to the dataset directory, its ``data/`` or its ``main_data.hdf5``.
+    Its metadata's ``data_format`` says which layout is read, as in Minari.
     Spaces, env specs and descriptive metadata come from its metadata.json; seeds, reset options, infos,
     episode metadata and (for vcollect exports) extras are kept. Episodes whose infos change structure start
     a new shard writer, so nothing is dropped. The dataset appears under ``dataset_id`` (replacing the old
@@ -528,12 +377,13 @@ def import_minari(
     except ValueError as exc:
         raise DatasetError(f"{data_dir / _METADATA_FILE} is not valid JSON: {exc}") from exc
     data_format = metadata.get("data_format", "hdf5")
-    if data_format != "hdf5":
+    if data_format not in MINARI_DATA_FORMATS:
         raise DatasetError(
-            f"Minari dataset at {str(data_dir)!r} is stored as {data_format!r}; import_minari reads 'hdf5' only"
+            f"Minari dataset at {str(data_dir)!r} is stored as {data_format!r}; import_minari reads "
+            f"{', '.join(map(repr, MINARI_DATA_FORMATS))}"
         )
     main_file = data_dir / _MAIN_FILE
-    if not main_file.is_file():
+    if data_format == "hdf5" and not main_file.is_file():
         raise DatasetError(f"Minari dataset at {str(data_dir)!r} has no {_MAIN_FILE}")
     env_spec = _clean_env_spec(metadata.get("env_spec"))
     eval_env_spec = _clean_env_spec(metadata.get("eval_env_spec"))
@@ -558,20 +408,22 @@ def import_minari(
         discard_staging(staging, root_path)
         raise
     try:
-        for episode in _iter_minari_episodes(main_file, obs_space, act_space, jpeg):
+        source = main_file if data_format == "hdf5" else data_dir
+        for record in _episodes(data_dir, data_format, obs_space, act_space, jpeg):
+            episode: dict[str, Any] = dict(record)
             name = episode.pop("name")
             try:
                 store.write_episode(**episode, env_id=0)
             except (InfoStructureError, ValueError) as first_error:
                 if store.pending_episodes == 0 and store.committed_episodes == 0:
-                    raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {first_error}") from first_error
+                    raise DatasetError(f"cannot import {name} of {str(source)!r}: {first_error}") from first_error
                 # Infos/extras/metadata structure is fixed per writer: a fresh writer takes the new one.
                 store.close()
                 store = EpisodeStore._open_at(staging, dataset_id, root_path)
                 try:
                     store.write_episode(**episode, env_id=0)
                 except (InfoStructureError, ValueError) as exc:
-                    raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {exc}") from exc
+                    raise DatasetError(f"cannot import {name} of {str(source)!r}: {exc}") from exc
         store.close()
         publish_dir(staging, final, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
     except BaseException:
@@ -580,3 +432,13 @@ def import_minari(
         discard_staging(staging, root_path)
         raise
     return load_dataset(dataset_id, root)
+
+
+def _episodes(
+    data_dir: Path, data_format: str, obs_space: gym.Space[Any], act_space: gym.Space[Any], jpeg: bool
+) -> Iterator[MinariEpisode]:
+    """The episodes of a Minari dataset in id order, read by the codec of its layout."""
+    if data_format == "hdf5":
+        return _iter_minari_episodes(data_dir / _MAIN_FILE, obs_space, act_space, jpeg)  # type: ignore[no-any-return]
+    codec = _arrow_codec()
+    return codec.iter_arrow_episodes(data_dir, data_format, obs_space, act_space, jpeg)  # type: ignore[no-any-return]

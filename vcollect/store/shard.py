@@ -1,6 +1,6 @@
 """One shard file: the episodes a writer has accepted but not committed, and how they reach the disk.
 
-A shard is one HDF5 file of columns: observation/action leaves, rewards and flags (rows of all its
+A shard is one HDF5 file of columns: observation/action leaves (Text leaves as UTF-8 strings), rewards and flags (rows of all its
 episodes concatenated), ``infos/`` and ``extras/`` columns, and the ``episodes/`` table (one row per
 episode: offsets, length, return, env id, seed, options, metadata). It is built in memory, written to a
 temporary name with plain file writes, fsynced and renamed, so a committed shard is always whole and a
@@ -25,6 +25,7 @@ import numpy as np
 from vcollect.spaces import Leaf
 from vcollect.store.compression import Compression, column_filter
 from vcollect.store.staging import shard_tmp_path
+from vcollect.text_leaves import ENCODING_ATTR, encode_utf8
 
 __all__ = ["EPISODE_COLUMNS", "SHARD_FORMAT_NAME", "EpisodeRows", "PendingShard", "column_path", "write_shard"]
 
@@ -175,6 +176,9 @@ class PendingShard:
         ):
             for leaf, parts, small in zip(leaf_list, pending, store_dtypes):
                 arr = np.concatenate(parts).astype(leaf.dtype, copy=False)
+                if arr.dtype.kind == "U":  # a Text leaf: HDF5 strings in UTF-8, as Minari stores them
+                    yield (column_path(prefix, leaf.name), encode_utf8(arr), {ENCODING_ATTR: "utf-8"})
+                    continue
                 if small is not None and arr.size:
                     info = np.iinfo(small.type)  # type: ignore[type-var]
                     if info.min <= int(arr.min()) and int(arr.max()) <= info.max:

@@ -27,6 +27,7 @@ from vcollect.spaces import Leaf
 from vcollect.store.chunk_reader import ChunkTable
 from vcollect.store.compression import import_plugin_filters
 from vcollect.store.shard import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
+from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
 
 #: errno values that say something about the process or the system, not about the shard being read.
 _RESOURCE_ERRNOS = frozenset(
@@ -36,6 +37,8 @@ _RESOURCE_ERRNOS = frozenset(
 #: dtype kinds a column may have: numbers and flags, and fixed-size byte strings for infos/extras/metadata.
 _NUMERIC_KINDS = "biuf"
 _TREE_KINDS = "biufcS"
+#: where the observation/action leaf columns are (Text ones are decoded when read)
+_LEAF_PREFIXES = ("observations", "actions")
 
 
 def _not_corruption(exc: BaseException) -> bool:
@@ -190,7 +193,13 @@ class _Shard:
             ("actions", act_leaves, self.num_steps),
         ):
             for leaf in leaf_list:
-                self._expect(column_path(prefix, leaf.name), (rows, *leaf.shape), _NUMERIC_KINDS, leaf.dtype)
+                name = column_path(prefix, leaf.name)
+                if leaf.dtype.kind == "U":  # a Text leaf: UTF-8 bytes, decoded by _OpenFiles.read
+                    self._expect(name, (rows, *leaf.shape), "S")
+                    if self.columns[name].attrs.get(ENCODING_ATTR) != "utf-8":
+                        raise ValueError(f"column {name!r} holds bytes without the utf-8 encoding of a Text leaf")
+                else:
+                    self._expect(name, (rows, *leaf.shape), _NUMERIC_KINDS, leaf.dtype)
         self._expect("rewards", (self.num_steps,), _NUMERIC_KINDS, np.dtype(np.float64))
         for name in ("terminations", "truncations"):
             self._expect(name, (self.num_steps,), "b")
@@ -256,8 +265,14 @@ class _OpenFiles:
         self.__init__(state["capacity"])  # type: ignore[misc]
 
     def read(self, key: int, shard: _Shard, name: str, rows: slice | np.ndarray) -> np.ndarray:
-        """A copy of ``rows`` (a slice, or row numbers) of column ``name`` of ``shard``."""
+        """A copy of ``rows`` (a slice, or row numbers) of column ``name`` of ``shard``; a leaf column of
+        Text (UTF-8 bytes with the encoding attribute) comes back decoded as unicode."""
         col = shard.columns[name]
+        if name.startswith(_LEAF_PREFIXES) and col.dtype.kind == "S" and ENCODING_ATTR in col.attrs:
+            return decode_utf8(self._read(key, shard, col, name, rows))
+        return self._read(key, shard, col, name, rows)
+
+    def _read(self, key: int, shard: _Shard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
         if int(np.prod(col.shape, dtype=np.int64)) == 0:
             return np.empty(col.shape, dtype=col.dtype)[rows]
         with self._lock:
