@@ -48,7 +48,8 @@ from vcollect.errors import (
 from vcollect.infos import flatten_info, info_name, nest_info
 from vcollect.spaces import space_from_dict, space_to_dict
 from vcollect.store.dataset_info import DATASET_FILE
-from vcollect.store.naming import dataset_path, resolve_root
+from vcollect.store.namespaces import copy_namespace_metadata, root_above
+from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
 from vcollect.store.spill_file import SpillFile
 from vcollect.store.staging import discard_staging, fsync_tree, new_staging_dir, publish_dir
@@ -315,7 +316,8 @@ def export_minari(
         items = list(metadata.items())
         items.insert(position, ("dataset_size", round(size_mb, 1)))
         (data_dir / _METADATA_FILE).write_text(json.dumps(dict(items)), encoding="utf-8")
-        _write_namespace_files(minari_root_path, namespace)
+        # every namespace level gets a namespace_metadata.json, with the same-named vcollect namespace's metadata
+        copy_namespace_metadata(source.root, minari_root_path, namespace)
         fsync_tree(tmp)
         publish_dir(tmp, final, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
@@ -574,6 +576,9 @@ def import_minari(
                     raise DatasetError(f"cannot import {name} of {str(main_file)!r}: {exc}") from exc
         store.close()
         publish_dir(staging, final, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
+        minari_root_path = root_above(data_dir.parent, metadata.get("dataset_id"))
+        if minari_root_path is not None:  # keep the metadata of namespaces named as in the Minari root
+            copy_namespace_metadata(minari_root_path, root_path, parse_dataset_id(dataset_id)[0])
     except BaseException:
         with contextlib.suppress(Exception):
             store.close()

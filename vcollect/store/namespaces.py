@@ -10,6 +10,7 @@ The file is replaced whole (write, fsync, rename): a reader sees the old or the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -37,6 +38,7 @@ __all__ = [
     "get_namespace_metadata",
     "list_local_namespaces",
     "namespace_hierarchy",
+    "root_above",
     "update_namespace",
     "update_namespace_metadata",
     "validate_namespace",
@@ -105,10 +107,8 @@ def _walk(root: Path) -> Iterator[tuple[str, bool, bool]]:
                 continue
             has_file = (path / NAMESPACE_METADATA_FILE).is_file()
             holds_dataset = False
-            try:
+            with contextlib.suppress(OSError):
                 holds_dataset = any(_is_dataset_dir(Path(e.path)) for e in os.scandir(path) if e.is_dir())
-            except OSError:
-                pass
             yield path.relative_to(root).as_posix(), has_file, holds_dataset
             stack.append(path)
 
@@ -249,7 +249,16 @@ def copy_namespace_metadata(source_root: Path, target_root: Path, namespace: str
             metadata = _read(source_root.joinpath(*parts) / NAMESPACE_METADATA_FILE)
         except CorruptDatasetError:
             metadata = {}
-        try:
+        with contextlib.suppress(FileExistsError):  # marked meanwhile by another process: theirs stays
             write_json_atomic(file, metadata, exclusive=True)
-        except FileExistsError:
-            pass  # marked meanwhile by another process: theirs stays
+
+
+def root_above(dataset_dir: Path, dataset_id: object) -> Path | None:
+    """The datasets root holding ``dataset_dir`` as ``dataset_id`` (its folders below the root spell the id);
+    None when they do not."""
+    if not isinstance(dataset_id, str) or not dataset_id:
+        return None
+    parts = dataset_id.split("/")
+    if list(dataset_dir.parts[-len(parts):]) != parts:
+        return None
+    return dataset_dir.parents[len(parts) - 1]

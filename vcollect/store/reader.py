@@ -81,6 +81,11 @@ class Dataset:
         return self._index.path
 
     @property
+    def root(self) -> Path:
+        """The datasets root this dataset lies under (``path`` less the folders of its id)."""
+        return self._index.path.parents[len(self.id.split("/")) - 1]
+
+    @property
     def observation_space(self) -> gym.Space[Any]:
         """Observation space of every episode."""
         return self._index.observation_space
@@ -159,7 +164,7 @@ class Dataset:
         """
         values = check_metadata_update(metadata)
         eval_spec = values.pop("eval_env_spec", None)
-        root = self.path.parents[len(self.id.split("/")) - 1]
+        root = self.root
         update_dataset_info(self.path, self.id, root, metadata=values, eval_env_spec=eval_spec)
         self._index.info = read_dataset_info(self.path, self.id, root)
 
