@@ -123,7 +123,13 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
 
 def run_list(args: argparse.Namespace, console: Console) -> int:
     """``vcollect list``: a table of the datasets under the root."""
-    from vcollect.store import get_namespace_metadata, list_datasets, list_local_namespaces, parse_dataset_id, resolve_root
+    from vcollect.store import (
+        get_namespace_metadata,
+        list_datasets,
+        list_local_namespaces,
+        parse_dataset_id,
+        resolve_root,
+    )
 
     datasets = list_datasets(args.root)
     root = resolve_root(args.root)
