@@ -147,7 +147,7 @@ def run_list(args: argparse.Namespace, console: Console) -> int:
         for namespace, members in groups.items():
             if namespace is None and not members:
                 continue
-            title = f"datasets under {root} without a namespace"
+            title = "datasets without a namespace"
             if namespace is not None:
                 try:
                     description = get_namespace_metadata(namespace, args.root).get("description")
