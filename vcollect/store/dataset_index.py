@@ -38,6 +38,9 @@ class EpisodeData:
     env_id: int
     options: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The part of ``metadata`` set after the fact under keys its shard does not store (copies write it to
+    #: the new dataset's episode_metadata.json, as keys may differ between episodes there).
+    late_metadata: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         """Number of steps T."""
@@ -137,6 +140,7 @@ class _Index:
         if shard.options is not None:
             options = json.loads(shard.options[row])
         metadata = self.metadata_at(shard, row)
+        late = {k: metadata[k] for k in self.late_metadata.get(shard.path.name, {}).get(row, {}) if k not in shard.metadata}
         return EpisodeData(
             id=episode_id,
             observations=observations,
@@ -150,6 +154,7 @@ class _Index:
             env_id=int(shard.env_id[row]),
             options=options,
             metadata=metadata,
+            late_metadata=late,
         )
 
     def locate(self, episode_id: int) -> tuple[_Shard, int]:

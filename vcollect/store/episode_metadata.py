@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 
 from vcollect.errors import CorruptDatasetError, MetadataKeyError
-from vcollect.store.dataset_info import write_json_atomic
+from vcollect.store.dataset_info import dataset_files, write_json_atomic
 from vcollect.store.schema import json_default
 from vcollect.store.staging import folder_lock
 
@@ -30,6 +31,7 @@ __all__ = [
     "check_episode_metadata",
     "read_episode_metadata",
     "update_episode_metadata_file",
+    "write_late_metadata_by_position",
 ]
 
 EPISODE_METADATA_FILE = "episode_metadata.json"
@@ -116,3 +118,25 @@ def update_episode_metadata_file(dataset_dir: Path, updates: Mapping[tuple[str, 
         }
         write_json_atomic(dataset_dir / EPISODE_METADATA_FILE, content)
     return table
+
+
+def write_late_metadata_by_position(dataset_dir: Path, metadata: Mapping[int, Mapping[str, Any]]) -> None:
+    """Set episode metadata by global position (shards in name order, then row) in a dataset being built,
+    e.g. the late metadata of episodes a copy wrote there. Values are checked as for an update."""
+    if not metadata:
+        return
+    committed, _ = dataset_files(dataset_dir)
+    counts = []
+    for file in committed:
+        with h5py.File(file, "r") as f:
+            counts.append(int(f.attrs["num_episodes"]))
+    starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    updates: dict[tuple[str, int], dict[str, Any]] = {}
+    for position, values in metadata.items():
+        if not 0 <= position < int(starts[-1]):
+            raise IndexError(f"episode {position} is beyond the {int(starts[-1])} episodes in {dataset_dir}")
+        shard = int(np.searchsorted(starts, position, side="right")) - 1
+        updates[(committed[shard].name, position - int(starts[shard]))] = check_episode_metadata(
+            values, f"episode {position}"
+        )
+    update_episode_metadata_file(dataset_dir, updates)
