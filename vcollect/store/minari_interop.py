@@ -578,7 +578,7 @@ def import_minari(
         publish_dir(staging, final, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
         minari_root_path = root_above(data_dir.parent, metadata.get("dataset_id"))
         if minari_root_path is not None:  # keep the metadata of namespaces named as in the Minari root
-            copy_namespace_metadata(minari_root_path, root_path, parse_dataset_id(dataset_id)[0])
+            copy_namespace_metadata(minari_root_path, root_path, parse_dataset_id(dataset_id)[0], mark_all=False)
     except BaseException:
         with contextlib.suppress(Exception):
             store.close()

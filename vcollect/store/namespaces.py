@@ -232,16 +232,19 @@ def delete_namespace(namespace: str, root: str | os.PathLike[str] | None = None)
     folder.rmdir()
 
 
-def copy_namespace_metadata(source_root: Path, target_root: Path, namespace: str | None) -> None:
-    """Mark every level of ``namespace`` under ``target_root`` that is unmarked, with the metadata the same
-    namespace has under ``source_root`` (``{}`` where it has none); existing marks are kept.
+def copy_namespace_metadata(
+    source_root: Path, target_root: Path, namespace: str | None, *, mark_all: bool = True
+) -> None:
+    """Give every level of ``namespace`` under ``target_root`` that has no ``namespace_metadata.json`` the
+    metadata the same namespace has under ``source_root``; existing files are kept.
 
-    How exports to Minari and imports from it keep namespace metadata.
+    How exports to Minari (``mark_all``: levels without source metadata get ``{}``, as Minari marks every
+    level) and imports from it (only non-empty metadata is copied: vcollect needs no markers) keep
+    namespace metadata.
     """
     for level in namespace_hierarchy(namespace):
         parts = level.split("/")
         target = target_root.joinpath(*parts)
-        target.mkdir(parents=True, exist_ok=True)
         file = target / NAMESPACE_METADATA_FILE
         if file.exists():
             continue
@@ -249,6 +252,9 @@ def copy_namespace_metadata(source_root: Path, target_root: Path, namespace: str
             metadata = _read(source_root.joinpath(*parts) / NAMESPACE_METADATA_FILE)
         except CorruptDatasetError:
             metadata = {}
+        if not metadata and not mark_all:
+            continue
+        target.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):  # marked meanwhile by another process: theirs stays
             write_json_atomic(file, metadata, exclusive=True)
 
