@@ -115,3 +115,23 @@ class WorkerLostError(EnvWorkerError):
     def __init__(self, message: str, traceback_text: str = "", stats: Any = None) -> None:
         super().__init__(None, message, traceback_text)
         self.stats = stats
+
+
+class NamespaceNotFoundError(DatasetError, ValueError):
+    """No namespace with the given name exists under the root (a ValueError, as Minari raises)."""
+
+
+class NamespaceExistsError(DatasetError, ValueError):
+    """A namespace with the given name already exists (update it with ``update_namespace``)."""
+
+
+class NamespaceNotEmptyError(DatasetError, ValueError):
+    """A namespace still holds datasets or namespaces, so it cannot be deleted."""
+
+
+class MetadataKeyError(DatasetError, ValueError):
+    """Metadata names a key that may not be set after the fact (ids, spaces, env spec, format, totals)."""
+
+
+class EpisodeIndexError(DatasetError, IndexError):
+    """An episode index is out of range or not part of the dataset view it was given to."""

@@ -19,6 +19,7 @@ from rich.text import Text
 from vcollect.cli.checks import check_folder, check_output_file, check_seed
 from vcollect.cli.exits import EXIT_FAILURE, EXIT_OK, CommandParser, UsageError
 from vcollect.cli.output import cell, human_size, summary_rows
+from vcollect.errors import DatasetError
 from vcollect.stats import SummaryStats
 
 
@@ -29,6 +30,8 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
         description="A table of the datasets under the root: id, episodes, steps, size on disk, author, created.",
     )
     list_cmd.add_argument("--root", default=None, metavar="DIR", help=root_help)
+    list_cmd.add_argument("--by-namespace", action="store_true",
+                          help="one table per namespace, titled with its description (empty namespaces too)")
     list_cmd.set_defaults(handler=run_list)
 
     show = commands.add_parser(
@@ -119,17 +122,52 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
 
 def run_list(args: argparse.Namespace, console: Console) -> int:
     """``vcollect list``: a table of the datasets under the root."""
-    from vcollect.store import list_datasets, resolve_root
+    from vcollect.store import (
+        get_namespace_metadata,
+        list_datasets,
+        list_local_namespaces,
+        parse_dataset_id,
+        resolve_root,
+    )
 
     datasets = list_datasets(args.root)
     root = resolve_root(args.root)
-    if not datasets:
+    namespaces = list_local_namespaces(args.root) if args.by_namespace else []
+    if not datasets and not namespaces:
         console.print(Text(f"no datasets under {root}"))
         return EXIT_OK
-    table = Table(title=f"datasets under {root}")
+    notes: list[str] = []
+    if not args.by_namespace:
+        console.print(_datasets_table(f"datasets under {root}", datasets, notes))
+    else:
+        groups: dict[str | None, dict[str, dict[str, Any]]] = {None: {}, **{ns: {} for ns in namespaces}}
+        for dataset_id, info in datasets.items():
+            groups.setdefault(parse_dataset_id(dataset_id)[0], {})[dataset_id] = info
+        for namespace, members in groups.items():
+            if namespace is None and not members:
+                continue
+            title = "datasets without a namespace"
+            if namespace is not None:
+                try:
+                    description = get_namespace_metadata(namespace, args.root).get("description")
+                except DatasetError as exc:  # an unreadable namespace_metadata.json: say so, list the rest
+                    description = None
+                    notes.append(f"namespace {namespace}: {exc}")
+                title = f"namespace {namespace}" + (f": {description}" if description else "")
+            if members:
+                console.print(_datasets_table(title, members, notes))
+            else:
+                console.print(Text(f"{title} (no datasets)"))
+    for note in notes:
+        console.print(Text(f"note: {note}"), soft_wrap=True)
+    return EXIT_OK
+
+
+def _datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list[str]) -> Table:
+    """The ``vcollect list`` table of ``datasets`` (list_datasets values); notes about them go to ``notes``."""
+    table = Table(title=title)
     for column in ("id", "episodes", "steps", "size", "author", "created"):
         table.add_column(column, justify="right" if column in ("episodes", "steps", "size") else "left")
-    notes: list[str] = []
     for dataset_id, info in datasets.items():
         if info.get("broken"):  # listed, never hidden: "-" counts and a note saying what is wrong
             table.add_row(cell(dataset_id) + Text(" (broken)", style="bold red"), "-", "-",
@@ -149,10 +187,7 @@ def run_list(args: argparse.Namespace, console: Console) -> int:
             notes.append(f"{dataset_id}: {len(info['corrupt_shards'])} unreadable shards left out of the counts")
         if info.get("temporary_files"):
             notes.append(f"{dataset_id}: {len(info['temporary_files'])} half-written .tmp files (from a crash)")
-    console.print(table)
-    for note in notes:
-        console.print(Text(f"note: {note}"), soft_wrap=True)
-    return EXIT_OK
+    return table
 
 
 def run_verify(args: argparse.Namespace, console: Console) -> int:

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from vcollect.store.catalog import delete_dataset, list_datasets
+from vcollect.store.dataset_spec import DatasetSpec
+from vcollect.store.local_datasets import list_local_datasets
 from vcollect.store.minari_interop import (
     export_minari,
     import_minari,
     minari_dataset_path,
     parse_minari_dataset_id,
     resolve_minari_root,
+)
+from vcollect.store.namespaces import (
+    create_namespace,
+    delete_namespace,
+    get_namespace_metadata,
+    list_local_namespaces,
+    update_namespace,
+    update_namespace_metadata,
 )
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.reader import Dataset, EpisodeData, load_dataset
@@ -17,9 +27,17 @@ from vcollect.store.writer import EpisodeStore
 
 __all__ = [
     "Dataset",
+    "DatasetSpec",
     "EpisodeData",
     "EpisodeStore",
     "combine_datasets",
+    "create_namespace",
+    "delete_namespace",
+    "get_namespace_metadata",
+    "list_local_datasets",
+    "list_local_namespaces",
+    "update_namespace",
+    "update_namespace_metadata",
     "dataset_path",
     "delete_dataset",
     "export_minari",

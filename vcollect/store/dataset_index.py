@@ -38,6 +38,9 @@ class EpisodeData:
     env_id: int
     options: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The part of ``metadata`` set after the fact under keys its shard does not store (copies write it to
+    #: the new dataset's episode_metadata.json, as keys may differ between episodes there).
+    late_metadata: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         """Number of steps T."""
@@ -54,9 +57,17 @@ class _Index:
     """Everything a Dataset view shares: shards, global episode table, spaces, open files and the sampling cache."""
 
     def __init__(
-        self, dataset_id: str, path: Path, info: dict[str, Any], shards: list[_Shard], max_open_files: int
+        self,
+        dataset_id: str,
+        path: Path,
+        info: dict[str, Any],
+        shards: list[_Shard],
+        max_open_files: int,
+        late_metadata: dict[str, dict[int, dict[str, Any]]] | None = None,
     ) -> None:
         self.dataset_id = dataset_id
+        #: metadata set after the fact (episode_metadata.json): {shard file name: {row: metadata}}
+        self.late_metadata = late_metadata or {}
         self.path = path
         self.info = info
         self.observation_space, self.action_space = dataset_spaces(info)
@@ -139,7 +150,8 @@ class _Index:
         options = None
         if shard.options is not None:
             options = json.loads(shard.options[row])
-        metadata = {key: (col[row].item() if col.ndim == 1 else np.array(col[row])) for key, col in shard.metadata.items()}
+        metadata = self.metadata_at(shard, row)
+        late = {k: metadata[k] for k in self.late_metadata.get(shard.path.name, {}).get(row, {}) if k not in shard.metadata}
         return EpisodeData(
             id=episode_id,
             observations=observations,
@@ -153,7 +165,35 @@ class _Index:
             env_id=int(shard.env_id[row]),
             options=options,
             metadata=metadata,
+            late_metadata=late,
         )
+
+    def locate(self, episode_id: int) -> tuple[_Shard, int]:
+        """(shard, row) of one episode by global id."""
+        if not 0 <= episode_id < self.total_episodes:
+            raise IndexError(f"episode id {episode_id} out of range [0, {self.total_episodes})")
+        s = int(self.shard_of[episode_id])
+        return self.shards[s], episode_id - int(self.shard_first_episode[s])
+
+    def metadata_at(self, shard: _Shard, row: int) -> dict[str, Any]:
+        """An episode's metadata: what its shard stores, overlaid by what was set after the fact."""
+        metadata = {key: (col[row].item() if col.ndim == 1 else np.array(col[row])) for key, col in shard.metadata.items()}
+        for key, value in self.late_metadata.get(shard.path.name, {}).get(row, {}).items():
+            metadata[key] = np.asarray(value) if isinstance(value, list) else value
+        return metadata
+
+    def minari_episode_metadata(self, episode_id: int) -> dict[str, Any]:
+        """What Minari's ``get_episode_metadata`` gives for one episode: id, seed, total_steps, options and
+        the episode's metadata, without reading its steps."""
+        shard, row = self.locate(episode_id)
+        out: dict[str, Any] = {"id": episode_id, "total_steps": int(shard.length[row])}
+        if shard.seed_valid[row]:
+            out["seed"] = int(shard.seed[row])
+        if shard.options is not None:
+            options = json.loads(shard.options[row])
+            if options is not None:
+                out["options"] = options
+        return {**out, **self.metadata_at(shard, row)}
 
     def _sampled_columns(self) -> list[tuple[str, np.dtype[Any], bool]]:
         """(name, dtype, has observation rows) of every column sample_steps reads."""

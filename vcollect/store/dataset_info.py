@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from vcollect.errors import CorruptDatasetError, DatasetNotFoundError
+from vcollect.errors import CorruptDatasetError, DatasetNotFoundError, MetadataKeyError
 from vcollect.spaces import space_from_dict, space_to_dict
 from vcollect.store.schema import json_default, to_json
 
@@ -25,10 +25,12 @@ __all__ = [
     "DATASET_FILE",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "PROTECTED_METADATA_KEYS",
     "SHARDS_DIR",
     "SHARD_SUFFIX",
     "TMP_SUFFIX",
     "check_dataset_info",
+    "check_metadata_update",
     "dataset_files",
     "dataset_spaces",
     "env_spec_json",
@@ -45,6 +47,46 @@ DATASET_FILE = "dataset.json"
 SHARDS_DIR = "shards"
 SHARD_SUFFIX = ".h5"
 TMP_SUFFIX = ".tmp"
+
+
+#: Metadata keys ``Dataset.update_metadata`` refuses: Minari's (id, spaces, env spec, data format, JPEG
+#: encoding, Minari version), plus what vcollect computes or keeps outside the metadata (format, version,
+#: creation time, totals, size). ``eval_env_spec`` may change, as in Minari.
+PROTECTED_METADATA_KEYS = frozenset(
+    {
+        "dataset_id",
+        "observation_space",
+        "action_space",
+        "env_spec",
+        "data_format",
+        "jpeg_encoding",
+        "minari_version",
+        "format",
+        "format_version",
+        "created_at",
+        "total_episodes",
+        "total_steps",
+        "dataset_size",
+    }
+)
+
+
+def check_metadata_update(metadata: Any) -> dict[str, Any]:
+    """``metadata`` checked for ``Dataset.update_metadata``: a dict without protected keys, sets as sorted
+    lists (Minari keeps authors as sets), JSON values. MetadataKeyError / TypeError / ValueError otherwise."""
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+    refused = sorted(str(k) for k in metadata if k in PROTECTED_METADATA_KEYS)
+    if refused:
+        raise MetadataKeyError(
+            f"metadata keys {refused} may not be updated: ids, spaces, the env spec, the format and the totals "
+            "describe the stored data (write a new dataset to change them)"
+        )
+    bad = [k for k in metadata if not isinstance(k, str)]
+    if bad:
+        raise MetadataKeyError(f"metadata keys must be strings, got {bad!r}")
+    out = {k: (sorted(v, key=str) if isinstance(v, (set, frozenset)) else v) for k, v in metadata.items()}
+    return json.loads(to_json(out, "metadata"))  # type: ignore[no-any-return]
 
 
 def fsync_dir(path: Path) -> None:
@@ -251,8 +293,24 @@ def update_dataset_info(
 ) -> None:
     """Rewrite ``dataset.json`` atomically: merge ``metadata`` in, set the (eval) env spec or the dataset id.
 
-    None leaves a field as it is. Last writer wins when several processes update one dataset at once.
+    None leaves a field as it is. Updates hold a lock on the dataset folder from read to rename, so
+    concurrent updates of different keys all land.
     """
+    from vcollect.store.staging import folder_lock  # staging imports this module
+
+    with folder_lock(path):
+        _update_dataset_info(path, dataset_id, root, metadata, env_spec, eval_env_spec, new_id)
+
+
+def _update_dataset_info(
+    path: Path,
+    dataset_id: str,
+    root: Path,
+    metadata: Mapping[str, Any] | None,
+    env_spec: Any,
+    eval_env_spec: Any,
+    new_id: str | None,
+) -> None:
     info = read_dataset_info(path, dataset_id, root)
     if metadata:
         info["metadata"] = {**info.get("metadata", {}), **json.loads(to_json(dict(metadata), "metadata"))}

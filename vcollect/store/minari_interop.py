@@ -44,7 +44,8 @@ from vcollect.store.minari_episodes import MinariEpisode
 from vcollect.store.minari_hdf5 import MAIN_FILE as _MAIN_FILE
 from vcollect.store.minari_hdf5 import iter_hdf5_episodes as _iter_minari_episodes
 from vcollect.store.minari_hdf5 import write_main_file as _write_main_file
-from vcollect.store.naming import dataset_path, resolve_root
+from vcollect.store.namespaces import copy_namespace_metadata, root_above
+from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
 from vcollect.store.staging import discard_staging, fsync_tree, new_staging_dir, publish_dir
 from vcollect.store.writer import EpisodeStore
@@ -255,7 +256,8 @@ def export_minari(
         items = list(metadata.items())
         items.insert(position, ("dataset_size", round(size_mb, 1)))
         (data_dir / _METADATA_FILE).write_text(json.dumps(dict(items)), encoding="utf-8")
-        _write_namespace_files(minari_root_path, namespace)
+        # every namespace level gets a namespace_metadata.json, with the same-named vcollect namespace's metadata
+        copy_namespace_metadata(source.root, minari_root_path, namespace)
         fsync_tree(tmp)
         publish_dir(tmp, final, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
@@ -426,6 +428,9 @@ def import_minari(
                     raise DatasetError(f"cannot import {name} of {str(source)!r}: {exc}") from exc
         store.close()
         publish_dir(staging, final, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
+        minari_root_path = root_above(data_dir.parent, metadata.get("dataset_id"))
+        if minari_root_path is not None:  # keep the metadata of namespaces named as in the Minari root
+            copy_namespace_metadata(minari_root_path, root_path, parse_dataset_id(dataset_id)[0], mark_all=False)
     except BaseException:
         with contextlib.suppress(Exception):
             store.close()

@@ -20,17 +20,30 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from vcollect.errors import CorruptShardError
+from vcollect.errors import CorruptShardError, EpisodeIndexError
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.dataset_index import EpisodeData, _Index
-from vcollect.store.dataset_info import dataset_files, dataset_spaces, read_dataset_info
+from vcollect.store.dataset_info import (
+    check_metadata_update,
+    dataset_files,
+    dataset_spaces,
+    read_dataset_info,
+    update_dataset_info,
+)
+from vcollect.store.dataset_spec import DatasetSpec
+from vcollect.store.episode_metadata import (
+    check_episode_metadata,
+    read_episode_metadata,
+    update_episode_metadata_file,
+)
 from vcollect.store.manifest import read_manifest
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.publish_journal import recover_publishes
+from vcollect.store.requirements import warn_unmet_requirements
 from vcollect.store.shard import column_path
 from vcollect.store.shard_reader import _Shard
 
-__all__ = ["MAX_OPEN_FILES", "SAMPLE_CACHE_BYTES", "Dataset", "EpisodeData", "load_dataset"]
+__all__ = ["MAX_OPEN_FILES", "SAMPLE_CACHE_BYTES", "Dataset", "DatasetSpec", "EpisodeData", "load_dataset"]
 
 #: Default ``cache_bytes`` of :meth:`Dataset.sample_steps`: the sampled columns of all shards are copied
 #: into memory once when they total at most this many bytes; above it, rows are gathered from the files.
@@ -67,6 +80,11 @@ class Dataset:
     def path(self) -> Path:
         """The dataset directory."""
         return self._index.path
+
+    @property
+    def root(self) -> Path:
+        """The datasets root this dataset lies under (``path`` less the folders of its id)."""
+        return self._index.path.parents[len(self.id.split("/")) - 1]
 
     @property
     def observation_space(self) -> gym.Space[Any]:
@@ -112,6 +130,92 @@ class Dataset:
             "created_at": info.get("created_at"),
             "format_version": info.get("format_version"),
         }
+
+    @property
+    def combined_datasets(self) -> list[str]:
+        """Ids of the datasets this one was combined from ([] when it was not combined)."""
+        return list(self._index.info.get("metadata", {}).get("combined_datasets") or [])
+
+    @property
+    def spec(self) -> DatasetSpec:
+        """Minari's dataset spec of this view (totals of the view), plus eval_env_spec and the metadata."""
+        metadata = self.metadata
+        version = metadata.get("minari_version")
+        return DatasetSpec(
+            env_spec=self.env_spec,
+            total_episodes=self.total_episodes,
+            total_steps=self.total_steps,
+            dataset_id=self.id,
+            combined_datasets=self.combined_datasets,
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            data_path=str(self.path),
+            minari_version=None if version is None else str(version),
+            eval_env_spec=self.eval_env_spec,
+            metadata=metadata,
+        )
+
+    def update_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Add or change dataset metadata keys (author, description, ...) in dataset.json, atomically.
+
+        Minari's ``storage.update_metadata`` on the dataset. Keys that describe the stored data
+        (:data:`~vcollect.store.dataset_info.PROTECTED_METADATA_KEYS`: ids, spaces, env_spec, format,
+        totals) raise MetadataKeyError and nothing changes; ``eval_env_spec`` (an EnvSpec or its JSON) sets
+        the evaluation env. This dataset and its views see the change; other loaded copies on reload.
+        """
+        values = check_metadata_update(metadata)
+        eval_spec = values.pop("eval_env_spec", None)
+        root = self.root
+        update_dataset_info(self.path, self.id, root, metadata=values, eval_env_spec=eval_spec)
+        self._index.info = read_dataset_info(self.path, self.id, root)
+
+    def _global_ids(self, episode_indices: Iterable[int] | None) -> np.ndarray:
+        """Global episode ids checked against this view (EpisodeIndexError naming the first stray one)."""
+        if episode_indices is None:
+            return self._episode_indices
+        ids = np.asarray(list(episode_indices))
+        if ids.size and ids.dtype.kind not in "iu":
+            raise TypeError(f"episode indices must be integers, got {ids.dtype}")
+        ids = ids.astype(np.int64).reshape(-1)
+        stray = ids[~np.isin(ids, self._episode_indices)]
+        if stray.size:
+            where = "dataset" if self.total_episodes == self._index.total_episodes else "view"
+            raise EpisodeIndexError(
+                f"episode {int(stray[0])} is not in this {where} of {self.id!r} ({self.total_episodes} episodes; "
+                "indices are global episode ids, see episode_indices)"
+            )
+        return ids
+
+    def get_episode_metadata(self, episode_indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
+        """Metadata of episodes by global id (all of this view's by default), as Minari's
+        ``get_episode_metadata``: id, seed, total_steps, options (when stored) and the episode's metadata.
+
+        Reads no step data. EpisodeIndexError for an id outside this view.
+        """
+        return [self._index.minari_episode_metadata(int(i)) for i in self._global_ids(episode_indices).tolist()]
+
+    def update_episode_metadata(
+        self, metadatas: Iterable[Mapping[str, Any]], episode_indices: Iterable[int] | None = None
+    ) -> None:
+        """Add or change metadata keys of episodes (all of this view's, in order, by default), after the fact.
+
+        ``metadatas`` holds one dict per episode; episodes may get different keys. Kept in
+        ``episode_metadata.json`` (see :mod:`vcollect.store.episode_metadata`), replaced atomically in one
+        write for all the episodes: all of them change or, on any error, none. Values overlay what the shard
+        stores; an export to Minari writes them into the episode groups' attributes. Bad input
+        (EpisodeIndexError, MetadataKeyError, ValueError for lengths or values) changes nothing.
+        """
+        ids = self._global_ids(episode_indices)
+        metadatas = list(metadatas)
+        if len(metadatas) != ids.shape[0]:
+            raise ValueError(f"got {len(metadatas)} metadata dicts for {ids.shape[0]} episodes; give one per episode")
+        updates: dict[tuple[str, int], dict[str, Any]] = {}
+        for episode_id, metadata in zip(ids.tolist(), metadatas):
+            checked = check_episode_metadata(metadata, f"episode {episode_id}")
+            shard, row = self._index.locate(episode_id)
+            updates.setdefault((shard.path.name, row), {}).update(checked)
+        if updates:
+            self._index.late_metadata = update_episode_metadata_file(self.path, updates)
 
     @property
     def episode_indices(self) -> np.ndarray:
@@ -187,7 +291,15 @@ class Dataset:
         return Dataset(self._index, episode_indices)
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> gym.Env[Any, Any]:
-        """``gym.make`` the stored env spec (the eval env spec with ``eval_env=True``, when stored)."""
+        """``gym.make`` the stored env spec (the eval env spec with ``eval_env=True``, when stored).
+
+        First warns, as Minari does, for each stored ``requirements`` entry (pip specifiers) that is not
+        installed or installed at a version outside it.
+        """
+        requirements = self._index.info.get("metadata", {}).get("requirements") or []
+        if isinstance(requirements, str):
+            requirements = [requirements]
+        warn_unmet_requirements(requirements)
         spec = self.eval_env_spec if eval_env and self.eval_env_spec_json is not None else self.env_spec
         if eval_env and self.eval_env_spec_json is None:
             warnings.warn(f"dataset {self.id!r} has no eval_env_spec; using its env_spec", UserWarning, stacklevel=2)
@@ -373,4 +485,5 @@ def _load_shards(
             if not skip_corrupt:
                 raise
             warnings.warn(f"skipping corrupt shard {str(file)!r}: {exc}", UserWarning, stacklevel=3)
-    return Dataset(_Index(dataset_id, path, info, shards, max_open_files))
+    late_metadata = read_episode_metadata(path)
+    return Dataset(_Index(dataset_id, path, info, shards, max_open_files, late_metadata))

@@ -13,6 +13,7 @@ import numpy as np
 
 from vcollect.errors import DatasetExistsError, EnvSpecMismatchError, SpaceMismatchError
 from vcollect.store.dataset_info import DATASET_FILE
+from vcollect.store.episode_metadata import write_late_metadata_by_position
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.publish_journal import publish_together
 from vcollect.store.reader import Dataset, EpisodeData, load_dataset
@@ -130,10 +131,13 @@ def stage_combined(
             eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
             metadata={"combined_datasets": [d.id for d in loaded], **(metadata or {})},
         ).close()
+        late: dict[int, dict[str, Any]] = {}
+        copied = 0
         for dataset in loaded:
             # One writer per source, so each source's infos/extras structure gets its own shards.
             with EpisodeStore._open_at(staging, new_dataset_id, resolve_root(root)) as store:
-                copy_episodes(dataset.iterate_episodes(), store)
+                copied += copy_episodes(dataset.iterate_episodes(), store, late=late, first=copied)
+        write_late_metadata_by_position(staging, late)  # metadata set after the fact, keys differing by episode
     except BaseException:
         discard_staging(staging, resolve_root(root))
         raise
@@ -150,11 +154,26 @@ def publish_staged(parts: Sequence[Staged], root: str | os.PathLike[str] | None 
                      discard=lambda staging: discard_staging(staging, root_path))
 
 
-def copy_episodes(episodes: Iterable[EpisodeData], store: EpisodeStore) -> int:
+def copy_episodes(
+    episodes: Iterable[EpisodeData],
+    store: EpisodeStore,
+    *,
+    late: dict[int, dict[str, Any]] | None = None,
+    first: int = 0,
+) -> int:
     """Write stored episodes to ``store`` as they were stored (arrays, seed, env id, options, infos, extras,
-    metadata), in order; returns how many. The one copy routine of combine_datasets and add_to_dataset."""
+    metadata), in order; returns how many. The one copy routine of combine_datasets and add_to_dataset.
+
+    With ``late``, metadata set after the fact under keys the source shard lacks (``late_metadata``) is not
+    written to the shards (whose metadata keys are fixed per writer) but put in ``late`` by position
+    (``first`` + index), for :func:`~vcollect.store.episode_metadata.write_late_metadata_by_position`.
+    """
     count = 0
     for episode in episodes:
+        metadata = episode.metadata
+        if late is not None and episode.late_metadata:
+            late[first + count] = episode.late_metadata
+            metadata = {k: v for k, v in metadata.items() if k not in episode.late_metadata}
         store.write_episode(
             episode.observations,
             episode.actions,
@@ -165,7 +184,7 @@ def copy_episodes(episodes: Iterable[EpisodeData], store: EpisodeStore) -> int:
             env_id=episode.env_id,
             infos=episode.infos or None,
             extras=episode.extras or None,
-            metadata=episode.metadata or None,
+            metadata=metadata or None,
             options=episode.options,
         )
         count += 1
