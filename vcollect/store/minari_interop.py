@@ -70,7 +70,6 @@ MINARI_DATA_FORMATS = ("hdf5", "arrow", "parquet")
 
 _DATA_DIR = "data"
 _METADATA_FILE = "metadata.json"
-_NAMESPACE_FILE = "namespace_metadata.json"
 
 # Minari 0.5's id grammar: (namespace/)name-vN where a namespace is at least two characters of
 # [-_\w/] that start and end with [-_\w]. Minari makes the version optional in its pattern but fails
@@ -164,19 +163,6 @@ def _as_list(value: Any) -> list[Any]:
 
 # ---------------------------------------------------------------------------------------------------
 # export
-
-
-def _write_namespace_files(root: Path, namespace: str | None) -> None:
-    """Minari marks every namespace level with a namespace_metadata.json; add the missing ones."""
-    if namespace is None:
-        return
-    parts = namespace.split("/")
-    for depth in range(1, len(parts) + 1):
-        directory = root.joinpath(*parts[:depth])
-        directory.mkdir(parents=True, exist_ok=True)
-        marker = directory / _NAMESPACE_FILE
-        if not marker.exists():
-            marker.write_text("{}", encoding="utf-8")
 
 
 def _export_metadata(dataset: Dataset, minari_dataset_id: str) -> dict[str, Any]:
