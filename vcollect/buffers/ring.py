@@ -12,6 +12,7 @@ microseconds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -83,6 +84,7 @@ class VectorRingBuffer:
         self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
         self._overflow: dict[int, list[_Chunk]] = {}
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
+        self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
         self.reset()
 
@@ -99,6 +101,7 @@ class VectorRingBuffer:
         self._spilled.fill(0)
         self._overflow.clear()
         self._headroom = c - 1
+        self.extras.clear()
 
     def __len__(self) -> int:
         """Number of transitions (step rows whose next observation is still stored)."""
@@ -430,6 +433,23 @@ class VectorRingBuffer:
             term,
             trunc,
         )
+
+    def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
+        """Write per-step arrays (an episode-done hook's, one row per step) at the step rows of env_id's
+        latest episode still in its ring. ``extras[name]`` is a flat column (``num_envs * capacity`` rows,
+        row ``env_id * capacity + i`` beside the ring's row i), made on first use; rows of episodes without
+        a value keep zeros or older values."""
+        env = self._check_env(env_id)
+        steps_in_ring = int(self.episode_lengths[env] - self._spilled[env])
+        rows = min(steps_in_ring + 1, self.capacity)
+        _, step_idx = self._ring_rows(env, rows)
+        n_rows = rows - 1
+        for name, value in values.items():
+            column = self.extras.get(name)
+            if column is None or column.shape[1:] != value.shape[1:]:
+                column = self.extras[name] = np.zeros((self.num_envs * self.capacity, *value.shape[1:]), value.dtype)
+            if n_rows:
+                column[step_idx] = value[len(value) - n_rows :]
 
     def episode_ref(self, env_id: int) -> tuple[int, int] | None:
         """(flat index of the last row, steps) of env_id's current episode when all of it is in the ring, else
