@@ -20,11 +20,24 @@ from vcollect.store import EpisodeStore, load_dataset
 
 LENGTHS = (3, 4)  # env i's episodes last LENGTHS[i] steps
 
-BACKENDS = ["dummy", "subproc", "blocks", "same_step", "async"]
+BACKENDS = ["dummy", "subproc", "blocks", "same_step", "async", "record_infos"]
+
+
+class InfoCountingEnv(CountingEnv):
+    """CountingEnv whose reset info has the step info's key (record_infos needs one structure)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"t": 0}
 
 
 def make(backend: str, **kwargs: Any) -> Collector:
-    fns = [lambda length=length: CountingEnv(length) for length in LENGTHS]
+    """Collectors over 2 CountingEnvs (episodes of LENGTHS steps). "record_infos": the dummy backend with
+    infos recorded, which steps and resets in separate calls (no step_reset)."""
+    env_class = InfoCountingEnv if backend == "record_infos" else CountingEnv
+    fns = [lambda length=length: env_class(length) for length in LENGTHS]
+    if backend == "record_infos":
+        kwargs["record_infos"] = True
     kind: type[Collector] = AsyncCollector if backend == "async" else Collector
     envs: Any
     if backend == "subproc":
@@ -70,6 +83,8 @@ def test_monte_carlo_returns_are_stored_per_step_in_the_store_and_the_ring(backe
     for episode in dataset:
         np.testing.assert_allclose(episode.infos["mc_return_to_go"], mc_reference(episode.rewards, gamma))
         np.testing.assert_allclose(episode.infos["full_episode_mc_return"], sum(0.5**k for k in range(len(episode.rewards))))
+        if backend == "record_infos":
+            np.testing.assert_array_equal(episode.infos["t"], np.arange(len(episode.rewards) + 1))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -97,6 +112,8 @@ def test_a_step_hook_replaces_what_is_recorded_and_stored(backend: str, tmp_path
         steps = np.arange(1, len(episode.rewards) + 1)
         np.testing.assert_array_equal(episode.rewards, 10.0 * steps)
         np.testing.assert_array_equal(episode.observations[:, 0], np.r_[0.0, 100.0 + steps])  # reset obs not a step
+        if backend == "record_infos":  # recorded infos and hook columns side by side
+            np.testing.assert_array_equal(episode.infos["t"], np.r_[0, steps])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
