@@ -25,6 +25,7 @@ from vcollect.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     EnvWorkerError,
+    HookOutputError,
     InfoStructureError,
     InvalidDatasetIdError,
     ObservationError,
@@ -32,6 +33,7 @@ from vcollect.errors import (
     UnfinishedEpisodesWarning,
     VCollectError,
 )
+from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
 from vcollect.recorder import DataCollector
 from vcollect.stats import CollectStats, SummaryStats
@@ -81,7 +83,10 @@ __all__ = [
     "EnvCapabilities",
     "EnvWorkerError",
     "EpisodeSink",
+    "EpisodeRolloutHookMCReturn",
+    "HookOutputError",
     "InfoStructureError",
+    "StepRollout",
     "UnfinishedEpisodesWarning",
     "InvalidDatasetIdError",
     "ObservationError",
