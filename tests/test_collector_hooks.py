@@ -200,15 +200,15 @@ def test_an_episode_hook_returning_the_wrong_length_is_refused_naming_the_key() 
     def hook(episode: Any) -> dict[str, np.ndarray]:
         return {"good": np.zeros(len(episode.rewards)), "short": np.zeros(len(episode.rewards) - 1)}
 
-    with make("dummy", on_episode_done_hook=hook) as collector:
-        with pytest.raises(HookOutputError, match=r"'short' with shape \(2,\) .* of 3 steps"):
-            collector.collect(n_episode=1, random=True, reset_before_collect=True)
-    with make("dummy", on_episode_done_hook=lambda episode: [1, 2, 3]) as collector:
-        with pytest.raises(HookOutputError, match="returned list"):
-            collector.collect(n_episode=1, random=True, reset_before_collect=True)
-    with make("dummy", on_step_hook=lambda r: setattr(r, "rew", np.zeros(5))) as collector:
-        with pytest.raises(HookOutputError, match=r"rew of shape \(5,\)"):
-            collector.collect(n_step=2, random=True, reset_before_collect=True)
+    short = pytest.raises(HookOutputError, match=r"'short' with shape \(2,\) .* of 3 steps")
+    with make("dummy", on_episode_done_hook=hook) as collector, short:
+        collector.collect(n_episode=1, random=True, reset_before_collect=True)
+    not_a_dict = pytest.raises(HookOutputError, match="returned list")
+    with make("dummy", on_episode_done_hook=lambda episode: [1, 2, 3]) as collector, not_a_dict:
+        collector.collect(n_episode=1, random=True, reset_before_collect=True)
+    wrong_rew = pytest.raises(HookOutputError, match=r"rew of shape \(5,\)")
+    with make("dummy", on_step_hook=lambda r: setattr(r, "rew", np.zeros(5))) as collector, wrong_rew:
+        collector.collect(n_step=2, random=True, reset_before_collect=True)
 
 
 def test_a_long_episode_keeps_its_last_steps_extras_in_a_small_ring() -> None:
