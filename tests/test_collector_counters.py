@@ -84,3 +84,5 @@ def test_reset_buffer_false_keeps_the_buffer_and_true_empties_it() -> None:
         assert len(collector.buffer) == 10
         collector.reset()
         assert len(collector.buffer) == 0
+        with pytest.raises(TypeError, match="first argument of vcollect's reset is the seed"):
+            collector.reset(False)  # Tianshou's positional reset_buffer

@@ -276,8 +276,14 @@ class Collector:
         ``collect_*`` counters, as Tianshou's ``reset(reset_buffer, reset_stats)`` does.
 
         ``seed`` re-seeds the collector's generator first. Unfinished episodes are discarded (or stored
-        truncated: ``unfinished``).
+        truncated: ``unfinished``). Unlike Tianshou's, the first positional argument is ``seed``: a bool
+        there (Tianshou's ``reset(False)``) is refused rather than taken as a seed.
         """
+        if isinstance(seed, bool):
+            raise TypeError(
+                f"reset(seed) got {seed!r}: the first argument of vcollect's reset is the seed; pass "
+                "reset_buffer= (and reset_stats=) by keyword"
+            )
         self._check_open()
         self._write_queued()
         if self._was_reset:
@@ -296,9 +302,10 @@ class Collector:
         """Reset every env, keeping the buffer and the counters (Tianshou's ``reset_env``)."""
         self.reset(seed, reset_buffer=False, reset_stats=False, options=options)
 
-    def reset_buffer(self) -> None:
+    def reset_buffer(self, keep_statistics: bool = False) -> None:
         """Empty the buffer (Tianshou's ``reset_buffer``). A ring holds the start of each running episode, so
-        after the first reset the envs are reset too (their running episodes settled as at any reset)."""
+        after the first reset the envs are reset too (their running episodes settled as at any reset).
+        ``keep_statistics`` is accepted as Tianshou's is; the rings keep no statistics to keep."""
         if self._was_reset:
             self.reset(reset_buffer=True, reset_stats=False)
         else:
