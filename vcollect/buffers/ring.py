@@ -435,21 +435,16 @@ class VectorRingBuffer:
         )
 
     def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
-        """Write per-step arrays (an episode-done hook's, one row per step) at the step rows of env_id's
-        latest episode still in its ring. ``extras[name]`` is a flat column (``num_envs * capacity`` rows,
-        row ``env_id * capacity + i`` beside the ring's row i), made on first use; rows of episodes without
-        a value keep zeros or older values."""
+        """Write per-step arrays (an episode-done hook's) at the step rows of env_id's latest episode still in
+        its ring: ``extras[name]``, a flat column beside the ring's rows, made on first use."""
         env = self._check_env(env_id)
-        steps_in_ring = int(self.episode_lengths[env] - self._spilled[env])
-        rows = min(steps_in_ring + 1, self.capacity)
+        rows = min(int(self.episode_lengths[env] - self._spilled[env]) + 1, self.capacity)
         _, step_idx = self._ring_rows(env, rows)
-        n_rows = rows - 1
         for name, value in values.items():
             column = self.extras.get(name)
             if column is None or column.shape[1:] != value.shape[1:]:
                 column = self.extras[name] = np.zeros((self.num_envs * self.capacity, *value.shape[1:]), value.dtype)
-            if n_rows:
-                column[step_idx] = value[len(value) - n_rows :]
+            column[step_idx] = value[len(value) - (rows - 1) :]
 
     def episode_ref(self, env_id: int) -> tuple[int, int] | None:
         """(flat index of the last row, steps) of env_id's current episode when all of it is in the ring, else
