@@ -221,3 +221,27 @@ def test_a_long_episode_keeps_its_last_steps_extras_in_a_small_ring() -> None:
         column = collector.buffer.extras["mc_return_to_go"]
     # ring of 4 rows: the final observation (row 10 % 4 = 2) and the last 3 steps (rows 3, 0, 1) with to-go 3, 2, 1
     assert column[[3, 0, 1]].tolist() == [3.0, 2.0, 1.0]
+
+
+def test_names_and_monte_carlo_returns_match_tianshou() -> None:
+    """The real tianshou 2.0.1: the hook/counter/reset method names a Tianshou user calls exist here too, and
+    EpisodeRolloutHookMCReturn gives Tianshou's Monte-Carlo returns for the same rewards."""
+    ts_collector = pytest.importorskip("tianshou.data.collector")
+    from tianshou.algorithm.algorithm_base import episode_mc_return_to_go
+
+    for name in ("set_on_step_hook", "set_on_episode_done_hook", "get_on_step_hook", "get_on_episode_done_hook",
+                 "reset", "reset_env", "reset_buffer", "reset_stat", "collect"):
+        assert hasattr(ts_collector.Collector, name) and hasattr(Collector, name), name
+    hook = EpisodeRolloutHookMCReturn(0.9)
+    assert hook.MC_RETURN_TO_GO_KEY == ts_collector.EpisodeRolloutHookMCReturn.MC_RETURN_TO_GO_KEY
+    rewards = np.random.default_rng(0).normal(size=37)
+    envs = DummyVectorEnv([lambda: CountingEnv(3)])
+    episode = VectorRingBuffer(1, 64, envs.single_observation_space, envs.single_action_space)
+    envs.close()
+    episode.start_episodes(np.array([0]), np.zeros((1, 1), np.float32))
+    for r in rewards:
+        episode.add(np.array([0]), np.array([0]), np.array([r]), np.array([False]), np.array([False]),
+                    np.zeros((1, 1), np.float32))
+    ours = hook(episode.episode(0))
+    np.testing.assert_allclose(ours["mc_return_to_go"], episode_mc_return_to_go(rewards, 0.9))
+    np.testing.assert_allclose(ours["full_episode_mc_return"], episode_mc_return_to_go(rewards, 0.9)[0])
