@@ -27,6 +27,7 @@ from vcollect.errors import (
     DatasetNotFoundError,
     EnvWorkerError,
     EpisodeIndexError,
+    HookOutputError,
     InfoStructureError,
     InvalidDatasetIdError,
     MetadataKeyError,
@@ -38,6 +39,7 @@ from vcollect.errors import (
     UnfinishedEpisodesWarning,
     VCollectError,
 )
+from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
 from vcollect.recorder import DataCollector
 from vcollect.stats import CollectStats, SummaryStats
@@ -108,7 +110,10 @@ __all__ = [
     "EnvCapabilities",
     "EnvWorkerError",
     "EpisodeSink",
+    "EpisodeRolloutHookMCReturn",
+    "HookOutputError",
     "InfoStructureError",
+    "StepRollout",
     "UnfinishedEpisodesWarning",
     "InvalidDatasetIdError",
     "ObservationError",

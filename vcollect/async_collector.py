@@ -24,6 +24,7 @@ import numpy as np
 from vcollect.buffers import VectorRingBuffer
 from vcollect.collector import CollectCall, Collector
 from vcollect.envs import AsyncResetResult, AsyncStepResult
+from vcollect.hooks import EpisodeRolloutHook, StepHook
 from vcollect.loops import StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.spaces import allocate, flatten_batch, unflatten_batch
@@ -80,6 +81,8 @@ class AsyncCollector(Collector):
         stage_blocks: bool = True,
         unfinished: Literal["drop", "truncate"] = "drop",
         check_finite: bool = False,
+        on_step_hook: StepHook | None = None,
+        on_episode_done_hook: EpisodeRolloutHook | None = None,
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
@@ -88,7 +91,8 @@ class AsyncCollector(Collector):
         super().__init__(
             policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate,
             record_infos=record_infos, seed_every_reset=seed_every_reset, stage_blocks=stage_blocks,
-            unfinished=unfinished, check_finite=check_finite,
+            unfinished=unfinished, check_finite=check_finite, on_step_hook=on_step_hook,
+            on_episode_done_hook=on_episode_done_hook,
         )
         if wait_num is not None and not (isinstance(wait_num, int) and 1 <= wait_num <= self.num_envs):
             raise ValueError(f"wait_num must be an int in 1..{self.num_envs} (the number of envs), got {wait_num!r}")
@@ -98,12 +102,20 @@ class AsyncCollector(Collector):
             return super()._make_loop(stage_blocks)
         return AsyncLoop(self)
 
-    def reset(self, seed: int | None = None, *, reset_buffer: bool = True, options: dict[str, Any] | None = None) -> None:
-        """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env."""
+    def reset(
+        self,
+        seed: int | None = None,
+        *,
+        reset_buffer: bool = True,
+        reset_stats: bool = True,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env
+        (and, by default, the buffer and the counters: Collector.reset)."""
         self._check_open()
         if isinstance(self.loop, AsyncLoop):
             self.loop.drain()
-        super().reset(seed, reset_buffer=reset_buffer, options=options)
+        super().reset(seed, reset_buffer=reset_buffer, reset_stats=reset_stats, options=options)
 
 
 class AsyncLoop(SubsetLoop):
@@ -289,6 +301,8 @@ class AsyncLoop(SubsetLoop):
         next_obs, rewards, terminations, truncations, _infos, ids = steps
         self._stepping[ids] = False
         actions = unflatten_batch(self.c.action_space, [store[ids] for store in self._sent_actions])
+        if self.c._on_step_hook is not None:
+            next_obs, rewards = self.c._run_step_hook(ids, actions, next_obs, rewards, terminations, truncations)
         ends_r: list[float] = []
         ends_l: list[int] = []
         finished = self.record(ids, actions, next_obs, rewards, terminations, truncations, render, ends_r, ends_l)

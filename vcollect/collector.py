@@ -28,7 +28,8 @@ from vcollect.buffers import VectorRingBuffer
 from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
 from vcollect.envs.info_recording import InfoRecordingEnv
 from vcollect.episode_writer import EpisodeWriter
-from vcollect.errors import CollectorStateError, ObservationError, UnfinishedEpisodesWarning
+from vcollect.errors import CollectorStateError, HookOutputError, ObservationError, UnfinishedEpisodesWarning
+from vcollect.hooks import EpisodeRolloutHook, StepHook, StepRollout, check_episode_extras
 from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
@@ -112,6 +113,19 @@ class Collector:
     later episodes continue the env's own generator, as Tianshou's and Minari's collectors reset, and are
     stored with ``seed=None``: the run is reproducible from ``seed`` as a whole, but an episode can no
     longer be replayed alone by its seed. It saves gymnasium's new generator per reset (about 10 us).
+
+    Hooks (vcollect.hooks, Tianshou's names; each costs one ``is None`` test per step when unset):
+    ``on_step_hook(rollout)`` sees each step's env ids and arrays before they are checked and recorded and
+    may replace ``rollout.rew`` / ``rollout.obs_next``; ``on_episode_done_hook(episode)`` sees each finished
+    episode and may return per-step arrays (name -> one row per step), stored with it in the ring
+    (``buffer.extras``) and the store (per-step info columns, ``EpisodeData.infos[name]``). Unlike
+    Tianshou it may do so in ``n_step`` collection too. While a hook is set, a blocks backend is stepped
+    step by step (block staging off: a hook sees every step before it is recorded); counts stay exact. A
+    hook that raises stops the call with its exception, every episode finished before it stored; reset the
+    collector before collecting again.
+
+    ``collect_step`` / ``collect_episode`` / ``collect_time``: running totals of what the collect calls
+    reported since construction or the last ``reset_stat()`` (as Tianshou's Collector keeps them).
     """
 
     #: whether this class keeps enough envs in flight for backends that return results in fixed-size batches
@@ -132,6 +146,8 @@ class Collector:
         stage_blocks: bool = True,
         unfinished: Literal["drop", "truncate"] = "drop",
         check_finite: bool = False,
+        on_step_hook: StepHook | None = None,
+        on_episode_done_hook: EpisodeRolloutHook | None = None,
     ) -> None:
         if unfinished not in ("drop", "truncate"):
             raise ValueError(f"unfinished must be 'drop' or 'truncate', got {unfinished!r}")
@@ -179,6 +195,9 @@ class Collector:
         self._closed = False
         self._all_ids = np.arange(n)
         self._all_ids.flags.writeable = False
+        self._on_step_hook = on_step_hook
+        self._on_episode_done_hook = on_episode_done_hook
+        self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
         self.loop: StepLoop = self._make_loop(stage_blocks)
 
     def _checked_buffer(self, buffer: VectorRingBuffer | None) -> VectorRingBuffer:
@@ -223,6 +242,27 @@ class Collector:
         )
         self.actor.reseed(int(self._rng.integers(0, 2**63)))
 
+    # ------------------------------------------------------------------ hooks (Tianshou's names)
+
+    def set_on_step_hook(self, hook: StepHook | None) -> None:
+        """Call ``hook(rollout)`` on every step from now on (None: no step hook)."""
+        self._on_step_hook = hook
+
+    def set_on_episode_done_hook(self, hook: EpisodeRolloutHook | None) -> None:
+        """Call ``hook(episode)`` on every finished episode from now on (None: no episode hook)."""
+        self._on_episode_done_hook = hook
+
+    def get_on_step_hook(self) -> StepHook | None:
+        return self._on_step_hook
+
+    def get_on_episode_done_hook(self) -> EpisodeRolloutHook | None:
+        return self._on_episode_done_hook
+
+    @property
+    def hooked(self) -> bool:
+        """Whether a step or episode-done hook is set (the block loop then records step by step)."""
+        return self._on_step_hook is not None or self._on_episode_done_hook is not None
+
     @property
     def pending_transitions(self) -> int:
         """Transitions already recorded (and stored) that the next collect() call will report first."""
@@ -230,11 +270,26 @@ class Collector:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def reset(self, seed: int | None = None, *, reset_buffer: bool = True, options: dict[str, Any] | None = None) -> None:
-        """Reset every env (each with a seed from the generator) and, by default, the buffer.
+    def reset(
+        self,
+        seed: int | None = None,
+        *,
+        reset_buffer: bool = True,
+        reset_stats: bool = True,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Reset every env (each with a seed from the generator) and, by default, the buffer and the
+        ``collect_*`` counters, as Tianshou's ``reset(reset_buffer, reset_stats)`` does.
 
-        ``seed`` re-seeds the collector's generator first. Unfinished episodes are discarded.
+        ``seed`` re-seeds the collector's generator first. Unfinished episodes are discarded (or stored
+        truncated: ``unfinished``). Unlike Tianshou's, the first positional argument is ``seed``: a bool
+        there (Tianshou's ``reset(False)``) is refused rather than taken as a seed.
         """
+        if isinstance(seed, bool):
+            raise TypeError(
+                f"reset(seed) got {seed!r}: the first argument of vcollect's reset is the seed; pass "
+                "reset_buffer= (and reset_stats=) by keyword"
+            )
         self._check_open()
         self._write_queued()
         if self._was_reset:
@@ -243,9 +298,29 @@ class Collector:
             self._reseed(seed)
         if reset_buffer:
             self.buffer.reset()
+        if reset_stats:
+            self.reset_stat()
         self.actor.clear()
         self._reset_envs(self._all_ids, options)
         self._was_reset = True
+
+    def reset_env(self, seed: int | None = None, *, options: dict[str, Any] | None = None) -> None:
+        """Reset every env, keeping the buffer and the counters (Tianshou's ``reset_env``)."""
+        self.reset(seed, reset_buffer=False, reset_stats=False, options=options)
+
+    def reset_buffer(self, keep_statistics: bool = False) -> None:
+        """Empty the buffer (Tianshou's ``reset_buffer``). A ring holds the start of each running episode, so
+        after the first reset the envs are reset too (their running episodes settled as at any reset).
+        ``keep_statistics`` is accepted as Tianshou's is; the rings keep no statistics to keep."""
+        if self._was_reset:
+            self.reset(reset_buffer=True, reset_stats=False)
+        else:
+            self._check_open()
+            self.buffer.reset()
+
+    def reset_stat(self) -> None:
+        """Zero ``collect_step``, ``collect_episode`` and ``collect_time``."""
+        self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
 
     def close(self) -> None:
         """Close the envs and flush the store (the store itself stays open: it is the caller's)."""
@@ -288,6 +363,11 @@ class Collector:
         and kept, and envs that met their quota idle. ``random=True`` samples actions from the
         action space instead of calling the policy. ``render=t`` renders and sleeps t seconds
         after each step. ``reset_options`` go to every env reset in this call.
+
+        ``reset_before_collect=True`` resets the envs and the counters but keeps the buffer, as Tianshou
+        2.0.1 does (``reset(reset_buffer=False)``): a replay loop that resets before each collect keeps
+        training on all its data. (Before #16 vcollect emptied the buffer here; call ``reset()`` or
+        ``reset_buffer()`` for that.)
         """
         self._check_open()
         if (n_step is None) == (n_episode is None):
@@ -298,7 +378,7 @@ class Collector:
         if not random and self.policy is None:
             raise ValueError("this collector has no policy: pass one, or call collect(random=True)")
         if reset_before_collect:
-            self.reset(options=reset_options)
+            self.reset(reset_buffer=False, options=reset_options)
         elif not self._was_reset:
             raise CollectorStateError(
                 "collect() called before any reset: call collector.reset() first or pass "
@@ -318,10 +398,14 @@ class Collector:
                 bar.close()
             finally:
                 self._write_queued()  # every episode finished in the call reaches the store, even on an error
+        elapsed = time.perf_counter() - start
+        self.collect_step += steps
+        self.collect_episode += len(call.returns)
+        self.collect_time += elapsed
         return CollectStats(
             n_collected_steps=steps,
             n_collected_episodes=len(call.returns),
-            collect_time=time.perf_counter() - start,
+            collect_time=elapsed,
             returns=np.asarray(call.returns, dtype=np.float64),
             lens=np.asarray(call.lens, dtype=np.int64),
         )
@@ -334,7 +418,10 @@ class Collector:
         if running.size == 0:
             return
         if self.unfinished == "truncate":
-            self.writer.truncated(running)
+            extras = None
+            if self._on_episode_done_hook is not None:
+                extras = [self._episode_extras(env_id) for env_id in running.tolist()]
+            self.writer.truncated(running, extras)
             return
         steps = int(self.buffer.episode_lengths[running].sum())
         warnings.warn(
@@ -395,6 +482,44 @@ class Collector:
             self.writer.self_started(env_ids)
         if policy_state:
             self.actor.reset_state(env_ids)
+
+    def _run_step_hook(
+        self, env_ids: np.ndarray, actions: Any, obs_next: Any, rewards: np.ndarray, terms: np.ndarray,
+        truncs: np.ndarray,
+    ) -> tuple[Any, np.ndarray]:
+        """Call the step hook (set) on one step; returns the observations and rewards it leaves."""
+        rollout = StepRollout(env_ids, actions, obs_next, rewards, terms, truncs)
+        assert self._on_step_hook is not None
+        self._on_step_hook(rollout)
+        rew = np.asarray(rollout.rew, dtype=np.float64)
+        if rew.shape != (len(env_ids),):
+            raise HookOutputError(
+                f"on_step_hook left rew of shape {rew.shape}; it must stay one reward per env id ({len(env_ids)},)"
+            )
+        return rollout.obs_next, rew
+
+    def _ended(self, finished: np.ndarray) -> None:
+        """The episodes of ``finished`` just ended, whole in their rings: run the episode-done hook (if set)
+        and queue them for the store, one by one, so that those before a hook that raises are stored."""
+        if self._on_episode_done_hook is None:
+            if self.writer is not None:
+                self.writer.ended(finished)
+            return
+        for i in range(finished.size):
+            extras = self._episode_extras(int(finished[i]))
+            if self.writer is not None:
+                self.writer.ended(finished[i : i + 1], [extras])
+
+    def _episode_extras(self, env_id: int) -> dict[str, np.ndarray]:
+        """The episode-done hook's per-step arrays for env_id's latest episode, checked, put in its ring."""
+        assert self._on_episode_done_hook is not None
+        episode = self.buffer.episode(env_id)
+        out = self._on_episode_done_hook(episode)
+        if out is None:
+            return {}
+        extras = check_episode_extras(out, len(episode.rewards), env_id)
+        self.buffer.set_episode_extras(env_id, extras)
+        return extras
 
     def _check_rewards(self, rewards: np.ndarray, env_ids: np.ndarray) -> None:
         """ObservationError unless every reward is finite: a NaN or inf would be stored and would make every

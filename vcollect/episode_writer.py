@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vcollect.buffers import EpisodeEnds, VectorRingBuffer
+from vcollect.errors import HookOutputError
 from vcollect.spaces import flatten_batch, unflatten_batch
 from vcollect.store.sink import EpisodeSink
 
@@ -38,12 +39,15 @@ class _Queued(NamedTuple):
     seed: int | None
     options: dict[str, Any] | None
     infos: Mapping[str, Any] | None
+    extras: Mapping[str, np.ndarray] | None = None
 
 
 class EpisodeWriter:
     """The seed and options of each env's current episode, and the queue of finished episodes for the sink.
 
-    ``infos`` (record_infos): called when an episode ends to fetch what was recorded for it.
+    ``infos`` (record_infos): called when an episode ends to fetch what was recorded for it. Per-step
+    arrays an episode-done hook returned (``extras`` of ``ended``/``truncated``) are stored beside them,
+    as per-step info columns.
     """
 
     def __init__(self, sink: EpisodeSink, buffer: VectorRingBuffer, infos: EpisodeInfos | None = None) -> None:
@@ -88,18 +92,22 @@ class EpisodeWriter:
         if self._write_by is not None and self._rounds >= self._write_by:
             self.write_queued()
 
-    def ended(self, env_ids: np.ndarray) -> None:
-        """Queue the episodes of env_ids that ended in this round (whole in their rings, or spilled aside)."""
+    def ended(self, env_ids: np.ndarray, extras: list[dict[str, np.ndarray]] | None = None) -> None:
+        """Queue the episodes of env_ids that ended in this round (whole in their rings, or spilled aside),
+        with an episode-done hook's per-step arrays for each (``extras``, in env_ids order)."""
         buffer = self.buffer
-        for env_id in env_ids.tolist():
+        for i, env_id in enumerate(env_ids.tolist()):
+            hooked = None if extras is None else extras[i]
             infos = None if self._infos is None else self._infos(env_id, int(buffer.episode_lengths[env_id]))
             ref = buffer.episode_ref(env_id)
             if ref is None:  # part of it was copied aside (longer than its ring): write it alone, now
                 self.write_queued()
-                self._write_now(env_id, infos)
+                self._write_now(env_id, infos, hooked)
                 continue
             last_row, steps = ref
-            self._queue.append(_Queued(env_id, last_row, steps, self.seeds[env_id], self.options[env_id], infos))
+            self._queue.append(
+                _Queued(env_id, last_row, steps, self.seeds[env_id], self.options[env_id], infos, hooked)
+            )
             # the restart that may follow in this round writes one row first
             rounds = (buffer.rows_left_after_end(steps) - 1) // 2
             if rounds < 1:
@@ -127,19 +135,19 @@ class EpisodeWriter:
                 in_ring = length - ends.spilled_steps(i)
                 obs, acts, rew, term, trunc = self.buffer.gather_spilled_episode(env_id, last_row, in_ring, chunks)
                 self._hand_over(obs, acts, rew, term, trunc, np.array([length], dtype=np.int64), [seed], [env_id],
-                                [opts], None)
+                                [opts], None, None)
                 continue
             self._queue.append(_Queued(env_id, last_row, length, seed, opts, None))
             self._deadline((left - 1) // 2)
         if len(self._queue) >= WRITE_BATCH or (self._write_by is not None and self._write_by <= self._rounds):
             self.write_queued()
 
-    def truncated(self, env_ids: np.ndarray) -> None:
+    def truncated(self, env_ids: np.ndarray, extras: list[dict[str, np.ndarray]] | None = None) -> None:
         """Hand over the running episodes of env_ids as they are, their last step marked truncated (as
         Minari's DataCollector stores an episode cut short by a reset), after what is queued."""
         self.write_queued()
         buffer = self.buffer
-        for env_id in env_ids.tolist():
+        for i, env_id in enumerate(env_ids.tolist()):
             episode = buffer.episode(env_id)
             steps = len(episode.rewards)
             infos = None if self._infos is None else self._infos(env_id, steps)
@@ -150,7 +158,7 @@ class EpisodeWriter:
                 flatten_batch(buffer.action_space, episode.actions),
                 np.array(episode.rewards), np.array(episode.terminations), truncations,
                 np.array([steps], dtype=np.int64), [self.seeds[env_id]], [env_id], [self.options[env_id]],
-                None if self._infos is None else [infos],
+                None if self._infos is None else [infos], None if extras is None else [extras[i]],
             )
 
     def _deadline(self, rounds: int) -> None:
@@ -166,15 +174,17 @@ class EpisodeWriter:
             return
         self._queue = []
         self._write_by = None
-        env_ids, last_rows, steps, seeds, options, infos = zip(*queue)
+        env_ids, last_rows, steps, seeds, options, infos, extras = zip(*queue)
         lengths = np.array(steps, dtype=np.int64)
         obs, acts, rewards, terms, truncs = self.buffer.gather_episodes(
             np.array(env_ids, dtype=np.int64), np.array(last_rows, dtype=np.int64), lengths
         )
         self._hand_over(obs, acts, rewards, terms, truncs, lengths, list(seeds), list(env_ids), list(options),
-                        list(infos) if self._infos is not None else None)
+                        list(infos) if self._infos is not None else None, list(extras))
 
-    def _write_now(self, env_id: int, infos: Mapping[str, Any] | None) -> None:
+    def _write_now(
+        self, env_id: int, infos: Mapping[str, Any] | None, extras: Mapping[str, np.ndarray] | None
+    ) -> None:
         """Hand over env_id's just finished episode alone (the ring keeps it whole: keep_whole_episodes)."""
         buffer = self.buffer
         if buffer.episode_truncated_in_ring(env_id):
@@ -188,18 +198,35 @@ class EpisodeWriter:
             flatten_batch(buffer.action_space, episode.actions),
             episode.rewards, episode.terminations, episode.truncations,
             np.array([len(episode.rewards)], dtype=np.int64), [self.seeds[env_id]], [env_id],
-            [self.options[env_id]], None if self._infos is None else [infos],
+            [self.options[env_id]], None if self._infos is None else [infos], [extras],
         )
 
     def _hand_over(
         self, obs: list[np.ndarray], acts: list[np.ndarray], rewards: np.ndarray, terms: np.ndarray,
         truncs: np.ndarray, lengths: np.ndarray, seeds: list[int | None], env_ids: list[int],
         options: list[dict[str, Any] | None], infos: list[Mapping[str, Any] | None] | None,
+        extras: list[Mapping[str, np.ndarray] | None] | None,
     ) -> None:
         buffer = self.buffer
+        if extras is not None and any(extras):
+            infos = [_with_extras(i, e) for i, e in zip(infos or [None] * len(extras), extras)]
         extra: dict[str, Any] = {} if infos is None or not any(infos) else {"infos": infos}
         self.sink.write_episodes(
             unflatten_batch(buffer.observation_space, obs),
             unflatten_batch(buffer.action_space, acts),
             rewards, terms, truncs, lengths, seeds=seeds, env_ids=env_ids, options=options, **extra,
         )
+
+
+def _with_extras(infos: Mapping[str, Any] | None, extras: Mapping[str, np.ndarray] | None) -> Mapping[str, Any] | None:
+    """An episode's recorded infos with a hook's per-step arrays added as info columns of their own."""
+    if not extras:
+        return infos
+    if not infos:
+        return extras
+    clash = sorted(set(infos) & set(extras))
+    if clash:
+        raise HookOutputError(
+            f"on_episode_done_hook returned {clash[0]!r}, a key the env's recorded infos have too; rename it"
+        )
+    return {**infos, **extras}

@@ -38,6 +38,10 @@ class ObservationError(VCollectError, ValueError):
     """An environment returned an observation that does not fit its observation space."""
 
 
+class HookOutputError(VCollectError, ValueError):
+    """A collector hook returned something it cannot store (not a dict of per-step arrays, wrong length)."""
+
+
 class InfoStructureError(VCollectError, ValueError):
     """An info dict changed structure after the first reset while infos are recorded."""
 

@@ -12,13 +12,14 @@ microseconds.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, _Chunk
-from vcollect.buffers.row_writes import _row_items, _scatter, _write_columns
+from vcollect.buffers.row_writes import _row_items, _scatter, _write_columns, write_extras
 from vcollect.buffers.sampling import draw_rows, gather_transitions, ring_capacity
 from vcollect.errors import BufferNotReadyError
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
@@ -128,6 +129,7 @@ class VectorRingBuffer:
         self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
         self._overflow: dict[int, list[_Chunk]] = {}
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
+        self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
         self.reset()
 
@@ -144,6 +146,7 @@ class VectorRingBuffer:
         self._spilled.fill(0)
         self._overflow.clear()
         self._headroom = c - 1
+        self.extras.clear()
 
     def __len__(self) -> int:
         """Number of transitions (step rows whose next observation is still stored)."""
@@ -475,6 +478,14 @@ class VectorRingBuffer:
             term,
             trunc,
         )
+
+    def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
+        """Write per-step arrays (an episode-done hook's) at the step rows of env_id's latest episode still in
+        its ring: ``extras[name]``, a flat column beside the ring's rows, made on first use."""
+        env = self._check_env(env_id)
+        rows = min(int(self.episode_lengths[env] - self._spilled[env]) + 1, self.capacity)
+        _, step_idx = self._ring_rows(env, rows)
+        write_extras(self.extras, self.num_envs * self.capacity, step_idx, values, rows - 1)
 
     def episode_ref(self, env_id: int) -> tuple[int, int] | None:
         """(flat index of the last row, steps) of env_id's current episode when all of it is in the ring, else

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -46,3 +47,14 @@ def _scatter(store: np.ndarray, items: np.ndarray | None, rows: np.ndarray, valu
         items[rows] = values.view(items.dtype).ravel()  # (k, 1) items, as a 1-D view
     else:
         store[rows] = values
+
+
+def write_extras(extras: dict[str, np.ndarray], rows: int, step_idx: np.ndarray | slice, values: Mapping[str, np.ndarray],
+                 last: int) -> None:
+    """Put the ``last`` rows of each per-step array in ``values`` at the flat rows ``step_idx`` of its column in
+    ``extras`` (``rows`` long, made on first use, or anew when the array's row shape changes)."""
+    for name, value in values.items():
+        column = extras.get(name)
+        if column is None or column.shape[1:] != value.shape[1:]:
+            column = extras[name] = np.zeros((rows, *value.shape[1:]), value.dtype)
+        column[step_idx] = value[len(value) - last :]

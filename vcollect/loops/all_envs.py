@@ -83,6 +83,31 @@ class AllEnvLoop:
         step = self.envs.step_all(actions)
         self.record(actions, step, call.random, call.render, call.reset_options)
 
+    def _run_step_hook(self, actions: Any, step: AllEnvStep) -> None:
+        """Show the step's transition rows to the step hook; write back the rewards and next observations it
+        leaves (NEXT_STEP restart rows are not transitions and are not shown)."""
+        c, rows = self.c, step.transitions
+        if rows is None:
+            same = step.next_obs is step.obs  # no SAME_STEP final observations: the policy acts on the hook's
+            step.next_obs, step.rewards = c._run_step_hook(
+                c._all_ids, actions, step.next_obs, step.rewards, step.terminations, step.truncations
+            )
+            if same:
+                step.obs = step.next_obs
+            return
+        obs_space, act_space = c.observation_space, c.action_space
+        ids = c._all_ids[rows]
+        next_obs, rewards = c._run_step_hook(
+            ids,
+            unflatten_batch(act_space, [leaf[rows] for leaf in flatten_batch(act_space, actions)]),
+            unflatten_batch(obs_space, [leaf[rows] for leaf in flatten_batch(obs_space, step.next_obs)]),
+            step.rewards[rows], step.terminations[rows], step.truncations[rows],
+        )
+        step.rewards = step.rewards.copy()
+        step.rewards[rows] = rewards
+        for leaf, new in zip(flatten_batch(obs_space, step.next_obs), flatten_batch(obs_space, next_obs)):
+            leaf[rows] = new
+
     def record(
         self,
         actions: Any,
@@ -99,6 +124,8 @@ class AllEnvLoop:
         c = self.c
         all_ids = c._all_ids
         c._next_rounds()
+        if c._on_step_hook is not None:
+            self._run_step_hook(actions, step)
         obs, started, transitions = step.obs, step.started, step.transitions
         if c.validate:  # once for every row (first observations of restarted episodes included)
             c._check_obs(obs, all_ids, "an observation")
@@ -117,8 +144,7 @@ class AllEnvLoop:
             time.sleep(render)
         finished = step.ended.nonzero()[0]
         if finished.size:
-            if c.writer is not None:
-                c.writer.ended(finished)
+            c._ended(finished)
             if not self.autoresets:  # envs that restart by themselves never wait for a reset
                 c._needs_reset[finished] = True
         c.ledger.push_rows(

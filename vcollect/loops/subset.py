@@ -87,12 +87,15 @@ class SubsetLoop:
 
     def step(self, env_ids: np.ndarray, call: CollectCall, may_reset: np.ndarray | None) -> np.ndarray:
         """Act, step and record for ``env_ids`` (ascending); write finished episodes and restart them, except
-        where ``may_reset`` (a bool per env id; None: all True) is False. Returns the finished env ids."""
+        where ``may_reset`` (a bool per env id; None: all True) is False. Returns the finished env ids.
+        A step hook sees the step first (what it leaves is recorded and acted on)."""
         c = self.c
         actions = c.actor.actions(env_ids, call.random)
         ids_arg = None if len(env_ids) == c.num_envs else env_ids
         if self.step_reset is None:
             next_obs, rewards, terms, truncs, _infos = c.envs.step(actions, ids_arg)
+            if c._on_step_hook is not None:
+                next_obs, rewards = c._run_step_hook(env_ids, actions, next_obs, rewards, terms, truncs)
             finished = self.record(env_ids, actions, next_obs, rewards, terms, truncs, call.render, call.returns,
                                    call.lens)
             restart = finished if may_reset is None else finished[may_reset[np.searchsorted(env_ids, finished)]]
@@ -106,9 +109,11 @@ class SubsetLoop:
             may_reset=may_reset,
             options=call.reset_options,
         )
-        obs = result.obs
+        obs, rewards = result.obs, result.rewards
+        if c._on_step_hook is not None:
+            obs, rewards = c._run_step_hook(env_ids, actions, obs, rewards, result.terminations, result.truncations)
         finished = self.record(
-            env_ids, actions, obs, result.rewards, result.terminations, result.truncations, call.render,
+            env_ids, actions, obs, rewards, result.terminations, result.truncations, call.render,
             call.returns, call.lens, remember=False,
         )
         restarted = result.reset_ids
@@ -166,7 +171,6 @@ class SubsetLoop:
         finished = env_ids[done]
         returns.extend(c.buffer.episode_returns[finished].tolist())
         lens.extend(c.buffer.episode_lengths[finished].tolist())
-        if writer is not None:
-            writer.ended(finished)
+        c._ended(finished)
         c._needs_reset[finished] = True
         return finished
