@@ -223,6 +223,18 @@ def test_a_long_episode_keeps_its_last_steps_extras_in_a_small_ring() -> None:
     assert column[[3, 0, 1]].tolist() == [3.0, 2.0, 1.0]
 
 
+def test_sampled_batches_carry_the_hooks_per_step_values() -> None:
+    """ring.sample returns each episode-done hook column at the sampled rows: a CountingEnv(5) step at
+    observation t has t + 1 steps to go, so its undiscounted return to go is 5 - t."""
+    envs = DummyVectorEnv([lambda: CountingEnv(5)] * 2)
+    with Collector(None, envs, seed=0, on_episode_done_hook=EpisodeRolloutHookMCReturn(1.0)) as collector:
+        collector.collect(n_episode=4, random=True, reset_before_collect=True)
+        batch = collector.buffer.sample(64)
+    to_go = batch["extras"]["mc_return_to_go"]
+    assert to_go.shape == (64,)
+    np.testing.assert_array_equal(to_go, 5 - batch["observations"][:, 0])
+
+
 def test_names_and_monte_carlo_returns_match_tianshou() -> None:
     """The real tianshou 2.0.1: the hook/counter/reset method names a Tianshou user calls exist here too, and
     EpisodeRolloutHookMCReturn gives Tianshou's Monte-Carlo returns for the same rewards."""

@@ -181,7 +181,9 @@ def check_against_reference(
         "truncations",
         "dones",
         "indices",
+        "extras",
     }
+    assert batch["extras"] == {}  # no episode-done hook wrote any
     np.testing.assert_array_equal(batch["dones"], batch["terminations"] | batch["truncations"])
     obs = flatten_batch(cfg.obs_space, batch["observations"])
     nxt = flatten_batch(cfg.obs_space, batch["next_observations"])

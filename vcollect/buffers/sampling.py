@@ -139,4 +139,5 @@ def gather_transitions(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int 
         "truncations": trunc,
         "dones": term | trunc,
         "indices": rows,
+        "extras": {name: column[rows] for name, column in ring.extras.items()},  # episode-done hooks' values
     }
