@@ -798,6 +798,14 @@ def test_export_minari_and_import_back(tmp_path: Path, cli: Cli) -> None:
         np.testing.assert_array_equal(returned.observations, mine.observations)
         np.testing.assert_array_equal(returned.actions, mine.actions)
     assert back.metadata["minari_dataset_id"] == "vc/src-v0"
+
+    result = cli("export", "cli/src-v0", "--format", "minari", "--minari-id", "vc/parquet-v0", "--data-format",
+                 "parquet", "--minari-root", str(minari_root))
+    assert result.returncode == 0, result.stderr
+    assert not (minari_root / "vc" / "parquet-v0" / "data" / "main_data.hdf5").exists()
+    result = cli("import-minari", "vc/parquet-v0", "--minari-root", str(minari_root), "--into", "cli/pq-v0")
+    assert result.returncode == 0, result.stderr
+    assert [e.seed for e in load_dataset("cli/pq-v0", root=tmp_path)] == [e.seed for e in source]
     assert_usage_error(cli("import-minari", str(tmp_path / "nowhere"), "--into", "cli/z-v0"), "no Minari dataset")
 
 

@@ -69,11 +69,15 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
 
     export = commands.add_parser(
         "export", help="write a dataset in another format (Minari)",
-        description="Write a dataset as a Minari 0.5 HDF5 dataset that minari.load_dataset reads.",
+        description="Write a dataset as a Minari 0.5 dataset (HDF5, Arrow or Parquet) that minari.load_dataset reads.",
     )
     export.add_argument("dataset_id", metavar="ID")
     export.add_argument("--format", choices=["minari"], required=True, help="target format")
     export.add_argument("--minari-id", default=None, help="the Minari dataset id (default: ID)")
+    export.add_argument(
+        "--data-format", choices=["hdf5", "arrow", "parquet"], default="hdf5",
+        help="Minari's storage layout (default: hdf5; arrow and parquet need pyarrow, in vcollect[minari])",
+    )
     export.add_argument(
         "--minari-root", default=None, metavar="DIR", help="Minari datasets folder (default: $MINARI_DATASETS_PATH, else ~/.minari/datasets)"
     )
@@ -432,7 +436,7 @@ def run_export(args: argparse.Namespace, console: Console) -> int:
         check_folder("--minari-root", args.minari_root)
     dataset = load_dataset(args.dataset_id, args.root)
     minari_id = args.minari_id or args.dataset_id
-    path = export_minari(dataset, minari_id, args.minari_root, overwrite=args.overwrite)
+    path = export_minari(dataset, minari_id, args.minari_root, overwrite=args.overwrite, data_format=args.data_format)
     console.print(
         Text(f"exported {dataset.total_episodes:,} episodes of {args.dataset_id} as Minari dataset {minari_id} at {path}")
     )
