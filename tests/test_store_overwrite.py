@@ -276,3 +276,22 @@ def test_split_parts_carry_their_metadata_when_published(
         meta = load_dataset(part, tmp_path).metadata
         assert meta["split_from"] == "src/a-v0" and meta["split_sizes"] == [7, 3] and meta["split_seed"] == 1
         assert meta["author"] == "me" and load_dataset(part, tmp_path).total_episodes == size
+
+
+def test_an_overwrite_killed_between_its_renames_gives_the_old_dataset_back(tmp_path: Path) -> None:
+    """The old dataset renamed aside, the new one not yet in, the process dead: the next load (or listing)
+    puts the old one back, so a reader never finds neither."""
+    from vcollect.store.staging import pid_space
+
+    make(tmp_path, "ns/a-v0", range(3))
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True, timeout=60)
+    pid = int(done.stdout)  # a pid whose process has exited
+    final = tmp_path / "ns" / "a-v0"
+    final.rename(final.with_name(f".a-v0.replaced-{pid_space()}-{pid}-{'a' * 12}"))
+    (final.with_name(f".a-v0.staging-{pid_space()}-{pid}-{'b' * 12}") / "shards").mkdir(parents=True)
+    assert "ns/a-v0" in list_datasets(tmp_path)
+    assert [e.seed for e in load_dataset("ns/a-v0", root=tmp_path)] == [0, 1, 2]
+    assert sorted(p.name for p in (tmp_path / "ns").iterdir()) == ["a-v0"], "a leftover was kept"
+    final.rename(final.with_name(f".a-v0.replaced-{pid_space()}-{pid}-{'c' * 12}"))
+    assert [e.seed for e in load_dataset("ns/a-v0", root=tmp_path)] == [0, 1, 2]  # load alone restores it too

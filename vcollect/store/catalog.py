@@ -50,6 +50,9 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
         return out
     unreadable: list[OSError] = []
     for dirpath, dirnames, filenames in os.walk(root_path, onerror=unreadable.append):
+        if any(".replaced-" in name for name in dirnames):  # maybe an overwrite killed between its renames:
+            remove_stale_staging(Path(dirpath))  # its old dataset is put back before this folder is walked
+            dirnames[:] = sorted(e.name for e in os.scandir(dirpath) if e.is_dir(follow_symlinks=False))
         if SHARDS_DIR in dirnames and DATASET_FILE in filenames:
             dirnames.remove(SHARDS_DIR)
         if DATASET_FILE not in filenames:

@@ -149,8 +149,9 @@ def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int
     Under a lock on the namespace folder, so of two processes replacing one dataset at once exactly one wins;
     the other gets DatasetError (the dataset was replaced, deleted or made by someone else meanwhile) and
     ``new`` is left to it. The old dataset is renamed aside (one rename), the new one renamed in (one
-    rename), and only then is the old one removed: a crash in between leaves the old or the new dataset at
-    ``final``, never a half-deleted one (the hidden leftover is removed by the next operation there).
+    rename), and only then is the old one removed: a crash in between leaves the new dataset at ``final``, or
+    the old one aside under a hidden name, which the next load, listing or operation there renames back
+    (staging.remove_stale_staging); never a half-deleted one.
     """
     with folder_lock(final.parent):
         now = _folder_identity(final)

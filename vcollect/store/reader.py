@@ -42,6 +42,7 @@ from vcollect.store.publish_journal import recover_publishes
 from vcollect.store.requirements import warn_unmet_requirements
 from vcollect.store.shard import column_path
 from vcollect.store.shard_reader import _Shard
+from vcollect.store.staging import remove_stale_staging
 
 __all__ = ["MAX_OPEN_FILES", "SAMPLE_CACHE_BYTES", "Dataset", "DatasetSpec", "EpisodeData", "load_dataset"]
 
@@ -442,6 +443,8 @@ def load_dataset(
     root_path = resolve_root(root)
     recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/publish_journal.py)
     path = dataset_path(dataset_id, root_path)
+    if not os.path.lexists(path) and path.parent.is_dir():
+        remove_stale_staging(path.parent)  # an overwrite killed between its two renames: the old one is back
     info = read_dataset_info(path, dataset_id, root_path)
     obs_space, act_space = dataset_spaces(info)
     obs_leaves, act_leaves = leaves(obs_space), leaves(act_space)

@@ -58,7 +58,9 @@ _SHARD_TMP_RE = re.compile(
 # dataset.json.<pid>.<hex>.tmp (dataset_info.write_json_atomic's temporary name: removed by age only)
 _JSON_TMP_RE = re.compile(r"dataset\.json\.\d+\.[0-9a-f]+" + re.escape(TMP_SUFFIX))
 # .<name>.<kind>-<space>-<pid>-<uuid>: a dataset being built (staging), replaced or deleted
-_HIDDEN_DIR_RE = re.compile(r"\.(?P<name>.+)\.(?:staging|replaced|deleting)-(?P<space>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{12}")
+_HIDDEN_DIR_RE = re.compile(
+    r"\.(?P<name>.+)\.(?P<kind>staging|replaced|deleting)-(?P<space>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{12}"
+)
 
 
 @functools.cache
@@ -185,7 +187,11 @@ def folder_lock(folder: Path) -> Iterator[None]:
 
 
 def remove_stale_staging(parent: Path) -> list[Path]:
-    """Remove the staging/replaced/deleting folders under ``parent`` that dead processes left; returns those removed."""
+    """Remove the staging/replaced/deleting folders under ``parent`` that dead processes left; returns those removed.
+
+    A "replaced" folder whose dataset place is empty is an overwrite killed between its two renames (the old
+    dataset aside, the new one not yet in): it is renamed back, so the old dataset is there again.
+    """
     removed: list[Path] = []
     try:
         entries = list(os.scandir(parent))
@@ -198,6 +204,14 @@ def remove_stale_staging(parent: Path) -> list[Path]:
         path = Path(entry.path)
         if not is_stale(match["space"], int(match["pid"]), path) or _journaled(path):
             continue
+        final = path.with_name(match["name"])
+        if match["kind"] == "replaced" and not os.path.lexists(final):
+            try:
+                os.rename(path, final)
+                continue
+            except OSError:
+                if not os.path.lexists(final):
+                    continue  # keep the only copy of that dataset
         shutil.rmtree(path, ignore_errors=True)
         if not path.exists():
             removed.append(path)
@@ -227,8 +241,8 @@ def publish_dir(staging: Path, final: Path, *, marker: str, overwrite: bool, exi
 
     ``marker`` (``dataset.json``, Minari's ``data``) tells a dataset at ``final``: then DatasetExistsError
     (``exists_message``) unless ``overwrite``, which moves the old one aside first (a hidden sibling removed
-    right after; the next operation removes it if a crash comes between). Empty folders at ``final`` are
-    replaced; anything else there is kept, with DatasetError.
+    right after; if a crash comes between the two renames, the next load or operation there puts it back).
+    Empty folders at ``final`` are replaced; anything else there is kept, with DatasetError.
     """
     try:
         os.rename(staging, final)
