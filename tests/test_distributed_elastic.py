@@ -229,3 +229,43 @@ def test_replacement_gets_the_latest_weights(ray_ready: Any, tmp_path: Path) -> 
     assert len(episodes) == 8
     assert all(np.all(np.asarray(ep.actions) == 1) for ep in episodes[:4])
     assert all(np.all(np.asarray(ep.actions) == 0) for ep in episodes[4:])
+
+
+class HangOnceEnv(CountingEnv):
+    """A CountingEnv; the first one built anywhere (O_EXCL on `flag`) blocks forever at its `at`-th step."""
+
+    def __init__(self, flag: str, at: int) -> None:
+        super().__init__(5)
+        self.total_steps, self.at = 0, -1
+        try:
+            os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        self.at = at
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.total_steps += 1
+        if self.total_steps == self.at:
+            import threading
+
+            threading.Event().wait()  # an in-process hang nothing inside the worker can interrupt
+        return super().step(action)
+
+
+def test_a_worker_hung_in_its_env_is_killed_after_worker_timeout(ray_ready: Any, tmp_path: Path) -> None:
+    """worker_timeout: the hung worker is killed and replaced (its quota collected again), the call returns
+    exact totals instead of waiting forever."""
+    dataset_id = new_dataset(tmp_path, CountingEnv().observation_space, CountingEnv().action_space)
+    flag = str(tmp_path / "hang-flag")
+    dc = DistributedCollector(
+        lambda: HangOnceEnv(flag, at=7), None, num_workers=2, envs_per_worker=1, store=dataset_id, root=tmp_path,
+        seed=0, max_worker_restarts=1, worker_timeout=3.0,
+    )
+    try:
+        start = time.monotonic()
+        stats = dc.collect(n_episode=8, random=True)
+        assert stats.n_collected_episodes == 8 and sum(dc.restarts) == 1
+        assert time.monotonic() - start < 60
+    finally:
+        dc.close()
+    assert load_dataset(dataset_id, root=tmp_path).total_episodes == 8

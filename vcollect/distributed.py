@@ -86,6 +86,10 @@ class DistributedCollector:
     the actor's ``.options(...)`` (default ``num_cpus=1``); ``env_kwargs``/``backend_kwargs`` go to
     make_vector and ``store_kwargs`` (shard_steps, compression) to EpisodeStore.open. Setup (and a
     replacement's) waits at most ``startup_timeout`` seconds for the actors to be placed.
+    ``worker_timeout``: seconds ``collect`` waits for the next worker reply (None: no limit); past it the
+    workers still running are killed and handled as dead ones (replaced while restarts last, else
+    WorkerLostError), so a worker whose env hangs in-process cannot hang the driver. A worker replies once
+    per call, after its whole quota: pick a limit above the longest quota's collection time.
     """
 
     def __init__(
@@ -110,6 +114,7 @@ class DistributedCollector:
         max_worker_restarts: int = 0,
         transport: str = "shared_fs",
         max_in_flight: int = 4,
+        worker_timeout: float | None = None,
     ) -> None:
         for name, value, low in (("num_workers", num_workers, 1), ("envs_per_worker", envs_per_worker, 1),
                                  ("max_worker_restarts", max_worker_restarts, 0), ("max_in_flight", max_in_flight, 1)):
@@ -146,6 +151,9 @@ class DistributedCollector:
         self._weights: Any = None
         self._actor_cls = remote_worker().options(**{"num_cpus": 1, **dict(worker_options or {})})
         self._startup_timeout = float(startup_timeout)
+        if worker_timeout is not None and not worker_timeout > 0:
+            raise ValueError(f"worker_timeout must be > 0 seconds or None, got {worker_timeout!r}")
+        self._worker_timeout = worker_timeout
         self._sink: Any = None
         self._workers: list[Any] = [self._actor_cls.remote(w) for w in range(self.num_workers)]
         self._closed = False
@@ -213,7 +221,12 @@ class DistributedCollector:
         start = time.perf_counter()
         running = {self._submit_collect(w, remaining[w], by_steps, random): w for w in remaining}
         while running:
-            ready, _ = ray.wait(list(running), num_returns=1)
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=self._worker_timeout)
+            if not ready:  # no reply within worker_timeout: the silent workers are killed, then read as dead
+                for silent in running.values():
+                    with contextlib.suppress(Exception):
+                        ray.kill(self._workers[silent])
+                continue
             w = running.pop(ready[0])
             try:
                 ok, value = ray.get(ready[0])
