@@ -40,6 +40,7 @@ from vcollect.errors import (
     VCollectError,
 )
 from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
+from vcollect.minari_buffers import EpisodeBuffer, StepData, create_dataset_from_buffers
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
 from vcollect.recorder import DataCollector
 from vcollect.stats import CollectStats, SummaryStats
@@ -63,6 +64,7 @@ from vcollect.store import (
     update_namespace,
     update_namespace_metadata,
 )
+from vcollect.store.reference_scores import get_normalized_score
 from vcollect.store.sink import EpisodeSink
 
 __version__ = "0.1.0"
@@ -99,6 +101,10 @@ __all__ = [
     "list_local_namespaces",
     "update_namespace",
     "update_namespace_metadata",
+    "EpisodeBuffer",
+    "StepData",
+    "create_dataset_from_buffers",
+    "get_normalized_score",
     "CollectStats",
     "Collector",
     "CollectorStateError",

@@ -40,6 +40,7 @@ from vcollect.store.catalog import delete_dataset
 from vcollect.store.dataset_info import DATASET_FILE
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.reader import Dataset, load_dataset
+from vcollect.store.reference_scores import reference_scores
 from vcollect.store.schema import to_json
 from vcollect.store.transforms import copy_episodes
 from vcollect.store.writer import EpisodeStore
@@ -322,8 +323,6 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             raise DatasetExistsError(
                 f"dataset {dataset_id!r} already exists under {str(target_root)!r}; pass overwrite=True to replace it"
             )
-        if expert_policy is not None and ref_max_score is not None:
-            raise ValueError("pass expert_policy or ref_max_score, not both")
         eval_spec = self._eval_spec(eval_env)
         metadata: dict[str, Any] = {}
         for key, value in (
@@ -335,23 +334,11 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         ):
             if value is not None:
                 metadata[key] = sorted(value) if isinstance(value, (set, frozenset)) else value
-        score_spec = eval_spec if eval_spec is not None else self.env.spec
-        if score_spec is not None and (expert_policy is not None or ref_max_score is not None):
-            score_env = gym.make(score_spec)
-            try:
-                if ref_min_score is None:
-                    score_env.action_space.seed(123)
-                    ref_min_score = _average_return(
-                        score_env, lambda _obs: score_env.action_space.sample(), num_episodes_average_score
-                    )
-                if expert_policy is not None:
-                    ref_max_score = _average_return(score_env, expert_policy, num_episodes_average_score)
-            finally:
-                score_env.close()
-            metadata.update(
-                ref_max_score=ref_max_score, ref_min_score=ref_min_score,
-                num_episodes_average_score=num_episodes_average_score,
-            )
+        metadata.update(reference_scores(
+            eval_spec if eval_spec is not None else self.env.spec, ref_min_score=ref_min_score,
+            ref_max_score=ref_max_score, expert_policy=expert_policy,
+            num_episodes_average_score=num_episodes_average_score,
+        ))
         if requirements is not None:
             metadata["requirements"] = list(requirements)
 
@@ -583,18 +570,3 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             self.flush_seconds is not None and time.monotonic() - self._last_commit >= self.flush_seconds
         ):
             self.flush()
-
-
-def _average_return(env: gym.Env[Any, Any], policy: Callable[[Any], Any], num_episodes: int) -> float:
-    """Mean undiscounted return of ``policy`` over ``num_episodes`` episodes (first reset seeded 123, as Minari)."""
-    returns: list[float] = []
-    obs, _ = env.reset(seed=123)
-    total = 0.0
-    while len(returns) < num_episodes:
-        obs, reward, terminated, truncated, _ = env.step(policy(obs))
-        total += float(reward)
-        if terminated or truncated:
-            returns.append(total)
-            total = 0.0
-            obs, _ = env.reset()
-    return float(np.mean(returns, dtype=np.float32))

@@ -369,6 +369,13 @@ class Dataset:
             "truncations": idx.gather("truncations", np.dtype(np.bool_), step_rows, False, limit),
         }
 
+    def update_dataset_from_buffer(self, buffer: Any) -> None:
+        """Minari's name: append EpisodeBuffers' episodes to this dataset (vcollect.minari_buffers); this object
+        stays a snapshot, so load_dataset again to read them."""
+        from vcollect.minari_buffers import update_dataset_from_buffer
+
+        update_dataset_from_buffer(self, buffer)
+
     def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
         """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on
         demand and safe in DataLoader workers (each opens its own files); see vcollect/store/torch_dataset.py."""
