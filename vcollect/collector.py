@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from vcollect.acting import PolicyActor
 from vcollect.buffers import VectorRingBuffer
 from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
+from vcollect.envs.base import BaseVectorEnv
 from vcollect.envs.info_recording import InfoRecordingEnv
 from vcollect.episode_writer import EpisodeWriter
 from vcollect.errors import CollectorStateError, HookOutputError, ObservationError, UnfinishedEpisodesWarning
@@ -37,6 +38,7 @@ from vcollect.policies.tianshou_types import as_policy
 from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import BatchCheck, flatten_batch, leaves
 from vcollect.stats import CollectStats
+from vcollect.store.env_spec_record import record_env_spec
 from vcollect.store.sink import EpisodeSink, check_sink
 
 __all__ = ["DEFAULT_BUFFER_ROWS", "CollectCall", "Collector", "as_vector_env"]
@@ -174,6 +176,8 @@ class Collector:
         self.action_space = vector_env.single_action_space
         self.buffer = self._checked_buffer(buffer)
         self.store = None if store is None else check_sink(store, self.observation_space, self.action_space)
+        record_env_spec(self.store, vector_env.env_spec if isinstance(vector_env, BaseVectorEnv | InfoRecordingEnv)
+                        else None)  # the dataset names its env, so recover_environment() works
         self.writer: EpisodeWriter | None = None
         if self.store is not None:
             self.buffer.keep_whole_episodes()  # a stored episode is whole, however long

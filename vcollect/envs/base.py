@@ -15,6 +15,7 @@ from typing import Any, NoReturn, Protocol, TypeAlias, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 from gymnasium.vector.utils import batch_space
 
 from vcollect.envs.capabilities import EnvCapabilities
@@ -206,6 +207,8 @@ class BaseVectorEnv:
     """
 
     timeout: float | None = None
+    env_spec: EnvSpec | None = None
+    """The EnvSpec of the envs when known (made from a registered id): what a dataset records as its env."""
 
     def __init__(self, num_envs: int, observation_space: gym.Space, action_space: gym.Space) -> None:
         if not isinstance(getattr(self, "capabilities", None), EnvCapabilities):

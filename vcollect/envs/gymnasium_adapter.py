@@ -17,6 +17,7 @@ carrying surplus transitions over to its next call. Episodes an env starts by it
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 import traceback
@@ -88,7 +89,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         self.supports_reset_mask = per_env or not autoresets
         super().__init__(vector_env.num_envs, vector_env.single_observation_space, vector_env.single_action_space)
         self.metadata = dict(vector_env.metadata)
-        self.env_spec = vector_env.spec
+        self.env_spec = single_env_spec(vector_env.spec)
         self._obs_rows = self.obs_layout.allocate(self.num_envs)
         # finished envs whose next episode has not been handed out yet (by a reset, or by step_all)
         self._finished = np.zeros(self.num_envs, dtype=bool)
@@ -451,3 +452,14 @@ def _split_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
             if mask is None or mask[i]:
                 out[i][key] = value[i]
     return out
+
+
+# What gymnasium.make_vec adds to the spec it gives the vector env; gymnasium.make of one env refuses them.
+_VECTOR_KWARGS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers", "max_episode_steps")
+
+
+def single_env_spec(spec: gym.envs.registration.EnvSpec | None) -> gym.envs.registration.EnvSpec | None:
+    """The spec of one of the vector env's envs (what a dataset records): ``spec`` less make_vec's keys."""
+    if spec is None:
+        return None
+    return dataclasses.replace(spec, kwargs={k: v for k, v in spec.kwargs.items() if k not in _VECTOR_KWARGS})

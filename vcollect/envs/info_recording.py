@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from vcollect.envs.base import BaseVectorEnv
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.errors import InfoStructureError, VCollectError
 from vcollect.infos import flatten_info, nest_info, stack_rows
@@ -64,6 +65,7 @@ class InfoRecordingEnv:
         self.single_action_space = envs.single_action_space
         self.observation_space = envs.observation_space
         self.action_space = envs.action_space
+        self.env_spec = envs.env_spec if isinstance(envs, BaseVectorEnv) else None
         self._rows: list[list[dict[str, Any]]] = [[] for _ in range(self.num_envs)]
 
     @property

@@ -1,0 +1,47 @@
+"""A dataset written by a Collector names the env it came from when the envs know it (made from a registered
+id), so recover_environment() works in vcollect and, after export, in minari; a spec the user gave is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import vcollect
+from tests.envs import CountingEnv
+from vcollect import Collector, EpisodeStore, load_dataset
+from vcollect.envs import DummyVectorEnv, make_vector
+
+
+def collect_into(root: Path, dataset_id: str, envs: object, **create: object) -> vcollect.Dataset:
+    store = EpisodeStore.create(dataset_id, envs.single_observation_space, envs.single_action_space,  # type: ignore[attr-defined]
+                                root=root, **create)  # type: ignore[arg-type]
+    with Collector(None, envs, store=store, seed=0, unfinished="truncate") as collector:
+        collector.collect(n_step=40, random=True, reset_before_collect=True)
+    store.close()
+    return load_dataset(dataset_id, root=root)
+
+
+@pytest.mark.parametrize("backend", ["dummy", "subproc", "gymnasium"])
+def test_envs_made_from_an_id_are_recorded(backend: str, tmp_path: Path) -> None:
+    data = collect_into(tmp_path, f"spec/{backend}-v0", make_vector("CartPole-v1", 2, backend))
+    assert data.env_spec is not None and data.env_spec.id == "CartPole-v1"
+    env = data.recover_environment()
+    assert env.spec is not None and env.spec.id == "CartPole-v1"
+
+
+def test_a_given_spec_is_kept_and_unknown_envs_record_none(tmp_path: Path) -> None:
+    given = collect_into(tmp_path, "spec/given-v0", make_vector("CartPole-v1", 2), env_spec=gym.spec("CartPole-v0"))
+    assert given.env_spec.id == "CartPole-v0"
+    anonymous = collect_into(tmp_path, "spec/anon-v0", DummyVectorEnv([CountingEnv] * 2))
+    assert anonymous.env_spec is None
+
+
+def test_minari_recovers_the_env_after_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    minari = pytest.importorskip("minari")
+    data = collect_into(tmp_path, "spec/export-v0", make_vector("CartPole-v1", 2))
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    vcollect.export_minari(data, "spec/export-v0")
+    env = minari.load_dataset("spec/export-v0").recover_environment()
+    assert env.spec.id == "CartPole-v1"
