@@ -35,6 +35,7 @@ from gymnasium.envs.registration import EnvSpec
 from vcollect.callbacks import STEP_DATA_KEYS, EpisodeMetadataCallback, StepDataCallback, reward_statistics
 from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
 from vcollect.infos import InfoPath, flatten_info, info_name, nest_info, stack_rows
+from vcollect.recorder_compat import flush_steps_from, save_to_disk
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
 from vcollect.store.catalog import delete_dataset
 from vcollect.store.dataset_info import DATASET_FILE
@@ -113,6 +114,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         observation_space: gym.Space[Any] | None = None,
         action_space: gym.Space[Any] | None = None,
         seed: int | None = None,
+        max_buffer_steps: int | None = None,
     ) -> None:
         """Wrap ``env``. Callbacks are classes (instantiated here, as Minari does) or instances.
 
@@ -121,9 +123,11 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         episode ends), whichever comes first; a crash loses at most that much. root: where the staging and final
         datasets live (default: ``$VCOLLECT_DATASETS_PATH``, else ``~/.vcollect/datasets``).
         observation_space/action_space: the dataset's spaces (default: the env's). seed: seeds the
-        generator autoseeds are drawn from (default: fresh OS entropy).
+        generator autoseeds are drawn from (default: fresh OS entropy). max_buffer_steps: the old name of
+        flush_steps (deprecated, recorder_compat.py).
         """
         super().__init__(env)
+        flush_steps = flush_steps_from(max_buffer_steps, flush_steps)
         if flush_every < 1 or flush_steps < 1:
             raise ValueError(f"flush_every and flush_steps must be >= 1, got {flush_every} and {flush_steps}")
         if flush_seconds is not None and flush_seconds < 0:
@@ -353,6 +357,10 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         self._episodes_recorded = 0
         self._since_flush = 0
         return load_dataset(dataset_id, target_root)
+
+    def save_to_disk(self, path: str | os.PathLike[str], dataset_metadata: dict[str, Any] | None = None) -> Dataset:
+        """Deprecated: ``create_dataset`` at the dataset folder ``path`` (see recorder_compat.save_to_disk)."""
+        return save_to_disk(self, Path(path), dataset_metadata)
 
     def add_to_dataset(self, dataset: Dataset) -> Dataset:
         """Append everything recorded so far to an existing dataset, as Minari does; returns ``dataset``.
