@@ -140,3 +140,18 @@ def test_step_data_appends_leaf_by_leaf() -> None:
                                      truncated=True, info={}))
     assert buf.observations == {"a": [1, 4], "b": ([2, 5], [3, 6])}
     assert (buf.actions, buf.rewards, buf.terminations, buf.truncations, len(buf)) == ([1], [0.5], [False], [True], 1)
+
+
+def test_episode_store_takes_reference_scores_as_metadata(tmp_path: Path) -> None:
+    env = gym.make("CartPole-v1")
+    scores = vcollect.reference_scores("CartPole-v1", ref_max_score=500.0, num_episodes_average_score=3)
+    assert scores["ref_max_score"] == 500.0 and scores["num_episodes_average_score"] == 3
+    with vcollect.EpisodeStore.create("buf/store-v0", env.observation_space, env.action_space, root=tmp_path,
+                                      metadata=scores):
+        pass
+    data = vcollect.load_dataset("buf/store-v0", root=tmp_path)
+    low = scores["ref_min_score"]
+    np.testing.assert_allclose(get_normalized_score(data, [low, 500.0]), [0.0, 1.0])
+    assert vcollect.reference_scores("CartPole-v1") == {}, "Minari stores no scores without a max or an expert"
+    with pytest.raises(ValueError, match="needs the env"):
+        vcollect.reference_scores(None, ref_max_score=1.0)

@@ -64,7 +64,7 @@ from vcollect.store import (
     update_namespace,
     update_namespace_metadata,
 )
-from vcollect.store.reference_scores import get_normalized_score
+from vcollect.store.reference_scores import get_normalized_score, reference_scores
 from vcollect.store.sink import EpisodeSink
 
 __version__ = "0.1.0"
@@ -105,6 +105,7 @@ __all__ = [
     "StepData",
     "create_dataset_from_buffers",
     "get_normalized_score",
+    "reference_scores",
     "CollectStats",
     "Collector",
     "CollectorStateError",

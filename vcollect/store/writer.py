@@ -149,7 +149,8 @@ class EpisodeStore:
         """Create a new, empty dataset and return a writer for it.
 
         ``env_spec``/``eval_env_spec``: a gymnasium EnvSpec or its JSON (for ``recover_environment``).
-        ``metadata``: JSON-able dataset metadata (author, description, ...). Raises DatasetExistsError
+        ``metadata``: JSON-able dataset metadata (author, description, ...; Minari's reference scores as
+        ``metadata=vcollect.reference_scores(env, ref_max_score=... or expert_policy=...)``). Raises DatasetExistsError
         when the id exists unless ``overwrite=True`` (the new dataset is built aside and swapped in; the old one
         is removed only then, and a concurrent overwrite of the same id fails with DatasetError).
         ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
