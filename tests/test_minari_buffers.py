@@ -23,9 +23,8 @@ def record(env: gym.Env, episodes: int, seed: int = 0, infos: bool = False) -> l
     buffers = []
     for e in range(episodes):
         obs, info = env.reset(seed=seed + e)
-        buf = EpisodeBuffer(id=e, seed=seed + e, options=None).add_step_data(
-            StepData(observation=obs, action=None, reward=None, terminated=None, truncated=None,
-                     info={"t": 0} if infos else {}))
+        buf = EpisodeBuffer(id=e, seed=seed + e, options=None, observations=obs,  # as Minari's DataCollector
+                            infos={"t": 0} if infos else None)
         done, t = False, 0
         while not done:
             action = env.action_space.sample()
@@ -134,6 +133,10 @@ def test_reference_scores_match_minaris_and_normalise(tmp_path: Path, monkeypatc
 
 
 def test_step_data_appends_leaf_by_leaf() -> None:
+    """Both starts work: Minari's (the reset's observation given to EpisodeBuffer) and a reset's step data."""
+    minari_style = EpisodeBuffer(observations={"a": 1, "b": (2, 3)}).add_step_data(
+        StepData(observation={"a": 4, "b": (5, 6)}, action=1, reward=0.5, terminated=False, truncated=True, info={}))
+    assert minari_style.observations == {"a": [1, 4], "b": ([2, 5], [3, 6])} and len(minari_style) == 1
     buf = EpisodeBuffer().add_step_data(StepData(observation={"a": 1, "b": (2, 3)}, action=None, reward=None,
                                                  terminated=None, truncated=None, info={}))
     buf = buf.add_step_data(StepData(observation={"a": 4, "b": (5, 6)}, action=1, reward=0.5, terminated=False,
