@@ -39,6 +39,8 @@ class SumTree:
         self._levels.append(np.zeros(n))
         self._groups = [level.reshape(-1, f) for level in self._levels[:-1]]  # _groups[k][j]: node j's children
         self._top = self._levels[-1]
+        # x @ _upper: 0, then the running sums of the rows of x
+        self._upper = np.triu(np.ones((f, f + 1)), k=1)
         self._prefix = np.zeros(self._top.size + 1)  # 0, then the cumulative sums of the top level
 
     @property
@@ -101,11 +103,14 @@ class SumTree:
         node = np.searchsorted(prefix[1:], v, side="left")
         np.minimum(node, self._top.size - 1, out=node)  # v a rounding above the total
         v -= prefix[node]  # what is left inside the top node
-        last = self.fanout - 1
+        f = self.fanout
+        rows = np.arange(v.size)
         for groups in reversed(self._groups):
-            run = np.cumsum(groups[node], axis=1)
-            child = np.count_nonzero(run < v[:, None], axis=1)
-            np.minimum(child, last, out=child)  # v a rounding above the node's sum
-            v -= np.where(child > 0, run[np.arange(child.size), child - 1], 0.0)
-            node = node * self.fanout + child
+            # running sums of each sought node's children, one row each, as a product with a triangle
+            # of ones (one BLAS call, ~3x faster than numpy's cumsum along short rows)
+            run = groups[node] @ self._upper  # run[:, c]: the sum of children before c
+            run[:, f] = np.inf  # v a rounding above the node's sum: its last child
+            child = np.argmax(run[:, 1:] >= v[:, None], axis=1)  # the first child whose sum reaches v
+            v -= run[rows, child]
+            node = node * f + child
         return node
