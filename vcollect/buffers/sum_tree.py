@@ -94,7 +94,7 @@ class SumTree:
         return leaves, self._levels[0][leaves]
 
     def _top_prefix(self) -> np.ndarray:
-        np.cumsum(self._top, out=self._prefix[1:])
+        np.add.accumulate(self._top, out=self._prefix[1:])  # np.cumsum(out=) is ~2x slower here
         return self._prefix
 
     def _walk(self, v: np.ndarray, prefix: np.ndarray) -> np.ndarray:
