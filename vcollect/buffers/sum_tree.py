@@ -4,8 +4,8 @@ Leaf i is drawn with probability value_i / total by finding, for v drawn uniform
 smallest i whose prefix sum reaches v. The tree is *wide*: each node sums ``fanout`` (default 32)
 children, and levels are kept from the leaves up to the first with at most ``top_max`` (4,096) nodes.
 A search takes the cumulative sums of that top level and ``searchsorted`` for the node, then per level
-below gathers the (batch, fanout) child sums, takes their cumulative sums along the row and counts those
-below v for the child. 100,000 leaves need one such level (3,125 top nodes of 32 leaves), so a search
+below gathers the (batch, fanout) child sums, takes their running sums along the row (one matmul with a
+triangle of ones) and picks the first child whose running sum reaches v. 100,000 leaves need one such level (3,125 top nodes of 32 leaves), so a search
 is a handful of numpy calls for the whole batch, not one small call per binary level as a heap walk.
 """
 
