@@ -28,9 +28,9 @@ ACT = gs.Discrete(2)
 def test_sum_tree_prefix_search_matches_cumulative_sums(
     size: int, updates: list[list[tuple[int, int]]], queries: list[float], data: st.DataObject
 ) -> None:
-    depth = max(0, (size - 1).bit_length())
-    top = data.draw(st.integers(0, depth), label="top_level")  # binary walk below it, cumulative sums at it
-    tree, plain = SumTree(size, top_level=top), np.zeros(size)
+    fanout = data.draw(st.integers(2, 5), label="fanout")  # several gathered levels even for few leaves
+    top_max = data.draw(st.integers(1, 80), label="top_max")  # cumulative sums at the top, levels below it
+    tree, plain = SumTree(size, fanout=fanout, top_max=top_max), np.zeros(size)
     for batch in updates:  # integer-valued leaves: every sum is exact, so the answers must be equal
         idx = np.array([i % size for i, _ in batch], dtype=np.intp)
         values = np.array([float(v) for _, v in batch])
@@ -51,9 +51,11 @@ def test_sum_tree_prefix_search_matches_cumulative_sums(
 def test_sum_tree_bad_size() -> None:
     with pytest.raises(ValueError, match="at least one leaf"):
         SumTree(0)
-    with pytest.raises(ValueError, match="top_level"):
-        SumTree(8, top_level=4)
-    assert SumTree(100_000).top_level == 12 and SumTree(100).top_level == 7
+    with pytest.raises(ValueError, match="fanout"):
+        SumTree(8, fanout=1)
+    with pytest.raises(ValueError, match="top_max"):
+        SumTree(8, top_max=0)
+    assert SumTree(100_000).levels == 2 and SumTree(100).levels == 1 and SumTree(10**6).levels == 3
 
 
 def prio_ring(alpha: float = 1.0, beta: float = 0.5, capacity: int = 8, seed: int = 0, **kw: object
