@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vcollect.errors import ObservationError
+from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.frame_stack import FrameStack, newest_frames, rebuild, rebuild_episode
 
 
@@ -69,3 +74,66 @@ def test_bad_descriptions() -> None:
         FrameStack(4, "edge")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"first axis to be 4"):
         FrameStack(4).check_shape((84, 84, 4))
+
+
+def _stacked_episodes(rng: np.random.Generator, lengths: list[int], k: int = 4) -> list[np.ndarray]:
+    return [reference_stacks(rng.integers(0, 256, size=(n + 1, 6, 5), dtype=np.uint8), k, "reset") for n in lengths]
+
+
+def _write(store: Any, eps: list[np.ndarray], rng: np.random.Generator) -> None:
+    for i, obs in enumerate(eps):
+        t = len(obs) - 1
+        store.write_episode(obs, rng.integers(0, 3, size=t), np.ones(t), np.eye(1, t, t - 1, dtype=bool)[0],
+                            np.zeros(t, bool), seed=i, env_id=0)
+
+
+def test_store_round_trip_and_sampling(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    space = gym.spaces.Box(0, 255, (4, 6, 5), np.uint8)
+    eps = _stacked_episodes(rng, [5, 1, 12, 7])
+    store = EpisodeStore.create("fs/synthetic-v0", space, gym.spaces.Discrete(3), root=tmp_path, frame_stack=4,
+                                shard_steps=10)
+    _write(store, eps[:2], rng)
+    store.write_episodes(np.concatenate(eps[2:]), rng.integers(0, 3, size=19), np.ones(19),
+                         np.zeros(19, bool), np.eye(1, 19, 18, dtype=bool)[0], [12, 7], seeds=[None, None],
+                         env_ids=[1, 1])
+    store.close()
+    ds = load_dataset("fs/synthetic-v0", root=tmp_path)
+    assert ds.observation_space == space
+    for i, ep in enumerate(ds.iterate_episodes()):
+        assert ep.observations.shape == eps[i].shape and np.array_equal(ep.observations, eps[i])
+    # on disk: one (6, 5) frame per observation row, not a (4, 6, 5) stack
+    import h5py
+
+    for shard in sorted((tmp_path / "fs" / "synthetic-v0" / "shards").glob("*.h5")):
+        with h5py.File(shard) as f:
+            assert f["observations"].shape[1:] == (6, 5)
+    allobs = np.concatenate([e[:-1] for e in eps])
+    allnext = np.concatenate([e[1:] for e in eps])
+    pos = rng.integers(0, 25, size=40)
+    for cache_bytes in (0, 2**30):  # through the shards and through the in-memory cache
+        got = ds.steps_at(pos, cache_bytes=cache_bytes)
+        assert np.array_equal(got["observations"], allobs[pos])
+        assert np.array_equal(got["next_observations"], allnext[pos])
+    assert ds.sample_steps(8)["observations"].shape == (8, 4, 6, 5)
+
+
+def test_store_refusals(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    with pytest.raises(ValueError, match="first axis to be 4"):
+        EpisodeStore.create("fs/a-v0", gym.spaces.Box(0, 255, (6, 5, 4), np.uint8), gym.spaces.Discrete(3),
+                            root=tmp_path, frame_stack=4)
+    with pytest.raises(ValueError, match="needs a Box"):
+        EpisodeStore.create("fs/a-v0", gym.spaces.Dict({"x": gym.spaces.Box(0, 1, (4, 2))}), gym.spaces.Discrete(3),
+                            root=tmp_path, frame_stack=4)
+    assert not (tmp_path / "fs" / "a-v0").exists()
+    store = EpisodeStore.create("fs/b-v0", gym.spaces.Box(0, 255, (4, 6, 5), np.uint8), gym.spaces.Discrete(3),
+                                root=tmp_path, frame_stack=4)
+    good, bad = _stacked_episodes(rng, [3, 4])
+    bad[2, 0] ^= 1
+    _write(store, [good], rng)
+    with pytest.raises(ObservationError, match="episode 1 refused: observation 2 is not observation 1 shifted"):
+        _write(store, [bad], rng)
+    store.close()
+    ds = load_dataset("fs/b-v0", root=tmp_path)
+    assert ds.total_episodes == 1 and np.array_equal(ds[0].observations, good)

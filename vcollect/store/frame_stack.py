@@ -12,12 +12,14 @@ store is `stack_rows`, here.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
 from vcollect.errors import ObservationError
+from vcollect.spaces import Leaf
 
 Padding = Literal["reset", "zero"]
 
@@ -108,3 +110,41 @@ def newest_frames(stacks: np.ndarray, stack: FrameStack, episode: int) -> np.nda
             "and padding"
         )
     return frames
+
+
+def frame_stack_of(frame_stack: int | FrameStack | None, observation_space: Any) -> FrameStack | None:
+    """The FrameStack `create(frame_stack=...)` asks for, checked against a Box observation space."""
+    import gymnasium.spaces as gs
+
+    if frame_stack is None:
+        return None
+    stack = frame_stack if isinstance(frame_stack, FrameStack) else FrameStack(frame_stack)
+    if not isinstance(observation_space, gs.Box):
+        raise ValueError(
+            f"frame_stack={stack.k} needs a Box observation space (k frames on the first axis), got "
+            f"{type(observation_space).__name__}; store a Dict/Tuple space without frame_stack"
+        )
+    stack.check_shape(tuple(observation_space.shape))
+    return stack
+
+
+def frame_leaves(obs_leaves: list[Leaf], stack: FrameStack | None) -> list[Leaf]:
+    """The observation leaves as stored: one frame per row instead of a stack (unchanged without a stack)."""
+    if stack is None:
+        return obs_leaves
+    return [dataclasses.replace(leaf, shape=leaf.shape[1:]) for leaf in obs_leaves]
+
+
+def batch_frames(obs: list[np.ndarray], lengths: list[int], stack: FrameStack | None, first: int = 0) -> list[np.ndarray]:
+    """The frames to store for episodes concatenated in `obs` (lengths[i] + 1 rows each); checks each one.
+
+    `first` numbers the first episode in error messages. Without a stack `obs` is returned as is.
+    """
+    if stack is None:
+        return obs
+    out = []
+    for arr in obs:
+        bounds = np.cumsum([0, *(n + 1 for n in lengths)])
+        parts = [newest_frames(arr[a:b], stack, first + i) for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+        out.append(np.concatenate(parts) if parts else arr[:, -1])
+    return out

@@ -22,6 +22,7 @@ import numpy as np
 
 from vcollect.errors import CorruptShardError, EpisodeIndexError
 from vcollect.spaces import Leaf, leaves, unflatten_batch
+from vcollect.store.frame_stack import FrameStack, frame_leaves
 from vcollect.store.dataset_index import EpisodeData, _Index
 from vcollect.store.dataset_info import (
     check_metadata_update,
@@ -352,9 +353,10 @@ class Dataset:
         obs_rows = idx.global_obs_offset[episodes] + within
         obs, next_obs, acts = [], [], []
         n = len(u)
+        starts = idx.global_obs_offset[episodes]
         for leaf in idx.obs_leaves:  # each observation row and the next in one gather (one pass per shard)
-            both = idx.gather(column_path("observations", leaf.name), leaf.dtype,
-                              np.concatenate([obs_rows, obs_rows + 1]), True, limit)
+            both = idx.gather_obs(column_path("observations", leaf.name), leaf.dtype,
+                                  np.concatenate([obs_rows, obs_rows + 1]), np.concatenate([starts, starts]), limit)
             obs.append(both[:n])
             next_obs.append(both[n:])
         for leaf in idx.act_leaves:
@@ -444,7 +446,8 @@ def load_dataset(
     path = dataset_path(dataset_id, root_path)
     info = read_dataset_info(path, dataset_id, root_path)
     obs_space, act_space = dataset_spaces(info)
-    obs_leaves, act_leaves = leaves(obs_space), leaves(act_space)
+    stack = FrameStack.from_json(info.get("frame_stack"))
+    obs_leaves, act_leaves = frame_leaves(leaves(obs_space), stack), leaves(act_space)
     with _gc_paused():  # thousands of small parsed objects: collecting meanwhile would only slow loading
         return _load_shards(dataset_id, path, info, obs_leaves, act_leaves, skip_corrupt, max_open_files)
 
