@@ -137,3 +137,30 @@ def test_store_refusals(tmp_path: Path) -> None:
     store.close()
     ds = load_dataset("fs/b-v0", root=tmp_path)
     assert ds.total_episodes == 1 and np.array_equal(ds[0].observations, good)
+
+
+def test_copies_verify_torch_and_minari_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import minari
+
+    from vcollect.store import combine_datasets, export_minari
+
+    rng = np.random.default_rng(2)
+    space = gym.spaces.Box(0, 255, (4, 6, 5), np.uint8)
+    eps = _stacked_episodes(rng, [4, 6, 2])
+    with EpisodeStore.create("fs/src-v0", space, gym.spaces.Discrete(3), root=tmp_path, frame_stack=4) as store:
+        _write(store, eps, rng)
+    ds = load_dataset("fs/src-v0", root=tmp_path)
+    assert ds.verify() == [] and ds.frame_stack is not None and ds.frame_stack.k == 4
+    both = combine_datasets([ds, ds], "fs/both-v0", root=tmp_path)
+    assert both.frame_stack == ds.frame_stack
+    assert [np.array_equal(e.observations, r) for e, r in zip(both.iterate_episodes(), eps + eps)] == [True] * 6
+    items = ds.as_torch_dataset("transitions")
+    first = items[0]
+    assert np.array_equal(np.asarray(first["observations"]), eps[0][0])
+    assert np.array_equal(np.asarray(first["next_observations"]), eps[0][1])
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    export_minari(ds, "fs/exported-v0", tmp_path / "minari")
+    theirs = minari.load_dataset("fs/exported-v0")
+    assert theirs.observation_space == space
+    for ep, ref in zip(theirs.iterate_episodes(), eps):
+        assert ep.observations.shape == ref.shape and np.array_equal(ep.observations, ref)

@@ -88,6 +88,11 @@ class Dataset:
         return self._index.path.parents[len(self.id.split("/")) - 1]
 
     @property
+    def frame_stack(self) -> FrameStack | None:
+        """How frame-stacked observations are stored once (store/frame_stack.py); None when stored whole."""
+        return self._index.frame_stack
+
+    @property
     def observation_space(self) -> gym.Space[Any]:
         """Observation space of every episode."""
         return self._index.observation_space
@@ -406,7 +411,8 @@ class Dataset:
         """
         from vcollect.store.verify import verify_dataset  # verify builds on this module
 
-        return verify_dataset(self._index.path, self._index.obs_leaves, self._index.act_leaves)
+        return verify_dataset(self._index.path, frame_leaves(self._index.obs_leaves, self._index.frame_stack),
+                              self._index.act_leaves)
 
     def __repr__(self) -> str:
         return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
