@@ -164,3 +164,51 @@ def test_copies_verify_torch_and_minari_export(tmp_path: Path, monkeypatch: pyte
     assert theirs.observation_space == space
     for ep, ref in zip(theirs.iterate_episodes(), eps):
         assert ep.observations.shape == ref.shape and np.array_equal(ep.observations, ref)
+
+
+def _pong() -> gym.Env:
+    """ALE Pong through AtariPreprocessing (84x84 grayscale) and FrameStackObservation(4), as agents see it."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    env = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0, max_episode_steps=400)
+    return gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env), 4)
+
+
+def test_pong_collected_with_frame_stacks_round_trips(tmp_path: Path) -> None:
+    pytest.importorskip("ale_py")
+    from vcollect import Collector
+    from vcollect.envs import DummyVectorEnv
+    from vcollect.policies import RandomPolicy
+
+    envs = DummyVectorEnv([_pong])
+    obs_space, act_space = envs.single_observation_space, envs.single_action_space
+    store = EpisodeStore.create("atari/pong-fs-v0", obs_space, act_space, root=tmp_path, frame_stack=4,
+                                compression="none")
+    with Collector(RandomPolicy(act_space, seed=0), envs, store=store, seed=3, unfinished="truncate") as collector:
+        collector.reset()
+        collector.collect(n_step=150)
+    store.close()
+    data = load_dataset("atari/pong-fs-v0", root=tmp_path)
+    episodes = list(data.iterate_episodes())
+    assert len(episodes) == 2  # the TimeLimit (400 ALE frames = 100 steps) ends the first one
+    # the stacks the env produces for the stored seed and actions (ALE without sticky actions is deterministic)
+    env = _pong()
+    produced = []
+    for episode in episodes:
+        first, _ = env.reset(seed=episode.seed)
+        produced.append(np.stack([first] + [env.step(int(a))[0] for a in episode.actions]))
+        assert np.array_equal(episode.observations, produced[-1])
+    with EpisodeStore.create("atari/pong-plain-v0", obs_space, act_space, root=tmp_path, compression="none") as plain:
+        for episode, obs in zip(episodes, produced):
+            plain.write_episode(obs, episode.actions, episode.rewards, episode.terminations, episode.truncations,
+                                seed=episode.seed, env_id=0)
+
+    def size(name: str) -> int:
+        return sum(p.stat().st_size for p in (tmp_path / "atari" / name).rglob("*.h5"))
+
+    ratio = size("pong-fs-v0") / size("pong-plain-v0")
+    assert 0.2 < ratio < 0.3, f"frames stored once should take about 1/4 of the stacks, got {ratio:.3f}"
+    got = data.steps_at(np.arange(150), cache_bytes=0)
+    assert np.array_equal(got["observations"], np.concatenate([p[:-1] for p in produced]))
+    assert np.array_equal(got["next_observations"], np.concatenate([p[1:] for p in produced]))
