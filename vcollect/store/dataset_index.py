@@ -16,8 +16,8 @@ import numpy as np
 
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.dataset_info import dataset_spaces
-from vcollect.store.shard import column_path
 from vcollect.store.frame_stack import FrameStack, rebuild_episode, stack_rows
+from vcollect.store.shard import column_path
 from vcollect.store.shard_reader import _decode, _OpenFiles, _Shard
 
 __all__ = ["EpisodeData"]

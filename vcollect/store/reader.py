@@ -22,7 +22,6 @@ import numpy as np
 
 from vcollect.errors import CorruptShardError, EpisodeIndexError
 from vcollect.spaces import Leaf, leaves, unflatten_batch
-from vcollect.store.frame_stack import FrameStack, frame_leaves
 from vcollect.store.dataset_index import EpisodeData, _Index
 from vcollect.store.dataset_info import (
     check_metadata_update,
@@ -37,6 +36,7 @@ from vcollect.store.episode_metadata import (
     read_episode_metadata,
     update_episode_metadata_file,
 )
+from vcollect.store.frame_stack import FrameStack, frame_leaves
 from vcollect.store.manifest import read_manifest
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.publish_journal import recover_publishes

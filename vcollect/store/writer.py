@@ -64,8 +64,8 @@ from vcollect.store.episode_checks import (
     episode_steps,
     side_data,
 )
-from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.frame_stack import FrameStack, batch_frames, frame_leaves, frame_stack_of
+from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard
 from vcollect.store.shard_commits import ShardCommits, ShardJob, commit_shard
