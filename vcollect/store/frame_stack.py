@@ -20,6 +20,7 @@ import numpy as np
 
 from vcollect.errors import ObservationError
 from vcollect.spaces import Leaf
+from vcollect.store.shard import EpisodeRows
 
 Padding = Literal["reset", "zero"]
 
@@ -148,3 +149,10 @@ def batch_frames(obs: list[np.ndarray], lengths: list[int], stack: FrameStack | 
         parts = [newest_frames(arr[a:b], stack, first + i) for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
         out.append(np.concatenate(parts) if parts else arr[:, -1])
     return out
+
+
+def rows_as_frames(rows: EpisodeRows, stack: FrameStack | None, first: int) -> EpisodeRows:
+    """`rows` with each observation leaf replaced by its checked frames (see `batch_frames`)."""
+    if stack is None:
+        return rows
+    return dataclasses.replace(rows, obs=batch_frames(rows.obs, rows.lengths, stack, first))

@@ -22,7 +22,6 @@ directory, ``episode_checks`` checks and copies each episode's arrays, ``dataset
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import uuid
@@ -64,7 +63,7 @@ from vcollect.store.episode_checks import (
     episode_steps,
     side_data,
 )
-from vcollect.store.frame_stack import FrameStack, batch_frames, frame_leaves, frame_stack_of
+from vcollect.store.frame_stack import FrameStack, batch_frames, frame_leaves, frame_stack_of, rows_as_frames
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard
@@ -164,9 +163,8 @@ class EpisodeStore:
         gzip level apply one codec to every column. ``background_commits``: build, write and fsync shards in
         one background thread (store/shard_commits.py), so a collect loop does not wait for them; errors
         surface on the next write, flush or close, and a crash may lose the shards still being committed.
-        ``frame_stack``: k (or ``FrameStack(k, padding)``) for a Box observation space of k frames on its
-        first axis made by gymnasium's ``FrameStackObservation``: each frame is stored once and the stacks are
-        rebuilt on read (store/frame_stack.py); an episode that is not such a stack raises ObservationError.
+        ``frame_stack``: k or ``FrameStack(k, padding)`` for gymnasium's ``FrameStackObservation`` k-frame Box:
+        each frame stored once, stacks rebuilt on read, other observations refused (store/frame_stack.py).
         """
         parse_dataset_id(dataset_id)
         return cls._create_at(
@@ -199,8 +197,7 @@ class EpisodeStore:
         hidden staging name and rename it to ``dataset_id``'s place at the end)."""
         info = new_dataset_info(dataset_id, observation_space, action_space, env_spec=env_spec,
                                 eval_env_spec=eval_env_spec, metadata=metadata)
-        stack = frame_stack_of(frame_stack, observation_space)
-        if stack is not None:
+        if (stack := frame_stack_of(frame_stack, observation_space)) is not None:
             info["frame_stack"] = stack.to_json()
         # Fail on unsupported spaces before touching the disk.
         store = cls(path, dataset_id, observation_space, action_space, shard_steps=shard_steps,
@@ -449,8 +446,7 @@ class EpisodeStore:
             self._write_each(batch, seeds, env_ids, opts, info_list)
             return
         options_json = [None if o is None else to_json(o, "options") for o in opts]
-        batch = dataclasses.replace(batch, obs=batch_frames(batch.obs, batch.lengths, self._frame_stack,
-                                                            self._committed_episodes + self._pending.episodes))
+        batch = rows_as_frames(batch, self._frame_stack, self._committed_episodes + self._pending.episodes)
         # Everything validated: only now touch the pending state (no infos, extras or metadata, for good).
         for group in ("infos", "extras"):
             if self._schemas[group].fields is None:
