@@ -212,3 +212,29 @@ def test_pong_collected_with_frame_stacks_round_trips(tmp_path: Path) -> None:
     got = data.steps_at(np.arange(150), cache_bytes=0)
     assert np.array_equal(got["observations"], np.concatenate([p[:-1] for p in produced]))
     assert np.array_equal(got["next_observations"], np.concatenate([p[1:] for p in produced]))
+
+
+def _stacked_counter() -> gym.Env:
+    """A tiny env of (3,) float frames counting steps, stacked 4 deep by gymnasium's FrameStackObservation."""
+    from tests.cli_envs import InfoCounterEnv
+
+    return gym.wrappers.FrameStackObservation(InfoCounterEnv(episode_length=6), 4)
+
+
+if "StackedCounter-v0" not in gym.registry:  # this module may be imported twice (pytest, then the CLI)
+    gym.register("StackedCounter-v0", entry_point=_stacked_counter)
+
+
+def test_cli_frame_stack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vcollect.cli import main
+
+    args = ["collect", "tests.test_frame_stack_store:StackedCounter-v0", "--num-envs", "2", "--backend", "dummy",
+            "--episodes", "4", "--dataset", "fs/cli-v0", "--root", str(tmp_path), "--seed", "0"]
+    assert main([*args, "--frame-stack", "4"]) == 0
+    data = load_dataset("fs/cli-v0", root=tmp_path)
+    assert data.frame_stack == FrameStack(4) and data.total_episodes == 4
+    expected = reference_stacks(np.arange(7, dtype=np.float32)[:, None], 4, "reset")
+    for episode in data.iterate_episodes():
+        assert np.array_equal(episode.observations, expected)
+    assert main([*args[:-4], "--dataset", "fs/cli2-v0", "--root", str(tmp_path), "--frame-stack", "3"]) != 0
+    assert "first axis to be 3" in capsys.readouterr().err
