@@ -99,6 +99,11 @@ def add_collect_parser(
         "rest raw; the default), none, gzip, lzf, lz4, zstd, or a gzip level 0-9",
     )
     collect.add_argument(
+        "--frame-stack", type=int, default=None, metavar="K",
+        help="the env's observations are K-frame stacks (gymnasium's FrameStackObservation, K frames on the "
+        "first axis): store each frame once and rebuild the stacks on read (about 1/K of the frame bytes)",
+    )
+    collect.add_argument(
         "--timeout", type=float, default=None, metavar="SECONDS",
         help="give up when an env step or reset has not returned after SECONDS: the subproc and ray backends "
         "stop the hung env's worker and fail with its env id; the in-process backends (dummy, gymnasium, "
@@ -473,6 +478,13 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         spec_json: Any = env_spec.to_json()
     except (TypeError, ValueError):
         spec_json = None  # an env spec with unserializable kwargs: store the dataset without it
+    if args.frame_stack is not None:  # a stack size the env's observations do not have is a usage error
+        from vcollect.store.frame_stack import frame_stack_of
+
+        try:
+            frame_stack_of(args.frame_stack, envs.single_observation_space)
+        except ValueError as exc:
+            raise UsageError(f"--frame-stack: {exc}") from None
     return store_class.create(
         args.dataset,
         envs.single_observation_space,
@@ -484,6 +496,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         compression=args.compression,
         overwrite=args.overwrite,
         background_commits=True,
+        frame_stack=args.frame_stack,  # with --append the dataset's own layout applies
     )
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.dataset_info import dataset_spaces
+from vcollect.store.frame_stack import FrameStack, rebuild_episode, stack_rows
 from vcollect.store.shard import column_path
 from vcollect.store.shard_reader import _decode, _OpenFiles, _Shard
 
@@ -72,6 +73,8 @@ class _Index:
         self.info = info
         self.observation_space, self.action_space = dataset_spaces(info)
         self.obs_leaves = leaves(self.observation_space)
+        #: frames stored once, stacks rebuilt on read (store/frame_stack.py); None for plain observations
+        self.frame_stack = FrameStack.from_json(info.get("frame_stack"))
         self.act_leaves = leaves(self.action_space)
         self.shards = shards
         self.files = _OpenFiles(max_open_files)
@@ -134,7 +137,10 @@ class _Index:
         def leaf_values(prefix: str, leaf_list: list[Leaf], rows: slice) -> list[np.ndarray]:
             return [read(column_path(prefix, leaf.name), rows).astype(leaf.dtype, copy=False) for leaf in leaf_list]
 
-        observations = unflatten_batch(self.observation_space, leaf_values("observations", self.obs_leaves, obs_rows))
+        obs_values = leaf_values("observations", self.obs_leaves, obs_rows)
+        if self.frame_stack is not None:
+            obs_values = [rebuild_episode(frames, self.frame_stack) for frames in obs_values]
+        observations = unflatten_batch(self.observation_space, obs_values)
         actions = unflatten_batch(self.action_space, leaf_values("actions", self.act_leaves, step_rows))
         trees: dict[str, dict[str, Any]] = {}
         for group, cols in shard.tree_columns.items():
@@ -239,6 +245,19 @@ class _Index:
                         cache[name][base[s] : base[s + 1]] = self.files.read(s, shard, name, slice(None))
                 self._cache = cache
         return self._cache
+
+    def gather_obs(self, name: str, dtype: np.dtype[Any], rows: np.ndarray, starts: np.ndarray,
+                   cache_bytes: int) -> np.ndarray:
+        """Observations at global observation `rows` of episodes starting at `starts`, stacks rebuilt."""
+        stack = self.frame_stack
+        if stack is None:
+            return self.gather(name, dtype, rows, True, cache_bytes)
+        frame_rows, padded = stack_rows(rows, starts, stack.k)
+        frames = self.gather(name, dtype, frame_rows.reshape(-1), True, cache_bytes)
+        out = frames.reshape(*frame_rows.shape, *frames.shape[1:])
+        if stack.padding == "zero" and padded.any():
+            out[padded] = 0
+        return out
 
     def gather(self, name: str, dtype: np.dtype[Any], rows: np.ndarray, obs_rows: bool, cache_bytes: int) -> np.ndarray:
         """Rows (global row numbers) of one column, from the cache or else shard by shard."""

@@ -36,6 +36,7 @@ from vcollect.store.episode_metadata import (
     read_episode_metadata,
     update_episode_metadata_file,
 )
+from vcollect.store.frame_stack import FrameStack, frame_leaves
 from vcollect.store.manifest import read_manifest
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.publish_journal import recover_publishes
@@ -86,6 +87,11 @@ class Dataset:
     def root(self) -> Path:
         """The datasets root this dataset lies under (``path`` less the folders of its id)."""
         return self._index.path.parents[len(self.id.split("/")) - 1]
+
+    @property
+    def frame_stack(self) -> FrameStack | None:
+        """How frame-stacked observations are stored once (store/frame_stack.py); None when stored whole."""
+        return self._index.frame_stack
 
     @property
     def observation_space(self) -> gym.Space[Any]:
@@ -353,9 +359,10 @@ class Dataset:
         obs_rows = idx.global_obs_offset[episodes] + within
         obs, next_obs, acts = [], [], []
         n = len(u)
+        starts = idx.global_obs_offset[episodes]
         for leaf in idx.obs_leaves:  # each observation row and the next in one gather (one pass per shard)
-            both = idx.gather(column_path("observations", leaf.name), leaf.dtype,
-                              np.concatenate([obs_rows, obs_rows + 1]), True, limit)
+            both = idx.gather_obs(column_path("observations", leaf.name), leaf.dtype,
+                                  np.concatenate([obs_rows, obs_rows + 1]), np.concatenate([starts, starts]), limit)
             obs.append(both[:n])
             next_obs.append(both[n:])
         for leaf in idx.act_leaves:
@@ -412,7 +419,8 @@ class Dataset:
         """
         from vcollect.store.verify import verify_dataset  # verify builds on this module
 
-        return verify_dataset(self._index.path, self._index.obs_leaves, self._index.act_leaves)
+        return verify_dataset(self._index.path, frame_leaves(self._index.obs_leaves, self._index.frame_stack),
+                              self._index.act_leaves)
 
     def __repr__(self) -> str:
         return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
@@ -454,7 +462,8 @@ def load_dataset(
         remove_stale_staging(path.parent)  # an overwrite killed between its two renames: the old one is back
     info = read_dataset_info(path, dataset_id, root_path)
     obs_space, act_space = dataset_spaces(info)
-    obs_leaves, act_leaves = leaves(obs_space), leaves(act_space)
+    stack = FrameStack.from_json(info.get("frame_stack"))
+    obs_leaves, act_leaves = frame_leaves(leaves(obs_space), stack), leaves(act_space)
     with _gc_paused():  # thousands of small parsed objects: collecting meanwhile would only slow loading
         return _load_shards(dataset_id, path, info, obs_leaves, act_leaves, skip_corrupt, max_open_files)
 

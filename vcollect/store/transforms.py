@@ -130,6 +130,8 @@ def stage_combined(
             env_spec=env_spec,
             eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
             metadata={"combined_datasets": [d.id for d in loaded], **(metadata or {})},
+            # frames stay stored once when every source stores them so (the copies are checked again)
+            frame_stack=stacks.pop() if len(stacks := {d.frame_stack for d in loaded}) == 1 else None,
         ).close()
         late: dict[int, dict[str, Any]] = {}
         copied = 0

@@ -51,6 +51,7 @@ from vcollect.store.dataset_info import (
     SHARD_SUFFIX,
     SHARDS_DIR,
     new_dataset_info,
+    read_dataset_info,
     update_dataset_info,
 )
 from vcollect.store.episode_checks import (
@@ -62,6 +63,7 @@ from vcollect.store.episode_checks import (
     episode_steps,
     side_data,
 )
+from vcollect.store.frame_stack import FrameStack, batch_frames, frame_leaves, frame_stack_of, rows_as_frames
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.schema import MetadataSchema, TreeSchema, to_json
 from vcollect.store.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard
@@ -91,6 +93,7 @@ class EpisodeStore:
         compression: Compression = "auto",
         env_id_offset: int = 0,
         background_commits: bool = False,
+        frame_stack: FrameStack | None = None,
     ) -> None:
         """Internal: use :meth:`create` or :meth:`open`."""
         if isinstance(env_id_offset, bool) or not isinstance(env_id_offset, int | np.integer) or env_id_offset < 0:
@@ -123,7 +126,8 @@ class EpisodeStore:
         self._committed_episodes = 0
         self._committed_steps = 0
         self._shards_written: list[Path] = []
-        self._pending = PendingShard(self._obs_leaves, self._act_leaves)
+        self._frame_stack = frame_stack  # observations stored one frame a row (store/frame_stack.py)
+        self._pending = PendingShard(frame_leaves(self._obs_leaves, frame_stack), self._act_leaves)
         self._commits = ShardCommits(commit_shard, background=background_commits)
 
     # ------------------------------------------------------------------ construction
@@ -145,6 +149,7 @@ class EpisodeStore:
         overwrite: bool = False,
         env_id_offset: int = 0,
         background_commits: bool = False,
+        frame_stack: int | FrameStack | None = None,
     ) -> EpisodeStore:
         """Create a new, empty dataset and return a writer for it.
 
@@ -159,13 +164,15 @@ class EpisodeStore:
         gzip level apply one codec to every column. ``background_commits``: build, write and fsync shards in
         one background thread (store/shard_commits.py), so a collect loop does not wait for them; errors
         surface on the next write, flush or close, and a crash may lose the shards still being committed.
+        ``frame_stack``: k or ``FrameStack(k, padding)`` for gymnasium's ``FrameStackObservation`` k-frame Box:
+        each frame stored once, stacks rebuilt on read, other observations refused (store/frame_stack.py).
         """
         parse_dataset_id(dataset_id)
         return cls._create_at(
             dataset_path(dataset_id, resolve_root(root)), dataset_id, observation_space, action_space,
             env_spec=env_spec, eval_env_spec=eval_env_spec, metadata=metadata, shard_steps=shard_steps,
             shard_bytes=shard_bytes, compression=compression, overwrite=overwrite, env_id_offset=env_id_offset,
-            background_commits=background_commits,
+            background_commits=background_commits, frame_stack=frame_stack,
         )
 
     @classmethod
@@ -185,15 +192,18 @@ class EpisodeStore:
         overwrite: bool = False,
         env_id_offset: int = 0,
         background_commits: bool = False,
+        frame_stack: int | FrameStack | None = None,
     ) -> EpisodeStore:
         """:meth:`create` in the directory ``path`` (for combine/import, which build a dataset under a
         hidden staging name and rename it to ``dataset_id``'s place at the end)."""
         info = new_dataset_info(dataset_id, observation_space, action_space, env_spec=env_spec,
                                 eval_env_spec=eval_env_spec, metadata=metadata)
+        if (stack := frame_stack_of(frame_stack, observation_space)) is not None:
+            info["frame_stack"] = stack.to_json()
         # Fail on unsupported spaces before touching the disk.
         store = cls(path, dataset_id, observation_space, action_space, shard_steps=shard_steps,
                     shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset,
-                    background_commits=background_commits)
+                    background_commits=background_commits, frame_stack=stack)
         create_dataset_dir(path, dataset_id, info, overwrite=overwrite)
         store._identity = read_identity(path, dataset_id, store._root())
         return store
@@ -246,7 +256,8 @@ class EpisodeStore:
         stored_obs, stored_act = open_dataset_dir(path, dataset_id, root_path, observation_space, action_space)
         store = cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
                     shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset,
-                    background_commits=background_commits)
+                    background_commits=background_commits,
+                    frame_stack=FrameStack.from_json(read_dataset_info(path, dataset_id, root_path).get("frame_stack")))
         store._identity = read_identity(path, dataset_id, store._root())
         return store
 
@@ -365,6 +376,7 @@ class EpisodeStore:
         trees, structures, meta, meta_fields = side_data(self._schemas, self._metadata, infos, extras, metadata, steps)
         seed_value, seed_valid = episode_seed(seed)
         options_json = None if options is None else to_json(options, "options")
+        obs_copies = batch_frames(obs_copies, [steps], self._frame_stack, self._committed_episodes + self._pending.episodes)
 
         if seed_valid and (
             (seed_value >= 2**63 and self._pending.seed_min < 0) or (seed_value < 0 and self._pending.seed_max >= 2**63)
@@ -435,6 +447,7 @@ class EpisodeStore:
             self._write_each(batch, seeds, env_ids, opts, info_list)
             return
         options_json = [None if o is None else to_json(o, "options") for o in opts]
+        batch = rows_as_frames(batch, self._frame_stack, self._committed_episodes + self._pending.episodes)
         # Everything validated: only now touch the pending state (no infos, extras or metadata, for good).
         for group in ("infos", "extras"):
             if self._schemas[group].fields is None:
@@ -571,7 +584,7 @@ class EpisodeStore:
                  "seq": self._seq, "num_episodes": pending.episodes, "num_steps": pending.steps}
         self._last_time_ns = now
         self._seq += 1
-        self._pending = PendingShard(self._obs_leaves, self._act_leaves)
+        self._pending = PendingShard(frame_leaves(self._obs_leaves, self._frame_stack), self._act_leaves)
         self._apply(self._commits.submit(ShardJob(final, pending, rows, attrs, self.compression, self._path,
                                                   self._dataset_id, self._root(), self._identity, self._writer)))
         if not self._commits.background:
