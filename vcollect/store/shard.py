@@ -22,7 +22,7 @@ import gymnasium as gym
 import h5py
 import numpy as np
 
-from vcollect.spaces import Leaf
+from vcollect.spaces import Leaf, unflatten_batch
 from vcollect.store.compression import Compression, column_filter
 from vcollect.store.staging import shard_tmp_path
 from vcollect.text_leaves import ENCODING_ATTR, encode_utf8
@@ -85,6 +85,17 @@ class EpisodeRows:
     terminations: np.ndarray
     truncations: np.ndarray
     lengths: list[int]
+
+    def episodes(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Iterator[tuple[Any, ...]]:
+        """(observations, actions, rewards, terminations, truncations) of each episode, in order."""
+        step = row = 0
+        for length in self.lengths:
+            yield (unflatten_batch(observation_space, [a[row : row + length + 1] for a in self.obs]),
+                   unflatten_batch(action_space, [a[step : step + length] for a in self.acts]),
+                   self.rewards[step : step + length], self.terminations[step : step + length],
+                   self.truncations[step : step + length])
+            step += length
+            row += length + 1
 
 
 class PendingShard:

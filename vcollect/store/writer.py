@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect.errors import DatasetError, InfoStructureError
-from vcollect.spaces import flatten_batch, leaves, unflatten_batch
+from vcollect.spaces import flatten_batch, leaves
 from vcollect.store.compression import Compression, check_compression
 from vcollect.store.dataset_dir import (
     APPEND_HINT,
@@ -444,7 +444,9 @@ class EpisodeStore:
         if one_by_one or (min([self._pending.seed_min, *given]) < 0 and max([self._pending.seed_max, *given]) >= 2**63):
             # per-episode infos, or negative seeds and seeds that need uint64 (which cannot share a shard):
             # write one by one (write_episode checks each info tree and commits between such seeds)
-            self._write_each(batch, seeds, env_ids, opts, info_list)
+            for episode, seed, env_id, o, info in zip(batch.episodes(self.observation_space, self.action_space),
+                                                      seeds, env_ids, opts, info_list):
+                self.write_episode(*episode, seed=seed, env_id=env_id, infos=info, options=o)
             return
         options_json = [None if o is None else to_json(o, "options") for o in opts]
         batch = rows_as_frames(batch, self._frame_stack, self._committed_episodes + self._pending.episodes)
@@ -467,31 +469,6 @@ class EpisodeStore:
             self.shard_bytes is not None and self._pending.nbytes >= self.shard_bytes
         ):
             self._commit()
-
-    def _write_each(
-        self,
-        batch: EpisodeRows,
-        seeds: Sequence[int | None],
-        env_ids: Sequence[int],
-        options: Sequence[Mapping[str, Any] | None],
-        infos: Sequence[Mapping[str, Any] | None],
-    ) -> None:
-        """write_episodes' arrays written episode by episode with write_episode."""
-        step = row = 0
-        for length, seed, env_id, opts, info in zip(batch.lengths, seeds, env_ids, options, infos):
-            self.write_episode(
-                unflatten_batch(self.observation_space, [a[row : row + length + 1] for a in batch.obs]),
-                unflatten_batch(self.action_space, [a[step : step + length] for a in batch.acts]),
-                batch.rewards[step : step + length],
-                batch.terminations[step : step + length],
-                batch.truncations[step : step + length],
-                seed=seed,
-                env_id=env_id,
-                infos=info,
-                options=opts,
-            )
-            step += length
-            row += length + 1
 
     def flush(self) -> None:
         """Commit the pending episodes as one shard now, retrying shards whose commit failed, and wait for
