@@ -101,9 +101,12 @@ def collector_window(envs: Any, policy: Any, *, compression: str = "auto", shard
                                 root=root, compression=compression, shard_steps=shard_steps,
                                 background_commits=background)
     CLEANUP.callback(store.close)
-    collector = vcollect.Collector(policy, envs, store=store, seed=0)
+    return timed_collector(vcollect.Collector(policy, envs, store=store, seed=0), random=policy is None)
+
+
+def timed_collector(collector: vcollect.Collector, random: bool) -> Window:
+    """A window function timing ``collect(n_step=n)`` on ``collector`` (warmed up, closed at the end)."""
     CLEANUP.callback(collector.close)
-    random = policy is None
     collector.collect(n_step=NUM_ENVS * 8, reset_before_collect=True, random=random)
 
     def window(steps: int) -> float:
@@ -230,16 +233,7 @@ def peer_rows() -> dict[str, tuple[Callable[[], Window], int]]:
 
 
 def collector_nostore(envs: Any) -> Window:
-    collector = vcollect.Collector(None, envs, seed=0)
-    CLEANUP.callback(collector.close)
-    collector.collect(n_step=NUM_ENVS * 8, reset_before_collect=True, random=True)
-
-    def window(steps: int) -> float:
-        start = time.perf_counter()
-        collector.collect(n_step=steps, random=True)
-        return steps / (time.perf_counter() - start)
-
-    return window
+    return timed_collector(vcollect.Collector(None, envs, seed=0), random=True)
 
 
 def main() -> None:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import h5py
 import numpy as np
 import pytest
@@ -185,4 +184,6 @@ def test_chunks_hold_whole_rows_of_about_a_mebibyte() -> None:
     assert kwargs["chunks"][1:] == (4, 84, 84)
     assert rows * frames[0].nbytes <= codecs.CHUNK_BYTES < (rows + 1) * frames[0].nbytes
     assert codecs.column_filter("auto", np.zeros((3, 84, 84), np.uint8))["chunks"] == (3, 84, 84)
-    assert gym.spaces.Box(0, 255, (84, 84), np.uint8).sample().ndim == 2  # one step of a (rows, 84, 84) column
+    assert codecs.is_image_like(np.zeros((3, 84, 84), np.uint8))  # grayscale frames: two axes per step
+    assert not codecs.is_image_like(np.zeros((3, 128), np.uint8))  # Atari RAM: one axis, stays raw
+    assert not codecs.is_image_like(np.zeros((3, 84, 84), np.float32))

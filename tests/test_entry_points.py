@@ -448,6 +448,8 @@ def test_cli_collector_takes_the_python_route(backend: str, tmp_path: Path, monk
     sink = kwargs["store"] if "store" in kwargs else args[3]
     assert isinstance(sink, EpisodeSink), f"the CLI hands the Collector a {type(sink).__name__}, not an EpisodeSink"
     assert error is None and status == 0, f"vcollect collect failed: {error!r} (status {status})"
+    assert sink.store._commits.background, "the CLI's store commits shards inside the collect loop"
+    assert not cli.hooked, "the CLI's collector has a hook set, so blocks are recorded step by step"
     python = python_collector(backend, NUM_ENVS)
     try:
         assert env_route(cli) == env_route(python), "the CLI's collector is not the one Python builds"

@@ -16,7 +16,7 @@ from vcollect.store.manifest import read_manifest
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.publish_journal import recover_publishes
 from vcollect.store.shard import SHARD_FORMAT_NAME
-from vcollect.store.staging import folder_lock, hidden_dir, remove_stale_staging
+from vcollect.store.staging import folder_lock, hidden_dir, is_replaced_leftover, remove_stale_staging
 
 __all__ = ["delete_dataset", "list_datasets", "symlinked_folder"]
 
@@ -50,7 +50,7 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
         return out
     unreadable: list[OSError] = []
     for dirpath, dirnames, filenames in os.walk(root_path, onerror=unreadable.append):
-        if any(".replaced-" in name for name in dirnames):  # maybe an overwrite killed between its renames:
+        if any(is_replaced_leftover(name) for name in dirnames):  # maybe an overwrite killed between its renames:
             remove_stale_staging(Path(dirpath))  # its old dataset is put back before this folder is walked
             dirnames[:] = sorted(e.name for e in os.scandir(dirpath) if e.is_dir(follow_symlinks=False))
         if SHARDS_DIR in dirnames and DATASET_FILE in filenames:

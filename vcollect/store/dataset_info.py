@@ -134,6 +134,20 @@ def write_json_atomic(path: Path, obj: Mapping[str, Any], *, exclusive: bool = F
     fsync_dir(path.parent)
 
 
+def read_json_object(file: Path) -> dict[str, Any] | None:
+    """The JSON object in ``file`` (None when there is no such file); CorruptDatasetError naming the file when
+    it is not UTF-8 JSON or not an object. The one reader of vcollect's small JSON side files."""
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CorruptDatasetError(f"{file} is not valid UTF-8 JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise CorruptDatasetError(f"{file} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
 def dataset_files(path: Path) -> tuple[list[Path], list[Path]]:
     """(committed shards sorted by name, temporary files) of a dataset directory.
 

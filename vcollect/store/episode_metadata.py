@@ -21,7 +21,7 @@ import h5py
 import numpy as np
 
 from vcollect.errors import CorruptDatasetError, MetadataKeyError
-from vcollect.store.dataset_info import dataset_files, write_json_atomic
+from vcollect.store.dataset_info import dataset_files, read_json_object, write_json_atomic
 from vcollect.store.schema import json_default
 from vcollect.store.staging import folder_lock
 
@@ -81,13 +81,10 @@ def check_episode_metadata(metadata: Any, where: str) -> dict[str, Any]:
 def read_episode_metadata(dataset_dir: Path) -> Table:
     """The sidecar table of a dataset directory ({} when it has none); CorruptDatasetError naming the file."""
     file = dataset_dir / EPISODE_METADATA_FILE
-    try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    data = read_json_object(file)
+    if data is None:
         return {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptDatasetError(f"{file} is not valid UTF-8 JSON: {exc}") from exc
-    if not isinstance(data, dict) or data.get("format") != _FORMAT or not isinstance(data.get("shards"), dict):
+    if data.get("format") != _FORMAT or not isinstance(data.get("shards"), dict):
         raise CorruptDatasetError(f"{file} is not a vcollect episode metadata file (format != {_FORMAT!r})")
     if data.get("format_version") != _VERSION:
         raise CorruptDatasetError(

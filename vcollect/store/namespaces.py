@@ -26,7 +26,7 @@ from vcollect.errors import (
     NamespaceNotEmptyError,
     NamespaceNotFoundError,
 )
-from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, write_json_atomic
+from vcollect.store.dataset_info import DATASET_FILE, SHARDS_DIR, read_json_object, write_json_atomic
 from vcollect.store.naming import MAX_PART_BYTES, resolve_root
 from vcollect.store.schema import to_json
 
@@ -131,15 +131,8 @@ def list_local_namespaces(root: str | os.PathLike[str] | None = None) -> list[st
 
 
 def _read(file: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CorruptDatasetError(f"{file} is not valid UTF-8 JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise CorruptDatasetError(f"{file} must hold a JSON object, got {type(value).__name__}")
-    return value
+    value = read_json_object(file)
+    return {} if value is None else value
 
 
 def _metadata(description: str | None, extra: Mapping[str, Any], keep_none: bool) -> dict[str, Any]:

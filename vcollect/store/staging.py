@@ -33,6 +33,7 @@ __all__ = [
     "fsync_tree",
     "folder_lock",
     "hidden_dir",
+    "is_replaced_leftover",
     "is_stale",
     "new_staging_dir",
     "pid_space",
@@ -216,6 +217,12 @@ def remove_stale_staging(parent: Path) -> list[Path]:
         if not path.exists():
             removed.append(path)
     return removed
+
+
+def is_replaced_leftover(name: str) -> bool:
+    """Whether ``name`` is the hidden folder an overwrite moves the old dataset to (see remove_stale_staging)."""
+    match = _HIDDEN_DIR_RE.fullmatch(name)
+    return match is not None and match["kind"] == "replaced"
 
 
 def _journaled(staging: Path) -> bool:
