@@ -6,11 +6,13 @@ It keeps what acting needs between steps: the policy's per-env state (rows of th
 out; reset for env ids that restart), the newest observation of every env (so a step does not read its
 observations back from the rings), and whether the policy's actions must be checked against the action
 space (once per call: a policy that declares ``actions_in_space`` for this very space is trusted).
+For a policy that wants infos (vcollect.policies.SupportsInfos) it also keeps every env's last info dict,
+which the collectors hand it with each step's and reset's results; for any other policy it keeps none.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -18,7 +20,7 @@ import numpy as np
 
 from vcollect.buffers import VectorRingBuffer
 from vcollect.errors import ActionError
-from vcollect.policies import Policy, RandomPolicy
+from vcollect.policies import Policy, RandomPolicy, SupportsInfos
 from vcollect.policy_state import put_state_rows, take_state_rows
 from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
 
@@ -56,6 +58,9 @@ class PolicyActor:
         self._obs: list[np.ndarray] | None = None  # newest observation of every env, flat leaf form
         self._obs_owned = False  # the cached arrays are ours alone (not handed to the policy yet)
         self._trusted = False
+        # read once: the loops choose their path by it (a blocks backend is stepped step by step for it)
+        self.wants_infos = isinstance(policy, SupportsInfos) and bool(policy.wants_infos)
+        self._infos: list[Mapping[str, Any]] = [{}] * self.num_envs  # each env's last info (wants_infos)
 
     def reseed(self, seed: int) -> None:
         """Re-seed the random actions."""
@@ -65,6 +70,8 @@ class PolicyActor:
         """Forget the policy state and the cached observations (every env is being reset)."""
         self.state = None
         self._obs = None
+        if self.wants_infos:
+            self._infos = [{}] * self.num_envs
 
     def begin_call(self) -> None:
         """Once per collect call: whether the policy vouches for its actions (vcollect.policies.base), so
@@ -121,6 +128,20 @@ class PolicyActor:
             self._obs = merged
             self._obs_owned = True
 
+    def remember_infos(self, env_ids: np.ndarray, infos: Sequence[Mapping[str, Any]]) -> None:
+        """Keep the info dicts that came with env_ids' newest observations (one per env id, in order); a
+        no-op unless the policy wants infos (hot loops test ``wants_infos`` before building them)."""
+        if not self.wants_infos:
+            return
+        if len(infos) != len(env_ids):
+            raise ValueError(
+                f"the backend returned {len(infos)} info dicts for {len(env_ids)} env ids; a VectorEnv returns one "
+                "per env id"
+            )
+        kept = self._infos
+        for env_id, info in zip(env_ids.tolist(), infos):
+            kept[env_id] = info
+
     def _current_obs(self, env_ids: np.ndarray) -> Any:
         cache = self._obs
         if cache is None:
@@ -135,7 +156,14 @@ class PolicyActor:
     def _act(self, obs: Any, env_ids: np.ndarray) -> Any:
         policy = self.policy
         assert policy is not None
-        result = policy(obs, take_state_rows(self.state, env_ids, self.num_envs))
+        state = take_state_rows(self.state, env_ids, self.num_envs)
+        if self.wants_infos:
+            assert isinstance(policy, SupportsInfos)
+            kept = self._infos
+            infos = list(kept) if len(env_ids) == self.num_envs else [kept[i] for i in env_ids.tolist()]
+            result = policy(obs, state, infos=infos)
+        else:
+            result = policy(obs, state)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise ActionError(
                 f"policy {type(policy).__name__} returned {type(result).__name__}; a vcollect policy "

@@ -283,8 +283,9 @@ class AsyncLoop(SubsetLoop):
         episodes; returns the env ids whose episode just ended."""
         steps, resets = received
         if resets is not None:
-            obs, _infos, ids = resets
+            obs, infos, ids = resets
             self._resetting[ids] = False
+            self.c.actor.remember_infos(ids, infos)  # kept only for a policy that wants infos
             id_list = ids.tolist()
             seeds = [self._reset_seed[i] for i in id_list]
             options = [self._reset_options[i] for i in id_list]
@@ -298,8 +299,10 @@ class AsyncLoop(SubsetLoop):
                     self.c._start_episodes(ids[j : j + 1], row, seeds[j : j + 1], options[j])
         if steps is None:
             return np.zeros(0, dtype=np.int64)
-        next_obs, rewards, terminations, truncations, _infos, ids = steps
+        next_obs, rewards, terminations, truncations, infos, ids = steps
         self._stepping[ids] = False
+        if self.c.actor.wants_infos:
+            self.c.actor.remember_infos(ids, infos)
         actions = unflatten_batch(self.c.action_space, [store[ids] for store in self._sent_actions])
         if self.c._on_step_hook is not None:
             next_obs, rewards = self.c._run_step_hook(ids, actions, next_obs, rewards, terminations, truncations)

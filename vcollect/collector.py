@@ -454,7 +454,8 @@ class Collector:
     def _reset_envs(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
         """Reset env_ids, each with the next seed of its stream, and start their episodes."""
         seeds = self._reset_seeds.take(env_ids.tolist())
-        obs, _infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
+        obs, infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
+        self.actor.remember_infos(env_ids, infos)  # kept only for a policy that wants infos
         self._start_episodes(env_ids, obs, seeds, options)
 
     def _start_episodes(

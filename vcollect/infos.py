@@ -2,7 +2,8 @@
 
 Recorded infos, extras and episode metadata are nested dicts whose leaves become HDF5 columns named by
 their key path (``a/b``), so every key must be a non-empty str without '/'. Checking that in one place
-means an info the envs accept is one the store accepts too.
+means an info the envs accept is one the store accepts too. ``split_vector_infos`` turns a vector env's
+batched info dict (gymnasium's layout) into one dict per env.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 
 from vcollect.errors import InfoStructureError
 
-__all__ = ["InfoPath", "flatten_info", "info_name", "nest_info", "stack_rows"]
+__all__ = ["InfoPath", "flatten_info", "info_name", "nest_info", "split_vector_infos", "stack_rows"]
 
 InfoPath = tuple[str, ...]
 """A leaf's key path in a nested info dict, e.g. ``("pos", "x")`` for ``info["pos"]["x"]``."""
@@ -63,3 +64,22 @@ def stack_rows(rows: Sequence[Any], what: str) -> np.ndarray:
         return np.array(rows)
     except ValueError as exc:
         raise InfoStructureError(f"{what} values of one episode do not stack into one array: {exc}") from None
+
+
+def split_vector_infos(infos: Mapping[str, Any], num_envs: int) -> list[dict[str, Any]]:
+    """A vector env's info dict (values batched in env id order, a ``_key`` bool mask saying which envs have
+    ``key``, sub-dicts split alike) as one dict per env id, as a single env would have returned it."""
+    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        mask = infos.get("_" + key)
+        if isinstance(value, Mapping):
+            for i, sub in enumerate(split_vector_infos(value, num_envs)):
+                if sub and (mask is None or mask[i]):
+                    out[i][key] = sub
+            continue
+        for i in range(num_envs):
+            if mask is None or mask[i]:
+                out[i][key] = value[i]
+    return out

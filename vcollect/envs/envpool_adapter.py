@@ -181,6 +181,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             terminations_out[order] = terminations
             truncations_out = np.empty(self.num_envs, bool)
             truncations_out[order] = truncations
+            info = _in_env_order(info, order)
         restarted = self._restarting
         done = terminations_out | truncations_out
         self._restarting = done  # never written in place (see _absorb), so ``ended`` may share it
@@ -392,3 +393,19 @@ def _check_options(options: dict | None) -> None:
 
 def _pool_error(what: str, exc: Exception) -> EnvWorkerError:
     return EnvWorkerError(None, f"EnvPool {what} raised {exc!r}", traceback.format_exc())
+
+
+def _in_env_order(info: dict[str, Any], order: np.ndarray) -> dict[str, Any]:
+    """A pool's info dict with its per-env values put in env id order (``order``: the env id of each row);
+    values of another length (a multi-player pool's ``players``) stay as they are."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            out[key] = _in_env_order(value, order)
+        elif np.ndim(value) and len(value) == len(order):
+            rows = np.empty_like(np.asarray(value))
+            rows[order] = value
+            out[key] = rows
+        else:
+            out[key] = value
+    return out

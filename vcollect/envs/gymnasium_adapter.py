@@ -43,6 +43,7 @@ from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 from vcollect.envs.steps import AllEnvStep, StepBlock
 from vcollect.errors import EnvAttributeError, EnvWorkerError, ObservationError
+from vcollect.infos import split_vector_infos
 
 __all__ = ["GymnasiumVectorEnv"]
 
@@ -263,7 +264,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
             )
         result = self._step_all(actions)
         self._finished = result.terminations | result.truncations
-        infos = _split_infos(result.infos, self.num_envs)
+        infos = split_vector_infos(result.infos, self.num_envs)
         rewards = np.array(result.rewards, dtype=np.float64)  # copies: the caller keeps them
         if ids is not self._all_ids and not np.array_equal(ids, self._all_ids):
             return (
@@ -310,7 +311,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         finished = self._finished.copy()  # not in place: a step's ``ended`` may be this array
         finished[ids] = False
         self._finished = finished
-        split = _split_infos(infos, n)
+        split = split_vector_infos(infos, n)
         return self.obs_layout.gather(leaves, ids), [split[i] for i in ids.tolist()]
 
     def send(self, actions: Any, env_ids: EnvIds = None) -> None:
@@ -434,24 +435,6 @@ def _autoreset_mode(mode: str | AutoresetMode | None) -> AutoresetMode:
         if mode in (member.value, member.name) or mode.upper() == member.name:
             return member
     raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {[m.name.lower() for m in AutoresetMode]}")
-
-
-def _split_infos(infos: dict[str, Any], num_envs: int) -> list[dict[str, Any]]:
-    """Gymnasium's vector info dict (values batched, ``_key`` masks) as one dict per env."""
-    out: list[dict[str, Any]] = [{} for _ in range(num_envs)]
-    for key, value in infos.items():
-        if key.startswith("_"):
-            continue
-        mask = infos.get("_" + key)
-        if isinstance(value, dict):
-            for i, sub in enumerate(_split_infos(value, num_envs)):
-                if sub and (mask is None or mask[i]):
-                    out[i][key] = sub
-            continue
-        for i in range(num_envs):
-            if mask is None or mask[i]:
-                out[i][key] = value[i]
-    return out
 
 
 # What gymnasium.make_vec adds to the spec it gives the vector env; gymnasium.make of one env refuses them.

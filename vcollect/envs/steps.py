@@ -50,7 +50,8 @@ class AllEnvStep:
     rows are exactly the restarts of ``started`` (NEXT_STEP). ``started``: env ids whose next episode the
     env started by itself in this step (its first observation is their row of ``obs``). ``ended``: bool
     mask of the transition rows that ended an episode, a fresh array the backend never writes to.
-    ``infos``: gymnasium's vector info dict.
+    ``infos``: the vector info dict in gymnasium's layout (values batched in env id order, ``_key`` masks;
+    vcollect.infos.split_vector_infos), a restart row's entries from its reset.
     """
 
     obs: Any

@@ -3,7 +3,8 @@
 Every transition of every step is recorded (rings, store) and held in the collector's ledger; a call
 reports exactly n_step of them (or, per env, its transitions up to its quota-th episode end), and the
 rest are reported by later calls. Envs that restart by themselves (NEXT_STEP: the restart is a row of its
-own; SAME_STEP: the final observation comes in ``next_obs``) start episodes with no seed.
+own; SAME_STEP: the final observation comes in ``next_obs``) start episodes with no seed. A policy that
+wants infos gets each env's part of the step's vector info dict (``split_vector_infos``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from vcollect.envs import AllEnvStep
+from vcollect.infos import split_vector_infos
 from vcollect.spaces import flatten_batch, unflatten_batch
 
 if TYPE_CHECKING:
@@ -161,5 +163,7 @@ class AllEnvLoop:
             c.actor.forget_obs()
         else:
             c.actor.remember(all_ids, obs)
+        if c.actor.wants_infos:  # a restart row's info is its reset's (SAME_STEP: the step's in final_info)
+            c.actor.remember_infos(all_ids, split_vector_infos(step.infos, c.num_envs))
         if finished.size and not self.autoresets:
             c._reset_envs(finished, reset_options)

@@ -4,8 +4,9 @@ Per vector step only the env's step (``step_into``: its results copied into the 
 actions' row copy happen; the rings (``VectorRingBuffer.add_steps``: one write per array), the ledger, the
 store queue and (random actions) the observation checks take up to a block of steps at once. A call stops
 after the same step as the per-step loop would, and every staged step is recorded before it returns, also
-when it raises. While rendering, or while a step or episode-done hook is set (a hook sees each step before
-it is recorded), steps are recorded one by one (AllEnvLoop).
+when it raises. While rendering, while a step or episode-done hook is set (a hook sees each step before
+it is recorded), or for a policy that wants infos (a block keeps no infos), steps are recorded one by one
+(AllEnvLoop).
 """
 
 from __future__ import annotations
@@ -58,14 +59,14 @@ class BlockLoop(AllEnvLoop):
         self._flat_obs = len(self.block.obs) == 1 and not isinstance(c.observation_space, (Dict, Tuple))
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
-        if call.render is not None or self.c.hooked:
+        if call.render is not None or self.c.hooked or self.c.actor.wants_infos:
             return super().collect_steps(n_step, call)
         self._prepare(call)
         self._run(n_step, None, call)
         return self.c.ledger.take_steps(n_step, call.returns, call.lens)
 
     def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
-        if call.render is not None or self.c.hooked:
+        if call.render is not None or self.c.hooked or self.c.actor.wants_infos:
             return super().collect_episodes(quota, call)
         self._prepare(call)
         self._run(0, quota, call)

@@ -3,7 +3,8 @@
 n_step: every env steps while the count allows, the last batch only as many envs as still needed (taken
 in rotation, so no env id is favoured). n_episode: envs step until they have finished their quota, then
 idle. A backend with ``step_reset`` restarts the envs that ended within the same call (one round trip
-to a worker process instead of two); otherwise they are reset after the step.
+to a worker process instead of two); otherwise they are reset after the step. A policy that wants infos
+(PolicyActor.wants_infos) is handed each step's infos, and the reset infos of the envs that restarted.
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class SubsetLoop:
         actions = c.actor.actions(env_ids, call.random)
         ids_arg = None if len(env_ids) == c.num_envs else env_ids
         if self.step_reset is None:
-            next_obs, rewards, terms, truncs, _infos = c.envs.step(actions, ids_arg)
+            next_obs, rewards, terms, truncs, infos = c.envs.step(actions, ids_arg)
+            if c.actor.wants_infos:
+                c.actor.remember_infos(env_ids, infos)
             if c._on_step_hook is not None:
                 next_obs, rewards = c._run_step_hook(env_ids, actions, next_obs, rewards, terms, truncs)
             finished = self.record(env_ids, actions, next_obs, rewards, terms, truncs, call.render, call.returns,
@@ -110,6 +113,9 @@ class SubsetLoop:
             options=call.reset_options,
         )
         obs, rewards = result.obs, result.rewards
+        if c.actor.wants_infos:  # the step's infos, then the restarted envs' reset infos
+            c.actor.remember_infos(env_ids, result.infos)
+            c.actor.remember_infos(result.reset_ids, result.reset_infos)
         if c._on_step_hook is not None:
             obs, rewards = c._run_step_hook(env_ids, actions, obs, rewards, result.terminations, result.truncations)
         finished = self.record(

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vcollect.policies.base import Policy, SupportsExplorationNoise, SupportsMapAction, SupportsResetState
+from vcollect.policies.base import (
+    Policy,
+    SupportsExplorationNoise,
+    SupportsInfos,
+    SupportsMapAction,
+    SupportsResetState,
+)
 from vcollect.policies.exploration import EpsilonGreedy
 from vcollect.policies.random import RandomPolicy
 
@@ -22,6 +28,7 @@ __all__ = [
     "Policy",
     "RandomPolicy",
     "SupportsExplorationNoise",
+    "SupportsInfos",
     "SupportsMapAction",
     "SupportsResetState",
     "TianshouPolicy",

@@ -7,10 +7,14 @@ collector can keep one row per env id and hand a policy only the rows of the env
 A policy whose actions lie in its ``action_space`` by construction may say so with a true
 ``actions_in_space`` attribute; where that space equals the env's (and no exploration noise is added),
 the collector then skips its per-step check of the actions (TorchPolicy does for index-valued spaces).
+
+A policy that reads the envs' info dicts opts in with ``SupportsInfos`` (a true ``wants_infos``); every
+other policy is called with observations and state only, and the collectors keep no infos for it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -50,4 +54,23 @@ class SupportsMapAction(Protocol):
 
     def map_action(self, actions: Any) -> Any:
         """Return ``actions`` as the env takes them."""
+        ...
+
+
+@runtime_checkable
+class SupportsInfos(Protocol):
+    """A policy that acts on the envs' infos as well as their observations (opt-in: ``wants_infos``).
+
+    While ``wants_infos`` is true when a collector is built, the collector keeps the last info dict of
+    every env (the step's that produced the observation; the reset's after a reset or a restart) and calls
+    ``policy(obs, state, infos=infos)``, ``infos`` a new list of one dict per ready env, in the order of
+    the observations. A false ``wants_infos`` (TianshouPolicy's default) is called as any other policy.
+    """
+
+    wants_infos: bool
+
+    def __call__(
+        self, obs: Any, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
+    ) -> tuple[Any, Any]:
+        """Return the actions and the new state rows for ``obs`` and the ready envs' ``infos``."""
         ...

@@ -6,6 +6,7 @@ policy in it by themselves (vcollect.policies.tianshou_types.as_policy).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,18 +18,25 @@ from tianshou.data import Batch, to_numpy
 from vcollect.errors import ActionError
 from vcollect.policies.torch_policy import call_with_threads, check_num_threads
 
-__all__ = ["TianshouPolicy"]
+__all__ = ["TianshouPolicy", "info_batch"]
 
 
 class TianshouPolicy:
     """Calls a Tianshou policy as Tianshou's Collector does, behind vcollect's ``policy(obs, state)``.
 
-    Each call builds ``Batch(obs=obs, info=Batch())`` of the ready envs' observations and runs
+    Each call builds ``Batch(obs=obs, info=info)`` of the ready envs' observations and runs
     ``policy(batch, state)`` in eval mode, as Tianshou's Collector does (the ``training`` flags of the
     policy's modules, listed when it is wrapped, are cleared around the call and set back; a module added
-    to the policy later is not switched), without autograd. Tianshou's Collector passes the envs' infos as ``batch.info``;
-    vcollect's collectors do not hand infos to policies, so ``info`` is the empty Batch that Tianshou
-    passes when the infos are empty (its own policies only forward it to their nets, which ignore it).
+    to the policy later is not switched), without autograd.
+
+    ``pass_infos``: Tianshou's Collector always passes the envs' infos as ``batch.info``; here that is
+    opt-in. With ``pass_infos=True`` (``wants_infos``, vcollect.policies.SupportsInfos) the collectors keep
+    each env's last info dict (the step's that produced the observation; the reset's after a reset) and
+    ``info`` stacks those of the ready envs as Tianshou does (keys one env lacks are zero for it; the empty
+    Batch when every info is empty). With the default ``False`` no infos are kept or converted and ``info``
+    is the empty Batch: Tianshou's own policies only forward it to their nets, which ignore it, and a policy
+    that reads a key of it fails with Batch's error for a missing key. A policy passed to a collector
+    unwrapped gets the default; wrap it to pass infos.
 
     Then, as in Tianshou's Collector: the collector's ``exploration_noise=True`` calls
     ``add_exploration_noise`` (the policy's own, e.g. DQN's epsilon: ``eps_training`` while
@@ -41,7 +49,7 @@ class TianshouPolicy:
     torch's thread count during each call, as for TorchPolicy (default 1).
     """
 
-    def __init__(self, policy: Any, *, num_threads: int | None = 1) -> None:
+    def __init__(self, policy: Any, *, num_threads: int | None = 1, pass_infos: bool = False) -> None:
         if isinstance(policy, Algorithm):
             policy = policy.policy
         if not isinstance(policy, TianshouBasePolicy):
@@ -52,21 +60,27 @@ class TianshouPolicy:
         self.policy = policy
         self.action_space = policy.action_space
         self.num_threads = check_num_threads(num_threads)
+        if not isinstance(pass_infos, bool):
+            raise TypeError(f"pass_infos must be True or False, got {pass_infos!r}")
+        self.wants_infos = pass_infos  # read by the collectors when they are built (SupportsInfos)
         # switched to eval mode per call by their flags: torch's train(False) walks the module tree, which
         # costs about half of a small net's forward pass
         self._modules = list(policy.modules())
         self._batch: Batch | None = None  # the last call's input, handed to add_exploration_noise
         self._batch_obs: Any = None
 
-    def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
-        """The policy's raw actions (numpy) for ``obs`` and its new state rows (None when it keeps none)."""
-        if self.num_threads is None:
-            return self._act(obs, state)
-        return call_with_threads(self.num_threads, self._act, obs, state)
-
-    def _act(self, obs: Any, state: Any) -> tuple[Any, Any]:
-        batch = Batch(obs=obs, info=Batch())
+    def __call__(
+        self, obs: Any, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
+    ) -> tuple[Any, Any]:
+        """The policy's raw actions (numpy) for ``obs`` (and the ready envs' ``infos``, one dict each, given
+        by the collectors with ``pass_infos``) and its new state rows (None when it keeps none)."""
+        batch = Batch(obs=obs, info=Batch() if infos is None else info_batch(infos))
         self._batch, self._batch_obs = batch, obs
+        if self.num_threads is None:
+            return self._act(batch, state)
+        return call_with_threads(self.num_threads, self._act, batch, state)
+
+    def _act(self, batch: Batch, state: Any) -> tuple[Any, Any]:
         policy = self.policy
         training = [module for module in self._modules if module.training]
         for module in training:
@@ -108,6 +122,21 @@ class TianshouPolicy:
     def load_state_dict(self, weights: Any, strict: bool = True) -> Any:
         """Load weights into the policy."""
         return self.policy.load_state_dict(weights, strict=strict)
+
+
+def info_batch(infos: Sequence[Mapping[str, Any]]) -> Batch:
+    """One env's info dict per row as the ``batch.info`` Tianshou's Collector builds: the dicts stacked
+    (nested dicts as nested Batches), a key missing from some envs' dicts zero for them, and the empty Batch
+    when every dict is empty."""
+    filled = [info for info in infos if info]
+    if not filled:
+        return Batch()
+    if len(filled) == len(infos):
+        return Batch.stack([Batch(dict(info)) for info in infos])
+    empty = np.array([i for i, info in enumerate(infos) if not info])
+    stacked = Batch.stack([Batch(dict(info if info else filled[0])) for info in infos])
+    stacked.empty_(empty)
+    return stacked
 
 
 def _from_tianshou(state: Any) -> Any:
