@@ -2,12 +2,15 @@
 
 Each benchmark collects a fixed number of CartPole-v1 steps on 8 envs; compare the rows of one run
 (the raw gymnasium loop is the baseline). ``benchmarks/compare.py`` prints the same as a ratio table.
+The ``policy`` rows act with a small numpy policy (random=True calls no policy), once as a plain policy
+and once as one that asks for the envs' infos (vcollect.policies.SupportsInfos): what handing infos costs.
 """
 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -57,3 +60,41 @@ def test_collector_with_store(benchmark) -> None:  # type: ignore[no-untyped-def
         with store, vcollect.Collector(None, envs, store=store, seed=0) as c:
             c.reset()
             benchmark(lambda: c.collect(n_step=STEPS, random=True))
+
+
+try:  # (the same file times a vcollect from before policies could ask for infos)
+    from vcollect.policies import SupportsInfos  # noqa: F401
+
+    HANDS_INFOS = True
+except ImportError:
+    HANDS_INFOS = False
+
+
+def lean_policy(obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:
+    """Push the cart the way the pole leans (CartPole)."""
+    return (obs[:, 2] > 0).astype(np.int64), None
+
+
+class LeanPolicyWithInfos:
+    """lean_policy, handed the envs' infos (which it does not read)."""
+
+    wants_infos = True
+
+    def __call__(
+        self, obs: np.ndarray, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
+    ) -> tuple[np.ndarray, None]:
+        return lean_policy(obs)
+
+
+@pytest.mark.parametrize("infos", [False, True], ids=["plain", "infos"])
+@pytest.mark.parametrize("backend", ["dummy", "subproc", "gymnasium"])
+def test_collector_policy(benchmark, backend: str, infos: bool) -> None:  # type: ignore[no-untyped-def]
+    if infos and not HANDS_INFOS:
+        pytest.skip("this vcollect hands no infos to policies")
+    kwargs = {"num_workers": 2} if backend == "subproc" else {}
+    envs = vcollect.make_vector("CartPole-v1", NUM_ENVS, backend=backend, **kwargs)
+    policy = LeanPolicyWithInfos() if infos else lean_policy
+    with vcollect.Collector(policy, envs, seed=0) as c:
+        c.reset()
+        stats = benchmark(lambda: c.collect(n_step=STEPS))
+    assert stats.n_collected_steps == STEPS

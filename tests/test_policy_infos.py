@@ -9,6 +9,7 @@ reset or an autoreset the reset's. Its observation says nothing about the target
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -121,6 +122,19 @@ def test_a_tianshou_policy_reading_batch_info_gets_each_envs_latest_info(collect
         assert step_stats.n_collected_steps == 5
     fresh = np.concatenate([np.atleast_1d(info.fresh) for info in policy.seen])
     assert fresh.sum() > 12 and (fresh == 0).sum() > 12  # reset infos and step infos both acted on
+
+
+@pytest.mark.parametrize("collector_cls", [Collector, AsyncCollector])
+def test_ray_actors_hand_the_policy_their_infos(collector_cls: Any, ray_local: Any) -> None:
+    from vcollect.envs.ray_env import RayVectorEnv
+
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    policy = TargetPolicy()
+    with collector_cls(TianshouPolicy(policy, pass_infos=True), RayVectorEnv([TargetEnv] * 2, timeout=60.0),
+                       seed=0) as collector:
+        collector.reset()
+        stats = collector.collect(n_episode=6)
+    assert_every_action_was_the_target(stats.returns, stats.lens)
 
 
 @pytest.mark.parametrize("kind", ["next_step", "same_step", "disabled"])
