@@ -27,7 +27,7 @@ from tianshou.data import Batch  # noqa: E402
 from vcollect import AsyncCollector, Collector, make_vector  # noqa: E402
 from vcollect.envs import DummyVectorEnv, GymnasiumVectorEnv  # noqa: E402
 from vcollect.infos import split_vector_infos  # noqa: E402
-from vcollect.policies import SupportsInfos, TianshouPolicy  # noqa: E402
+from vcollect.policies import EpsilonGreedy, SupportsInfos, TianshouPolicy  # noqa: E402
 from vcollect.policies.tianshou_policy import info_batch  # noqa: E402
 
 NUM_TARGETS = 5
@@ -162,6 +162,16 @@ def test_a_vcollect_policy_gets_one_info_per_ready_env_in_env_id_order() -> None
     assert [len(infos) for infos in policy.calls] == [4] * 5 + [3, 2]
     steps = [info["t"] for infos in policy.calls[:5] for info in infos]
     assert steps[:4] == [0, 0, 0, 0]  # the reset's infos first
+
+
+def test_epsilon_greedy_passes_infos_to_the_policy_it_wraps() -> None:
+    space = gym.spaces.Discrete(NUM_TARGETS)
+    wrapped = EpsilonGreedy(InfoCopier(), space, epsilon=0.0)
+    assert wrapped.wants_infos and not EpsilonGreedy(RecordsWhatItIsGiven(), space, 0.0).wants_infos
+    with Collector(wrapped, DummyVectorEnv([TargetEnv] * 2), seed=4, exploration_noise=True) as collector:
+        collector.reset()
+        stats = collector.collect(n_episode=6)
+    assert_every_action_was_the_target(stats.returns, stats.lens)
 
 
 def test_reset_before_collect_hands_the_policy_the_reset_infos() -> None:

@@ -83,7 +83,8 @@ class Collector:
 
     ``policy`` is called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only. A
     Tianshou policy or Algorithm is wrapped in ``vcollect.policies.TianshouPolicy`` (recognised by isinstance
-    against Tianshou's classes when tianshou is imported; vcollect.policies.tianshou_types).
+    against Tianshou's classes when tianshou is imported; vcollect.policies.tianshou_types), without infos: a
+    policy that asks for them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last.
     With a ``store`` (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every
     completed episode is written whole, with the seed of its reset and its env id; a ``buffer`` given with
     a store is switched to keep episodes longer than its rings whole (``keep_whole_episodes``). ``seed``

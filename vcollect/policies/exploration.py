@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from vcollect.policies.base import Policy
+from vcollect.policies.base import Policy, SupportsInfos
 from vcollect.policies.random import RandomPolicy, batch_size_of
 
 
@@ -15,7 +16,8 @@ class EpsilonGreedy:
     """Wraps ``policy``; ``add_exploration_noise`` replaces each action by a random one with prob. ``epsilon``.
 
     For a Discrete action space this is epsilon-greedy exploration. Calls, ``reset_state`` and weights
-    pass through to the wrapped policy, so the collector applies noise only when asked to.
+    pass through to the wrapped policy, so the collector applies noise only when asked to; so do infos,
+    for a wrapped policy that wants them (``wants_infos`` is the wrapped policy's).
     """
 
     def __init__(
@@ -33,10 +35,16 @@ class EpsilonGreedy:
         seeds = (seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)).spawn(2)
         self._rng = np.random.default_rng(seeds[0])
         self._random = RandomPolicy(action_space, seed=seeds[1])
+        self.wants_infos = isinstance(policy, SupportsInfos) and bool(policy.wants_infos)
 
-    def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
+    def __call__(
+        self, obs: Any, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
+    ) -> tuple[Any, Any]:
         """Return the wrapped policy's actions and state (no noise: that is ``add_exploration_noise``)."""
-        return self.policy(obs, state)
+        if infos is None:
+            return self.policy(obs, state)
+        assert isinstance(self.policy, SupportsInfos)
+        return self.policy(obs, state, infos=infos)
 
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
         """Return a copy of ``actions`` where each row is, with probability epsilon, a random action."""

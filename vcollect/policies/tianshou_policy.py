@@ -1,7 +1,7 @@
 """TianshouPolicy: a Tianshou 2.x policy (or Algorithm, for its policy) called by vcollect's collectors.
 
 Imports torch and tianshou; ``vcollect.policies`` exposes it lazily, and the collectors wrap a Tianshou
-policy in it by themselves (vcollect.policies.tianshou_types.as_policy).
+policy in it by themselves (vcollect.policies.tianshou_types.as_policy), with ``pass_infos=False``.
 """
 
 from __future__ import annotations
