@@ -17,6 +17,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 tianshou = pytest.importorskip("tianshou")
@@ -254,6 +256,56 @@ def test_info_batch_stacks_like_tianshous_collector() -> None:
     np.testing.assert_array_equal(mixed.s.a, [1.5, 0.0, 2.5])
     partial = info_batch([{"k": 1}, {"k": 2, "z": 5}])
     np.testing.assert_array_equal(partial.z, [0, 5])
+
+
+def _leaf_values(kind: str, shape: tuple[int, ...]) -> st.SearchStrategy[Any]:
+    if kind == "int":
+        return st.integers(-(2**40), 2**40)
+    if kind == "float":
+        return st.floats(allow_nan=False, width=64)
+    if kind == "bool":
+        return st.booleans()
+    if kind == "int32":
+        return st.integers(-(2**31), 2**31 - 1).map(np.int32)
+    return st.lists(st.floats(-1e6, 1e6, width=32), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))).map(
+        lambda v: np.array(v, np.float32).reshape(shape)
+    )
+
+
+@st.composite
+def same_key_infos(draw: Any, n: int | None = None, depth: int = 0) -> list[dict[str, Any]]:
+    """Between 1 and 5 info dicts with the same keys, each key's values of one kind (nested dicts too)."""
+    if n is None:
+        n = draw(st.integers(1, 5))
+    keys = draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=4, unique=True))
+    infos: list[dict[str, Any]] = [{} for _ in range(n)]
+    for key in keys:
+        kind = draw(st.sampled_from(["int", "float", "bool", "int32", "array"] + (["dict"] if depth < 1 else [])))
+        if kind == "dict":
+            for info, sub in zip(infos, draw(same_key_infos(n, depth + 1))):
+                info[key] = sub
+            continue
+        shape = draw(st.sampled_from([(2,), (2, 3)]))
+        for info in infos:
+            info[key] = draw(_leaf_values(kind, shape))
+    return infos
+
+
+def _assert_same_batch(got: Batch, want: Batch) -> None:
+    assert sorted(got.keys()) == sorted(want.keys())
+    for key, value in want.items():
+        if isinstance(value, Batch):
+            _assert_same_batch(got[key], value)
+        else:
+            assert got[key].dtype == value.dtype, key
+            np.testing.assert_array_equal(got[key], value)
+
+
+@settings(max_examples=150, deadline=None)
+@given(same_key_infos())
+def test_info_batch_builds_what_stacking_one_batch_per_env_builds(infos: list[dict[str, Any]]) -> None:
+    """The column fast path of info_batch against the plain reference, Batch.stack of one Batch per env."""
+    _assert_same_batch(info_batch(infos), Batch.stack([Batch(info) for info in infos]))
 
 
 def test_split_vector_infos_follows_gymnasiums_masks() -> None:

@@ -132,11 +132,47 @@ def info_batch(infos: Sequence[Mapping[str, Any]]) -> Batch:
     if not filled:
         return Batch()
     if len(filled) == len(infos):
+        columns = _columns(infos)  # the usual case, a few times faster than stacking one Batch per env
+        if columns is not None:
+            return Batch(columns)
         return Batch.stack([Batch(dict(info)) for info in infos])
     empty = np.array([i for i, info in enumerate(infos) if not info])
     stacked = Batch.stack([Batch(dict(info if info else filled[0])) for info in infos])
     stacked.empty_(empty)
     return stacked
+
+
+_NUMERIC = (bool, int, float, np.bool_, np.number, np.ndarray)
+
+
+def _columns(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The dicts as one array per key (nested dicts as nested dicts of arrays) where they all have the same
+    keys and every key's values are numbers or arrays that stack into one numeric array; None otherwise
+    (``Batch.stack`` then pads missing keys and decides about other values)."""
+    keys = infos[0].keys()
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = []
+        for info in infos:
+            if info.keys() != keys:
+                return None
+            values.append(info[key])
+        if all(isinstance(value, Mapping) for value in values):
+            nested = _columns(values)
+            if nested is None:
+                return None
+            out[key] = nested
+            continue
+        if not all(isinstance(value, _NUMERIC) for value in values):
+            return None
+        try:
+            column = np.array(values)
+        except ValueError:  # arrays of different shapes
+            return None
+        if column.dtype == object:
+            return None
+        out[key] = column
+    return out
 
 
 def _from_tianshou(state: Any) -> Any:
