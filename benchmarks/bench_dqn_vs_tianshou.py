@@ -35,7 +35,7 @@ The "bound" column is the speed-up vcollect would show if its side spent no time
 gradient steps (Tianshou's total over vcollect's gradient-step seconds): where it is under 2x, no data
 layer can meet a 2x goal on that schedule.
 
-    python benchmarks/bench_dqn_vs_tianshou.py [--total-steps 20000] [--repeats 3] [--only Tianshou]
+    python benchmarks/bench_dqn_vs_tianshou.py [--total-steps 20000] [--repeats 3] [--interleave] [--only Tianshou]
 """
 
 from __future__ import annotations
@@ -260,9 +260,10 @@ def main() -> None:
     parser.add_argument("--learning-starts", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3, help="runs per side; the best counts")
-    parser.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=True,
-                        help="run both sides in one loop, a training round of each in turn (default), so that a "
-                        "shared machine's changing load falls on both alike; --no-interleave: one after the other")
+    parser.add_argument("--interleave", action="store_true",
+                        help="run both sides in one loop, a training round of each in turn, so that a shared "
+                        "machine's changing load falls on both alike (each side's caches then see the other's "
+                        "work too); default: one after the other, ABBA")
     parser.add_argument("--only", default="", help="run only the schedules whose name contains this")
     args = parser.parse_args()
     torch.set_num_threads(1)
