@@ -1,6 +1,7 @@
 """DQN training wall-clock: vcollect's Collector + rings against Tianshou's Collector + VectorReplayBuffer.
 
-The same training schedule on both sides, in one process, one after the other: CartPole-v1 on N
+The same training schedule on both sides, in one process (one after the other, or with ``--interleave``
+a round of each in turn): CartPole-v1 on N
 in-process envs, ``--learning-starts`` random steps, then rounds of ``train_frequency`` env steps
 (epsilon-greedy) followed by ``gradient_steps`` gradient steps on batches sampled from the replay buffer,
 a hard target copy every ``target_every`` gradient steps; the same network architecture, torch threads 1.
@@ -16,11 +17,11 @@ Schedules (rows):
 - Tianshou's own CartPole DQN settings (its README's procedural example, examples/discrete/discrete_dqn.py:
   10 envs, ``collection_step_num_env_steps=10``, ``update_per_step=0.1`` i.e. 1 gradient step per
   collect, batch 64, a 128-128-128 MLP, lr 1e-3, gamma 0.9, target copy every 320 gradient steps,
-  buffer 20,000, ``eps_train=0.1``), twice:
+  buffer 20,000, ``eps_train=0.1``), three times:
 
   - "same update": both sides run the example's ``dqn_update`` (imported from it) on the sampled arrays;
   - "Tianshou's DQN": the Tianshou side runs as a Tianshou user's training loop does (the off-policy
-    trainer's step without its logging and test episodes): Tianshou's ``Net``, ``DiscreteQLearningPolicy``
+    trainer's step without its logging, its buffer NaN check and test episodes): Tianshou's ``Net``, ``DiscreteQLearningPolicy``
     and ``DQN`` algorithm, ``algorithm.update(sample_size=64, buffer=buffer)`` (it samples its Batch and
     computes ``n_step``-step returns with the target network itself, MSE loss) inside
     ``policy_within_training_step``; the vcollect side runs the example's update (1-step double-DQN
