@@ -2,8 +2,9 @@
 
 The same training schedule on both sides, in one process (one after the other, or with ``--interleave``
 a round of each in turn): CartPole-v1 on N in-process envs, ``--learning-starts`` random steps, then
-rounds of ``train_frequency`` env steps (epsilon-greedy) followed by ``gradient_steps`` gradient steps on batches sampled from the replay buffer,
-a hard target copy every ``target_every`` gradient steps; the same network architecture, torch threads 1.
+rounds of ``train_frequency`` env steps (epsilon-greedy) followed by ``gradient_steps`` gradient steps on
+batches sampled from the replay buffer, a hard target copy every ``target_every`` gradient steps; the same
+network architecture, torch threads 1.
 No evaluation. Each side runs ``--repeats`` times in alternating order (ABBA) and reports its best total
 time and where it went: collection (``collect``), sampling (``sample``) and the gradient steps, and its
 best CPU time (``time.process_time``; on a machine shared with other work, the steadier of the two).
