@@ -1,18 +1,42 @@
 """DQN training wall-clock: vcollect's Collector + rings against Tianshou's Collector + VectorReplayBuffer.
 
-The same training schedule on both sides, in one process, one after the other: CartPole-v1 on N
-in-process envs, ``--learning-starts`` random steps, then rounds of ``--train-frequency`` env steps
-(epsilon-greedy, the same linear schedule) followed by ``--gradient-steps`` gradient steps on batches
-sampled from the replay buffer; the same network, the same ``dqn_update`` (examples/dqn_cartpole.py's,
-imported from it), torch threads 1. No evaluation. Each side runs ``--repeats`` times in alternating order
-and reports its best total time and where it went: collection (``collect``), sampling (``sample``) and
-the gradient steps.
+The same training schedule on both sides, in one process (one after the other, or with ``--interleave``
+a round of each in turn): CartPole-v1 on N in-process envs, ``--learning-starts`` random steps, then
+rounds of ``train_frequency`` env steps (epsilon-greedy) followed by ``gradient_steps`` gradient steps on
+batches sampled from the replay buffer, a hard target copy every ``target_every`` gradient steps; the same
+network architecture, torch threads 1.
+No evaluation. Each side runs ``--repeats`` times in alternating order (ABBA) and reports its best total
+time and where it went: collection (``collect``), sampling (``sample``) and the gradient steps, and its
+best CPU time (``time.process_time``; on a machine shared with other work, the steadier of the two).
 
-Two schedules by default: the example's (256 env steps, then 128 gradient steps of batch 64 on a 256-256
-MLP: dominated by the gradient steps, which are the same torch code on both sides) and a collection-heavy
-one (8 env steps, one per env, then 1 gradient step on a 64-64 MLP, Tianshou's ``update_per_step=0.125``).
+Schedules (rows):
 
-    python benchmarks/bench_dqn_vs_tianshou.py [--total-steps 20000] [--num-envs 8]
+- the example's (examples/dqn_cartpole.py: 8 envs, 256 env steps then 128 gradient steps of batch 64 on
+  a 256-256 MLP): dominated by the gradient steps;
+- a collection-heavy one (8 envs, 8 env steps then 1 gradient step, 64-64 MLP);
+- Tianshou's own CartPole DQN settings (its README's procedural example, examples/discrete/discrete_dqn.py:
+  10 envs, ``collection_step_num_env_steps=10``, ``update_per_step=0.1`` i.e. 1 gradient step per
+  collect, batch 64, a 128-128-128 MLP, lr 1e-3, gamma 0.9, target copy every 320 gradient steps,
+  buffer 20,000, ``eps_train=0.1``), three times:
+
+  - "same update": both sides run the example's ``dqn_update`` (imported from it) on the sampled arrays;
+  - "Tianshou's DQN": the Tianshou side runs as a Tianshou user's training loop does (the off-policy
+    trainer's step without its logging, its buffer NaN check and test episodes): Tianshou's ``Net``, ``DiscreteQLearningPolicy``
+    and ``DQN`` algorithm, ``algorithm.update(sample_size=64, buffer=buffer)`` (it samples its Batch and
+    computes ``n_step``-step returns with the target network itself, MSE loss) inside
+    ``policy_within_training_step``; the vcollect side runs the example's update (1-step double-DQN
+    targets, Huber loss, gradient-norm clip) on ``VectorRingBuffer.sample``. Not the same arithmetic
+    around the network (n-step gathering on Tianshou's side, Huber and clipping on ours), the same
+    network passes (online and target on the next observations, online on the observations, one backward).
+
+  The last row runs Tianshou's DQN with ``n_step_return_horizon=1`` (its default), the same 1-step
+  targets as the example's update, to show what the n-step gathering costs.
+
+The "bound" column is the speed-up vcollect would show if its side spent no time at all outside its
+gradient steps (Tianshou's total over vcollect's gradient-step seconds): where it is under 2x, no data
+layer can meet a 2x goal on that schedule.
+
+    python benchmarks/bench_dqn_vs_tianshou.py [--total-steps 20000] [--repeats 3] [--interleave] [--only Tianshou]
 """
 
 from __future__ import annotations
@@ -21,6 +45,8 @@ import argparse
 import copy
 import runpy
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,46 +60,97 @@ from vcollect.policies import EpsilonGreedy, TorchPolicy
 
 EXAMPLE = runpy.run_path(str(Path(__file__).resolve().parents[1] / "examples" / "dqn_cartpole.py"),
                          run_name="vcollect_example_dqn_cartpole")
-q_network, dqn_update, linear_schedule = EXAMPLE["q_network"], EXAMPLE["dqn_update"], EXAMPLE["linear_schedule"]
+dqn_update, linear_schedule = EXAMPLE["dqn_update"], EXAMPLE["linear_schedule"]
 
-SCHEDULES = {  # name: (train_frequency, gradient_steps, batch_size, hidden)
-    "example (256 steps / 128 updates, 256-256 MLP)": (256, 128, 64, 256),
-    "per vector step (8 steps / 1 update, 64-64 MLP)": (8, 1, 64, 64),
+
+@dataclass(frozen=True)
+class Schedule:
+    """One benchmark row's training schedule (both sides run it)."""
+
+    num_envs: int
+    train_frequency: int  # env steps collected between trainings
+    gradient_steps: int  # gradient steps each training
+    hidden: tuple[int, ...]  # the MLP's hidden layer sizes
+    batch_size: int = 64
+    lr: float = 2.3e-3
+    gamma: float = 0.99
+    buffer_size: int = 50_000
+    target_every: int = 128  # gradient steps between target copies
+    epsilon: float | None = None  # fixed; None: the example's linear decay from 1.0 to 0.04 over 8,000 steps
+    tianshou_dqn: bool = False  # Tianshou side: its DQN algorithm's update instead of dqn_update
+    n_step: int = 3  # Tianshou DQN's n_step_return_horizon (only with tianshou_dqn)
+
+
+TIANSHOU_CARTPOLE = {"num_envs": 10, "train_frequency": 10, "gradient_steps": 1, "hidden": (128, 128, 128),
+                     "lr": 1e-3, "gamma": 0.9, "buffer_size": 20_000, "target_every": 320, "epsilon": 0.1}
+SCHEDULES = {
+    "example (8 envs, 256 steps / 128 updates, 256-256 MLP)": Schedule(8, 256, 128, (256, 256)),
+    "per vector step (8 envs, 8 steps / 1 update, 64-64 MLP)": Schedule(8, 8, 1, (64, 64)),
+    "Tianshou's CartPole DQN settings (10 envs, 10 steps / 1 update, 128x3 MLP), same update":
+        Schedule(**TIANSHOU_CARTPOLE),  # type: ignore[arg-type]
+    "Tianshou's CartPole DQN settings, Tianshou side: its DQN.update (n_step 3, as its example)":
+        Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True),  # type: ignore[arg-type]
+    "Tianshou's CartPole DQN settings, Tianshou side: its DQN.update (n_step 1)":
+        Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True, n_step=1),  # type: ignore[arg-type]
 }
 
 
 class Timer:
+    """Seconds spent collecting, sampling and in the gradient steps (wall clock), and the run's CPU
+    seconds (``time.process_time``: all of this process's threads; what other processes on a loaded
+    machine take from it does not count)."""
+
     def __init__(self) -> None:
-        self.collect = self.sample = self.update = 0.0
+        self.total = self.collect = self.sample = self.update = self.cpu = 0.0
 
 
-def run_vcollect(args: argparse.Namespace, schedule: tuple[int, int, int, int]) -> tuple[float, Timer]:
-    frequency, gradient_steps, batch_size, hidden = schedule
+def mlp(obs_dim: int, n_actions: int, hidden: tuple[int, ...]) -> nn.Module:
+    """Linear + ReLU per hidden size, then a linear output: the layers of Tianshou's ``Net`` (and of the
+    example's ``q_network`` for two equal hidden sizes)."""
+    layers: list[nn.Module] = []
+    for size in hidden:
+        layers += [nn.Linear(obs_dim, size), nn.ReLU()]
+        obs_dim = size
+    return nn.Sequential(*layers, nn.Linear(obs_dim, n_actions))
+
+
+def epsilon_at(s: Schedule, step: int) -> float:
+    return linear_schedule(1.0, 0.04, 8_000, step) if s.epsilon is None else s.epsilon
+
+
+Rounds = Iterator[None]  # a side's training: setup, then one yield per round (the random prefill is round 0)
+
+
+def vcollect_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
     torch.manual_seed(args.seed)
-    envs = vcollect.make_vector("CartPole-v1", args.num_envs, backend="dummy")
-    q = q_network(4, 2, hidden)
-    target, optimizer = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=2.3e-3)
+    envs = vcollect.make_vector("CartPole-v1", s.num_envs, backend="dummy")
+    q = mlp(4, 2, s.hidden)
+    target, optimizer = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=s.lr)
     explore = EpsilonGreedy(TorchPolicy(q, envs.single_action_space), envs.single_action_space, 1.0, seed=args.seed)
-    buffer = vcollect.VectorRingBuffer(total_size=args.buffer_size, num_envs=args.num_envs, seed=args.seed)
-    t = Timer()
-    start = time.perf_counter()
-    with vcollect.Collector(explore, envs, buffer, seed=args.seed, exploration_noise=True) as collector:
+    buffer = vcollect.VectorRingBuffer(total_size=s.buffer_size, num_envs=s.num_envs, seed=args.seed)
+    collector, updates = vcollect.Collector(explore, envs, buffer, seed=args.seed, exploration_noise=True), 0
+    yield  # set up: not timed
+    with collector:
         collector.collect(n_step=args.learning_starts, random=True, reset_before_collect=True)
         step = args.learning_starts
+        yield
         while step < args.total_steps:
-            explore.epsilon = linear_schedule(1.0, 0.04, 8_000, step)
+            explore.epsilon = epsilon_at(s, step)
             t0 = time.perf_counter()
-            collector.collect(n_step=frequency)
+            collector.collect(n_step=s.train_frequency)
             t.collect += time.perf_counter() - t0
-            step += frequency
-            for _ in range(gradient_steps):
+            step += s.train_frequency
+            for _ in range(s.gradient_steps):
                 t0 = time.perf_counter()
-                batch = buffer.sample(batch_size)
+                batch = buffer.sample(s.batch_size)
                 t1 = time.perf_counter()
-                dqn_update(q, target, optimizer, batch, 0.99)
+                dqn_update(q, target, optimizer, batch, s.gamma)
+                updates += 1
+                if updates % s.target_every == 0:
+                    target.load_state_dict(q.state_dict())
                 t.update += time.perf_counter() - t1
                 t.sample += t1 - t0
-    return time.perf_counter() - start, t
+            yield
 
 
 class TianshouQ(nn.Module):
@@ -87,71 +164,139 @@ class TianshouQ(nn.Module):
         return self.q(torch.as_tensor(obs, dtype=torch.float32)), state
 
 
-def run_tianshou(args: argparse.Namespace, schedule: tuple[int, int, int, int]) -> tuple[float, Timer]:
+def timed(fn: Callable[..., Any], timer: Timer) -> Callable[..., Any]:
+    """``fn`` adding its seconds to ``timer.sample`` (Tianshou's update samples inside itself)."""
+    def call(*a: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **kw)
+        finally:
+            timer.sample += time.perf_counter() - t0
+    return call
+
+
+def tianshou_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
+    from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+    from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
+    from tianshou.utils.net.common import Net
+    from tianshou.utils.torch_utils import policy_within_training_step
 
-    frequency, gradient_steps, batch_size, hidden = schedule
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)  # Tianshou's exploration noise draws from numpy's global generator
-    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(args.num_envs)])
+    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(s.num_envs)])
     envs.seed(args.seed)
-    q = q_network(4, 2, hidden)
-    target, optimizer = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=2.3e-3)
-    policy = DiscreteQLearningPolicy(model=TianshouQ(q), action_space=envs.action_space[0])
-    buffer = VectorReplayBuffer(args.buffer_size, args.num_envs)
-    collector = Collector(policy, envs, buffer, exploration_noise=True)
-    t = Timer()
-    start = time.perf_counter()
+    buffer = VectorReplayBuffer(s.buffer_size, s.num_envs)
+    updates = 0
+    if s.tianshou_dqn:  # as a Tianshou user writes it
+        policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=list(s.hidden)),
+                                         action_space=envs.action_space[0], eps_training=1.0)
+        algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=s.lr), gamma=s.gamma,
+                        n_step_return_horizon=s.n_step, target_update_freq=s.target_every)
+        collector = Collector(algorithm, envs, buffer, exploration_noise=True)
+        buffer.sample = timed(buffer.sample, t)  # type: ignore[method-assign]
+    else:
+        q = mlp(4, 2, s.hidden)
+        target, optimizer = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=s.lr)
+        policy = DiscreteQLearningPolicy(model=TianshouQ(q), action_space=envs.action_space[0])
+        collector = Collector(policy, envs, buffer, exploration_noise=True)
+    yield  # set up: not timed
     collector.reset()
     collector.collect(n_step=args.learning_starts, random=True)
     step = args.learning_starts
+    yield
     while step < args.total_steps:
-        policy.eps_training = policy.eps_inference = linear_schedule(1.0, 0.04, 8_000, step)
-        t0 = time.perf_counter()
-        collector.collect(n_step=frequency)
-        t.collect += time.perf_counter() - t0
-        step += frequency
-        for _ in range(gradient_steps):
+        policy.set_eps_training(epsilon_at(s, step))
+        with policy_within_training_step(policy):
             t0 = time.perf_counter()
-            sampled, _ = buffer.sample(batch_size)
-            batch = {"observations": sampled.obs, "actions": sampled.act, "rewards": sampled.rew,
-                     "next_observations": sampled.obs_next, "terminations": sampled.terminated}
-            t1 = time.perf_counter()
-            dqn_update(q, target, optimizer, batch, 0.99)
-            t.update += time.perf_counter() - t1
-            t.sample += t1 - t0
-    elapsed = time.perf_counter() - start
+            collector.collect(n_step=s.train_frequency)
+            t.collect += time.perf_counter() - t0
+            step += s.train_frequency
+            for _ in range(s.gradient_steps):
+                if s.tianshou_dqn:
+                    t0 = time.perf_counter()
+                    algorithm.update(sample_size=s.batch_size, buffer=buffer)
+                    t.update += time.perf_counter() - t0  # the sampling inside is taken off below
+                    continue
+                t0 = time.perf_counter()
+                sampled, _ = buffer.sample(s.batch_size)
+                batch = {"observations": sampled.obs, "actions": sampled.act, "rewards": sampled.rew,
+                         "next_observations": sampled.obs_next, "terminations": sampled.terminated}
+                t1 = time.perf_counter()
+                dqn_update(q, target, optimizer, batch, s.gamma)
+                updates += 1
+                if updates % s.target_every == 0:
+                    target.load_state_dict(q.state_dict())
+                t.update += time.perf_counter() - t1
+                t.sample += t1 - t0
+        yield
+    if s.tianshou_dqn:
+        t.update -= t.sample
     envs.close()
-    return elapsed, t
+
+
+def drive(sides: list[tuple[Rounds, Timer]]) -> None:
+    """Run the sides' rounds to their end, round-robin (one side: one after the other), the order of each
+    pass reversed from the last; each round's wall and CPU seconds go to its side's Timer."""
+    for rounds, _ in sides:
+        next(rounds)  # set up
+    live, flip = list(sides), False
+    while live:
+        for side in (live[::-1] if flip else list(live)):
+            rounds, t = side
+            t0, c0 = time.perf_counter(), time.process_time()
+            done = next(rounds, StopIteration) is StopIteration
+            t.total += time.perf_counter() - t0
+            t.cpu += time.process_time() - c0
+            if done:
+                live.remove(side)
+        flip = not flip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--total-steps", type=int, default=20_000)
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--buffer-size", type=int, default=50_000)
     parser.add_argument("--learning-starts", type=int, default=1_000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=2, help="runs per side, alternating order; the best counts")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per side; the best counts")
+    parser.add_argument("--interleave", action="store_true",
+                        help="run both sides in one loop, a training round of each in turn, so that a shared "
+                        "machine's changing load falls on both alike (each side's caches then see the other's "
+                        "work too); default: one after the other, ABBA")
+    parser.add_argument("--only", default="", help="run only the schedules whose name contains this")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"CartPole-v1, {args.num_envs} in-process envs, {args.total_steps} env steps, torch threads 1")
-    print("| schedule | side | total s | collect s | sample s | gradient steps s | vcollect speed-up (total / collect+sample) |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    mode = "interleaved round by round" if args.interleave else "one after the other, ABBA"
+    print(f"CartPole-v1, in-process envs, {args.total_steps} env steps, torch threads 1, best of {args.repeats}, {mode}")
+    print("| schedule | side | total s | CPU s | collect s | sample s | gradient steps s "
+          "| vcollect speed-up: total / CPU / collect + sample | bound |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, schedule in SCHEDULES.items():
-        runs: dict[str, list[tuple[float, Timer]]] = {"ours": [], "theirs": []}
-        for r in range(args.repeats):  # alternating order (ABBA), the faster run of each side counts
-            sides = (("ours", run_vcollect), ("theirs", run_tianshou))
-            for side, run in sides if r % 2 == 0 else sides[::-1]:
-                runs[side].append(run(args, schedule))
-        ours, t_ours = min(runs["ours"], key=lambda run: run[0])
-        theirs, t_theirs = min(runs["theirs"], key=lambda run: run[0])
+        if args.only not in name:
+            continue
+        runs: dict[str, list[Timer]] = {"ours": [], "theirs": []}
+        for r in range(args.repeats):
+            ours_t, theirs_t = Timer(), Timer()
+            sides = [(vcollect_rounds(args, schedule, ours_t), ours_t), (tianshou_rounds(args, schedule, theirs_t), theirs_t)]
+            if args.interleave:  # both trainings in one loop, a round of each in turn
+                drive(sides)
+            else:  # one after the other, alternating order (ABBA)
+                for side in sides if r % 2 == 0 else sides[::-1]:
+                    drive([side])
+            runs["ours"].append(ours_t)
+            runs["theirs"].append(theirs_t)
+        t_ours, t_theirs = (min(runs[side], key=lambda t: t.total) for side in ("ours", "theirs"))
+        ours, theirs = t_ours.total, t_theirs.total
+        cpu_ours, cpu_theirs = (min(t.cpu for t in runs[side]) for side in ("ours", "theirs"))
         data_ours, data_theirs = t_ours.collect + t_ours.sample, t_theirs.collect + t_theirs.sample
-        for side, total, t in (("Tianshou 2.0.1", theirs, t_theirs), ("vcollect", ours, t_ours)):
-            ratio = f"{theirs / ours:.2f}x / {data_theirs / data_ours:.1f}x" if side == "vcollect" else ""
-            print(f"| {name} | {side} | {total:.1f} | {t.collect:.1f} | {t.sample:.2f} | {t.update:.1f} | {ratio} |")
+        # bound: the speed-up if vcollect's side spent nothing at all outside its gradient steps
+        ratio = (f"{theirs / ours:.2f}x / {cpu_theirs / cpu_ours:.2f}x / {data_theirs / data_ours:.1f}x "
+                 f"| {theirs / t_ours.update:.2f}x")
+        for side, total, cpu, t in (("Tianshou 2.0.1", theirs, cpu_theirs, t_theirs), ("vcollect", ours, cpu_ours, t_ours)):
+            print(f"| {name} | {side} | {total:.1f} | {cpu:.1f} | {t.collect:.2f} | {t.sample:.2f} | {t.update:.1f} "
+                  f"| {ratio if side == 'vcollect' else ' |'} |", flush=True)
 
 
 if __name__ == "__main__":

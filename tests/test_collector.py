@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+import vcollect.collector
 from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, DyingEnv, FailingEnv
 from tests.replay import assert_replays
 from tests.sinks import ListStore
@@ -372,6 +373,16 @@ def test_progress_bar_is_shown(capsys: pytest.CaptureFixture[str]) -> None:
     with Collector(None, counting_fns(2), seed=0) as collector:
         collector.collect(n_step=20, random=True, reset_before_collect=True, progress=True)
     assert "20/20" in capsys.readouterr().err
+
+
+def test_no_progress_bar_is_made_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_tqdm(*args: object, **kwargs: object) -> None:
+        raise AssertionError("collect() made a progress bar without progress=True")
+
+    monkeypatch.setattr(vcollect.collector, "tqdm", no_tqdm)
+    with Collector(None, counting_fns(2), seed=0) as collector:
+        assert collector.collect(n_step=20, random=True, reset_before_collect=True).n_collected_steps == 20
+        assert collector.collect(n_episode=3, random=True).n_collected_episodes == 3
 
 
 def test_single_gymnasium_env_is_accepted() -> None:
