@@ -365,15 +365,16 @@ class Dataset:
                                   np.concatenate([obs_rows, obs_rows + 1]), np.concatenate([starts, starts]), limit)
             obs.append(both[:n])
             next_obs.append(both[n:])
+        steps = idx.row_groups(step_rows, False)  # split by shard once for the five step columns
         for leaf in idx.act_leaves:
-            acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, step_rows, False, limit))
+            acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, steps, limit))
         return {
             "observations": unflatten_batch(idx.observation_space, obs),
             "actions": unflatten_batch(idx.action_space, acts),
-            "rewards": idx.gather("rewards", np.dtype(np.float64), step_rows, False, limit),
+            "rewards": idx.gather("rewards", np.dtype(np.float64), steps, limit),
             "next_observations": unflatten_batch(idx.observation_space, next_obs),
-            "terminations": idx.gather("terminations", np.dtype(np.bool_), step_rows, False, limit),
-            "truncations": idx.gather("truncations", np.dtype(np.bool_), step_rows, False, limit),
+            "terminations": idx.gather("terminations", np.dtype(np.bool_), steps, limit),
+            "truncations": idx.gather("truncations", np.dtype(np.bool_), steps, limit),
         }
 
     def update_dataset_from_buffer(self, buffer: Any) -> None:
