@@ -36,17 +36,18 @@ class ChunkTable:
         count = -(-self.num_rows // self.rows_per_chunk)
         self.offsets = np.full(count, -1, dtype=np.int64)
         self.sizes = np.zeros(count, dtype=np.int64)
-        self.masks = np.zeros(count, dtype=np.int64)  # HDF5's per-chunk mask of filters not applied
+        masks = np.zeros(count, dtype=np.int64)  # HDF5's per-chunk mask of filters not applied
 
         def note(info: Any) -> None:
             k = info.chunk_offset[0] // self.rows_per_chunk
-            self.offsets[k], self.sizes[k], self.masks[k] = info.byte_offset, info.size, info.filter_mask
+            self.offsets[k], self.sizes[k], masks[k] = info.byte_offset, info.size, info.filter_mask
 
         dataset.id.chunk_iter(note)
         if (self.offsets < 0).any():
             raise ValueError(f"column {dataset.name!r} has unwritten chunks")
-        # a set filter-mask bit: HDF5 kept that chunk as it was (the filter could not shrink it)
-        self.stored_raw = (self.masks & 1).astype(bool)
+        # a set filter-mask bit: HDF5 kept that chunk as it was (the filter could not shrink it); 18 bytes a
+        # chunk are kept in all (a 10 GB dataset of Pong stacks: 6 MB)
+        self.stored_raw = (masks & 1).astype(bool)
         # breaks[k]: chunk k + 1 cannot continue a stream of frames ending with chunk k (HDF5 put something
         # between them, or one of them is not a Zstandard frame)
         ends = self.offsets + self.sizes
