@@ -102,6 +102,7 @@ class _Index:
         self.step_base = step_base
         self.obs_base = obs_base
         self._cache: dict[str, np.ndarray] | None = None
+        self._cache_size: int | None = None
         self._cache_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -213,7 +214,13 @@ class _Index:
         return self.shards[0].columns[name].shape[1:] if self.shards else ()
 
     def cache_size(self) -> int:
-        """Bytes the in-memory copy of the sampled columns of all shards takes (or would take)."""
+        """Bytes the in-memory copy of the sampled columns of all shards takes (or would take); computed once
+        (the shards do not change), as every gather asks."""
+        if self._cache_size is None:
+            self._cache_size = self._columns_nbytes()
+        return self._cache_size
+
+    def _columns_nbytes(self) -> int:
         nbytes = 0
         for name, dtype, obs_rows in self._sampled_columns():
             rows = self.total_steps + (self.total_episodes if obs_rows else 0)
