@@ -23,7 +23,10 @@ ZSTD_FILTER = 32015
 
 
 class ChunkTable:
-    """Where each chunk of one Zstandard-compressed column lies in its file (chunks of whole rows)."""
+    """Where each chunk of one Zstandard-compressed column lies in its file (chunks of whole rows).
+
+    Holds one decoder (making one costs ~16 us, as much as decoding a frame stack), so a table is not for
+    two threads at once: _OpenFiles reads under its lock."""
 
     def __init__(self, dataset: h5py.Dataset) -> None:
         chunks = dataset.chunks
@@ -43,6 +46,7 @@ class ChunkTable:
             self.offsets[k], self.sizes[k], masks[k] = info.byte_offset, info.size, info.filter_mask
 
         dataset.id.chunk_iter(note)
+        self._decoder = zstandard.ZstdDecompressor()
         if (self.offsets < 0).any():
             raise ValueError(f"column {dataset.name!r} has unwritten chunks")
         # a set filter-mask bit: HDF5 kept that chunk as it was (the filter could not shrink it); 18 bytes a
@@ -78,7 +82,7 @@ class ChunkTable:
         chunks, inverse = np.unique(rows // rows_per_chunk, return_inverse=True)
         scratch = np.empty((len(chunks) * rows_per_chunk, row_bytes), dtype=np.uint8)
         view = memoryview(scratch.reshape(-1))  # type: ignore[arg-type]
-        decode = zstandard.ZstdDecompressor().decompress
+        decode = self._decoder.decompress
         starts = self.offsets[chunks]
         stops = (starts + self.sizes[chunks]).tolist()
         filled = np.minimum(rows_per_chunk, self.num_rows - chunks * rows_per_chunk) * row_bytes
@@ -99,7 +103,7 @@ class ChunkTable:
         out = np.empty((hi - lo, *self.row_shape), dtype=self.dtype)
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         cuts = (np.flatnonzero(self.breaks[lo : hi - 1]) + lo + 1).tolist()
-        decoder = zstandard.ZstdDecompressor()
+        decoder = self._decoder
         for a, b in zip([lo, *cuts], [*cuts, hi]):  # a stretch of chunks back to back in the file
             start, stop = int(self.offsets[a]), int(self.offsets[b - 1] + self.sizes[b - 1])
             target = view[(a - lo) * self.row_bytes : (b - lo) * self.row_bytes]
@@ -124,7 +128,7 @@ class ChunkTable:
     def decode_into(self, mapped: Any, rows: np.ndarray, out: np.ndarray, where: np.ndarray) -> None:
         """``out[where[i]] = row rows[i]`` for a column of one-row chunks, each decoded straight into its place
         in ``out`` (C-contiguous, of this column's dtype and row shape)."""
-        decode = zstandard.ZstdDecompressor().decompress
+        decode = self._decoder.decompress
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         row_bytes = self.row_bytes
         starts = self.offsets[rows]
