@@ -4,7 +4,8 @@
 column lies in its file; column data are read on use, through memory maps (raw columns, and Zstandard
 chunks decoded from the map) or HDF5 (other codecs) of at most ``max_open_files`` files open at once, so
 loading is cheap, memory stays small and a dataset of any number of shards reads within a small
-file-descriptor limit. Episode ids are global: shards sorted by file name (commit time first), then row. ``.tmp`` files (half-written shards) are ignored.
+file-descriptor limit. Episode ids are global: shards sorted by file name (commit time first), then row.
+``.tmp`` files (half-written shards) are ignored.
 """
 
 from __future__ import annotations

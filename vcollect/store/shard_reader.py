@@ -3,7 +3,8 @@
 ``_Shard`` reads a committed shard's small ``episodes/`` table and where each column lies (from the file,
 or from its manifest line) and checks both against the dataset's spaces; ``_OpenFiles`` reads column rows
 through memory maps (raw columns; Zstandard columns through their chunk tables, chunk_reader.py) or HDF5
-(other codecs), keeping at most a given number of files open. A damaged shard raises CorruptShardError naming the file.
+(other codecs), keeping at most a given number of files open. A damaged shard raises CorruptShardError
+naming the file.
 """
 
 from __future__ import annotations
