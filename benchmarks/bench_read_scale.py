@@ -76,6 +76,12 @@ def build(root: Path, dataset_id: str, gb: float, compression: str, frames: np.n
     return time.perf_counter() - start
 
 
+def frames_nbytes(space: gym.Space[np.ndarray]) -> int:
+    """Bytes of one observation (a frame stack) as the reader hands it over."""
+    assert space.shape is not None and space.dtype is not None
+    return int(np.prod(space.shape)) * np.dtype(space.dtype).itemsize
+
+
 def shard_files(path: Path) -> list[Path]:
     return sorted((path / "shards").glob("*.h5"))
 
@@ -158,7 +164,7 @@ def main() -> None:
     parser.add_argument("--frame-stack", action="store_true", help="also a copy stored one frame a row")
     parser.add_argument("--raw", action="store_true", help="also build and read an uncompressed copy")
     parser.add_argument("--samples", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of dd and iterate, cold and cached")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of dd and iterate, cold and cached (0: none)")
     parser.add_argument("--keep", type=Path, default=None, help="build under DIR and keep it (default: a temp dir)")
     args = parser.parse_args()
     root = args.keep or Path(tempfile.mkdtemp(prefix="vcollect-readscale-"))
@@ -170,14 +176,19 @@ def main() -> None:
         for compression, stacked in kinds:
             name = f"{compression}{'-stack4' if stacked else ''}"
             dataset_id = f"bench/pong-{name}-{round(args.gb * 1000)}mb-v0"
-            write_s = float("nan")
+            write_s = "(kept)"
             if not (root / "bench" / f"pong-{name}-{round(args.gb * 1000)}mb-v0").exists():
                 frames = pong_frames(5_000) if frames is None else frames
-                write_s = build(root, dataset_id, args.gb, compression, frames, stacked)
+                write_s = f"{build(root, dataset_id, args.gb, compression, frames, stacked):.1f}"
             s = sample_latency(dataset_id, root, args.samples)
-            r = read_speeds(dataset_id, root, args.rounds)
-            sample_rows.append(f"| {name} | {r['raw_GB']:.2f} | {r['disk_GB']:.3f} | {write_s:.1f} | {s['p50_ms']:.2f} "
+            data = load_dataset(dataset_id, root=root)
+            raw_gb = (data.total_steps + data.total_episodes) * frames_nbytes(data.observation_space) / 1e9
+            disk_gb = sum(f.stat().st_size for f in shard_files(data.path)) / 1e9
+            sample_rows.append(f"| {name} | {raw_gb:.2f} | {disk_gb:.3f} | {write_s} | {s['p50_ms']:.2f} "
                                f"| {s['p99_ms']:.2f} | {s['cpu_p50_ms']:.2f} | {s['cpu_p99_ms']:.2f} |")
+            if not args.rounds:
+                continue
+            r = read_speeds(dataset_id, root, args.rounds)
             read_rows.append(
                 f"| {name} | {r['dd_cold']:,.0f} | {r['it_cold_disk']:,.0f} | {r['it_cold_disk'] / r['dd_cold']:.2f} "
                 f"| {r['it_cold_frames']:,.0f} | {r['it_cold_frames'] / r['dd_cold']:.2f} | {r['dd_hot']:,.0f} "
@@ -189,7 +200,7 @@ def main() -> None:
         print("| dataset | dd cold MB/s | iterate cold, file MB/s | / dd | iterate cold, frames MB/s | / dd "
               "| dd cached MB/s | iterate cached, file MB/s | iterate cached, frames MB/s | MB cached after evict |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        print("\n".join(read_rows))
+        print("\n".join(read_rows) if read_rows else "| (--rounds 0) |")
         print(f"load after: {os.getloadavg()}")
     finally:
         if args.keep is None:
