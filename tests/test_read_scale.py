@@ -1,5 +1,6 @@
 """A frame dataset of 1 GB (raw) — far over the 64 MiB sample cache — is sampled and iterated without being
-loaded whole: no cache is built, memory stays bounded, and every row read is the row written."""
+loaded whole: no cache is built, memory stays bounded, and every row read is the row written; the same with
+frame stacks stored once per frame (``frame_stack=4``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 from gymnasium import spaces
 
 from vcollect.store import EpisodeStore, load_dataset
+from vcollect.store.frame_stack import FrameStack, rebuild_episode
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +84,42 @@ def test_iterating_decodes_each_episode_exactly_in_bounded_memory(big: Path) -> 
         del episode
     assert e == EPISODES - 1
     assert rss_bytes() - before < 300 * 2**20, "iterating kept episodes in memory"
+
+
+def stacked(episode: int, steps: int) -> np.ndarray:
+    """The frame stacks gymnasium's FrameStackObservation(4) would give for ``frames``' newest frames."""
+    return rebuild_episode(np.ascontiguousarray(frames(episode, steps)[:, -1]), FrameStack(STACK[0]))
+
+
+def test_frame_stacks_stored_once_sample_and_iterate_exactly(tmp_path: Path) -> None:
+    space = spaces.Box(0, 255, STACK, np.uint8)
+    with EpisodeStore.create("scale/stacked-v0", space, spaces.Discrete(6), root=tmp_path, shard_steps=8_000,
+                             frame_stack=STACK[0]) as store:
+        for e in range(EPISODES):
+            done = np.zeros(EPISODE_STEPS, bool)
+            done[-1] = True
+            store.write_episode(stacked(e, EPISODE_STEPS), np.full(EPISODE_STEPS, e % 6), np.ones(EPISODE_STEPS),
+                                done, np.zeros(EPISODE_STEPS, bool), seed=e, env_id=0)
+    data = load_dataset("scale/stacked-v0", root=tmp_path)
+    assert data.total_steps * int(np.prod(STACK)) > 1e9 and data._index.cache_size() > 64 * 2**20
+    before = rss_bytes()
+    rng = np.random.default_rng(1)
+
+    def step_of(frame: np.ndarray) -> np.ndarray:
+        return frame[:, 0, 1].astype(int) + 256 * frame[:, 0, 2].astype(int)
+
+    for _ in range(10):
+        positions = rng.integers(0, data.total_steps, 256)
+        batch = data.steps_at(positions)
+        episode, step = positions // EPISODE_STEPS, positions % EPISODE_STEPS
+        obs, nxt = batch["observations"], batch["next_observations"]
+        for j in range(STACK[0]):  # frame j of a stack is step - (3 - j), the reset frame repeated before it
+            np.testing.assert_array_equal(step_of(obs[:, j]), np.maximum(step - (STACK[0] - 1 - j), 0))
+            np.testing.assert_array_equal(step_of(nxt[:, j]), np.maximum(step + 1 - (STACK[0] - 1 - j), 0))
+            np.testing.assert_array_equal(obs[:, j, 0, 0], episode)
+    assert data.sample_cache_nbytes == 0
+    assert rss_bytes() - before < 200 * 2**20, "sampling grew the process by more than 200 MiB"
+    for e, episode_data in enumerate(data.iterate_episodes()):
+        if e % 12 == 5:
+            np.testing.assert_array_equal(episode_data.observations, stacked(e, EPISODE_STEPS))
+    assert e == EPISODES - 1

@@ -102,6 +102,7 @@ class _Index:
         self.step_base = step_base
         self.obs_base = obs_base
         self._cache: dict[str, np.ndarray] | None = None
+        self._cache_size: int | None = None
         self._cache_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -213,7 +214,13 @@ class _Index:
         return self.shards[0].columns[name].shape[1:] if self.shards else ()
 
     def cache_size(self) -> int:
-        """Bytes the in-memory copy of the sampled columns of all shards takes (or would take)."""
+        """Bytes the in-memory copy of the sampled columns of all shards takes (or would take); computed once
+        (the shards do not change), as every gather asks."""
+        if self._cache_size is None:
+            self._cache_size = self._columns_nbytes()
+        return self._cache_size
+
+    def _columns_nbytes(self) -> int:
         nbytes = 0
         for name, dtype, obs_rows in self._sampled_columns():
             rows = self.total_steps + (self.total_episodes if obs_rows else 0)
@@ -251,23 +258,38 @@ class _Index:
         """Observations at global observation `rows` of episodes starting at `starts`, stacks rebuilt."""
         stack = self.frame_stack
         if stack is None:
-            return self.gather(name, dtype, rows, True, cache_bytes)
+            return self.gather(name, dtype, self.row_groups(rows, True), cache_bytes)
         frame_rows, padded = stack_rows(rows, starts, stack.k)
-        frames = self.gather(name, dtype, frame_rows.reshape(-1), True, cache_bytes)
+        frames = self.gather(name, dtype, self.row_groups(frame_rows.reshape(-1), True), cache_bytes)
         out = frames.reshape(*frame_rows.shape, *frames.shape[1:])
         if stack.padding == "zero" and padded.any():
             out[padded] = 0
         return out
 
-    def gather(self, name: str, dtype: np.dtype[Any], rows: np.ndarray, obs_rows: bool, cache_bytes: int) -> np.ndarray:
-        """Rows (global row numbers) of one column, from the cache or else shard by shard."""
+    def row_groups(self, rows: np.ndarray, obs_rows: bool) -> RowGroups:
+        """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns."""
+        return RowGroups(rows, self.obs_base if obs_rows else self.step_base)
+
+    def gather(self, name: str, dtype: np.dtype[Any], groups: RowGroups, cache_bytes: int) -> np.ndarray:
+        """The rows of ``groups`` of one column, from the cache or else shard by shard in file order."""
         cache = self.cache(cache_bytes)
         if cache is not None:
-            return cache[name][rows]
-        base = self.obs_base if obs_rows else self.step_base
-        which = np.searchsorted(base, rows, side="right") - 1
-        out = np.empty((len(rows), *self._row_shape(name)), dtype=dtype)
-        for s in np.unique(which).tolist():
-            sel = which == s
-            out[sel] = self.files.read(s, self.shards[s], name, rows[sel] - base[s])
+            return cache[name][groups.rows]
+        out = np.empty((len(groups.rows), *self._row_shape(name)), dtype=dtype)
+        for s, where, local in groups.parts:
+            self.files.read_into(s, self.shards[s], name, local, out, where)
         return out
+
+
+class RowGroups:
+    """Global rows of one kind split by shard once: per shard touched, (shard, places in the batch, its rows),
+    rows ascending (file order). Several columns gathered at the same rows share one split."""
+
+    def __init__(self, rows: np.ndarray, base: np.ndarray) -> None:
+        self.rows = rows
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        which = np.searchsorted(base, ordered, side="right") - 1
+        cuts = (np.flatnonzero(which[1:] != which[:-1]) + 1).tolist()
+        self.parts = [(int(which[a]), order[a:b], ordered[a:b] - base[which[a]])
+                      for a, b in zip([0, *cuts], [*cuts, len(rows)]) if b > a]

@@ -1,10 +1,11 @@
 """Reading datasets written by EpisodeStore, with Minari's names: load_dataset, Dataset, EpisodeData.
 
 ``load_dataset`` reads every committed shard's small ``episodes/`` table and notes where each
-column lies in its file; column data are read on use, through memory maps (uncompressed shards) or
-HDF5 (compressed ones) of at most ``max_open_files`` files open at once, so loading is cheap, memory
-stays small and a dataset of any number of shards reads within a small file-descriptor limit. Episode ids are global: shards sorted
-by file name (commit time first), then row. ``.tmp`` files (half-written shards) are ignored.
+column lies in its file; column data are read on use, through memory maps (raw columns, and Zstandard
+chunks decoded from the map) or HDF5 (other codecs) of at most ``max_open_files`` files open at once, so
+loading is cheap, memory stays small and a dataset of any number of shards reads within a small
+file-descriptor limit. Episode ids are global: shards sorted by file name (commit time first), then row.
+``.tmp`` files (half-written shards) are ignored.
 """
 
 from __future__ import annotations
@@ -365,15 +366,16 @@ class Dataset:
                                   np.concatenate([obs_rows, obs_rows + 1]), np.concatenate([starts, starts]), limit)
             obs.append(both[:n])
             next_obs.append(both[n:])
+        steps = idx.row_groups(step_rows, False)  # split by shard once for the five step columns
         for leaf in idx.act_leaves:
-            acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, step_rows, False, limit))
+            acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, steps, limit))
         return {
             "observations": unflatten_batch(idx.observation_space, obs),
             "actions": unflatten_batch(idx.action_space, acts),
-            "rewards": idx.gather("rewards", np.dtype(np.float64), step_rows, False, limit),
+            "rewards": idx.gather("rewards", np.dtype(np.float64), steps, limit),
             "next_observations": unflatten_batch(idx.observation_space, next_obs),
-            "terminations": idx.gather("terminations", np.dtype(np.bool_), step_rows, False, limit),
-            "truncations": idx.gather("truncations", np.dtype(np.bool_), step_rows, False, limit),
+            "terminations": idx.gather("terminations", np.dtype(np.bool_), steps, limit),
+            "truncations": idx.gather("truncations", np.dtype(np.bool_), steps, limit),
         }
 
     def update_dataset_from_buffer(self, buffer: Any) -> None:

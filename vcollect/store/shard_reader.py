@@ -2,22 +2,24 @@
 
 ``_Shard`` reads a committed shard's small ``episodes/`` table and where each column lies (from the file,
 or from its manifest line) and checks both against the dataset's spaces; ``_OpenFiles`` reads column rows
-through memory maps (uncompressed shards) or HDF5 (compressed ones), keeping at most a given number of
-files open. A damaged shard raises CorruptShardError naming the file.
+through memory maps (raw columns; Zstandard columns through their chunk tables, chunk_reader.py) or HDF5
+(other codecs), keeping at most a given number of files open. A damaged shard raises CorruptShardError
+naming the file.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
+import math
 import mmap
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import h5py
 import numpy as np
@@ -48,6 +50,14 @@ def _not_corruption(exc: BaseException) -> bool:
     )
 
 
+def _raise_read_error(shard: _Shard, name: str, exc: Exception) -> NoReturn:
+    """Raise ``exc`` reading column ``name``: as it is when it says nothing about the file (or already names
+    it), else as CorruptShardError naming the shard."""
+    if isinstance(exc, CorruptShardError) or _not_corruption(exc):
+        raise exc
+    raise CorruptShardError(f"shard {str(shard.path)!r}: cannot read column {name!r}: {exc}") from exc
+
+
 def _decode(arr: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     if "encoding" in attrs and arr.dtype.kind == "S":
         return np.char.decode(arr, str(attrs["encoding"]))
@@ -63,6 +73,10 @@ class _Column:
     shape: tuple[int, ...]
     offset: int | None
     attrs: dict[str, Any]
+    size: int = field(init=False)  # elements (rows x row size), computed once: reads test it on every call
+
+    def __post_init__(self) -> None:
+        self.size = math.prod(self.shape)
 
 
 def _check_links(f: h5py.File) -> None:
@@ -142,7 +156,7 @@ class _Shard:
                     offset = obj.id.get_offset()
                     plain = obj.compression is None and obj.chunks is None and offset is not None
                     col = _Column(name, obj.dtype, tuple(obj.shape), int(offset) if plain else None, dict(obj.attrs))
-                    nbytes = int(np.prod(col.shape, dtype=np.int64)) * col.dtype.itemsize
+                    nbytes = col.size * col.dtype.itemsize
                     if col.offset is not None and col.offset + nbytes > file_size:
                         return f"column {name!r} extends past the end of the file"
                     self.columns[name] = col
@@ -272,43 +286,68 @@ class _OpenFiles:
             return decode_utf8(self._read(key, shard, col, name, rows))
         return self._read(key, shard, col, name, rows)
 
+    def read_into(self, key: int, shard: _Shard, name: str, rows: np.ndarray, out: np.ndarray, where: np.ndarray) -> None:
+        """``out[where] = rows`` of column ``name`` of ``shard`` (``rows`` best ascending: file order), with no
+        copy in between for raw columns and Zstandard chunks of one row (sample_steps' gathers)."""
+        col = shard.columns[name]
+        if col.dtype == out.dtype and out.flags.c_contiguous and col.size:
+            with self._lock:
+                try:
+                    if col.offset is not None:
+                        out[where] = self._mapped_column(key, shard, col)[rows]
+                        return
+                    table = self._chunk_table(key, shard, name)
+                    if table is not None and table.rows_per_chunk == 1:
+                        table.decode_into(self._get(key, shard, "map"), rows, out, where)
+                        return
+                except Exception as exc:
+                    _raise_read_error(shard, name, exc)
+        out[where] = self.read(key, shard, name, rows)
+
+    def _mapped_column(self, key: int, shard: _Shard, col: _Column) -> np.ndarray:
+        """A raw column as an array over the file's map (a view: drop it before the map may close)."""
+        assert col.offset is not None
+        mapped = self._get(key, shard, "map")
+        return np.frombuffer(mapped, dtype=col.dtype, count=col.size, offset=col.offset).reshape(col.shape)
+
     def _read(self, key: int, shard: _Shard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
-        if int(np.prod(col.shape, dtype=np.int64)) == 0:
+        if not col.size:
             return np.empty(col.shape, dtype=col.dtype)[rows]
         with self._lock:
             try:
-                if col.offset is not None:
-                    mapped = self._get(key, shard, "map")
-                    count = int(np.prod(col.shape, dtype=np.int64))
-                    arr = np.frombuffer(mapped, dtype=col.dtype, count=count, offset=col.offset).reshape(col.shape)
-                    out = np.array(arr[rows])
-                    del arr
-                    return out
-                ds = self._get(key, shard, "h5")[name]
-                table = self._chunk_table(key, name, ds)
-                if table is not None:  # Zstandard chunks: decoded straight from the file's map
-                    if isinstance(rows, slice):
-                        rows = np.arange(*rows.indices(col.shape[0]))
-                    return table.read_rows(self._get(key, shard, "map"), rows)
-                if isinstance(rows, slice):
-                    return np.asarray(ds[rows])
-                if rows.size == 0:
-                    return np.empty((0, *col.shape[1:]), dtype=col.dtype)
-                lo, hi = int(rows.min()), int(rows.max()) + 1
-                unique, inverse = np.unique(rows, return_inverse=True)
-                if hi - lo <= 4 * unique.size:  # dense: one range read
-                    return np.asarray(ds[lo:hi])[rows - lo]
-                return np.asarray(ds[unique])[inverse]  # sparse: decode only the chunks holding the rows
-            except CorruptShardError:
-                raise
+                return self._read_locked(key, shard, col, name, rows)
             except Exception as exc:
-                if _not_corruption(exc):
-                    raise
-                raise CorruptShardError(f"shard {str(shard.path)!r}: cannot read column {name!r}: {exc}") from exc
+                _raise_read_error(shard, name, exc)
 
-    def _chunk_table(self, key: int, name: str, ds: h5py.Dataset) -> ChunkTable | None:
-        """The chunk table of a Zstandard-compressed column (read once per column), or None for other columns."""
+    def _read_locked(self, key: int, shard: _Shard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
+        if col.offset is not None:
+            return np.array(self._mapped_column(key, shard, col)[rows])
+        table = self._chunk_table(key, shard, name)
+        if table is not None:  # Zstandard chunks: decoded straight from the file's map
+            mapped = self._get(key, shard, "map")
+            if isinstance(rows, slice):
+                lo, hi, step = rows.indices(col.shape[0])
+                if step == 1:
+                    return table.read_range(mapped, lo, max(lo, hi))
+                rows = np.arange(lo, hi, step)
+            return table.read_rows(mapped, rows)
+        ds = self._get(key, shard, "h5")[name]
+        if isinstance(rows, slice):
+            return np.asarray(ds[rows])
+        if rows.size == 0:
+            return np.empty((0, *col.shape[1:]), dtype=col.dtype)
+        lo, hi = int(rows.min()), int(rows.max()) + 1
+        unique, inverse = np.unique(rows, return_inverse=True)
+        if hi - lo <= 4 * unique.size:  # dense: one range read
+            return np.asarray(ds[lo:hi])[rows - lo]
+        return np.asarray(ds[unique])[inverse]  # sparse: decode only the chunks holding the rows
+
+    def _chunk_table(self, key: int, shard: _Shard, name: str) -> ChunkTable | None:
+        """The chunk table of a Zstandard-compressed column, or None for other columns. Read once per column
+        through HDF5 and kept, so later reads of the column need only the file's map: sampling a dataset of
+        more shards than ``capacity`` / 2 would otherwise reopen an HDF5 file (~0.2 ms) per shard per call."""
         if (key, name) not in self._tables:
+            ds = self._get(key, shard, "h5")[name]
             self._tables[(key, name)] = ChunkTable(ds) if ChunkTable.applies_to(ds) else None
         return self._tables[(key, name)]
 

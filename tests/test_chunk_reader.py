@@ -1,0 +1,163 @@
+"""The Zstandard chunk reader against plain numpy indexing: ranges decoded as streams across the gaps HDF5
+leaves between chunks and across chunks stored unfiltered, rows in any order into any places, chunks of one
+and of several rows; the shard split sample_steps uses; sampling without reopening HDF5 files."""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import hdf5plugin
+import numpy as np
+import pytest
+import zstandard
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vcollect import EpisodeStore, load_dataset
+from vcollect.errors import CorruptShardError
+from vcollect.store.chunk_reader import ChunkTable
+from vcollect.store.dataset_index import RowGroups
+
+ROWS = 150
+RAW_ROWS = (0, 1, 40, 41, 42, 99, ROWS - 1)  # chunks written as they are, HDF5's filter mask saying so
+
+
+def column(path: Path, rows_per_chunk: int) -> np.ndarray:
+    """Write a Zstandard column of ROWS rows of (3, 20, 20) uint8 to ``path`` and return its rows; the chunks
+    holding RAW_ROWS are rewritten unfiltered (filter mask 1), as HDF5 keeps a chunk its filter failed on."""
+    rng = np.random.default_rng(rows_per_chunk)
+    data = np.repeat(rng.integers(0, 4, (ROWS, 1, 20, 20), dtype=np.uint8) * 60, 3, axis=1)
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("col", data=data, chunks=(rows_per_chunk, 3, 20, 20), **hdf5plugin.Zstd(clevel=1))
+        for row in RAW_ROWS:
+            first = row - row % rows_per_chunk
+            chunk = np.zeros((rows_per_chunk, 3, 20, 20), np.uint8)
+            chunk[: min(rows_per_chunk, ROWS - first)] = data[first : first + rows_per_chunk]
+            ds.id.write_direct_chunk((first, 0, 0, 0), chunk.tobytes(), filter_mask=1)
+        first = 70 - 70 % rows_per_chunk  # rewritten 4 bytes longer (a checksum): HDF5 moves it, leaving a gap
+        frame = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(
+            np.ascontiguousarray(data[first : first + rows_per_chunk]).tobytes())
+        ds.id.write_direct_chunk((first, 0, 0, 0), frame)
+    return data
+
+
+@pytest.fixture(scope="module", params=[1, 4], ids=["one-row-chunks", "four-row-chunks"])
+def table(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ChunkTable, mmap.mmap, np.ndarray]]:
+    path = tmp_path_factory.mktemp("chunks") / "c.h5"
+    data = column(path, request.param)
+    with h5py.File(path, "r") as f:
+        t = ChunkTable(f["col"])
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    yield t, mapped, data
+    mapped.close()
+
+
+def test_the_column_has_gaps_and_unfiltered_chunks(table: tuple[ChunkTable, mmap.mmap, np.ndarray]) -> None:
+    t, _, _ = table
+    assert t.stored_raw.sum() >= 4 and (~t.stored_raw).sum() >= 10
+    filtered_neighbours = ~t.stored_raw[:-1] & ~t.stored_raw[1:]
+    assert (t.breaks[:-1] & filtered_neighbours).any(), "no gap in the file between two Zstandard chunks"
+    assert (~t.breaks[:-1]).any(), "no chunks back to back"
+
+
+@settings(max_examples=60, deadline=None)
+@given(bounds=st.tuples(st.integers(0, ROWS), st.integers(0, ROWS)))
+def test_a_range_reads_exactly_its_rows(table: tuple[ChunkTable, mmap.mmap, np.ndarray], bounds: tuple[int, int]) -> None:
+    t, mapped, data = table
+    lo, hi = min(bounds), max(bounds)
+    got = t.read_range(mapped, lo, hi)
+    assert got.shape == data[lo:hi].shape and got.dtype == data.dtype
+    np.testing.assert_array_equal(got, data[lo:hi])
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.integers(0, ROWS - 1), max_size=40), seed=st.integers(0, 2**16))
+def test_rows_in_any_order_land_in_any_places(table: tuple[ChunkTable, mmap.mmap, np.ndarray], rows: list[int],
+                                              seed: int) -> None:
+    t, mapped, data = table
+    want = np.asarray(rows, dtype=np.int64)
+    np.testing.assert_array_equal(t.read_rows(mapped, want), data[want])
+    if t.rows_per_chunk == 1:
+        places = np.random.default_rng(seed).permutation(len(want) + 3)[: len(want)]
+        out = np.zeros((len(want) + 3, *data.shape[1:]), np.uint8)
+        t.decode_into(mapped, want, out, places)
+        expected = np.zeros_like(out)
+        expected[places] = data[want]
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_a_damaged_frame_in_a_range_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "c.h5"
+    data = column(path, 1)
+    with h5py.File(path, "r") as f:
+        t = ChunkTable(f["col"])
+    k = int(np.flatnonzero(~t.stored_raw & ~t.breaks)[3])  # a Zstandard frame inside a stretch of them
+    with open(path, "r+b") as f:
+        f.seek(int(t.offsets[k]))
+        f.write(b"\x00\x00\x00\x00")  # its magic number
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    with pytest.raises(Exception, match="(?i)zstd|frame|decoded"):
+        t.read_range(mapped, k - 1, k + 2)
+    good = np.flatnonzero(~t.stored_raw)[-3:]  # the table's decoder still decodes after the failure
+    np.testing.assert_array_equal(t.read_rows(mapped, good), data[good])
+    mapped.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(0, 6), min_size=1, max_size=5), picks=st.lists(st.integers(0, 10**6), max_size=30))
+def test_row_groups_split_rows_by_shard_in_file_order(sizes: list[int], picks: list[int]) -> None:
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    total = int(base[-1])
+    rows = np.asarray([p % total for p in picks] if total else [], dtype=np.int64)
+    groups = RowGroups(rows, base)
+    seen = []
+    for s, where, local in groups.parts:
+        assert len(where) == len(local) > 0
+        np.testing.assert_array_equal(base[s] + local, rows[where])
+        assert ((local >= 0) & (local < sizes[s])).all() and (np.diff(local) >= 0).all()
+        seen += where.tolist()
+    assert sorted(seen) == list(range(len(rows)))
+    assert [s for s, _, _ in groups.parts] == sorted({int(np.searchsorted(base, r, "right") - 1) for r in rows})
+
+
+def test_sampling_many_shards_opens_no_hdf5_file_again(tmp_path: Path) -> None:
+    """Once a shard's chunk tables are read, its rows need only the file's map: with more shards than half the
+    open-file limit an HDF5 handle per shard per call would be reopened otherwise."""
+    space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    with EpisodeStore.create("c/many-v0", space, spaces.Discrete(3), root=tmp_path, shard_steps=20) as store:
+        for e in range(6):
+            obs = np.full((21, 4, 84, 84), e, np.uint8)
+            store.write_episode(obs, np.zeros(20, np.int64), np.full(20, float(e)), np.r_[np.zeros(19, bool), True],
+                                np.zeros(20, bool), seed=None, env_id=0)
+    data = load_dataset("c/many-v0", root=tmp_path, max_open_files=4)
+    assert len(data.shard_paths) == 6
+    first = data.sample_steps(64, cache_bytes=0)  # reads the chunk tables
+    batch = data.sample_steps(64, cache_bytes=0)
+    assert all(kind == "map" for _, kind in data._index.files._open), "an HDF5 file was reopened to sample"
+    for b in (first, batch):
+        np.testing.assert_array_equal(b["observations"][:, 0, 0, 0], b["rewards"])
+        np.testing.assert_array_equal(b["next_observations"][:, 0, 0, 0], b["rewards"])
+
+
+def test_a_damaged_chunk_read_by_an_episode_names_the_shard(tmp_path: Path) -> None:
+    space = spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    with EpisodeStore.create("c/bad-v0", space, spaces.Discrete(3), root=tmp_path) as store:
+        obs = np.repeat(np.arange(21, dtype=np.uint8)[:, None, None, None], 4 * 84 * 84, axis=1).reshape(21, 4, 84, 84)
+        store.write_episode(obs, np.zeros(20, np.int64), np.zeros(20), np.r_[np.zeros(19, bool), True],
+                            np.zeros(20, bool), seed=None, env_id=0)
+    data = load_dataset("c/bad-v0", root=tmp_path)
+    np.testing.assert_array_equal(data[0].observations, obs)
+    t = data._index.files._tables[(0, "observations")]
+    assert isinstance(t, ChunkTable)
+    data.close()
+    with open(data.shard_paths[0], "r+b") as f:
+        f.seek(int(t.offsets[7]) + int(t.sizes[7]) // 2)
+        f.write(b"\xff" * 16)
+    with pytest.raises(CorruptShardError, match=data.shard_paths[0].name):
+        load_dataset("c/bad-v0", root=tmp_path)[0]
