@@ -21,6 +21,7 @@ from vcollect.async_collector import AsyncCollector
 from vcollect.envs import EnvCapabilities, EnvPoolVectorEnv
 from vcollect.envs.steps import StepBlock
 from vcollect.loops import AllEnvLoop, BlockLoop
+from vcollect.loops import blocks as block_loop
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # envpool's Box precision warnings
 
@@ -140,9 +141,13 @@ def test_step_into_hands_over_arrays_the_pool_never_writes_again() -> None:
     envs.close()
 
 
-def test_staged_blocks_with_a_policy_record_what_the_per_step_path_records() -> None:
+def test_staged_blocks_with_a_policy_record_what_the_per_step_path_records(monkeypatch: pytest.MonkeyPatch) -> None:
     """With a policy acting on the held arrays (no copy of them in the block), the staged loop stores the
-    per-step loop's episodes."""
+    per-step loop's episodes. CartPole's observations are small enough to be copied (HOLD_OBS_BYTES);
+    they are held here with the threshold at zero."""
+    with Collector(None, pool()) as small:
+        assert isinstance(small.loop, BlockLoop) and not small.loop.block.hold_obs
+    monkeypatch.setattr(block_loop, "HOLD_OBS_BYTES", 0)
     runs = []
     for blocks in (True, False):
         store = ListStore()

@@ -25,7 +25,7 @@ from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 if TYPE_CHECKING:
     from vcollect.collector import CollectCall, Collector
 
-__all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "BlockLoop", "StagesBlocks"]
+__all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "HOLD_OBS_BYTES", "BlockLoop", "StagesBlocks"]
 
 BLOCK_STEPS = 64
 """Steps staged in a StepBlock before they go to the rings, ledger and store."""
@@ -33,12 +33,18 @@ BLOCK_STEPS = 64
 BLOCK_BYTES = 4 << 20
 """Most bytes of observations a StepBlock holds (large observations make shorter blocks)."""
 
+HOLD_OBS_BYTES = 64 << 10
+"""Bytes of observations per vector step from which arrays a backend hands over are kept rather than copied
+(Atari frames: 225 KB for 8 envs); below it one copy into the block is cheaper than writing and checking
+the rows one by one."""
+
 
 @runtime_checkable
 class StagesBlocks(Protocol):
     """What a backend that declares ``steps_in_blocks`` offers. One whose ``step_into`` passes observation
     arrays that are new every step and that it never writes to again says so with a true class attribute
-    ``hands_over_obs``: the block then keeps them (``StepBlock(hold_obs=True)``) instead of copying them."""
+    ``hands_over_obs``: the block then keeps them (``StepBlock(hold_obs=True)``) instead of copying them,
+    where a step's observations are large (``HOLD_OBS_BYTES``)."""
 
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """Step every env once, its results written into the block's next row."""
@@ -58,7 +64,7 @@ class BlockLoop(AllEnvLoop):
             int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(c.observation_space)
         )
         size = max(1, min(BLOCK_STEPS, c.buffer.capacity - 1, BLOCK_BYTES // max(1, step_bytes)))
-        hold = bool(getattr(self.stager, "hands_over_obs", False))
+        hold = bool(getattr(self.stager, "hands_over_obs", False)) and step_bytes >= HOLD_OBS_BYTES
         self.block = StepBlock(c.num_envs, size, c.observation_space, c.action_space, hold_obs=hold)
         self._flat_obs = self.block.obs_leaf_count == 1 and not isinstance(c.observation_space, (Dict, Tuple))
 
