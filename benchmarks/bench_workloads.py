@@ -9,6 +9,10 @@ Ratios are only meaningful within one run (the machines are shared). TorchRL's C
 in its own process). Usage:
 
     python benchmarks/bench_workloads.py [--rows cheetah,pong,torchrl] [--rounds 5] [--markdown]
+
+(``--rows envpool``: only the EnvPool Pong rows, which ``pong`` includes. ``--cpu`` also prints steps per
+second of this process's CPU time, EnvPool's threads included: steadier than wall time on a loaded machine,
+and meaningful for the in-process rows only, since worker processes' time is not counted.)
 """
 
 from __future__ import annotations
@@ -71,20 +75,30 @@ def raw_window(envs: gym.vector.VectorEnv) -> Window:
     return window
 
 
-def raw_envpool_window(task: str) -> Window:
+def raw_envpool_window(task: str, *, keep_frames: bool = False) -> Window:
+    """EnvPool's own loop: batched random actions, results dropped; ``keep_frames``: each step's frames
+    also copied into an array of as many rows as the Collector's ring, touched beforehand (a user keeping
+    the frames in memory they have written before)."""
     import envpool
 
     envs = envpool.make_gymnasium(task, num_envs=NUM_ENVS, seed=0)
     CLEANUP.callback(envs.close)
-    envs.reset()
+    obs, _ = envs.reset()
     n_actions = envs.action_space.n
     rng = np.random.default_rng(0)
+    kept = np.ones((vcollect.collector.DEFAULT_BUFFER_ROWS // NUM_ENVS, *obs.shape), obs.dtype) if keep_frames else None
+    at = [0]
 
     def window(steps: int) -> float:
         n = max(1, steps // NUM_ENVS)
+        i = at[0]
         start = time.perf_counter()
         for _ in range(n):
-            envs.step(rng.integers(0, n_actions, NUM_ENVS))
+            frames = envs.step(rng.integers(0, n_actions, NUM_ENVS))[0]
+            if kept is not None:
+                kept[i] = frames
+                i = (i + 1) % len(kept)
+        at[0] = i
         return n * NUM_ENVS / (time.perf_counter() - start)
 
     window(NUM_ENVS * 8)
@@ -92,22 +106,31 @@ def raw_envpool_window(task: str) -> Window:
 
 
 def collector_window(envs: Any, policy: Any, *, compression: str = "auto", shard_steps: int = 4_000,
-                     background: bool = False) -> Window:
+                     background: bool = False, warm_ring: bool = False) -> Window:
     """``collect(n_step=n)`` into an EpisodeStore (a shard commit every ``shard_steps`` steps; the default
-    compression: Zstandard for the frames, the rest raw)."""
+    compression: Zstandard for the frames, the rest raw). ``warm_ring``: timed once every ring row has
+    been written (see timed_collector)."""
     root = tempfile.mkdtemp(prefix="vcollect-workloads-")
     CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
     store = EpisodeStore.create("bench/workload-v0", envs.single_observation_space, envs.single_action_space,
                                 root=root, compression=compression, shard_steps=shard_steps,
                                 background_commits=background)
     CLEANUP.callback(store.close)
-    return timed_collector(vcollect.Collector(policy, envs, store=store, seed=0), random=policy is None)
+    return timed_collector(vcollect.Collector(policy, envs, store=store, seed=0), random=policy is None,
+                           warm_ring=warm_ring)
 
 
-def timed_collector(collector: vcollect.Collector, random: bool) -> Window:
-    """A window function timing ``collect(n_step=n)`` on ``collector`` (warmed up, closed at the end)."""
+def timed_collector(collector: vcollect.Collector, random: bool, *, warm_ring: bool = False) -> Window:
+    """A window function timing ``collect(n_step=n)`` on ``collector`` (warmed up, closed at the end).
+
+    ``warm_ring``: first collect as many steps as the rings have rows, so that the windows write into
+    memory written before, as a long collection does after its first ring's worth of steps. Otherwise the
+    windows are the first pass over a new ring (20,000 rows: 564 MB of Pong frames), whose every page the
+    kernel faults in (zeroes) on its first write, inside the timed loop."""
     CLEANUP.callback(collector.close)
     collector.collect(n_step=NUM_ENVS * 8, reset_before_collect=True, random=random)
+    if warm_ring:
+        collector.collect(n_step=collector.buffer.capacity * NUM_ENVS, random=random)
 
     def window(steps: int) -> float:
         start = time.perf_counter()
@@ -194,13 +217,15 @@ def rows(which: set[str]) -> dict[str, tuple[Callable[[], Window], int]]:
                 lambda: (lambda e: collector_window(e, cnn_policy(e)))(
                     SubprocVectorEnv([make_pong] * NUM_ENVS, num_workers=NUM_ENVS)), 800),
         }
-        if importlib.util.find_spec("envpool"):
-            found |= {
-                "raw Pong EnvPool": (lambda: raw_envpool_window("Pong-v5"), 1_600),
-                "Pong envpool+zstd store random": (
-                    lambda: collector_window(make_vector("Pong-v5", NUM_ENVS, "envpool"), None),
-                    1_600),
-            }
+    if ("pong" in which or "envpool" in which) and importlib.util.find_spec("envpool"):
+        envpool_pong = lambda: make_vector("Pong-v5", NUM_ENVS, "envpool")  # noqa: E731
+        found |= {
+            "raw Pong EnvPool": (lambda: raw_envpool_window("Pong-v5"), 1_600),
+            "raw Pong EnvPool, frames kept": (lambda: raw_envpool_window("Pong-v5", keep_frames=True), 1_600),
+            "Pong envpool+zstd store random": (lambda: collector_window(envpool_pong(), None), 1_600),
+            "Pong envpool+zstd store random, ring warm": (
+                lambda: collector_window(envpool_pong(), None, warm_ring=True), 1_600),
+        }
     return found
 
 
@@ -213,6 +238,8 @@ RATIOS = [
     ("Pong subproc+zstd store, background commits", "Pong subproc, no store", 0.95),
     ("Pong subproc+zstd store cnn", "raw Pong AsyncVectorEnv", None),
     ("Pong envpool+zstd store random", "raw Pong EnvPool", 0.85),
+    ("Pong envpool+zstd store random, ring warm", "raw Pong EnvPool", 0.85),
+    ("raw Pong EnvPool, frames kept", "raw Pong EnvPool", None),
     ("CartPole dummy (vcollect)", "CartPole torchrl SerialEnv", 10.0),
     ("HalfCheetah dummy (vcollect)", "HalfCheetah torchrl SerialEnv", 5.0),
     ("CartPole subproc (vcollect)", "CartPole torchrl ParallelEnv", None),
@@ -241,6 +268,7 @@ def main() -> None:
     parser.add_argument("--rows", default="cheetah,pong,torchrl")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--cpu", action="store_true", help="also steps per CPU-second of this process")
     args = parser.parse_args()
     which = set(args.rows.split(","))
     torch.set_num_threads(1)  # the policies' forward passes; TorchPolicy(num_threads=1) does this per call too
@@ -249,9 +277,12 @@ def main() -> None:
     for name, (setup, steps) in setups.items():
         windows[name] = (setup(), steps)
     best = dict.fromkeys(windows, 0.0)
+    best_cpu = dict.fromkeys(windows, 0.0)
     for _ in range(args.rounds):
         for name, (window, steps) in windows.items():
+            cpu = time.process_time()
             best[name] = max(best[name], window(steps))
+            best_cpu[name] = max(best_cpu[name], steps / max(time.process_time() - cpu, 1e-9))
     CLEANUP.close()
     if "torchrl" in which:
         for env in ("CartPole", "HalfCheetah"):
@@ -260,6 +291,9 @@ def main() -> None:
                 if speed is not None:
                     best[f"{env} torchrl {backend}"] = speed
     print_table(best, args.markdown)
+    if args.cpu:
+        print("\nper CPU-second of this process (in-process rows only):")
+        print_table(best_cpu, args.markdown)
 
 
 def print_table(best: dict[str, float], markdown: bool) -> None:

@@ -19,7 +19,9 @@ from tests.test_gymnasium_adapter import assert_cartpole_transitions
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector
 from vcollect.envs import EnvCapabilities, EnvPoolVectorEnv
+from vcollect.envs.steps import StepBlock
 from vcollect.loops import AllEnvLoop, BlockLoop
+from vcollect.loops import blocks as block_loop
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # envpool's Box precision warnings
 
@@ -117,6 +119,51 @@ def test_sync_mode_staged_blocks_record_what_the_per_step_path_records() -> None
         np.testing.assert_array_equal(a.observations, b.observations)
         np.testing.assert_array_equal(a.actions, b.actions)
         np.testing.assert_array_equal(a.rewards, b.rewards)
+
+
+def test_step_into_hands_over_arrays_the_pool_never_writes_again() -> None:
+    """``hands_over_obs``: each step's observation array is new and EnvPool does not write to it after
+    handing it over, through later steps and restarts; the block keeps the very arrays (no copy). Should an
+    EnvPool release start reusing its buffers, this fails, and the block must copy again."""
+    envs = pool()
+    assert envs.hands_over_obs
+    envs.reset()
+    block = StepBlock(8, 60, envs.single_observation_space, envs.single_action_space, hold_obs=True)
+    copies = []
+    for k in range(60):  # CartPole episodes under random actions are ~20 steps: restarts among them
+        envs.step_into(np.random.default_rng(k).integers(0, 2, 8), block)
+        copies.append(block.obs_leaf_row(k)[0].copy())
+    assert block.restarts().any()
+    rows = [block.obs_leaf_row(k)[0] for k in range(60)]
+    for k in range(60):
+        np.testing.assert_array_equal(rows[k], copies[k])
+    assert not any(np.shares_memory(rows[k], rows[k + 1]) for k in range(59))
+    envs.close()
+
+
+def test_staged_blocks_with_a_policy_record_what_the_per_step_path_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a policy acting on the held arrays (no copy of them in the block), the staged loop stores the
+    per-step loop's episodes. CartPole's observations are small enough to be copied (HOLD_OBS_BYTES);
+    they are held here with the threshold at zero."""
+    with Collector(None, pool()) as small:
+        assert isinstance(small.loop, BlockLoop) and not small.loop.block.hold_obs
+    monkeypatch.setattr(block_loop, "HOLD_OBS_BYTES", 0)
+    runs = []
+    for blocks in (True, False):
+        store = ListStore()
+        with Collector(upright, pool(), store=store, seed=0, stage_blocks=blocks) as collector:
+            assert isinstance(collector.loop, BlockLoop if blocks else AllEnvLoop)
+            if blocks:
+                assert collector.loop.block.hold_obs
+            collector.reset()
+            stats = collector.collect(n_step=3000)
+            runs.append((stats.n_collected_steps, store.episodes))
+    (staged_steps, staged), (stepwise_steps, stepwise) = runs
+    assert staged_steps == stepwise_steps == 3000 and len(staged) == len(stepwise) > 5
+    for a, b in zip(staged, stepwise):
+        assert a.env_id == b.env_id
+        np.testing.assert_array_equal(a.observations, b.observations)
+        np.testing.assert_array_equal(a.actions, b.actions)
 
 
 def test_collectors_accept_a_pool_directly_and_reject_async_pools_for_sync_collection() -> None:

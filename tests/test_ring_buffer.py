@@ -13,6 +13,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from vcollect.buffers import EpisodeSlice, VectorRingBuffer
+from vcollect.envs.steps import HeldRows
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 
 # ------------------------------------------------------------------------------------ configurations
@@ -561,13 +562,15 @@ def ring_state(buf: VectorRingBuffer) -> list[np.ndarray]:
     capacity=st.integers(2, 7),
     keep_overflow=st.booleans(),
     blocks=st.integers(1, 6),
+    held=st.booleans(),
 )
 def test_add_steps_equals_add_all_step_by_step(
-    data: st.DataObject, cfg: Config, num_envs: int, capacity: int, keep_overflow: bool, blocks: int
+    data: st.DataObject, cfg: Config, num_envs: int, capacity: int, keep_overflow: bool, blocks: int, held: bool
 ) -> None:
     """add_steps(k steps) leaves the buffer exactly as k add_all calls do (wrapping rings, env positions
     aligned or not, nested spaces) and reports the episodes that ended as they end step by step: env id,
-    the episode_ref handle (last row, steps) and its return. Integer rewards, so that every sum is exact."""
+    the episode_ref handle (last row, steps) and its return. Integer rewards, so that every sum is exact.
+    ``held``: the observations come as HeldRows (a backend's own arrays, one per step) instead of stacked."""
     blocked = VectorRingBuffer(num_envs, capacity, cfg.obs_space, cfg.act_space, keep_overflow=keep_overflow)
     stepwise = VectorRingBuffer(num_envs, capacity, cfg.obs_space, cfg.act_space, keep_overflow=keep_overflow)
     counter = 0
@@ -625,10 +628,11 @@ def test_add_steps_equals_add_all_step_by_step(
             np.stack([flatten_batch(cfg.act_space, batch_of(cfg.act_space, acts[j]))[i] for j in range(k)])
             for i in range(len(leaves(cfg.act_space)))
         ]
-        obs_block = [
-            np.stack([flatten_batch(cfg.obs_space, batch_of(cfg.obs_space, obs[j]))[i] for j in range(k)])
+        obs_rows = [
+            [np.array(flatten_batch(cfg.obs_space, batch_of(cfg.obs_space, obs[j]))[i]) for j in range(k)]
             for i in range(len(leaves(cfg.obs_space)))
         ]
+        obs_block = [HeldRows(rows) if held else np.stack(rows) for rows in obs_rows]
         ends = blocked.add_steps(act_block, rewards, terms, truncs, obs_block, restarts)
         got = list(
             zip(ends.steps.tolist(), ends.env_ids.tolist(), ends.last_rows.tolist(), ends.lengths.tolist(), ends.returns.tolist())

@@ -253,6 +253,30 @@ def test_batch_contains_agrees_with_gymnasium_contains(data: st.DataObject, whic
     assert BatchCheck(space)(batch) == result
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    dtype=st.sampled_from([np.uint8, np.int8, np.uint16]),
+    narrow=st.tuples(st.integers(0, 1), st.integers(0, 1)),
+    values=st.lists(st.integers(-130, 65_540), min_size=6, max_size=6),
+    wide=st.booleans(),
+)
+def test_integer_boxes_over_the_whole_dtype_range_are_checked_as_any_other(
+    dtype: type, narrow: tuple[int, int], values: list[int], wide: bool
+) -> None:
+    """A Box whose bounds are its dtype's whole range (uint8 frames in [0, 255]) takes any batch of that
+    dtype without a look at its elements; batches of another dtype, and boxes one short of the whole range,
+    are still checked element by element. Reference: the bounds compared as Python ints."""
+    info = np.iinfo(dtype)
+    space = gs.Box(int(info.min) + narrow[0], int(info.max) - narrow[1], (3,), dtype=dtype)
+    if wide:  # int64 values, possibly outside the dtype's range
+        batch = np.array(values, np.int64).reshape(2, 3)
+    else:
+        batch = np.array([min(max(v, int(info.min)), int(info.max)) for v in values], dtype).reshape(2, 3)
+    inside = all(int(space.low[0]) <= int(v) <= int(space.high[0]) for v in batch.ravel())
+    assert (BatchCheck(space)(batch) is None) == inside
+    assert (batch_contains(space, batch) is None) == inside
+
+
 def test_batch_contains_discrete_with_nonzero_start() -> None:
     space = gs.Discrete(3, start=-2)
     assert batch_contains(space, np.array([-2, -1, 0])) is None

@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vcollect.envs.steps import StepBlock
+from vcollect.envs.steps import HeldRows, StepBlock
 
 
 def test_step_block_rows_keep_restarts_done_and_count():
@@ -49,6 +49,39 @@ def test_step_block_writes_out_of_order_rows_by_env_id_and_refuses_what_breaks_i
     with pytest.raises(ValueError, match="got 2 observation leaves, the block holds 1"):
         block.append_row([np.zeros((3, 1))] * 2, [0.0] * 3, [False] * 3, [False] * 3, done)
     assert block.count == 0
+
+
+def test_hold_obs_block_keeps_handed_over_arrays_and_copies_anything_else():
+    """A hold_obs block keeps the arrays a backend hands over (the very objects: no copy), copies what was
+    not handed over, is of another dtype, or comes out of env id order, and serves every observation read
+    (rows, joined rows, HeldRows for the rings) from them; clearing it leaves rows handed out intact."""
+    space = gym.spaces.Box(0, 255, (2,), np.uint8)
+    block = StepBlock(3, 4, space, gym.spaces.Discrete(2), hold_obs=True)
+    assert block.obs == [] and block.obs_leaf_count == 1
+    no_restarts = np.zeros(3, bool)
+    frames = [np.full((3, 2), 10 * j, np.uint8) for j in range(4)]
+    block.append_row([frames[0]], [0.0] * 3, [False] * 3, [False] * 3, no_restarts, handed_over=True)
+    block.append_row([frames[1]], [0.0] * 3, [False] * 3, [False] * 3, no_restarts)  # not handed over
+    block.append_row([frames[2].astype(np.int64)], [0.0] * 3, [False] * 3, [False] * 3, no_restarts, handed_over=True)
+    block.append_row([frames[3][::-1]], [0.0] * 3, [False] * 3, [False] * 3, no_restarts, np.array([2, 1, 0]),
+                     handed_over=True)
+    rows = [block.obs_leaf_row(k)[0] for k in range(4)]
+    assert rows[0] is frames[0]
+    assert not any(np.shares_memory(rows[k], frames[k]) for k in (1, 2, 3))
+    assert all(row.dtype == np.uint8 and row.shape == (3, 2) for row in rows)
+    for k in range(4):
+        np.testing.assert_array_equal(rows[k], frames[k])
+        np.testing.assert_array_equal(block.obs_row(k), frames[k])
+    np.testing.assert_array_equal(block.obs_rows(1, 3), np.concatenate(frames[1:3]))
+    (held,) = block.obs_leaves(3)
+    assert isinstance(held, HeldRows) and held.shape == (3, 3, 2) and len(held) == 3 and held.rows[0] is frames[0]
+    np.testing.assert_array_equal(held.reshape(9, 2), np.concatenate(frames[:3]))
+    block.clear()
+    assert block.count == 0
+    block.append_row([np.zeros((3, 2), np.uint8)], [0.0] * 3, [False] * 3, [False] * 3, no_restarts, handed_over=True)
+    np.testing.assert_array_equal(rows[0], frames[0])  # a row handed out before is not written over
+    with pytest.raises(ValueError, match="at least one row"):
+        HeldRows([])
 
 
 def test_env_modules_import_nothing_from_the_buffers():

@@ -202,7 +202,7 @@ class _LeafCheck:
     instead of two, exact (negation and ``abs`` round nothing).
     """
 
-    __slots__ = ("name", "shape", "kinds", "describe", "_low", "_high", "_tiled", "_symmetric")
+    __slots__ = ("name", "shape", "kinds", "describe", "_low", "_high", "_tiled", "_symmetric", "_whole_range")
 
     def __init__(
         self, name: str, space: gym.Space[Any], kinds: str, low: np.ndarray, high: np.ndarray
@@ -214,6 +214,13 @@ class _LeafCheck:
         self._low, self._high = low, high
         self._tiled: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._symmetric = low.dtype.kind == "f" and bool(np.array_equal(low, -high))
+        # an integer dtype whose every value is within the bounds (uint8 frames in [0, 255]): a batch of
+        # exactly that dtype holds without looking at its elements
+        self._whole_range: np.dtype[Any] | None = None
+        if low.dtype.kind in "iu" and high.dtype == low.dtype and low.size:
+            info = np.iinfo(low.dtype)
+            if int(low.max()) == info.min and int(high.min()) == info.max:
+                self._whole_range = low.dtype
 
     @property
     def symmetric(self) -> bool:
@@ -235,6 +242,8 @@ class _LeafCheck:
 
     def holds(self, x: np.ndarray, k: int) -> bool:
         """Whether every element of ``x`` (k values of this leaf's shape and dtype kind) is within bounds."""
+        if self._whole_range is not None and x.dtype == self._whole_range:
+            return True
         low, high = self._tiled.get(k) or self.bounds(k)
         if self._symmetric and x.dtype.kind == "f":  # abs of an int could wrap around: floats only
             return bool(np.count_nonzero(np.abs(x) <= high) == x.size)

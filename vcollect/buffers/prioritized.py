@@ -9,6 +9,7 @@ write, no tree work in the collection path); the tree takes them in one vectoris
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -18,6 +19,7 @@ from vcollect.buffers.episodes import EpisodeEnds
 from vcollect.buffers.ring import VectorRingBuffer
 from vcollect.buffers.sampling import draw_priority_rows, gather_transitions
 from vcollect.buffers.sum_tree import SumTree
+from vcollect.envs.steps import HeldRows
 
 # Added to |priority| so that no transition's probability becomes 0 (Tianshou adds float32's eps too).
 _EPS = float(np.finfo(np.float32).eps)
@@ -109,7 +111,8 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         self._note(np.concatenate([before, self._last_flat]))
 
     def add_steps(self, actions: list[np.ndarray], rewards: np.ndarray, terminations: np.ndarray,
-                  truncations: np.ndarray, next_obs: list[np.ndarray], restarts: np.ndarray) -> EpisodeEnds:
+                  truncations: np.ndarray, next_obs: Sequence[np.ndarray | HeldRows],
+                  restarts: np.ndarray) -> EpisodeEnds:
         before = self._last_flat.copy()
         ends = super().add_steps(actions, rewards, terminations, truncations, next_obs, restarts)
         c = self.capacity

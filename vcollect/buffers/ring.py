@@ -12,14 +12,14 @@ microseconds.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, _Chunk
-from vcollect.buffers.row_writes import _row_items, _scatter, _write_columns, write_extras
+from vcollect.buffers.row_writes import HeldRows, _row_items, _scatter, _write_columns, write_extras
 from vcollect.buffers.sampling import draw_rows, gather_transitions, ring_capacity
 from vcollect.errors import BufferNotReadyError
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
@@ -272,14 +272,14 @@ class VectorRingBuffer:
         rewards: np.ndarray,
         terminations: np.ndarray,
         truncations: np.ndarray,
-        next_obs: list[np.ndarray],
+        next_obs: Sequence[np.ndarray | HeldRows],
         restarts: np.ndarray,
     ) -> EpisodeEnds:
         """Record k steps of every env at once: equal to ``add_all`` for each step j with ``started`` the env
-        ids of ``restarts[j]``, in one write per array. Arguments are (k, num_envs, ...) arrays, actions and
-        observations in flat leaf form; ``can_add_steps(k)`` must hold, and an env whose step ends an episode
-        must restart in the next step (NEXT_STEP). Returns the episodes that ended, whose returns are sums of
-        their rewards (rounded as numpy's sum does, not as k additions would).
+        ids of ``restarts[j]``, in one write per array. Arguments are (k, num_envs, ...) arrays (observation
+        leaves may be HeldRows), actions and observations in flat leaf form; ``can_add_steps(k)`` must hold,
+        and an env whose step ends an episode must restart in the next step (NEXT_STEP). Returns the episodes
+        that ended, whose returns are sums of their rewards (rounded as numpy's sum does, not k additions).
 
         Every env moves k rows: row j after its last one takes step j's action, reward and flags, row j + 1
         its next observation. Where every env's last row is in the same ring column (an all-env backend
@@ -322,8 +322,8 @@ class VectorRingBuffer:
             _write_columns(self._term, t, terminations)
             _write_columns(self._trunc, t, truncations)
             _write_columns(self._has_step, t, stepped)
-            for store, value in zip(self._obs, next_obs):
-                _write_columns(store, (t + 1) % c, value)
+            for store, obs in zip(self._obs, next_obs):
+                _write_columns(store, (t + 1) % c, obs)
             self._has_step[:, (t + k) % c] = False
             self._last_flat[:] = base + (t + k) % c
         else:
@@ -335,8 +335,8 @@ class VectorRingBuffer:
             self._term_flat[cur] = terminations
             self._trunc_flat[cur] = truncations
             self._has_flat[cur] = stepped
-            for store, items, value in zip(self._obs_flat, self._obs_items, next_obs):
-                _scatter(store, items, nxt.reshape(-1), value.reshape(k * n, *value.shape[2:]))
+            for store, items, obs in zip(self._obs_flat, self._obs_items, next_obs):
+                _scatter(store, items, nxt.reshape(-1), obs.reshape(k * n, *obs.shape[2:]))
             self._has_flat[grid[k]] = False
             self._last_flat[:] = grid[k]
         self._has_episode |= restarts.any(axis=0)

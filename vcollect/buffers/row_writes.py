@@ -7,11 +7,17 @@ from typing import Any
 
 import numpy as np
 
+from vcollect.envs.steps import HeldRows
 
-def _write_columns(store: np.ndarray, start: int, values: np.ndarray) -> None:
+
+def _write_columns(store: np.ndarray, start: int, values: np.ndarray | HeldRows) -> None:
     """``store[:, start + j] = values[j]`` for each of the k rows of values, columns wrapping around the
     (num_envs, capacity, ...) store's capacity (k <= capacity)."""
     capacity = store.shape[1]
+    if isinstance(values, HeldRows):  # one write per row, straight from the backend's arrays
+        for j, row in enumerate(values.rows):
+            store[:, (start + j) % capacity] = row
+        return
     stop = start + len(values)
     by_env = values.swapaxes(0, 1)
     if stop <= capacity:

@@ -196,14 +196,19 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started, ended
         )
 
+    #: EnvPool's receive returns new arrays every step and never writes to them again (the Python side owns
+    #: them), so a StepBlock keeps the observation arrays step_into passes instead of copying them
+    hands_over_obs = True
+
     def step_into(self, actions: Any, block: StepBlock) -> None:
-        """step_all (sync mode), its results copied into the block's next row in env id order instead of
-        fresh arrays."""
+        """step_all (sync mode), its results put in the block's next row in env id order instead of fresh
+        arrays (the pool's own observation arrays, handed over: ``hands_over_obs``)."""
         obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_into")
         order = np.asarray(info["env_id"])
         env_ids = None if order.tobytes() == self._in_order else order  # a sync pool answers in order
         self._restarting = block.append_row(
-            self.obs_layout.flatten(obs), rewards, terminations, truncations, self._restarting, env_ids
+            self.obs_layout.flatten(obs), rewards, terminations, truncations, self._restarting, env_ids,
+            handed_over=True,
         )
 
     def _pool_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:

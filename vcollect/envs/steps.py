@@ -1,5 +1,6 @@
 """What backends hand the collectors besides the plain protocol results: a step of every env
-(``AllEnvStep``), a step with restarts (``StepResetResult``) and several staged steps (``StepBlock``).
+(``AllEnvStep``), a step with restarts (``StepResetResult``) and several staged steps (``StepBlock``),
+whose observations may be arrays the backend handed over (``HeldRows``).
 
 They live with the env protocol because backends fill them; the collectors only read them (and write
 the actions they chose into a StepBlock).
@@ -15,9 +16,31 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import ArrayLike
 
-from vcollect.spaces import allocate, unflatten_batch
+from vcollect.spaces import allocate, leaves, unflatten_batch
 
-__all__ = ["AllEnvStep", "StepBlock", "StepResetResult"]
+__all__ = ["AllEnvStep", "HeldRows", "StepBlock", "StepResetResult"]
+
+
+class HeldRows:
+    """k rows of one leaf, each an array of one value per env that a backend handed over and never writes to
+    again, held by reference rather than copied into a staging block: the rings copy each row once, from
+    the backend's own array. Shaped (k, num_envs, ...) like the block slice it stands for."""
+
+    __slots__ = ("rows", "shape", "dtype")
+
+    def __init__(self, rows: Sequence[np.ndarray]) -> None:
+        if not rows:
+            raise ValueError("HeldRows needs at least one row")
+        self.rows = list(rows)
+        self.shape: tuple[int, ...] = (len(self.rows), *self.rows[0].shape)
+        self.dtype = self.rows[0].dtype
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def reshape(self, *shape: int) -> np.ndarray:
+        """The rows stacked into one array (a copy), reshaped: for writes that need them as one array."""
+        return np.stack(self.rows).reshape(*shape)
 
 
 class StepResetResult(NamedTuple):
@@ -77,10 +100,16 @@ class StepBlock:
     one: that row holds the first observation of its next episode, not a transition. ``first_restarts``
     marks the envs restarting in row 0 (done before the block); :meth:`restarts` gives that mask for every
     row. Backends add rows with :meth:`append_row`, the collector their actions with :meth:`set_actions`.
+
+    ``hold_obs=True`` (a backend whose observation arrays are fresh every step and never written to again:
+    EnvPool) keeps each row's observation arrays by reference instead of copying them into ``obs``
+    (then empty): the rings copy every frame once, from the backend's array. Read observations through
+    :meth:`obs_leaf_row`, :meth:`obs_row`, :meth:`obs_rows` and :meth:`obs_leaves`, which serve both modes.
     """
 
     def __init__(
-        self, num_envs: int, size: int, observation_space: gym.Space[Any], action_space: gym.Space[Any]
+        self, num_envs: int, size: int, observation_space: gym.Space[Any], action_space: gym.Space[Any],
+        *, hold_obs: bool = False,
     ) -> None:
         if size < 1:
             raise ValueError(f"a StepBlock holds at least one step, got size={size}")
@@ -88,14 +117,22 @@ class StepBlock:
         self.size = int(size)
         self.observation_space = observation_space
         self.action_space = action_space
+        self.hold_obs = bool(hold_obs)
+        self._obs_shapes = [(self.num_envs, *leaf.shape) for leaf in leaves(observation_space)]
+        self._obs_dtypes = [leaf.dtype for leaf in leaves(observation_space)]
         self._env_order = np.arange(self.num_envs)
         self.renew()
+
+    @property
+    def obs_leaf_count(self) -> int:
+        """Observation leaves per row."""
+        return len(self._obs_shapes)
 
     def renew(self) -> None:
         """Start empty with fresh arrays, so that views of rows handed out before (observations a policy
         acted on) stay as they were."""
         shape = (self.size, self.num_envs)
-        self.obs: list[np.ndarray] = allocate(self.observation_space, shape)
+        self.obs: list[np.ndarray] = [] if self.hold_obs else allocate(self.observation_space, shape)
         self.actions: list[np.ndarray] = allocate(self.action_space, shape)
         self.rewards = np.empty(shape, dtype=np.float64)
         self.terminations = np.empty(shape, dtype=bool)
@@ -106,6 +143,7 @@ class StepBlock:
     def clear(self) -> None:
         """Start empty, writing over the same arrays."""
         self.first_restarts = np.zeros(self.num_envs, dtype=bool)
+        self._held: list[list[np.ndarray]] = [[] for _ in self._obs_shapes]  # hold_obs: [leaf][row]
         self.count = 0
         self.checked = 0  # rows whose observations were checked already (the Collector checks a policy's)
 
@@ -117,27 +155,35 @@ class StepBlock:
         truncations: ArrayLike,
         restarting: np.ndarray,
         env_ids: np.ndarray | None = None,
+        *,
+        handed_over: bool = False,
     ) -> np.ndarray:
         """Write the next row (cast to the block's dtypes) and return its ``done`` mask, a view of the row.
 
         ``obs_leaves``: one array per observation leaf, each (num_envs, ...). ``restarting``: the envs that
         were done before this step (the caller's state; copied as ``first_restarts`` when this is row 0).
         ``env_ids``: the env id of each position of the arrays when they are not in env id order (an
-        all-env backend answering out of order); None: in order. ValueError when the block is full or
-        env_ids is not an ordering of every env id.
+        all-env backend answering out of order); None: in order. ``handed_over``: the caller never writes
+        to ``obs_leaves`` again, so a ``hold_obs`` block keeps those of the block's dtype and shape as they
+        are (any other value is copied). ValueError when the block is full or env_ids is not an ordering
+        of every env id.
         """
         k = self.count
         if k == self.size:
             raise ValueError(f"the StepBlock is full ({self.size} rows): record and clear it first")
-        if len(obs_leaves) != len(self.obs):
-            raise ValueError(f"got {len(obs_leaves)} observation leaves, the block holds {len(self.obs)}")
+        if len(obs_leaves) != self.obs_leaf_count:
+            raise ValueError(f"got {len(obs_leaves)} observation leaves, the block holds {self.obs_leaf_count}")
         if env_ids is not None and not np.array_equal(np.sort(env_ids), self._env_order):
             raise ValueError(f"env_ids must name each of the {self.num_envs} env ids once, got {env_ids!r}")
         if k == 0:
             self.first_restarts = np.array(restarting, dtype=bool)  # a copy: it may be a view of a row to reuse
         rows: Any = slice(None) if env_ids is None else env_ids
-        for leaf, value in zip(self.obs, obs_leaves):
-            leaf[k][rows] = value
+        if self.hold_obs:
+            for held, value, shape, dtype in zip(self._held, obs_leaves, self._obs_shapes, self._obs_dtypes):
+                held.append(_own_row(value, shape, dtype, env_ids, handed_over))
+        else:
+            for leaf, value in zip(self.obs, obs_leaves):
+                leaf[k][rows] = value
         self.rewards[k][rows] = rewards
         self.terminations[k][rows] = terminations
         self.truncations[k][rows] = truncations
@@ -174,12 +220,46 @@ class StepBlock:
             return 0
         return k * self.num_envs - int(np.count_nonzero(self.first_restarts)) - int(np.count_nonzero(self.done[: k - 1]))
 
+    def obs_leaf_row(self, k: int) -> list[np.ndarray]:
+        """Row k's observations in flat leaf form, one array (num_envs, ...) per leaf (views, or the held
+        arrays)."""
+        if self.hold_obs:
+            return [held[k] for held in self._held]
+        return [leaf[k] for leaf in self.obs]
+
+    def obs_leaves(self, stop: int) -> list[np.ndarray] | list[HeldRows]:
+        """The observations of rows [0, stop) in flat leaf form, each (stop, num_envs, ...): slices of
+        ``obs``, or HeldRows of the held arrays (``VectorRingBuffer.add_steps`` takes both)."""
+        if self.hold_obs:
+            return [HeldRows(held[:stop]) for held in self._held]
+        return [leaf[:stop] for leaf in self.obs]
+
     def obs_rows(self, first: int, stop: int) -> Any:
-        """The observations of rows [first, stop) as one batch of (stop - first) * num_envs values (views)."""
+        """The observations of rows [first, stop) as one batch of (stop - first) * num_envs values (views;
+        with ``hold_obs`` a copy, joined from the held arrays)."""
+        if self.hold_obs:
+            return unflatten_batch(self.observation_space, [np.concatenate(held[first:stop]) for held in self._held])
         return unflatten_batch(
             self.observation_space, [leaf[first:stop].reshape(-1, *leaf.shape[2:]) for leaf in self.obs]
         )
 
     def obs_row(self, k: int) -> Any:
-        """The observations of row k, one per env (views)."""
-        return unflatten_batch(self.observation_space, [leaf[k] for leaf in self.obs])
+        """The observations of row k, one per env (views, or the held arrays)."""
+        return unflatten_batch(self.observation_space, self.obs_leaf_row(k))
+
+
+def _own_row(
+    value: ArrayLike, shape: tuple[int, ...], dtype: np.dtype[Any], env_ids: np.ndarray | None, handed_over: bool
+) -> np.ndarray:
+    """A row of one leaf for a hold_obs block: ``value`` itself where it was handed over and is already a
+    C-contiguous array of the leaf's dtype and shape in env id order, else a new array holding it."""
+    if env_ids is not None:
+        row = np.empty(shape, dtype)
+        row[env_ids] = value
+        return row
+    if (handed_over and type(value) is np.ndarray and value.dtype == dtype and value.shape == shape
+            and value.flags.c_contiguous):
+        return value
+    row = np.empty(shape, dtype)
+    row[...] = value
+    return row

@@ -1,6 +1,7 @@
 """BlockLoop: the all-env loop for NEXT_STEP backends, with steps staged in a StepBlock.
 
-Per vector step only the env's step (``step_into``: its results copied into the block's next row) and the
+Per vector step only the env's step (``step_into``: its results copied into the block's next row, or its
+observation arrays kept by reference where the backend hands them over: ``hands_over_obs``) and the
 actions' row copy happen; the rings (``VectorRingBuffer.add_steps``: one write per array), the ledger, the
 store queue and (random actions) the observation checks take up to a block of steps at once. A call stops
 after the same step as the per-step loop would, and every staged step is recorded before it returns, also
@@ -24,7 +25,7 @@ from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 if TYPE_CHECKING:
     from vcollect.collector import CollectCall, Collector
 
-__all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "BlockLoop", "StagesBlocks"]
+__all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "HOLD_OBS_BYTES", "BlockLoop", "StagesBlocks"]
 
 BLOCK_STEPS = 64
 """Steps staged in a StepBlock before they go to the rings, ledger and store."""
@@ -32,10 +33,18 @@ BLOCK_STEPS = 64
 BLOCK_BYTES = 4 << 20
 """Most bytes of observations a StepBlock holds (large observations make shorter blocks)."""
 
+HOLD_OBS_BYTES = 32 << 10
+"""Bytes of observations per vector step from which arrays a backend hands over are kept rather than copied
+(4 stacked Atari frames: 56 KB for 2 envs, 225 KB for 8); below it one copy into the block is cheaper than
+writing and checking the rows one by one."""
+
 
 @runtime_checkable
 class StagesBlocks(Protocol):
-    """What a backend that declares ``steps_in_blocks`` offers."""
+    """What a backend that declares ``steps_in_blocks`` offers. One whose ``step_into`` passes observation
+    arrays that are new every step and that it never writes to again says so with a true class attribute
+    ``hands_over_obs``: the block then keeps them (``StepBlock(hold_obs=True)``) instead of copying them,
+    where a step's observations are large (``HOLD_OBS_BYTES``)."""
 
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """Step every env once, its results written into the block's next row."""
@@ -55,8 +64,9 @@ class BlockLoop(AllEnvLoop):
             int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(c.observation_space)
         )
         size = max(1, min(BLOCK_STEPS, c.buffer.capacity - 1, BLOCK_BYTES // max(1, step_bytes)))
-        self.block = StepBlock(c.num_envs, size, c.observation_space, c.action_space)
-        self._flat_obs = len(self.block.obs) == 1 and not isinstance(c.observation_space, (Dict, Tuple))
+        hold = bool(getattr(self.stager, "hands_over_obs", False)) and step_bytes >= HOLD_OBS_BYTES
+        self.block = StepBlock(c.num_envs, size, c.observation_space, c.action_space, hold_obs=hold)
+        self._flat_obs = self.block.obs_leaf_count == 1 and not isinstance(c.observation_space, (Dict, Tuple))
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
         if call.render is not None or self.c.hooked or self.c.actor.wants_infos:
@@ -113,7 +123,7 @@ class BlockLoop(AllEnvLoop):
         """Check row k's observations and make them the policy's next input; restarted envs' policy state is
         reset now (their seeds are cleared when the block is recorded)."""
         c, block = self.c, self.block
-        row = [leaf[k] for leaf in block.obs]  # views: a policy's block is renewed, not written over
+        row = block.obs_leaf_row(k)  # views (a policy's block is renewed, not written over) or held arrays
         if c.validate:
             obs = row[0] if self._flat_obs else unflatten_batch(c.observation_space, row)
             if c._obs_check(obs) is not None:
@@ -133,8 +143,8 @@ class BlockLoop(AllEnvLoop):
         if k == 0:
             return
         bad = None
-        if c.validate and block.checked < k and c._obs_check(block.obs_rows(block.checked, k)) is not None:
-            bad = next(j for j in range(block.checked, k) if c._obs_check(block.obs_row(j)) is not None)
+        if c.validate and block.checked < k:
+            bad = self._first_bad_row(block.checked, k)
         if c.validate and not math.isfinite(float(np.add.reduce(block.rewards[:k], axis=None))):
             # restart rows carry no reward: only transitions' rewards must be finite
             unfit = ~np.isfinite(block.rewards[:k]) & ~block.restarts(k)
@@ -158,6 +168,14 @@ class BlockLoop(AllEnvLoop):
             rewards, restarting = bad_rewards
             c._check_rewards(rewards[~restarting], c._all_ids[~restarting])
 
+    def _first_bad_row(self, first: int, stop: int) -> int | None:
+        """The first of rows [first, stop) with an observation outside the space, None if none: the rows
+        checked as one batch (held rows one by one: joining them would copy them)."""
+        c, block = self.c, self.block
+        if not block.hold_obs and c._obs_check(block.obs_rows(first, stop)) is None:
+            return None
+        return next((j for j in range(first, stop) if c._obs_check(block.obs_row(j)) is not None), None)
+
     def _record_block(self, k: int, random: bool) -> None:
         """The first k steps of the block into the rings (one write per array), the ledger and the store.
         With a policy (not ``random``), restarted envs' policy state was reset step by step already."""
@@ -169,7 +187,7 @@ class BlockLoop(AllEnvLoop):
             block.rewards[:k],
             block.terminations[:k],
             block.truncations[:k],
-            [leaf[:k] for leaf in block.obs],
+            block.obs_leaves(k),
             restarts,
         )
         restarted = np.flatnonzero(restarts.any(axis=0))
