@@ -235,6 +235,35 @@ def test_replacement_gets_the_latest_weights(ray_ready: Any, tmp_path: Path) -> 
     assert all(np.all(np.asarray(ep.actions) == 0) for ep in episodes[4:])
 
 
+@pytest.mark.parametrize("found_by", ["collect", "set_policy_weights", "reset"])
+def test_dead_workers_unfinished_steps_are_collected_again_not_lost(
+    ray_ready: Any, tmp_path: Path, found_by: str
+) -> None:
+    """A worker killed between calls takes its unfinished episodes with it, whose steps an earlier call
+    counted: its replacement collects them again, uncounted, so every step reported ends up stored. With
+    reset first, the episodes it stored truncated must be committed before it can die."""
+    dataset_id = new_dataset(tmp_path, CountingEnv().observation_space, CountingEnv().action_space)
+    dc = DistributedCollector(
+        CountingEnv, constant_policy, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
+        env_kwargs={"episode_length": 4}, max_worker_restarts=1, transport="object_store", unfinished="truncate",
+    )
+    try:
+        first = dc.collect(n_step=22, random=True)  # 11 steps per worker: envs of 6 and 5 steps, both running
+        assert load_dataset(dataset_id, root=tmp_path).total_steps == 22 - 2 * (2 + 1)
+        if found_by == "reset":
+            dc.reset()  # unfinished="truncate": the running episodes are stored, truncated
+        killed = dc.workers[1]
+        ray_ready.kill(killed)
+        wait_dead(ray_ready, killed)
+        if found_by == "set_policy_weights":
+            dc.set_policy_weights({"action": 1})  # finds worker 1 dead and replaces it
+        second = dc.collect(n_step=40, random=True)
+        assert (first.n_collected_steps, second.n_collected_steps) == (22, 40) and dc.restarts == [0, 1]
+    finally:
+        dc.close()
+    assert load_dataset(dataset_id, root=tmp_path).total_steps == 22 + 40
+
+
 class HangOnceEnv(CountingEnv):
     """A CountingEnv; the first one built anywhere (O_EXCL on `flag`) blocks forever at its `at`-th step."""
 

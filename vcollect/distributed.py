@@ -148,6 +148,7 @@ class DistributedCollector:
         self._info: list[dict[str, Any]] = [{} for _ in range(self.num_workers)]
         self._known: list[set[str]] = [set() for _ in range(self.num_workers)]
         self._carry = [np.zeros(self.envs_per_worker, dtype=np.int64) for _ in range(self.num_workers)]
+        self._owed = [0] * self.num_workers  # per worker: counted steps lost with a worker replaced between calls
         self._weights: Any = None
         self._actor_cls = remote_worker().options(**{"num_cpus": 1, **dict(worker_options or {})})
         self._startup_timeout = float(startup_timeout)
@@ -203,7 +204,8 @@ class DistributedCollector:
         The total is split into per-worker quotas (n // W or one more; the extra ones rotate over the
         workers from call to call); each worker collects its quota like Collector.collect and commits its
         episodes before replying. A worker that dies with restarts left is replaced: its episodes committed
-        in the call count, the rest of its quota goes to the replacement, and the totals stay exact. A
+        in the call count, the rest of its quota goes to the replacement, and so do the steps of its
+        unfinished episodes that earlier calls counted but it never stored; the totals stay exact. A
         worker that fails otherwise, or dies with none left, does not stop the others: they finish their
         quotas, then the first failure is raised (a death as WorkerLostError carrying the stats so far).
         """
@@ -214,8 +216,14 @@ class DistributedCollector:
         if not isinstance(target, int | np.integer) or isinstance(target, bool) or target < 1:
             raise ValueError(f"n_step / n_episode must be a positive integer, got {target!r}")
         by_steps = n_step is not None
-        remaining = {w: q for w, q in enumerate(self._quotas(int(target))) if q > 0}
-        parts: dict[int, list[CollectStats]] = {w: [] for w in remaining}
+        quotas = self._quotas(int(target))
+        parts: dict[int, list[CollectStats]] = {w: [] for w in range(self.num_workers)}
+        for w, owed in enumerate(self._owed):  # counted by an earlier call, lost unstored: collected again
+            if owed:
+                parts[w].append(CollectStats(-owed, 0, 0.0))
+                quotas[w] += owed if by_steps else 0
+        self._owed = [0] * self.num_workers
+        remaining = {w: q for w, q in enumerate(quotas) if q > 0}
         errors: list[Exception] = []
         ray = self._ray
         start = time.perf_counter()
@@ -282,16 +290,17 @@ class DistributedCollector:
         self._call("set_weights", {w: (ref,) for w in range(self.num_workers)}, "set_policy_weights")
 
     def reset(self, seed: int | None = None) -> None:
-        """Reset every worker's collector (unfinished episodes are dropped); a seed re-derives the worker
-        seeds as the constructor does."""
+        """Reset every worker's collector (unfinished episodes are dropped, or stored truncated and committed:
+        ``unfinished``); a seed re-derives the worker seeds as the constructor does."""
         self._check_usable()
         seeds: list[int | None] = [None] * self.num_workers
         if seed is not None:
             self.seed, self.worker_seeds = derive_seeds(seed, self.num_workers)
             seeds = list(self.worker_seeds)
-        self._call("reset", {w: (seeds[w],) for w in range(self.num_workers)}, "reset")
-        for carry in self._carry:
-            carry.fill(0)
+        shards = self._call("reset", {w: (seeds[w],) for w in range(self.num_workers)}, "reset")
+        for w, names in shards.items():
+            self._known[w] = set(names)
+        self._carry = [np.zeros(self.envs_per_worker, dtype=np.int64) for _ in range(self.num_workers)]
 
     def close(self) -> None:
         """Close every live worker (committing its pending episodes), then kill the actors; idempotent.
@@ -359,7 +368,8 @@ class DistributedCollector:
         return self._workers[w].collect.remote(quota if by_steps else None, None if by_steps else quota, bool(random))
 
     def _salvage(self, w: int) -> CollectStats:
-        """Stats of what dead worker w committed since its last reply (nothing when it has no store)."""
+        """Stats of what dead worker w committed since its last reply, less the steps its unfinished episodes
+        carried from earlier calls (committed_in_call); nothing when it has no store."""
         writer = self._info[w].get("writer")
         if self.store_id is None or writer is None:
             return CollectStats(0, 0, 0.0)
@@ -368,15 +378,21 @@ class DistributedCollector:
         else:
             names = writer_shards(self._dataset_dir(), writer)
         new = sorted(n for n in names if n not in self._known[w])
-        return committed_in_call(self._dataset_dir(), new, self._carry[w], w * self.envs_per_worker)
+        carry, self._carry[w] = self._carry[w], np.zeros(self.envs_per_worker, dtype=np.int64)  # accounted here
+        return committed_in_call(self._dataset_dir(), new, carry)
 
     def _dataset_dir(self) -> Path:
         assert self.store_id is not None
         return dataset_path(self.store_id, self.root)
 
     def _replace_or_fail(self, w: int, what: str, exc: BaseException) -> Exception | None:
-        """Worker w's actor died during ``what``: start its replacement (None) or say why it cannot (the error)."""
+        """Worker w's actor died during ``what``: start its replacement (None) or say why it cannot (the error).
+
+        Steps its unfinished episodes carried (counted, never stored; collect's _salvage has taken them
+        already) are owed: the next collect has them collected again and does not count them."""
         death = self._death_error(w, what, exc)
+        if self.store_id is not None:
+            self._owed[w] += int(self._carry[w].sum())
         while self.restarts[w] < self.max_worker_restarts:
             self.restarts[w] += 1
             with contextlib.suppress(Exception):

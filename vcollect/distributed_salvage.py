@@ -2,7 +2,8 @@
 
 A worker's shards are named ``<time>-<writer>-<seq>.h5`` by its EpisodeStore; the driver knows which of them
 the worker had reported before the call, so the others are the ones committed during the call. They count
-(they are in the dataset); everything else the worker collected in the call is lost and collected again.
+(they are in the dataset); everything else the worker collected in the call is lost and collected again,
+and so are the steps of its unfinished episodes that earlier calls counted but no shard holds.
 """
 
 from __future__ import annotations
@@ -24,28 +25,23 @@ def writer_shards(dataset: Path, writer: str) -> list[str]:
     return sorted(p.name for p in (dataset / SHARDS_DIR).glob(f"*-{writer}-*{SHARD_SUFFIX}"))
 
 
-def committed_in_call(
-    dataset: Path, shard_names: Iterable[str], carry: np.ndarray, env_id_offset: int
-) -> CollectStats:
+def committed_in_call(dataset: Path, shard_names: Iterable[str], carry: np.ndarray) -> CollectStats:
     """The stats the call owes to these shards (committed during the call, in commit order).
 
-    ``carry[e]``: steps local env e's unfinished episode had when the call began; they were counted by an
-    earlier call, so they are taken off the steps of that env's first episode here. Episodes count once each.
+    ``carry[e]``: steps local env e's unfinished episode had when the call began, counted by an earlier call.
+    They are taken off the shards' steps for every env: either that episode is in a shard here (its first
+    for the env) and its carried steps are not new, or it died unstored with the worker and its carried
+    steps must be collected again, so the steps owed can be negative. Episodes count once each.
     """
     lengths: list[int] = []
     returns: list[float] = []
-    env_ids: list[int] = []
     for name in shard_names:
         summary = shard_summary(dataset / SHARDS_DIR / name)
         lengths += summary["length"]
         returns += summary["return"]
-        env_ids += summary["env_id"]
     lens = np.asarray(lengths, dtype=np.int64)
-    local = np.asarray(env_ids, dtype=np.int64) - env_id_offset
-    first_envs = np.unique(local)  # each env's first episode here is the one that was unfinished (if any)
-    steps = int(lens.sum()) - int(np.asarray(carry, dtype=np.int64)[first_envs].sum()) if lens.size else 0
     return CollectStats(
-        n_collected_steps=steps,
+        n_collected_steps=int(lens.sum()) - int(np.asarray(carry, dtype=np.int64).sum()),
         n_collected_episodes=int(lens.size),
         collect_time=0.0,
         returns=np.asarray(returns, dtype=np.float64),

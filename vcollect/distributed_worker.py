@@ -147,7 +147,8 @@ class CollectorWorker:
         return self._guard(self._set_weights, weights)
 
     def reset(self, seed: int | None) -> tuple[bool, Any]:
-        """Reset the collector (every env, the buffer), re-seeding its generator when seed is given."""
+        """Reset the collector (every env, the buffer), re-seeding its generator when seed is given; commit
+        the episodes it stored truncated (unfinished="truncate") and reply its writer's shard names."""
         return self._guard(self._reset, seed)
 
     def close(self) -> tuple[bool, Any]:
@@ -213,9 +214,13 @@ class CollectorWorker:
             )
         load(weights)
 
-    def _reset(self, seed: int | None) -> None:
+    def _reset(self, seed: int | None) -> tuple[str, ...]:
         self.collector.reset(seed=seed)
         self.started = True
+        if self.writer is None:
+            return ()
+        self.writer.flush()  # committed now, the steps they carried are no longer owed by this worker
+        return tuple(p.name for p in self.writer.shards_written)
 
     def _close(self) -> int:
         try:
