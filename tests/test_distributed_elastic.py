@@ -18,7 +18,7 @@ import pytest
 from tests.envs import CountingEnv
 from tests.replay import assert_replays
 from vcollect.distributed import DistributedCollector, replacement_seed
-from vcollect.errors import WorkerLostError
+from vcollect.errors import UnfinishedEpisodesWarning, WorkerLostError
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.dataset_info import SHARDS_DIR
 
@@ -262,6 +262,25 @@ def test_dead_workers_unfinished_steps_are_collected_again_not_lost(
     finally:
         dc.close()
     assert load_dataset(dataset_id, root=tmp_path).total_steps == 22 + 40
+
+
+def test_a_worker_dead_at_close_is_warned_about_with_the_steps_it_took(ray_ready: Any, tmp_path: Path) -> None:
+    """Killed after the last collect, a worker's unfinished episodes (counted, never stored) cannot be
+    collected again: close says so, naming the worker and the steps, and the rest is stored."""
+    dataset_id = new_dataset(tmp_path, CountingEnv().observation_space, CountingEnv().action_space)
+    dc = DistributedCollector(
+        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
+        env_kwargs={"episode_length": 4}, max_worker_restarts=1, transport="object_store", unfinished="truncate",
+    )
+    try:
+        stats = dc.collect(n_step=22, random=True)  # 11 steps per worker: running episodes of 1 and 2 steps
+        killed = dc.workers[1]
+        ray_ready.kill(killed)
+        wait_dead(ray_ready, killed)
+    finally:
+        with pytest.warns(UnfinishedEpisodesWarning, match=r"workers 1 \(3 steps\) died after their last collect"):
+            dc.close()
+    assert load_dataset(dataset_id, root=tmp_path).total_steps == stats.n_collected_steps - 3
 
 
 class HangOnceEnv(CountingEnv):

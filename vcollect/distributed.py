@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -39,7 +40,13 @@ from vcollect.distributed_worker import (
     remote_worker,
 )
 from vcollect.envs.ray_env import ensure_ray
-from vcollect.errors import CollectorStateError, EnvWorkerError, VCollectError, WorkerLostError
+from vcollect.errors import (
+    CollectorStateError,
+    EnvWorkerError,
+    UnfinishedEpisodesWarning,
+    VCollectError,
+    WorkerLostError,
+)
 from vcollect.stats import CollectStats
 from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
 
@@ -305,13 +312,16 @@ class DistributedCollector:
     def close(self) -> None:
         """Close every live worker (committing its pending episodes), then kill the actors; idempotent.
 
-        Dead workers are skipped. A worker that fails to commit raises here, after all were shut down.
+        Dead workers are skipped; the steps their unfinished episodes carried (counted by earlier calls,
+        never stored, and now never collected again) are named in an UnfinishedEpisodesWarning rather than
+        lost silently. A worker that fails to commit raises here, after all were shut down.
         """
         if self._closed:
             return
         self._closed = True
         ray = self._ray
         error: Exception | None = None
+        lost = list(self._dead)
         try:
             live = [w for w in range(self.num_workers) if w not in self._dead]
             refs = {w: self._workers[w].close.remote() for w in live}
@@ -320,13 +330,31 @@ class DistributedCollector:
                 try:
                     ok, value = ray.get(ref, timeout=0)
                 except ray.exceptions.RayError:  # dead or not done in time: its committed shards stay valid
+                    lost.append(w)
                     continue
                 if not ok and error is None:
                     error = self._rebuild(w, value)
         finally:
             self._kill_all()
+        self._warn_lost_carry(lost)
         if error is not None:
             raise error
+
+    def _warn_lost_carry(self, workers: list[int]) -> None:
+        """UnfinishedEpisodesWarning naming the workers whose counted steps no call will store: those of the
+        unfinished episodes of the ``workers`` that could not close, and those owed by replaced ones."""
+        unclosed = set(workers)
+        lost = {w: self._owed[w] + (int(self._carry[w].sum()) if w in unclosed else 0)
+                for w in range(self.num_workers)}
+        lost = {w: n for w, n in lost.items() if n}
+        if lost:
+            warnings.warn(
+                "workers " + ", ".join(f"{w} ({n} steps)" for w, n in lost.items()) + " died after their last "
+                "collect: the steps of their unfinished episodes, counted by earlier calls, were not stored "
+                "(close before a worker dies, or collect(n_episode=...) to end on whole episodes)",
+                UnfinishedEpisodesWarning,
+                stacklevel=3,
+            )
 
     def __enter__(self) -> DistributedCollector:
         return self
