@@ -30,6 +30,7 @@ def ray_local() -> Iterator[Any]:
     for key, value in RAY_QUIET_ENV.items():
         os.environ.setdefault(key, value)
     ray.init(
+        address="local",  # always a new local cluster, never one another process on this machine started
         num_cpus=2,
         include_dashboard=False,
         object_store_memory=100 * 2**20,
