@@ -53,7 +53,7 @@ def test_sum_tree_prefix_search_matches_cumulative_sums(
 
 
 def test_sum_tree_tiny_values_beside_large_ones_are_found_and_zeros_never() -> None:
-    """At the default layout (groups of 32 under a top of cumulative sums), leaves 2**-28 beside leaves
+    """At the default layout (groups of 16 under a top of cumulative sums), leaves 2**-28 beside leaves
     2**16 in the same group and in the top's: every sum is exact in float64, so the search must land on
     the tiny leaf for exactly its share of (0, total] and never on the zeros around it."""
     size = 100_000

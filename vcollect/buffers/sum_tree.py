@@ -126,7 +126,7 @@ class SumTree:
         The values are searched in increasing order (``searchsorted`` of sorted values is about twice as
         fast: fewer mispredicted branches, neighbouring memory) and the leaves put back in their order."""
         prefix = self._top_prefix()
-        order = np.argsort(uniform)
+        order = uniform.argsort()
         v = uniform.take(order)
         v *= prefix[self._top_size]  # at most the total: u <= 1 and rounding is monotone
         leaves = np.empty_like(order)
@@ -158,7 +158,7 @@ class SumTree:
         for level in range(len(self._runs) - 1, -1, -1):
             run = self._runs[level]
             # the first member whose running sum is not below v (argmin of "below": ~2x faster than argmax)
-            child = np.argmin(run.take(node, axis=0) < v[:, None], axis=1)
+            child = (run.take(node, axis=0) < v[:, None]).argmin(axis=1)
             node *= f
             if level:  # what is left inside the child, for the level below: minus the members before it
                 before = run.reshape(-1).take(node + child - 1)  # node + child - 1: wraps where child is 0
