@@ -3,7 +3,8 @@
 Both buffers hold the same transitions (N envs, CartPole-shaped float32 observations, episodes of 10 to
 60 steps) and are timed alternately in one process: uniform ``sample``, ``sample`` with ``stack_num=4``,
 and prioritized ``sample`` (+ ``update_weight`` of the batch, the training loop's other call). Times are
-the best of ``--rounds`` rounds of ``--calls`` calls, in microseconds per call.
+the best of ``--rounds`` rounds of ``--calls`` calls, the two sides' rounds alternating, in microseconds
+per call.
 
     python benchmarks/bench_replay.py [--total 100000] [--envs 10] [--batch 256]
 """
@@ -63,14 +64,17 @@ def tianshou_of(cls: Any, data: list[tuple[np.ndarray, ...]], total: int, n: int
     return buf
 
 
-def best_us(fn: Callable[[], Any], calls: int, rounds: int) -> float:
-    best = float("inf")
+def best_us(fns: list[Callable[[], Any]], calls: int, rounds: int) -> list[float]:
+    """Per function, the best of ``rounds`` rounds of ``calls`` calls (us per call); the functions' rounds
+    alternate, so that a change in the machine's load between rounds falls on both sides alike."""
+    best = [float("inf")] * len(fns)
     for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        best = min(best, (time.perf_counter() - start) / calls)
-    return best * 1e6
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[i] = min(best[i], (time.perf_counter() - start) / calls)
+    return [b * 1e6 for b in best]
 
 
 def main() -> None:
@@ -112,7 +116,7 @@ def main() -> None:
     print("| --- | ---: | ---: | ---: |")
     for name, theirs, ours in rows:
         theirs(), ours()  # warm up (numba's first calls)
-        t_us, o_us = best_us(theirs, args.calls, args.rounds), best_us(ours, args.calls, args.rounds)
+        t_us, o_us = best_us([theirs, ours], args.calls, args.rounds)
         print(f"| {name} | {t_us:,.1f} | {o_us:,.1f} | {t_us / o_us:.1f}x |")
 
 

@@ -46,6 +46,36 @@ def test_sum_tree_prefix_search_matches_cumulative_sums(
     got = tree.find(v)
     np.testing.assert_array_equal(got, want)
     assert (plain[got] > 0).all()
+    # sample searches the values sorted and puts the leaves back in the order of the uniforms given
+    drawn, leaf = tree.sample(np.array(queries))
+    np.testing.assert_array_equal(drawn, want)
+    np.testing.assert_array_equal(leaf, plain[want])
+
+
+def test_sum_tree_tiny_values_beside_large_ones_are_found_and_zeros_never() -> None:
+    """At the default layout (groups of 16 under a top of cumulative sums), leaves 2**-28 beside leaves
+    2**16 in the same group and in the top's: every sum is exact in float64, so the search must land on
+    the tiny leaf for exactly its share of (0, total] and never on the zeros around it."""
+    size = 100_000
+    tree, plain = SumTree(size), np.zeros(size)
+    big, tiny = 2.0**16, 2.0**-28  # sums and quarter-tiny offsets within 53 bits: exact
+    for i in (0, 5, 31, 32, 4_000, 99_999):
+        plain[i] = big
+    for i in (1, 6, 33, 4_001, 99_998):  # right after a big leaf, zeros between some of them
+        plain[i] = tiny
+    tree.set(np.arange(size), plain)
+    cum = np.cumsum(plain)
+    assert tree.total == cum[-1]
+    for i in np.flatnonzero(plain == tiny):
+        before = cum[i] - tiny
+        queries = np.array([before + tiny / 4, before + tiny, np.nextafter(before + tiny, np.inf)])
+        got = tree.find(queries)
+        np.testing.assert_array_equal(got[:2], [i, i])
+        assert got[2] == i + 1 + np.flatnonzero(plain[i + 1 :])[0]  # past it: the next nonzero leaf, no zero
+    uniform = np.linspace(1.0, 1e-6, 2_000)  # decreasing: the leaves come back in this order, not sorted
+    drawn, leaf = tree.sample(uniform.copy())
+    np.testing.assert_array_equal(drawn, np.searchsorted(cum, uniform * cum[-1]))
+    assert (leaf > 0).all() and (np.diff(drawn) <= 0).all()
 
 
 def test_sum_tree_bad_size() -> None:

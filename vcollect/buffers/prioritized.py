@@ -66,8 +66,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
     def _allocate(self) -> None:
         rows = self.num_envs * self.capacity
         self._tree = SumTree(rows)
-        self._row_gen = np.zeros(rows, dtype=np.int64)  # bumped whenever the row is rewritten
-        self._sampled_gen = np.full(rows, -1, dtype=np.int64)  # the row's gen when a sample last returned it
+        self._fresh = np.zeros(rows, dtype=bool)  # a sample returned the row and it was not rewritten since
         self._touched: list[np.ndarray] = []  # rows written since the tree last took them
         self._touched_rows = 0
         super()._allocate()
@@ -83,7 +82,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         """Forget everything stored, priorities included (every earlier index becomes stale)."""
         super().reset()
         self._tree.reset()
-        self._row_gen += 1
+        self._fresh.fill(False)
         self._touched.clear()
         self._touched_rows = 0
 
@@ -127,7 +126,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         rows = np.concatenate(self._touched)
         self._touched.clear()
         self._touched_rows = 0
-        self._row_gen[rows] += 1
+        self._fresh[rows] = False
         self._tree.set(rows, np.where(self._has_flat[rows], self.max_priority**self.alpha, 0.0))
 
     # ----------------------------------------------------------------------------- sampling, updates
@@ -136,15 +135,17 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
     ) -> dict[str, Any]:
         """As :meth:`VectorRingBuffer.sample`, rows drawn in proportion to their priorities, with ``weights``
         (importance weights, float64) in the batch."""
-        self._sync()
-        rows, p = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
-        self._sampled_gen[rows] = self._row_gen[rows]
+        if self._touched:
+            self._sync()
+        rows, p, p_min = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
+        self._fresh[rows] = True
         batch = gather_transitions(self, rows, stack_num)
+        # p is the batch's own array of leaf values: the weights are computed in it
         if self.weight_norm:
-            batch["weights"] = (p / p.min()) ** -self.beta
+            p *= 1.0 / p_min
         else:
-            stored = np.count_nonzero(self._has_flat)
-            batch["weights"] = (stored * p / self._tree.total) ** -self.beta
+            p *= np.count_nonzero(self._has_flat) / self._tree.total
+        batch["weights"] = np.power(p, -self.beta, out=p)
         return batch
 
     def priorities(self, indices: np.ndarray) -> np.ndarray:
@@ -160,25 +161,36 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         idx = self._check_indices(indices)
         if hasattr(priorities, "detach"):  # a torch tensor, maybe on a device or needing grad
             priorities = priorities.detach().cpu().numpy()
-        p = np.abs(np.asarray(priorities, dtype=np.float64)).reshape(-1)
+        p = np.abs(np.asarray(priorities, dtype=np.float64).reshape(-1))  # a new array: changed in place below
         if p.shape != idx.shape:
             raise ValueError(f"update_weight got {idx.size} indices but {p.size} priorities; give one per index")
-        if not np.isfinite(p).all():
+        if not idx.size:
+            return np.ones(0, dtype=bool)
+        top = float(p.max())
+        if not top < np.inf:  # NaN fails the comparison too
             raise ValueError("update_weight got priorities that are NaN or infinite; check the TD errors")
-        self._sync()
-        fresh = self._row_gen[idx] == self._sampled_gen[idx]
+        if self._touched:
+            self._sync()
+        fresh = self._fresh.take(idx)
         if not fresh.all():
             idx, p = idx[fresh], p[fresh]
-        if idx.size:
-            p += _EPS
-            self._tree.set(idx, p**self.alpha)
-            self.max_priority = max(self.max_priority, float(p.max()))
+            if not idx.size:
+                return fresh
+            top = float(p.max())
+        p += _EPS
+        self._tree.set(idx, p if self.alpha == 1.0 else np.power(p, self.alpha, out=p))
+        self.max_priority = max(self.max_priority, top + _EPS)
         return fresh
 
     def _check_indices(self, indices: np.ndarray) -> np.ndarray:
         idx = np.asarray(indices).reshape(-1)
-        if idx.size and (idx.dtype.kind not in "iu" or idx.min() < 0 or idx.max() >= self._tree.size):
+        if idx.dtype != np.intp and idx.size:
+            if idx.dtype.kind not in "iu":
+                raise IndexError(f"indices must be integer flat row ids as sample() returns them, got {indices!r}")
+            idx = idx.astype(np.intp)  # a uint64 beyond intp wraps negative: refused below
+        # one reduction for both bounds: a negative index is a huge unsigned one
+        if idx.size and idx.view(np.uintp).max() >= self._tree.size:
             raise IndexError(
                 f"indices must be flat row ids in [0, {self._tree.size}) as sample() returns them, got {indices!r}"
             )
-        return idx.astype(np.intp, copy=False)
+        return idx

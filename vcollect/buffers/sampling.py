@@ -85,9 +85,11 @@ def draw_rows(has: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.
     return np.concatenate([*kept, rest])
 
 
-def draw_priority_rows(tree: SumTree, batch_size: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``batch_size`` flat step rows drawn with replacement in proportion to their leaves in ``tree``, and
-    their leaf values.
+def draw_priority_rows(
+    tree: SumTree, batch_size: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """``batch_size`` flat step rows drawn with replacement in proportion to their leaves in ``tree``, their
+    leaf values (an array of their own) and the smallest of them.
 
     Values are drawn in (0, total], so a leaf of 0 (a row holding no step) is never found in exact
     arithmetic; the few that rounding could still land on are drawn again.
@@ -95,16 +97,18 @@ def draw_priority_rows(tree: SumTree, batch_size: int, rng: np.random.Generator)
     batch_size = check_count("batch_size", batch_size, 1)
     if not tree.total > 0.0:
         raise ValueError("cannot sample from a buffer that holds no transitions: collect some steps first")
-    rows, leaf = tree.sample(1.0 - rng.random(batch_size))
-    if leaf.min() > 0.0:
-        return rows, leaf
+    uniform = rng.random(batch_size)
+    rows, leaf = tree.sample(np.subtract(1.0, uniform, out=uniform))
+    low = float(leaf.min())
+    if low > 0.0:
+        return rows, leaf, low
     bad = np.flatnonzero(leaf <= 0.0)  # rows holding no step have leaf 0 (the caller synced the tree)
     for _ in range(_REDRAW_ROUNDS):
         again, again_leaf = tree.sample(1.0 - rng.random(bad.size))
         rows[bad], leaf[bad] = again, again_leaf
         bad = bad[again_leaf <= 0.0]
         if not bad.size:
-            return rows, leaf
+            return rows, leaf, float(leaf.min())
     raise RuntimeError(f"prioritized sampling kept finding empty rows ({bad.size}); the sum tree is inconsistent")
 
 
@@ -121,23 +125,24 @@ def stack_rows(rows: np.ndarray, stack_num: int, has: np.ndarray, capacity: int)
 
 
 def gather_transitions(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int = 1) -> dict[str, Any]:
-    """The batch of the step rows ``rows`` (see ``VectorRingBuffer.sample``), observations stacked k deep."""
+    """The batch of the step rows ``rows`` (see ``VectorRingBuffer.sample``), observations stacked k deep.
+    Gathers use ``take`` (about twice as fast as fancy indexing for rows of a 2-d array)."""
     stack_num = check_count("stack_num", stack_num, 1, ring.capacity)
-    nxt = ring._next_flat[rows]
+    nxt = ring._next_flat.take(rows)
     if stack_num == 1:
         obs_idx, next_idx = rows, nxt
     else:
         obs_idx = stack_rows(rows, stack_num, ring._has_flat, ring.capacity)
         next_idx = stack_rows(nxt, stack_num, ring._has_flat, ring.capacity)
-    term, trunc = ring._term_flat[rows], ring._trunc_flat[rows]
+    term, trunc = ring._term_flat.take(rows), ring._trunc_flat.take(rows)
     return {
-        "observations": unflatten_batch(ring.observation_space, [a[obs_idx] for a in ring._obs_flat]),
-        "actions": unflatten_batch(ring.action_space, [a[rows] for a in ring._act_flat]),
-        "rewards": ring._rew_flat[rows],
-        "next_observations": unflatten_batch(ring.observation_space, [a[next_idx] for a in ring._obs_flat]),
+        "observations": unflatten_batch(ring.observation_space, [a.take(obs_idx, axis=0) for a in ring._obs_flat]),
+        "actions": unflatten_batch(ring.action_space, [a.take(rows, axis=0) for a in ring._act_flat]),
+        "rewards": ring._rew_flat.take(rows),
+        "next_observations": unflatten_batch(ring.observation_space, [a.take(next_idx, axis=0) for a in ring._obs_flat]),
         "terminations": term,
         "truncations": trunc,
         "dones": term | trunc,
         "indices": rows,
-        "extras": {name: column[rows] for name, column in ring.extras.items()},  # episode-done hooks' values
+        "extras": {name: column.take(rows, axis=0) for name, column in ring.extras.items()},  # episode-done hooks' values
     }
