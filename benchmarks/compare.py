@@ -66,20 +66,27 @@ CLEANUP = contextlib.ExitStack()
 """Closes the envs, collectors and stores of the rows set up so far (see measure: one group at a time)."""
 
 
-def raw_sync_vector_loop(num_envs: int) -> Window:
-    """gymnasium SyncVectorEnv, SAME_STEP autoreset (every slot a transition), batched random actions."""
+def raw_sync_vector_loop(num_envs: int, env_id: str = "CartPole-v1") -> Window:
+    """gymnasium SyncVectorEnv, SAME_STEP autoreset (every slot a transition), batched random actions
+    (uniform within the bounds of a Box action space)."""
     envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("CartPole-v1")] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        [lambda: gym.make(env_id)] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
     rng = np.random.default_rng(0)
     envs.reset(seed=0)
     CLEANUP.callback(envs.close)
+    space = envs.single_action_space
+
+    def actions() -> np.ndarray:
+        if isinstance(space, gym.spaces.Discrete):
+            return rng.integers(0, int(space.n), size=num_envs)
+        return rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(space.dtype)
 
     def window(steps: int) -> float:
         n_batches = max(1, steps // num_envs)
         start = time.perf_counter()
         for _ in range(n_batches):
-            envs.step(rng.integers(0, 2, size=num_envs))
+            envs.step(actions())
         return n_batches * num_envs / (time.perf_counter() - start)
 
     window(1_000)
@@ -349,6 +356,11 @@ RATIOS: list[Ratio] = [
     # TorchRL's Collector on the same work (torchrl_peer.PAIRS: the issue's goals)
     *(Ratio(f"Collector {p.backend} / TorchRL Collector {p.peer}, {GYM_IDS[p.env]}, random (issue 18)",
             p.vcollect_row, p.torchrl_row, p.bar, "torchrl") for p in PAIRS),
+    # stepping the envs alone (no collector) against TorchRL: about the most an in-process collector can show
+    Ratio("  raw SyncVectorEnv loop / TorchRL SerialEnv, CartPole-v1", "raw", "CartPole torchrl SerialEnv", None,
+          "torchrl"),
+    Ratio("  raw SyncVectorEnv loop / TorchRL SerialEnv, HalfCheetah-v5", "raw HalfCheetah-v5",
+          "HalfCheetah torchrl SerialEnv", None, "torchrl"),
 ]
 """The ratios: (label, row, baseline row, bar, row set), each taken between the two rows' best windows.
 
@@ -361,8 +373,11 @@ Row sets (``--rows``): ``issues``, the rows of issues 2 to 4 (unchanged); ``entr
 against the same collection from Python (entry_window); ``distributed``, DistributedCollector with one
 worker against an in-process Collector (distributed_window); ``policy``, RandomPolicy passed as the
 policy object against the raw loop of the matching random=True row (the indented lines: against the
-random=True row itself, for information). Bars of the new sets: the issue's goals (0.9; store on 0.85);
-the subproc and EnvPool policy rows carry their random=True rows' bars, as the issue sets none."""
+random=True row itself, for information); ``torchrl``, TorchRL's Collector against the dummy/subproc
+backends (torchrl_peer.PAIRS; the indented lines: the raw SyncVectorEnv loop against TorchRL's SerialEnv,
+about the most a collector stepping the same envs in one process can show, no bar). Bars of the new sets:
+the issue's goals (0.9; store on 0.85; TorchRL 10x and 5x); the subproc and EnvPool policy rows carry
+their random=True rows' bars, as the issue sets none."""
 
 ROW_SETS = ("issues", "entry", "distributed", "policy", "torchrl")
 
@@ -457,7 +472,8 @@ def measure(args: argparse.Namespace) -> None:
         "Collector gymnasium 64+store": (lambda: store_window(64, steps * 16, backend="gymnasium"), steps * 16),
         "distributed envpool+store": (lambda: distributed_window("envpool", n, steps * 2), steps * 2),
         "Collector envpool+store": (lambda: store_window(n, steps * 2, backend="envpool"), steps * 2),
-        # the vcollect side of the TorchRL rows
+        # the vcollect side of the TorchRL rows, and HalfCheetah's raw loop
+        "raw HalfCheetah-v5": (lambda: raw_sync_vector_loop(n, "HalfCheetah-v5"), pair_steps["HalfCheetah"][0]),
         **{p.vcollect_row: (partial(pair_window, p.env, p.backend, n), pair_steps[p.env][0]) for p in PAIRS},
     }
     peers: dict[str, Callable[[], float | None]] = {
