@@ -20,19 +20,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib.util
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from torchrl_peer import GYM_IDS, PAIRS, Pair, torchrl_speed
 
 import vcollect
 from vcollect.envs import SubprocVectorEnv, make_vector
@@ -168,20 +168,6 @@ def cnn_policy(envs: Any) -> TorchPolicy:
     return TorchPolicy(net, envs.single_action_space, deterministic=False)
 
 
-def torchrl_speed(env: str, backend: str, steps: int) -> float | None:
-    """TorchRL's Collector on 8 envs with random actions, best of 3 windows in a fresh process."""
-    peer = Path(__file__).with_name("torchrl_peer.py")
-    args = [str(peer), env, backend, str(NUM_ENVS), str(steps)]
-    python = sys.executable if importlib.util.find_spec("torchrl") else os.environ.get("TORCHRL_PYTHON")
-    if not python:
-        return None
-    out = subprocess.run([python, *args], capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        print(f"torchrl peer failed: {out.stderr[-2000:]}", file=sys.stderr)
-        return None
-    return float(out.stdout.split()[-1])
-
-
 def rows(which: set[str]) -> dict[str, tuple[Callable[[], Window], int]]:
     """name -> (set-up, steps per window)."""
     found: dict[str, tuple[Callable[[], Window], int]] = {}
@@ -240,23 +226,20 @@ RATIOS = [
     ("Pong envpool+zstd store random", "raw Pong EnvPool", 0.85),
     ("Pong envpool+zstd store random, ring warm", "raw Pong EnvPool", 0.85),
     ("raw Pong EnvPool, frames kept", "raw Pong EnvPool", None),
-    ("CartPole dummy (vcollect)", "CartPole torchrl SerialEnv", 10.0),
-    ("HalfCheetah dummy (vcollect)", "HalfCheetah torchrl SerialEnv", 5.0),
-    ("CartPole subproc (vcollect)", "CartPole torchrl ParallelEnv", None),
-    ("HalfCheetah subproc (vcollect)", "HalfCheetah torchrl ParallelEnv", None),
+    *((pair.vcollect_row, pair.torchrl_row, pair.bar) for pair in PAIRS),
 ]
 
 
 def peer_rows() -> dict[str, tuple[Callable[[], Window], int]]:
-    """vcollect without a store on the work TorchRL's rows do (random actions, 8 envs)."""
-    return {
-        "CartPole dummy (vcollect)": (lambda: collector_nostore(make_vector("CartPole-v1", NUM_ENVS)), 20_000),
-        "HalfCheetah dummy (vcollect)": (lambda: collector_nostore(make_vector("HalfCheetah-v5", NUM_ENVS)), 4_000),
-        "CartPole subproc (vcollect)": (
-            lambda: collector_nostore(make_vector("CartPole-v1", NUM_ENVS, backend="subproc")), 20_000),
-        "HalfCheetah subproc (vcollect)": (
-            lambda: collector_nostore(make_vector("HalfCheetah-v5", NUM_ENVS, backend="subproc")), 4_000),
-    }
+    """vcollect without a store on the work TorchRL's rows do (random actions, 8 envs; subproc: one
+    worker process per env, as TorchRL's ParallelEnv)."""
+
+    def setup(pair: Pair) -> Window:
+        workers = {"num_workers": NUM_ENVS} if pair.backend == "subproc" else {}
+        return collector_nostore(make_vector(GYM_IDS[pair.env], NUM_ENVS, backend=pair.backend, **workers))
+
+    return {pair.vcollect_row: (partial(setup, pair), 20_000 if pair.env == "CartPole" else 4_000)
+            for pair in PAIRS}
 
 
 def collector_nostore(envs: Any) -> Window:
@@ -285,11 +268,14 @@ def main() -> None:
             best_cpu[name] = max(best_cpu[name], steps / max(time.process_time() - cpu, 1e-9))
     CLEANUP.close()
     if "torchrl" in which:
-        for env in ("CartPole", "HalfCheetah"):
-            for backend in ("SerialEnv", "ParallelEnv"):
-                speed = torchrl_speed(env, backend, 4_000 if env == "HalfCheetah" else 8_000)
-                if speed is not None:
-                    best[f"{env} torchrl {backend}"] = speed
+        for pair in PAIRS:
+            try:
+                speed = torchrl_speed(pair.env, pair.peer, NUM_ENVS, 4_000 if pair.env == "HalfCheetah" else 8_000)
+            except (RuntimeError, subprocess.TimeoutExpired) as failed:
+                print(f"torchrl peer failed: {failed}", file=sys.stderr)
+                continue
+            if speed is not None:
+                best[pair.torchrl_row] = speed
     print_table(best, args.markdown)
     if args.cpu:
         print("\nper CPU-second of this process (in-process rows only):")

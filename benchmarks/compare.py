@@ -6,19 +6,28 @@ taking turns window by window, and each row keeps its fastest window: the speed 
 machine leaves it alone. Ratios are taken between those, all within one run. Usage:
 
     python benchmarks/compare.py [--window-steps 20000] [--rounds 10] [--num-envs 8]
-        [--rows issues,entry,distributed,policy] [--only raw,dummy,...] [--markdown] [--list]
+        [--rows issues,entry,distributed,policy,torchrl] [--only raw,dummy,...] [--markdown] [--list]
 
 --rows picks row sets (default: all): ``issues`` (the rows of issues 2 to 4), ``entry`` (``vcollect
 collect`` as a process against the same collection written in Python, benchmarks/entry_python.py),
 ``distributed`` (DistributedCollector with one Ray worker against an in-process Collector), ``policy``
-(RandomPolicy as the policy object against the raw loops of the random=True rows); --only narrows to
-ratios between the named rows (--list prints them); --markdown prints the tables for RESULTS.md. The code
-that runs is the one PYTHONPATH finds (the CLI rows run ``sys.executable -m vcollect``), so a before/after
-comparison is two runs with different PYTHONPATHs.
+(RandomPolicy as the policy object against the raw loops of the random=True rows), ``torchrl`` (issue
+18: TorchRL's Collector over SerialEnv/ParallelEnv against the dummy/subproc backends, CartPole-v1 and
+HalfCheetah-v5, 8 envs, random actions); --only narrows to ratios between the named rows (--list prints
+them); --markdown prints the tables for RESULTS.md. The code that runs is the one PYTHONPATH finds (the
+CLI rows run ``sys.executable -m vcollect``), so a before/after comparison is two runs with different
+PYTHONPATHs.
 
 Tianshou's Collector is measured when `tianshou` is importable or $TIANSHOU_PYTHON names an
 interpreter that has it (it is not a vcollect dependency); benchmarks/tianshou_peer.py times it the same
-way, in its own process, once per round.
+way, in its own process, once per round. TorchRL's likewise: `torchrl` importable or $TORCHRL_PYTHON
+(benchmarks/torchrl_peer.py; e.g. ``python3.11 -m venv /tmp/trlvenv && /tmp/trlvenv/bin/pip install
+torch==2.13.0 torchrl==0.14.1 gymnasium[mujoco]==1.4.0``). TorchRL is kept out of the dev extra by
+choice, not by a conflict: ``pip install --dry-run torchrl==0.14.1`` with torch==2.13.0 into the dev venv
+resolves cleanly (it adds tensordict 0.14.3, hoptorch, pyvers, orjson, importlib_metadata, zipp,
+lazy-importer and changes nothing installed), but its wheel also installs top-level ``benchmarks/``,
+``scripts/``, ``sota-check/`` and ``sota-implementations/`` folders into site-packages (``benchmarks``
+then shares its namespace with this folder), for benchmark rows that no test needs.
 """
 
 from __future__ import annotations
@@ -28,21 +37,23 @@ import contextlib
 import importlib.util
 import logging
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
+from entry_rows import entry_window, same_vcollect
 from rich.console import Console
 from rich.table import Table
+from tianshou_peer import tianshou_speed
+from torchrl_peer import GYM_IDS, PAIRS, torchrl_speed
 
 import vcollect
 from vcollect.envs import make_vector
@@ -55,20 +66,27 @@ CLEANUP = contextlib.ExitStack()
 """Closes the envs, collectors and stores of the rows set up so far (see measure: one group at a time)."""
 
 
-def raw_sync_vector_loop(num_envs: int) -> Window:
-    """gymnasium SyncVectorEnv, SAME_STEP autoreset (every slot a transition), batched random actions."""
+def raw_sync_vector_loop(num_envs: int, env_id: str = "CartPole-v1") -> Window:
+    """gymnasium SyncVectorEnv, SAME_STEP autoreset (every slot a transition), batched random actions
+    (uniform within the bounds of a Box action space)."""
     envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make("CartPole-v1")] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+        [lambda: gym.make(env_id)] * num_envs, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
     )
     rng = np.random.default_rng(0)
     envs.reset(seed=0)
     CLEANUP.callback(envs.close)
+    space = envs.single_action_space
+
+    def actions() -> np.ndarray:
+        if isinstance(space, gym.spaces.Discrete):
+            return rng.integers(0, int(space.n), size=num_envs)
+        return rng.uniform(space.low, space.high, size=(num_envs, *space.shape)).astype(space.dtype)
 
     def window(steps: int) -> float:
         n_batches = max(1, steps // num_envs)
         start = time.perf_counter()
         for _ in range(n_batches):
-            envs.step(rng.integers(0, 2, size=num_envs))
+            envs.step(actions())
         return n_batches * num_envs / (time.perf_counter() - start)
 
     window(1_000)
@@ -142,20 +160,6 @@ def random_policy(envs: Any) -> object:
     from vcollect.policies import RandomPolicy
 
     return RandomPolicy(envs.single_action_space, seed=0)
-
-
-def tianshou_speed(num_envs: int, steps: int, backend: str, policy: str = "random", windows: int = 3) -> float | None:
-    """Tianshou's Collector on the same work (random actions or a DQN MLP), best of ``windows`` windows
-    in a fresh process, or None if not installed."""
-    peer = Path(__file__).with_name("tianshou_peer.py")
-    args = [str(peer), str(num_envs), str(steps), backend, policy, str(windows)]
-    if importlib.util.find_spec("tianshou") is not None:
-        return float(subprocess.check_output([sys.executable, *args]).decode().split()[-1])
-    other = os.environ.get("TIANSHOU_PYTHON")
-    if not other:
-        return None
-    output = subprocess.check_output([other, *args], stderr=subprocess.DEVNULL)
-    return float(output.decode().split()[-1])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -237,7 +241,8 @@ def envpool_collector(num_envs: int, policy: bool = False) -> Window | None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# issue "One typed route from envs to store": the real entry points against the direct Python route.
+# issue "One typed route from envs to store": the real entry points against the direct Python route
+# (the CLI's and entry_python.py's processes: entry_rows.py; DistributedCollector's Ray worker: here).
 
 
 def vcollect_file() -> str:
@@ -247,77 +252,6 @@ def vcollect_file() -> str:
     return str(module.__file__)
 
 
-def same_vcollect(found: str, where: str) -> None:
-    """RuntimeError unless ``found`` (vcollect's __init__ in another process) is the one this process runs."""
-    if Path(found).resolve() != Path(vcollect.__file__).resolve():
-        raise RuntimeError(
-            f"{where} imports vcollect from {found}, but this process from {vcollect.__file__}: the rows "
-            "would compare different code; set PYTHONPATH to the checkout to measure"
-        )
-
-
-ENTRY_SHARD_STEPS = 100_000
-"""Shard size of the entry-point rows, passed to both sides (the CLI's default --shard-steps)."""
-
-_STEPS_PER_S = re.compile(r"^\W*steps/s\W+([\d,]+(?:\.\d+)?)", re.MULTILINE)
-
-
-def entry_window(kind: str, backend: str, num_envs: int) -> Window | None:
-    """One fresh process per window: ``vcollect collect`` (kind "cli") or benchmarks/entry_python.py (kind
-    "python", the direct Collector + EpisodeStore), CartPole-v1 on ``backend`` with ``num_envs`` envs,
-    random actions, every episode stored in a dataset in a temporary folder, one collect call of ``steps``.
-
-    Timed from inside: the steps/s of the one collect call, as the CLI prints it (its CollectStats table)
-    and as entry_python.py prints it. Timing the whole process instead would add the interpreter start,
-    the imports (0.3 to 0.5 s per process here, and the CLI imports more: rich, its own module), building the envs
-    and the store, and the final commit and close, all of which differ between the two sides and vary
-    with the machine's load, while the question is what each route costs per collected step. Both sides
-    start cold and make one call with ``reset_before_collect=True``, so warm-up is the same on both; the
-    window sizes make that call a few seconds long. The CLI runs as ``sys.executable -m vcollect``, so
-    PYTHONPATH decides which vcollect both sides run; it shows its progress bar (its default; tqdm on
-    stderr, which is captured here).
-    """
-    if backend == "envpool" and importlib.util.find_spec("envpool") is None:
-        return None
-    root = tempfile.mkdtemp(prefix="vcollect-entry-")
-    CLEANUP.callback(shutil.rmtree, root, ignore_errors=True)
-    dataset = f"bench/{kind}-{backend}-v0"
-    seed = "0"
-    # `python -m` puts its working directory first on sys.path: run in the empty temporary folder, so that
-    # PYTHONPATH (made absolute) picks vcollect and not a checkout that happens to be the working directory.
-    env = dict(os.environ)
-    if env.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep))
-    found = subprocess.run(
-        [sys.executable, "-c", "import vcollect; print(vcollect.__file__)"], cwd=root, env=env,
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
-    same_vcollect(found, "a process started in a temporary folder")
-
-    def window(steps: int) -> float | None:
-        if kind == "cli":
-            command = [
-                sys.executable, "-m", "vcollect", "collect", "CartPole-v1", "--backend", backend,
-                "--num-envs", str(num_envs), "--steps", str(steps), "--seed", seed, "--dataset", dataset,
-                "--root", root, "--overwrite", "--shard-steps", str(ENTRY_SHARD_STEPS),
-            ]
-        else:
-            command = [
-                sys.executable, str(Path(__file__).with_name("entry_python.py")), "CartPole-v1", backend,
-                str(num_envs), str(steps), dataset, root, seed, str(ENTRY_SHARD_STEPS),
-            ]
-        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, check=False)
-        found = _STEPS_PER_S.search(done.stdout)
-        if done.returncode != 0 or found is None:  # reported, and the run goes on without this window
-            print(
-                f"compare.py: {' '.join(command)} exited with {done.returncode} and printed no steps/s:\n"
-                f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}",
-                file=sys.stderr,
-            )
-            return None
-        return float(found.group(1).replace(",", ""))
-
-    return window
 
 
 def distributed_window(backend: str, num_envs: int, shard_steps: int) -> Window | None:
@@ -419,6 +353,14 @@ RATIOS: list[Ratio] = [
     Ratio("Collector + RandomPolicy / raw, EnvPool CartPole, 8 envs", "envpool+RandomPolicy", "raw envpool", 0.7,
           "policy"),
     Ratio("  the same / Collector, random=True", "envpool+RandomPolicy", "envpool", None, "policy"),
+    # TorchRL's Collector on the same work (torchrl_peer.PAIRS: the issue's goals)
+    *(Ratio(f"Collector {p.backend} / TorchRL Collector {p.peer}, {GYM_IDS[p.env]}, random (issue 18)",
+            p.vcollect_row, p.torchrl_row, p.bar, "torchrl") for p in PAIRS),
+    # stepping the envs alone (no collector) against TorchRL: about the most an in-process collector can show
+    Ratio("  raw SyncVectorEnv loop / TorchRL SerialEnv, CartPole-v1", "raw", "CartPole torchrl SerialEnv", None,
+          "torchrl"),
+    Ratio("  raw SyncVectorEnv loop / TorchRL SerialEnv, HalfCheetah-v5", "raw HalfCheetah-v5",
+          "HalfCheetah torchrl SerialEnv", None, "torchrl"),
 ]
 """The ratios: (label, row, baseline row, bar, row set), each taken between the two rows' best windows.
 
@@ -431,10 +373,13 @@ Row sets (``--rows``): ``issues``, the rows of issues 2 to 4 (unchanged); ``entr
 against the same collection from Python (entry_window); ``distributed``, DistributedCollector with one
 worker against an in-process Collector (distributed_window); ``policy``, RandomPolicy passed as the
 policy object against the raw loop of the matching random=True row (the indented lines: against the
-random=True row itself, for information). Bars of the new sets: the issue's goals (0.9; store on 0.85);
-the subproc and EnvPool policy rows carry their random=True rows' bars, as the issue sets none."""
+random=True row itself, for information); ``torchrl``, TorchRL's Collector against the dummy/subproc
+backends (torchrl_peer.PAIRS; the indented lines: the raw SyncVectorEnv loop against TorchRL's SerialEnv,
+about the most a collector stepping the same envs in one process can show, no bar). Bars of the new sets:
+the issue's goals (0.9; store on 0.85; TorchRL 10x and 5x); the subproc and EnvPool policy rows carry
+their random=True rows' bars, as the issue sets none."""
 
-ROW_SETS = ("issues", "entry", "distributed", "policy")
+ROW_SETS = ("issues", "entry", "distributed", "policy", "torchrl")
 
 
 def main() -> None:
@@ -481,6 +426,9 @@ def measure(args: argparse.Namespace) -> None:
     n, steps = args.num_envs, args.window_steps
     space = gym.make("CartPole-v1").action_space
 
+    # The TorchRL rows' windows (vcollect, TorchRL): a HalfCheetah step costs ~5x a CartPole one; TorchRL's
+    # as in bench_workloads.py (8,000 and 4,000 frames by default), its speed a few thousand frames/s.
+    pair_steps = {"CartPole": (steps, steps * 2 // 5), "HalfCheetah": (steps // 5, steps // 5)}
     # Each row: (set-up returning its window function or None when not installed, steps per window).
     # A 64-env vector step costs ~20x less per transition than 8 CartPole envs: more steps, similar time.
     # The entry rows' windows are whole collect calls in fresh processes: a few seconds each by default.
@@ -515,20 +463,24 @@ def measure(args: argparse.Namespace) -> None:
         "vector entry 64+RandomPolicy": (lambda: vector_entry_collector(64, policy=True), steps * 8),
         "envpool+RandomPolicy": (lambda: envpool_collector(n, policy=True), steps),
         # entry points
-        "CLI gymnasium 64+store": (lambda: entry_window("cli", "gymnasium", 64), steps * 100),
-        "Python gymnasium 64+store": (lambda: entry_window("python", "gymnasium", 64), steps * 100),
-        "CLI envpool+store": (lambda: entry_window("cli", "envpool", n), steps * 10),
-        "Python envpool+store": (lambda: entry_window("python", "envpool", n), steps * 10),
+        "CLI gymnasium 64+store": (lambda: entry_window(CLEANUP, "cli", "gymnasium", 64), steps * 100),
+        "Python gymnasium 64+store": (lambda: entry_window(CLEANUP, "python", "gymnasium", 64), steps * 100),
+        "CLI envpool+store": (lambda: entry_window(CLEANUP, "cli", "envpool", n), steps * 10),
+        "Python envpool+store": (lambda: entry_window(CLEANUP, "python", "envpool", n), steps * 10),
         # DistributedCollector, one worker, and the same collection in this process
         "distributed gymnasium 64+store": (lambda: distributed_window("gymnasium", 64, steps * 16), steps * 16),
         "Collector gymnasium 64+store": (lambda: store_window(64, steps * 16, backend="gymnasium"), steps * 16),
         "distributed envpool+store": (lambda: distributed_window("envpool", n, steps * 2), steps * 2),
         "Collector envpool+store": (lambda: store_window(n, steps * 2, backend="envpool"), steps * 2),
+        # the vcollect side of the TorchRL rows, and HalfCheetah's raw loop
+        "raw HalfCheetah-v5": (lambda: raw_sync_vector_loop(n, "HalfCheetah-v5"), pair_steps["HalfCheetah"][0]),
+        **{p.vcollect_row: (partial(pair_window, p.env, p.backend, n), pair_steps[p.env][0]) for p in PAIRS},
     }
     peers: dict[str, Callable[[], float | None]] = {
         "tianshou dummy": lambda: tianshou_speed(n, steps // 2, "dummy"),
         "tianshou subproc": lambda: tianshou_speed(n, steps // 4, "subproc"),
         "tianshou dummy+dqn mlp": lambda: tianshou_speed(n, steps // 8, "dummy", "dqn"),
+        **{p.torchrl_row: partial(torchrl_speed, p.env, p.peer, n, pair_steps[p.env][1]) for p in PAIRS},
     }
     sets = {name for name in args.rows.split(",") if name}
     only = {name for name in args.only.split(",") if name}
@@ -560,7 +512,12 @@ def measure(args: argparse.Namespace) -> None:
             for _ in range(args.rounds):
                 for name in group:
                     if name in peers:
-                        got = peers[name]()
+                        try:
+                            got = peers[name]()
+                        except Exception:  # reported; the row reads "failed" unless another round gave a speed
+                            print(f"compare.py: peer row {name!r} failed:", file=sys.stderr)
+                            traceback.print_exc()
+                            continue
                         if got is None:
                             unavailable.add(name)
                     else:
@@ -598,6 +555,13 @@ def measure(args: argparse.Namespace) -> None:
         for row in rows:
             table.add_row(*row)
         console.print(table)
+
+
+def pair_window(env: str, backend: str, num_envs: int) -> Window:
+    """The vcollect side of a TorchRL row: random actions on ``num_envs`` envs, no store; subproc with one
+    worker process per env, as TorchRL's ParallelEnv."""
+    workers = {"num_workers": num_envs} if backend == "subproc" else {}
+    return collector_window(make_vector(GYM_IDS[env], num_envs, backend=backend, **workers))
 
 
 def policy_collector(envs: Any) -> Window:
