@@ -9,12 +9,12 @@ and once as one that asks for the envs' infos (vcollect.policies.SupportsInfos):
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from lean_policies import LeanPolicyWithInfos, lean_policy
 
 import vcollect
 from vcollect.store import EpisodeStore
@@ -68,22 +68,6 @@ try:  # (the same file times a vcollect from before policies could ask for infos
     HANDS_INFOS = True
 except ImportError:
     HANDS_INFOS = False
-
-
-def lean_policy(obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:
-    """Push the cart the way the pole leans (CartPole)."""
-    return (obs[:, 2] > 0).astype(np.int64), None
-
-
-class LeanPolicyWithInfos:
-    """lean_policy, handed the envs' infos (which it does not read)."""
-
-    wants_infos = True
-
-    def __call__(
-        self, obs: np.ndarray, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
-    ) -> tuple[np.ndarray, None]:
-        return lean_policy(obs)
 
 
 @pytest.mark.parametrize("infos", [False, True], ids=["plain", "infos"])

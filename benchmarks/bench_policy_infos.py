@@ -16,32 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
+from lean_policies import LeanPolicyWithInfos, lean_policy
 
 import vcollect
 from vcollect.envs import DummyVectorEnv
 
 NUM_ENVS = 8
-
-
-def lean_policy(obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:
-    """Push the cart the way the pole leans."""
-    return (obs[:, 2] > 0).astype(np.int64), None
-
-
-class LeanPolicyWithInfos:
-    """lean_policy, handed the envs' infos (which it does not read)."""
-
-    wants_infos = True
-
-    def __call__(
-        self, obs: np.ndarray, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
-    ) -> tuple[np.ndarray, None]:
-        return lean_policy(obs)
 
 
 class TwoKeyInfos(gym.Wrapper):
