@@ -47,6 +47,7 @@ import runpy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -141,16 +142,31 @@ def vcollect_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
             t.collect += time.perf_counter() - t0
             step += s.train_frequency
             for _ in range(s.gradient_steps):
-                t0 = time.perf_counter()
-                batch = buffer.sample(s.batch_size)
-                t1 = time.perf_counter()
-                dqn_update(q, target, optimizer, batch, s.gamma)
-                updates += 1
-                if updates % s.target_every == 0:
-                    target.load_state_dict(q.state_dict())
-                t.update += time.perf_counter() - t1
-                t.sample += t1 - t0
+                updates = sample_and_update(lambda: buffer.sample(s.batch_size), q, target, optimizer, s, t, updates)
             yield
+
+
+def sample_and_update(sample: Callable[[], Any], q: nn.Module, target: nn.Module, optimizer: Any, s: Schedule,
+                      t: Timer, updates: int) -> int:
+    """One gradient step of the example's ``dqn_update`` on ``sample()``'s batch, the target network copied
+    every ``s.target_every`` updates, seconds added to ``t``; the updates done so far."""
+    t0 = time.perf_counter()
+    batch = sample()
+    t1 = time.perf_counter()
+    dqn_update(q, target, optimizer, batch, s.gamma)
+    updates += 1
+    if updates % s.target_every == 0:
+        target.load_state_dict(q.state_dict())
+    t.update += time.perf_counter() - t1
+    t.sample += t1 - t0
+    return updates
+
+
+def tianshou_batch(buffer: Any, batch_size: int) -> dict[str, Any]:
+    """A sample of Tianshou's buffer under the names the example's ``dqn_update`` reads."""
+    sampled, _ = buffer.sample(batch_size)
+    return {"observations": sampled.obs, "actions": sampled.act, "rewards": sampled.rew,
+            "next_observations": sampled.obs_next, "terminations": sampled.terminated}
 
 
 class TianshouQ(nn.Module):
@@ -220,17 +236,8 @@ def tianshou_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
                     algorithm.update(sample_size=s.batch_size, buffer=buffer)
                     t.update += time.perf_counter() - t0  # the sampling inside is taken off below
                     continue
-                t0 = time.perf_counter()
-                sampled, _ = buffer.sample(s.batch_size)
-                batch = {"observations": sampled.obs, "actions": sampled.act, "rewards": sampled.rew,
-                         "next_observations": sampled.obs_next, "terminations": sampled.terminated}
-                t1 = time.perf_counter()
-                dqn_update(q, target, optimizer, batch, s.gamma)
-                updates += 1
-                if updates % s.target_every == 0:
-                    target.load_state_dict(q.state_dict())
-                t.update += time.perf_counter() - t1
-                t.sample += t1 - t0
+                updates = sample_and_update(partial(tianshou_batch, buffer, s.batch_size), q, target, optimizer, s, t,
+                                            updates)
         yield
     if s.tianshou_dqn:
         t.update -= t.sample
