@@ -139,6 +139,29 @@ def test_ray_actors_hand_the_policy_their_infos(collector_cls: Any, ray_local: A
     assert_every_action_was_the_target(stats.returns, stats.lens)
 
 
+def copier_for(observation_space: gym.Space, action_space: gym.Space) -> InfoCopier:
+    return InfoCopier()
+
+
+@pytest.mark.parametrize("collector", ["sync", "async"])
+def test_distributed_workers_hand_their_policy_its_infos(collector: str, ray_local: Any, tmp_path: Any) -> None:
+    """DistributedCollector's workers build the policy themselves: one that wants infos gets them there
+    too, on both collector kinds, and what they store is what they report."""
+    from vcollect.distributed import DistributedCollector
+    from vcollect.store import EpisodeStore, load_dataset
+
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    env = TargetEnv()
+    EpisodeStore.create("infos/target-v0", env.observation_space, env.action_space, root=tmp_path).close()
+    with DistributedCollector(TargetEnv, copier_for, num_workers=2, envs_per_worker=2, collector=collector,
+                              store="infos/target-v0", root=tmp_path, seed=0) as dc:
+        stats = dc.collect(n_episode=8)
+    assert_every_action_was_the_target(stats.returns, stats.lens)
+    stored = load_dataset("infos/target-v0", root=tmp_path)
+    assert stored.total_episodes == stats.n_collected_episodes
+    assert all(float(np.sum(ep.rewards)) == len(ep) for ep in stored)
+
+
 @pytest.mark.parametrize("kind", ["next_step", "same_step", "disabled"])
 def test_infos_follow_gymnasium_autoresets_and_the_block_path(kind: str) -> None:
     """NEXT_STEP envs restart on their next step (the blocks backend: stepped one by one for this policy),
