@@ -26,7 +26,8 @@ def assert_declares(envs: Any, expected: EnvCapabilities) -> None:
     ``step_reset`` it cannot offer to the collectors)."""
     assert envs.capabilities == expected
     assert isinstance(envs, VectorEnv)
-    for flag in ("steps_all_envs", "autoresets", "seeded_resets", "steps_in_blocks", "recv_batch_size"):
+    for flag in ("steps_all_envs", "autoresets", "seeded_resets", "steps_in_blocks", "recv_batch_size",
+                 "hands_over_obs"):
         assert not hasattr(envs, flag), flag
     if not expected.steps_all_envs:
         assert callable(getattr(envs, "step_reset", None)) == expected.step_reset
@@ -61,6 +62,7 @@ def test_a_backend_without_capabilities_is_refused():
         ({"steps_in_blocks": True, "steps_all_envs": True}, "steps_in_blocks needs"),
         ({"steps_in_blocks": True, "autoresets": True}, "steps_in_blocks needs"),
         ({"step_reset": True, "steps_all_envs": True}, "cannot offer it"),
+        ({"hands_over_obs": True, "steps_all_envs": True, "autoresets": True}, "needs steps_in_blocks"),
     ],
 )
 def test_capabilities_refuse_contradictions(fields, message):

@@ -126,7 +126,7 @@ def test_step_into_hands_over_arrays_the_pool_never_writes_again() -> None:
     handing it over, through later steps and restarts; the block keeps the very arrays (no copy). Should an
     EnvPool release start reusing its buffers, this fails, and the block must copy again."""
     envs = pool()
-    assert envs.hands_over_obs
+    assert envs.capabilities.hands_over_obs
     envs.reset()
     block = StepBlock(8, 60, envs.single_observation_space, envs.single_action_space, hold_obs=True)
     copies = []
@@ -211,7 +211,8 @@ def test_bad_input_is_rejected_without_hanging() -> None:
 @pytest.mark.parametrize(
     ("batch_size", "expected"),
     [
-        (None, EnvCapabilities(steps_all_envs=True, autoresets=True, seeded_resets=False, steps_in_blocks=True, recv_any=True)),
+        (None, EnvCapabilities(steps_all_envs=True, autoresets=True, seeded_resets=False, steps_in_blocks=True, recv_any=True,
+                               hands_over_obs=True)),
         (4, EnvCapabilities(autoresets=True, seeded_resets=False, step_reset=True, recv_batch_size=4, recv_any=True)),
     ],
 )

@@ -135,8 +135,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
     ) -> dict[str, Any]:
         """As :meth:`VectorRingBuffer.sample`, rows drawn in proportion to their priorities, with ``weights``
         (importance weights, float64) in the batch."""
-        if self._touched:
-            self._sync()
+        self._sync()
         rows, p, p_min = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
         self._fresh[rows] = True
         batch = gather_transitions(self, rows, stack_num)
@@ -169,8 +168,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         top = float(p.max())
         if not top < np.inf:  # NaN fails the comparison too
             raise ValueError("update_weight got priorities that are NaN or infinite; check the TD errors")
-        if self._touched:
-            self._sync()
+        self._sync()
         fresh = self._fresh.take(idx)
         if not fresh.all():
             idx, p = idx[fresh], p[fresh]

@@ -26,7 +26,9 @@ class EnvCapabilities:
     ``step_reset`` (restart ended envs inside the step that ended them). ``steps_in_blocks``: it writes its
     NEXT_STEP steps into a ``StepBlock`` (``step_into``). ``recv_batch_size``: async results come this many
     at a time (EnvPool's async mode; only AsyncCollector takes more than 1). ``recv_any``: it has
-    ``recv_any`` (steps and resets received in one wait, AsyncCollector).
+    ``recv_any`` (steps and resets received in one wait, AsyncCollector). ``hands_over_obs``: the
+    observation arrays its ``step_into`` passes are new every step and never written to again, so a
+    StepBlock may keep them instead of copying them (EnvPool's sync mode; needs ``steps_in_blocks``).
     """
 
     steps_all_envs: bool = False
@@ -36,12 +38,15 @@ class EnvCapabilities:
     steps_in_blocks: bool = False
     recv_batch_size: int = 1
     recv_any: bool = False
+    hands_over_obs: bool = False
 
     def __post_init__(self) -> None:
         if self.recv_batch_size < 1:
             raise ValueError(f"recv_batch_size must be >= 1, got {self.recv_batch_size}")
         if self.steps_in_blocks and not (self.steps_all_envs and self.autoresets):
             raise ValueError("steps_in_blocks needs steps_all_envs and autoresets (NEXT_STEP restarts)")
+        if self.hands_over_obs and not self.steps_in_blocks:
+            raise ValueError("hands_over_obs is about step_into's arrays: it needs steps_in_blocks")
         if self.step_reset and self.steps_all_envs:
             raise ValueError("step_reset steps a subset of envs; a steps_all_envs backend cannot offer it")
 

@@ -92,6 +92,7 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             steps_in_blocks=not self.is_async,
             recv_batch_size=batch_size if self.is_async else 1,
             recv_any=True,
+            hands_over_obs=not self.is_async,  # receive returns new arrays and never writes to them again
         )
         super().__init__(num_envs, pool.single_observation_space, pool.single_action_space)
         self.metadata = dict(getattr(pool, "metadata", {}) or {})
@@ -196,13 +197,9 @@ class EnvPoolVectorEnv(BaseVectorEnv):
             batch, batch, rewards_out, terminations_out, truncations_out, info, transitions, started, ended
         )
 
-    #: EnvPool's receive returns new arrays every step and never writes to them again (the Python side owns
-    #: them), so a StepBlock keeps the observation arrays step_into passes instead of copying them
-    hands_over_obs = True
-
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """step_all (sync mode), its results put in the block's next row in env id order instead of fresh
-        arrays (the pool's own observation arrays, handed over: ``hands_over_obs``)."""
+        arrays (the pool's own observation arrays, handed over: ``capabilities.hands_over_obs``)."""
         obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_into")
         order = np.asarray(info["env_id"])
         env_ids = None if order.tobytes() == self._in_order else order  # a sync pool answers in order

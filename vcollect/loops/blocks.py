@@ -1,8 +1,8 @@
 """BlockLoop: the all-env loop for NEXT_STEP backends, with steps staged in a StepBlock.
 
 Per vector step only the env's step (``step_into``: its results copied into the block's next row, or its
-observation arrays kept by reference where the backend hands them over: ``hands_over_obs``) and the
-actions' row copy happen; the rings (``VectorRingBuffer.add_steps``: one write per array), the ledger, the
+observation arrays kept by reference where the backend hands them over: ``capabilities.hands_over_obs``)
+and the actions' row copy happen; the rings (``VectorRingBuffer.add_steps``: one write per array), the ledger, the
 store queue and (random actions) the observation checks take up to a block of steps at once. A call stops
 after the same step as the per-step loop would, and every staged step is recorded before it returns, also
 when it raises. While rendering, while a step or episode-done hook is set (a hook sees each step before
@@ -41,10 +41,10 @@ writing and checking the rows one by one."""
 
 @runtime_checkable
 class StagesBlocks(Protocol):
-    """What a backend that declares ``steps_in_blocks`` offers. One whose ``step_into`` passes observation
-    arrays that are new every step and that it never writes to again says so with a true class attribute
-    ``hands_over_obs``: the block then keeps them (``StepBlock(hold_obs=True)``) instead of copying them,
-    where a step's observations are large (``HOLD_OBS_BYTES``)."""
+    """What a backend that declares ``steps_in_blocks`` offers. One that also declares ``hands_over_obs``
+    (its ``step_into`` passes observation arrays new every step that it never writes to again) has them
+    kept by the block (``StepBlock(hold_obs=True)``) instead of copied, where a step's observations are
+    large (``HOLD_OBS_BYTES``)."""
 
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """Step every env once, its results written into the block's next row."""
@@ -64,7 +64,7 @@ class BlockLoop(AllEnvLoop):
             int(np.prod(leaf.shape)) * leaf.dtype.itemsize for leaf in leaves(c.observation_space)
         )
         size = max(1, min(BLOCK_STEPS, c.buffer.capacity - 1, BLOCK_BYTES // max(1, step_bytes)))
-        hold = bool(getattr(self.stager, "hands_over_obs", False)) and step_bytes >= HOLD_OBS_BYTES
+        hold = c.capabilities.hands_over_obs and step_bytes >= HOLD_OBS_BYTES
         self.block = StepBlock(c.num_envs, size, c.observation_space, c.action_space, hold_obs=hold)
         self._flat_obs = self.block.obs_leaf_count == 1 and not isinstance(c.observation_space, (Dict, Tuple))
 

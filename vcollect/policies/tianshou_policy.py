@@ -150,13 +150,11 @@ def _columns(infos: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     keys and every key's values are numbers or arrays that stack into one numeric array; None otherwise
     (``Batch.stack`` then pads missing keys and decides about other values)."""
     keys = infos[0].keys()
+    if any(info.keys() != keys for info in infos):
+        return None
     out: dict[str, Any] = {}
     for key in keys:
-        values = []
-        for info in infos:
-            if info.keys() != keys:
-                return None
-            values.append(info[key])
+        values = [info[key] for info in infos]
         if all(isinstance(value, Mapping) for value in values):
             nested = _columns(values)
             if nested is None:
