@@ -29,8 +29,12 @@ Schedules (rows):
     around the network (n-step gathering on Tianshou's side, Huber and clipping on ours), the same
     network passes (online and target on the next observations, online on the observations, one backward).
 
-  The last row runs Tianshou's DQN with ``n_step_return_horizon=1`` (its default), the same 1-step
+  The next row runs Tianshou's DQN with ``n_step_return_horizon=1`` (its default), the same 1-step
   targets as the example's update, to show what the n-step gathering costs.
+  - "the same DQN on both sides": Tianshou's DQN with its defaults (n_step 1, MSE, no gradient clip)
+    against the example's ``dqn_update(..., huber=False, max_grad_norm=None)``, the same arithmetic
+    (tests/test_dqn_example.py checks both land on the same weights from the same transitions): a
+    Tianshou user's DQN training against the same DQN written on vcollect.
 
 The "bound" column is the speed-up vcollect would show if its side spent no time at all outside its
 gradient steps (Tianshou's total over vcollect's gradient-step seconds): where it is under 2x, no data
@@ -80,6 +84,11 @@ class Schedule:
     epsilon: float | None = None  # fixed; None: the example's linear decay from 1.0 to 0.04 over 8,000 steps
     tianshou_dqn: bool = False  # Tianshou side: its DQN algorithm's update instead of dqn_update
     n_step: int = 3  # Tianshou DQN's n_step_return_horizon (only with tianshou_dqn)
+    as_tianshou_dqn: bool = False  # vcollect side: dqn_update with Tianshou DQN's loss (MSE, no gradient clip)
+
+    def update(self) -> Callable[..., float]:
+        """The vcollect side's gradient step (the example's, or the same with Tianshou DQN's defaults)."""
+        return partial(dqn_update, huber=False, max_grad_norm=None) if self.as_tianshou_dqn else dqn_update
 
 
 TIANSHOU_CARTPOLE = {"num_envs": 10, "train_frequency": 10, "gradient_steps": 1, "hidden": (128, 128, 128),
@@ -93,6 +102,8 @@ SCHEDULES = {
         Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True),  # type: ignore[arg-type]
     "Tianshou's CartPole DQN settings, Tianshou side: its DQN.update (n_step 1)":
         Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True, n_step=1),  # type: ignore[arg-type]
+    "Tianshou's CartPole DQN settings, the same DQN on both sides (n_step 1, MSE, no clip)":
+        Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True, n_step=1, as_tianshou_dqn=True),  # type: ignore[arg-type]
 }
 
 
@@ -153,7 +164,7 @@ def sample_and_update(sample: Callable[[], Any], q: nn.Module, target: nn.Module
     t0 = time.perf_counter()
     batch = sample()
     t1 = time.perf_counter()
-    dqn_update(q, target, optimizer, batch, s.gamma)
+    s.update()(q, target, optimizer, batch, s.gamma)
     updates += 1
     if updates % s.target_every == 0:
         target.load_state_dict(q.state_dict())

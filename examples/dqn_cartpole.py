@@ -73,8 +73,10 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
 
 
 def dqn_update(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer, batch: dict[str, Any],
-               gamma: float) -> float:
-    """One gradient step on a batch of transitions: double-DQN target, Huber loss. Truncated episodes
+               gamma: float, *, huber: bool = True, max_grad_norm: float | None = 10.0) -> float:
+    """One gradient step on a batch of transitions: double-DQN target, Huber loss (mean squared error with
+    ``huber=False``), the gradient's norm clipped to ``max_grad_norm`` (None: not clipped; with
+    ``huber=False`` this is the update Tianshou's ``DQN`` makes by default). Truncated episodes
     (CartPole's 500-step limit) bootstrap; only terminations end the return."""
     obs = torch.as_tensor(batch["observations"], dtype=torch.float32)
     next_obs = torch.as_tensor(batch["next_observations"], dtype=torch.float32)
@@ -85,10 +87,12 @@ def dqn_update(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer
         best = q(next_obs).argmax(dim=1, keepdim=True)
         td_target = rewards + gamma * ongoing * target(next_obs).gather(1, best).squeeze(1)
     predicted = q(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
-    loss = nn.functional.smooth_l1_loss(predicted, td_target)
+    loss_fn = nn.functional.smooth_l1_loss if huber else nn.functional.mse_loss
+    loss = loss_fn(predicted, td_target)
     optimizer.zero_grad()
     loss.backward()
-    nn.utils.clip_grad_norm_(q.parameters(), 10.0)
+    if max_grad_norm is not None:
+        nn.utils.clip_grad_norm_(q.parameters(), max_grad_norm)
     optimizer.step()
     return loss.item()
 

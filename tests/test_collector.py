@@ -26,6 +26,7 @@ from vcollect import (
     make_vector,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.policies import EpsilonGreedy
 from vcollect.spaces import flatten_batch
 from vcollect.spaces import leaves as leaves_of
 
@@ -459,6 +460,23 @@ def test_actions_are_checked_unless_the_policy_vouches_for_them(
         else:  # CountingEnv ignores its action: the unchecked 5 is what the ring holds
             collector.collect(n_step=2, reset_before_collect=True)
             assert np.all(collector.buffer.sample(8, np.random.default_rng(0))["actions"] == 5)
+
+
+@pytest.mark.parametrize(("vouches", "epsilon", "checked"), [(True, 0.0, False), (False, 0.0, True), (True, 1.0, False)])
+def test_epsilon_greedy_keeps_the_wrapped_policys_word(vouches: bool, epsilon: float, checked: bool) -> None:
+    """EpsilonGreedy's noise swaps in actions drawn from the space (noise_in_space), so its actions are
+    trusted exactly when the wrapped policy's are; with epsilon 1 every action is a random one in the space."""
+    space = CountingEnv().action_space
+    policy = EpsilonGreedy(VouchingPolicy(space, vouches), space, epsilon, seed=0)  # type: ignore[arg-type]
+    assert policy.actions_in_space is vouches
+    with Collector(policy, counting_fns(2), seed=0, exploration_noise=True) as collector:
+        if checked:
+            with pytest.raises(ActionError, match="outside"):
+                collector.collect(n_step=2, reset_before_collect=True)
+        else:
+            collector.collect(n_step=4, reset_before_collect=True)
+            actions = collector.buffer.sample(16, np.random.default_rng(0))["actions"]
+            assert np.all(actions == 5) if epsilon == 0.0 else np.all((actions >= 0) & (actions < space.n))
 
 
 def test_policy_not_returning_a_pair_is_a_clear_error() -> None:

@@ -79,7 +79,7 @@ class PolicyActor:
         policy = self.policy
         self._trusted = (
             bool(getattr(policy, "actions_in_space", False))
-            and self._noise is None
+            and (self._noise is None or bool(getattr(policy, "noise_in_space", False)))
             and getattr(policy, "action_space", None) == self.action_space
         )
 

@@ -5,8 +5,9 @@ a batch of actions and the new state rows. State has the env axis first (or is N
 collector can keep one row per env id and hand a policy only the rows of the envs it steps.
 
 A policy whose actions lie in its ``action_space`` by construction may say so with a true
-``actions_in_space`` attribute; where that space equals the env's (and no exploration noise is added),
-the collector then skips its per-step check of the actions (TorchPolicy does for index-valued spaces).
+``actions_in_space`` attribute; where that space equals the env's (and no exploration noise is added,
+or the policy's noise keeps actions in the space: a true ``noise_in_space``, as EpsilonGreedy's), the
+collector then skips its per-step check of the actions (TorchPolicy does for index-valued spaces).
 
 A policy that reads the envs' info dicts opts in with ``SupportsInfos`` (a true ``wants_infos``); every
 other policy is called with observations and state only, and the collectors keep no infos for it.

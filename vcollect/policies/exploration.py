@@ -46,6 +46,15 @@ class EpsilonGreedy:
         assert isinstance(self.policy, SupportsInfos)
         return self.policy(obs, state, infos=infos)
 
+    # The noise swaps in random actions of action_space, so it keeps actions inside that space.
+    noise_in_space = True
+
+    @property
+    def actions_in_space(self) -> bool:
+        """Whether the wrapped policy vouches for its actions (``actions_in_space``) in this same space."""
+        policy = self.policy
+        return bool(getattr(policy, "actions_in_space", False)) and getattr(policy, "action_space", None) == self.action_space
+
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
         """Return a copy of ``actions`` where each row is, with probability epsilon, a random action."""
         k = batch_size_of(actions)
