@@ -33,8 +33,9 @@ Schedules (rows):
   targets as the example's update, to show what the n-step gathering costs.
   - "the same DQN on both sides": Tianshou's DQN with its defaults (n_step 1, MSE, no gradient clip)
     against the example's ``dqn_update(..., huber=False, max_grad_norm=None)``, the same arithmetic
-    (tests/test_dqn_example.py checks both land on the same weights from the same transitions): a
-    Tianshou user's DQN training against the same DQN written on vcollect.
+    (tests/test_dqn_example.py checks both land on the same weights from the same transitions), and
+    vcollect's envs seeded at their first reset only (``seed_every_reset=False``), as Tianshou seeds its
+    envs once: a Tianshou user's DQN training against the same DQN written on vcollect.
 
 The "bound" column is the speed-up vcollect would show if its side spent no time at all outside its
 gradient steps (Tianshou's total over vcollect's gradient-step seconds): where it is under 2x, no data
@@ -85,6 +86,7 @@ class Schedule:
     tianshou_dqn: bool = False  # Tianshou side: its DQN algorithm's update instead of dqn_update
     n_step: int = 3  # Tianshou DQN's n_step_return_horizon (only with tianshou_dqn)
     as_tianshou_dqn: bool = False  # vcollect side: dqn_update with Tianshou DQN's loss (MSE, no gradient clip)
+    # and its envs seeded at their first reset only, as Tianshou's (seed_every_reset=False: the same env work)
 
     def update(self) -> Callable[..., float]:
         """The vcollect side's gradient step (the example's, or the same with Tianshou DQN's defaults)."""
@@ -140,7 +142,9 @@ def vcollect_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
     target, optimizer = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=s.lr)
     explore = EpsilonGreedy(TorchPolicy(q, envs.single_action_space), envs.single_action_space, 1.0, seed=args.seed)
     buffer = vcollect.VectorRingBuffer(total_size=s.buffer_size, num_envs=s.num_envs, seed=args.seed)
-    collector, updates = vcollect.Collector(explore, envs, buffer, seed=args.seed, exploration_noise=True), 0
+    collector = vcollect.Collector(explore, envs, buffer, seed=args.seed, exploration_noise=True,
+                                   seed_every_reset=not s.as_tianshou_dqn)
+    updates = 0
     yield  # set up: not timed
     with collector:
         collector.collect(n_step=args.learning_starts, random=True, reset_before_collect=True)
