@@ -131,14 +131,15 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
 
     # ----------------------------------------------------------------------------- sampling, updates
     def sample(
-        self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1
+        self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1,
+        n_step: int | None = None, gamma: float | None = None,
     ) -> dict[str, Any]:
-        """As :meth:`VectorRingBuffer.sample`, rows drawn in proportion to their priorities, with ``weights``
-        (importance weights, float64) in the batch."""
+        """As :meth:`VectorRingBuffer.sample` (``stack_num``, ``n_step`` and ``gamma`` alike), rows drawn in
+        proportion to their priorities, with ``weights`` (importance weights, float64) in the batch."""
         self._sync()
         rows, p, p_min = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
-        self._fresh[rows] = True
-        batch = gather_transitions(self, rows, stack_num)
+        batch = gather_transitions(self, rows, stack_num, n_step, gamma)
+        self._fresh[rows] = True  # after the gather, which refuses bad arguments
         # p is the batch's own array of leaf values: the weights are computed in it
         if self.weight_norm:
             p *= 1.0 / p_min

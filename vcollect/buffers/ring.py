@@ -582,17 +582,12 @@ class VectorRingBuffer:
         return unflatten_batch(self.observation_space, [a[rows] for a in self._obs_flat])
 
     def sample(
-        self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1
+        self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1,
+        n_step: int | None = None, gamma: float | None = None,
     ) -> dict[str, Any]:
         """``batch_size`` transitions drawn uniformly (with replacement) from those stored, with the ring's own
-        seeded generator unless ``rng`` is given: a dict of ``observations``, ``actions``, ``rewards``,
-        ``next_observations``, ``terminations``, ``truncations``, ``dones`` (either flag) and ``indices``
-        (flat row ids, ``env_id * capacity + row``: Tianshou's ``sample`` returns them beside its Batch).
-
-        ``stack_num=k`` stacks observations over the last k steps of the same episode, shape (batch, k, ...),
-        oldest first, the episode's first frame repeated before its start (as Tianshou's ``stack_num``), and
-        the next observations likewise (the stack the agent sees one step later); rows are gathered by index,
-        never stored k times. Frames older than the oldest row still in the ring repeat that row, as Tianshou.
-        """
+        seeded generator unless ``rng`` is given: the dict :func:`~vcollect.buffers.sampling.gather_transitions`
+        describes, observations stacked ``stack_num`` deep (Tianshou's ``stack_num``), with n-step returns
+        when ``n_step`` and ``gamma`` are given (Tianshou's ``compute_nstep_return``)."""
         rows = draw_rows(self._has_flat, batch_size, self._rng if rng is None else rng)
-        return gather_transitions(self, rows, stack_num)
+        return gather_transitions(self, rows, stack_num, n_step, gamma)

@@ -1,13 +1,17 @@
-"""Replay sampling from the rings: uniform draws of step rows, frame stacks gathered by index, the batch.
+"""Replay sampling from the rings: uniform draws of step rows, frame stacks gathered by index, n-step
+returns walked forward by index, the batch.
 
 Functions of a ring's flat arrays (``VectorRingBuffer`` internals), kept apart from the ring's write path.
 A row is a *step row* when it holds a transition (``has``); the row after a step row holds its next
-observation and belongs to the same episode; the row before a step row is a step row of the same episode
-or not a step row at all (an episode's final row, or the ring's newest row before its oldest one).
+observation and belongs to the same episode, and is itself a step row exactly when it holds the episode's
+next transition (not when it is the episode's final row or the env's newest one); the row before a step
+row is a step row of the same episode or not a step row at all (an episode's final row, or the ring's
+newest row before its oldest one).
 """
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -124,10 +128,86 @@ def stack_rows(rows: np.ndarray, stack_num: int, has: np.ndarray, capacity: int)
     return stack
 
 
-def gather_transitions(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int = 1) -> dict[str, Any]:
-    """The batch of the step rows ``rows`` (see ``VectorRingBuffer.sample``), observations stacked k deep.
-    Gathers use ``take`` (about twice as fast as fancy indexing for rows of a 2-d array)."""
+def check_nstep(n_step: Any, gamma: Any) -> tuple[int, float] | None:
+    """``(n_step, gamma)`` checked (an int >= 1, a real in [0, 1]), or None when neither is given."""
+    if n_step is None and gamma is None:
+        return None
+    if n_step is None or gamma is None:
+        raise ValueError(
+            "n_step and gamma go together: pass both (e.g. sample(64, n_step=3, gamma=0.99)) or neither, "
+            f"got n_step={n_step!r}, gamma={gamma!r}"
+        )
+    steps = check_count("n_step", n_step, 1)
+    if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"gamma must be a discount factor, a real number in [0, 1] (e.g. 0.99), got {gamma!r}")
+    return steps, float(gamma)
+
+
+def nstep_targets(
+    ring: VectorRingBuffer, rows: np.ndarray, nxt: np.ndarray, done: np.ndarray, stack_num: int, n_step: int,
+    gamma: float,
+) -> dict[str, Any]:
+    """The n-step keys of the batch of step rows ``rows`` (``nxt``: their next rows, ``done``: their steps'
+    terminations or truncations), see gather_transitions.
+
+    Walks at most n - 1 rows forward from every sampled row at once, a row going on while its step did
+    not end the episode and the row after it is a step row (the episode's next transition; the env's
+    newest step has none yet). The sum runs backward, ``r + gamma * (r' + ...)``, as Tianshou's does.
+    """
+    has, rew, term, trunc = ring._has_flat, ring._rew_flat, ring._term_flat, ring._trunc_flat
+    cur, ahead = rows, nxt
+    chain = [rows]  # chain[j]: the row of step t + j (the last row reached, once a row has stopped)
+    steps = np.ones(len(rows), dtype=np.intp)  # m, the steps taken from each sampled row
+    live = has.take(ahead) & ~done
+    for _ in range(n_step - 1):
+        if not live.any():
+            break
+        cur = np.where(live, ahead, cur)
+        steps += live
+        chain.append(cur)
+        ahead = ring._next_flat.take(cur)
+        live &= has.take(ahead) & ~(term.take(cur) | trunc.take(cur))
+    returns = rew.take(chain[-1])  # rows that got this far; every other row is replaced below
+    for j in range(len(chain) - 2, -1, -1):
+        step_j = rew.take(chain[j])
+        returns = np.where(steps > j + 1, step_j + gamma * returns, step_j)
+    powers = np.ones(len(chain) + 1)  # gamma ** m by repeated products, as Tianshou's table of them
+    powers[1:] = np.cumprod(np.full(len(chain), gamma))
+    boot = ahead if stack_num == 1 else stack_rows(ahead, stack_num, has, ring.capacity)  # step t+m-1's next row
+    return {
+        "n_step_returns": returns,
+        "n_step_next_observations": unflatten_batch(ring.observation_space, [a.take(boot, axis=0) for a in ring._obs_flat]),
+        "n_step_discounts": np.where(term.take(cur), 0.0, powers.take(steps)),
+    }
+
+
+def gather_transitions(
+    ring: VectorRingBuffer, rows: np.ndarray, stack_num: int = 1, n_step: int | None = None,
+    gamma: float | None = None,
+) -> dict[str, Any]:
+    """The batch of the step rows ``rows``, what the rings' ``sample`` returns: a dict of ``observations``,
+    ``actions``, ``rewards``, ``next_observations``, ``terminations``, ``truncations``, ``dones`` (either
+    flag), ``indices`` (flat row ids, ``env_id * capacity + row``: Tianshou's ``sample`` returns them beside
+    its Batch) and ``extras`` (episode-done hooks' columns).
+
+    ``stack_num=k`` stacks observations over the last k steps of the same episode, shape (batch, k, ...),
+    oldest first, the episode's first frame repeated before its start (as Tianshou's ``stack_num``), and
+    the next observations likewise (the stack the agent sees one step later); rows are gathered by index,
+    never stored k times. Frames older than the oldest row still in the ring repeat that row, as Tianshou.
+
+    ``n_step=n`` with ``gamma`` (both or neither; Tianshou's ``compute_nstep_return``, DQN's
+    ``n_step_return_horizon``) adds, from each sampled step t taking m steps (up to n, stopping after a step
+    that terminates or truncates the episode, and at the env's newest step, which has no successor yet):
+    ``n_step_returns`` (float64), the sum over j < m of ``gamma**j * reward[t + j]``;
+    ``n_step_next_observations``, the observation after step t + m - 1, stacked as ``next_observations``;
+    ``n_step_discounts`` (float64), ``gamma**m``, 0 where step t + m - 1 terminated (a truncation still
+    bootstraps). The target is ``n_step_returns + n_step_discounts * Q(n_step_next_observations)``; with
+    n_step=1 these are ``rewards``, ``next_observations`` and ``gamma * ~terminations``.
+
+    Gathers use ``take`` (about twice as fast as fancy indexing for rows of a 2-d array).
+    """
     stack_num = check_count("stack_num", stack_num, 1, ring.capacity)
+    nstep = check_nstep(n_step, gamma)
     nxt = ring._next_flat.take(rows)
     if stack_num == 1:
         obs_idx, next_idx = rows, nxt
@@ -135,14 +215,18 @@ def gather_transitions(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int 
         obs_idx = stack_rows(rows, stack_num, ring._has_flat, ring.capacity)
         next_idx = stack_rows(nxt, stack_num, ring._has_flat, ring.capacity)
     term, trunc = ring._term_flat.take(rows), ring._trunc_flat.take(rows)
-    return {
+    done = term | trunc
+    batch = {
         "observations": unflatten_batch(ring.observation_space, [a.take(obs_idx, axis=0) for a in ring._obs_flat]),
         "actions": unflatten_batch(ring.action_space, [a.take(rows, axis=0) for a in ring._act_flat]),
         "rewards": ring._rew_flat.take(rows),
         "next_observations": unflatten_batch(ring.observation_space, [a.take(next_idx, axis=0) for a in ring._obs_flat]),
         "terminations": term,
         "truncations": trunc,
-        "dones": term | trunc,
+        "dones": done,
         "indices": rows,
         "extras": {name: column.take(rows, axis=0) for name, column in ring.extras.items()},  # episode-done hooks' values
     }
+    if nstep is not None:
+        batch.update(nstep_targets(ring, rows, nxt, done, stack_num, *nstep))
+    return batch
