@@ -11,6 +11,7 @@ newest row before its oldest one).
 
 from __future__ import annotations
 
+import functools
 import numbers
 import operator
 from typing import TYPE_CHECKING, Any
@@ -143,6 +144,15 @@ def check_nstep(n_step: Any, gamma: Any) -> tuple[int, float] | None:
     return steps, float(gamma)
 
 
+@functools.lru_cache(maxsize=32)
+def discount_powers(gamma: float, n_step: int) -> np.ndarray:
+    """``gamma ** m`` for m in 0..n_step by repeated products, as Tianshou's table of them (read-only)."""
+    powers = np.ones(n_step + 1)
+    powers[1:] = np.cumprod(np.full(n_step, gamma))
+    powers.flags.writeable = False
+    return powers
+
+
 def nstep_targets(
     ring: VectorRingBuffer, rows: np.ndarray, nxt: np.ndarray, done: np.ndarray, stack_num: int, n_step: int,
     gamma: float,
@@ -156,28 +166,27 @@ def nstep_targets(
     """
     has, rew, term, trunc = ring._has_flat, ring._rew_flat, ring._term_flat, ring._trunc_flat
     cur, ahead = rows, nxt
-    chain = [rows]  # chain[j]: the row of step t + j (the last row reached, once a row has stopped)
+    chain, moved = [rows], []  # chain[j]: step t + j's row (the last one, once stopped); moved[j]: went past it
     steps = np.ones(len(rows), dtype=np.intp)  # m, the steps taken from each sampled row
-    live = has.take(ahead) & ~done
+    live = np.greater(has.take(ahead), done)  # the next row holds a step and this one did not end the episode
     for _ in range(n_step - 1):
-        if not live.any():
+        if not np.count_nonzero(live):  # (cheaper than live.any() on small arrays)
             break
         cur = np.where(live, ahead, cur)
         steps += live
         chain.append(cur)
+        moved.append(live)
         ahead = ring._next_flat.take(cur)
-        live &= has.take(ahead) & ~(term.take(cur) | trunc.take(cur))
-    returns = rew.take(chain[-1])  # rows that got this far; every other row is replaced below
-    for j in range(len(chain) - 2, -1, -1):
+        live = live & np.greater(has.take(ahead), term.take(cur) | trunc.take(cur))
+    returns = rew.take(cur)
+    for j in range(len(moved) - 1, -1, -1):
         step_j = rew.take(chain[j])
-        returns = np.where(steps > j + 1, step_j + gamma * returns, step_j)
-    powers = np.ones(len(chain) + 1)  # gamma ** m by repeated products, as Tianshou's table of them
-    powers[1:] = np.cumprod(np.full(len(chain), gamma))
+        returns = np.where(moved[j], step_j + gamma * returns, step_j)
     boot = ahead if stack_num == 1 else stack_rows(ahead, stack_num, has, ring.capacity)  # step t+m-1's next row
     return {
         "n_step_returns": returns,
         "n_step_next_observations": unflatten_batch(ring.observation_space, [a.take(boot, axis=0) for a in ring._obs_flat]),
-        "n_step_discounts": np.where(term.take(cur), 0.0, powers.take(steps)),
+        "n_step_discounts": np.where(term.take(cur), 0.0, discount_powers(gamma, len(chain)).take(steps)),
     }
 
 
