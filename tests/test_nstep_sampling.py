@@ -1,19 +1,25 @@
 """n-step returns in replay sampling (``sample(..., n_step=n, gamma=g)``) against a plain reference that walks
 forward through what each env recorded (episode ends, ring wrap-around, the newest unfinished step, n past
-the episode's end), for both rings and both write paths; equal to Tianshou's compute_nstep_return."""
+the episode's end), for both rings and both write paths, and for Collectors' rings (Dict observations);
+equal to Tianshou's compute_nstep_return."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces as gs
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.envs import DictObsEnv
+from vcollect import AsyncCollector, Collector, DummyVectorEnv
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
 from vcollect.buffers.sampling import gather_transitions
+from vcollect.hooks import StepRollout
 
 OBS = gs.Box(-np.inf, np.inf, (2,), dtype=np.float64)
 ACT = gs.Discrete(3)
@@ -199,6 +205,46 @@ def test_nstep_matches_reference_with_add_all_restarts(
         ended = (term | trunc) & ~ended
     k = data.draw(st.integers(1, capacity), label="stack_num")
     sample_both_ways(ring, ref, n, gamma, k)
+
+
+@pytest.mark.parametrize("backend", ["dummy", "blocks", "async"])
+def test_nstep_of_a_collectors_ring_with_dict_observations(backend: str) -> None:
+    """A Collector fills a small ring (episodes of 3 to 12 steps in rings of 9 rows, Dict observations); a
+    step hook gives every step a reward of its own and notes, per env in order, what was recorded. Each
+    sampled step is found by its reward and walked forward through those notes."""
+    notes: list[list[tuple[float, bool, bool, int, float]]] = [[], [], []]  # reward, term, trunc, count, x
+    where: dict[float, tuple[int, int]] = {}  # reward -> (env, index into notes[env])
+
+    def hook(rollout: StepRollout) -> None:
+        rollout.rew = np.arange(len(where), len(where) + len(rollout.env_ids)) * 0.25 - 7.0
+        for i, env in enumerate(rollout.env_ids.tolist()):
+            where[float(rollout.rew[i])] = (env, len(notes[env]))
+            notes[env].append((float(rollout.rew[i]), bool(rollout.terminated[i]), bool(rollout.truncated[i]),
+                               int(rollout.obs_next["count"][i]), float(rollout.obs_next["position"][i][0])))
+
+    fns = [lambda: DictObsEnv(3, 12)] * 3
+    envs: Any = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP) if backend == "blocks" else DummyVectorEnv(fns)
+    ring = VectorRingBuffer(3, 9, seed=0)
+    with (AsyncCollector if backend == "async" else Collector)(None, envs, ring, seed=0, on_step_hook=hook) as collector:
+        collector.collect(n_step=150, random=True, reset_before_collect=True)
+    n, gamma = 4, 0.8
+    batch = gather_transitions(ring, np.flatnonzero(ring._has_flat), 1, n, gamma)
+    ends = 0
+    for i, reward in enumerate(batch["rewards"].tolist()):
+        env, k = where[reward]
+        steps, total, m = notes[env], 0.0, 0
+        while True:
+            total += gamma**m * steps[k + m][0]
+            m += 1
+            if steps[k + m - 1][1] or steps[k + m - 1][2] or m == n or k + m == len(steps):
+                break
+        last = steps[k + m - 1]
+        ends += m < n
+        assert batch["n_step_returns"][i] == pytest.approx(total, rel=1e-12, abs=1e-12)
+        assert batch["n_step_discounts"][i] == pytest.approx(0.0 if last[1] else gamma**m, rel=1e-12, abs=0.0)
+        assert batch["n_step_next_observations"]["count"][i] == last[3]
+        assert batch["n_step_next_observations"]["position"][i][0] == np.float32(last[4])
+    assert ends > 5 and len(batch["rewards"]) > 12  # episode ends were walked into, not only whole n-step runs
 
 
 def two_episodes() -> VectorRingBuffer:
