@@ -31,11 +31,15 @@ Schedules (rows):
 
   The next row runs Tianshou's DQN with ``n_step_return_horizon=1`` (its default), the same 1-step
   targets as the example's update, to show what the n-step gathering costs.
-  - "the same DQN on both sides": Tianshou's DQN with its defaults (n_step 1, MSE, no gradient clip)
-    against the example's ``dqn_update(..., huber=False, max_grad_norm=None)``, the same arithmetic
-    (tests/test_dqn_example.py checks both land on the same weights from the same transitions), and
+  - "the same DQN on both sides": Tianshou's DQN (MSE, no gradient clip; n_step 3 as its example, and 1)
+    against the example's ``dqn_update(..., huber=False, max_grad_norm=None)`` on ``sample(64, n_step=3,
+    gamma=0.9)`` (resp. ``sample(64)``), the same arithmetic (tests/test_dqn_example.py checks both land
+    on the same weights from the same transitions; tests/test_nstep_sampling.py that the n-step targets
+    equal Tianshou's ``compute_nstep_return``), and
     vcollect's envs seeded at their first reset only (``seed_every_reset=False``), as Tianshou seeds its
-    envs once: a Tianshou user's DQN training against the same DQN written on vcollect.
+    envs once: a Tianshou user's DQN training against the same DQN written on vcollect. Once more with
+    torch's fused Adam on both sides (``Adam(fused=True)``, Tianshou's ``TorchOptimizerFactory``): the
+    same optimizer arithmetic in fewer kernels, which shortens the part both sides share.
 
 The "bound" column is the speed-up vcollect would show if its side spent no time at all outside its
 gradient steps (Tianshou's total over vcollect's gradient-step seconds): where it is under 2x, no data
@@ -87,6 +91,18 @@ class Schedule:
     n_step: int = 3  # Tianshou DQN's n_step_return_horizon (only with tianshou_dqn)
     as_tianshou_dqn: bool = False  # vcollect side: dqn_update with Tianshou DQN's loss (MSE, no gradient clip)
     # and its envs seeded at their first reset only, as Tianshou's (seed_every_reset=False: the same env work)
+    fused_adam: bool = False  # both sides: torch's fused Adam (the same arithmetic, one kernel per tensor)
+
+    def adam(self, params: Any) -> torch.optim.Optimizer:
+        """The vcollect side's optimizer (the Tianshou side's factory takes the same arguments)."""
+        return torch.optim.Adam(params, lr=self.lr, **self.adam_kwargs())
+
+    def adam_kwargs(self) -> dict[str, Any]:
+        return {"fused": True} if self.fused_adam else {}
+
+    def sample_kwargs(self) -> dict[str, Any]:
+        """The vcollect side's ``sample`` arguments: n-step targets as Tianshou's DQN computes them."""
+        return {"n_step": self.n_step, "gamma": self.gamma} if self.as_tianshou_dqn and self.n_step > 1 else {}
 
     def update(self) -> Callable[..., float]:
         """The vcollect side's gradient step (the example's, or the same with Tianshou DQN's defaults)."""
@@ -104,8 +120,13 @@ SCHEDULES = {
         Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True),  # type: ignore[arg-type]
     "Tianshou's CartPole DQN settings, Tianshou side: its DQN.update (n_step 1)":
         Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True, n_step=1),  # type: ignore[arg-type]
+    "Tianshou's CartPole DQN settings, the same DQN on both sides (n_step 3 as its example, MSE, no clip)":
+        Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True, n_step=3, as_tianshou_dqn=True),  # type: ignore[arg-type]
     "Tianshou's CartPole DQN settings, the same DQN on both sides (n_step 1, MSE, no clip)":
         Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True, n_step=1, as_tianshou_dqn=True),  # type: ignore[arg-type]
+    "Tianshou's CartPole DQN settings, the same DQN on both sides (n_step 3), fused Adam on both sides":
+        Schedule(**TIANSHOU_CARTPOLE, tianshou_dqn=True, n_step=3, as_tianshou_dqn=True,  # type: ignore[arg-type]
+                 fused_adam=True),
 }
 
 
@@ -139,7 +160,7 @@ def vcollect_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
     torch.manual_seed(args.seed)
     envs = vcollect.make_vector("CartPole-v1", s.num_envs, backend="dummy")
     q = mlp(4, 2, s.hidden)
-    target, optimizer = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=s.lr)
+    target, optimizer = copy.deepcopy(q), s.adam(q.parameters())
     explore = EpsilonGreedy(TorchPolicy(q, envs.single_action_space), envs.single_action_space, 1.0, seed=args.seed)
     buffer = vcollect.VectorRingBuffer(total_size=s.buffer_size, num_envs=s.num_envs, seed=args.seed)
     collector = vcollect.Collector(explore, envs, buffer, seed=args.seed, exploration_noise=True,
@@ -157,7 +178,8 @@ def vcollect_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
             t.collect += time.perf_counter() - t0
             step += s.train_frequency
             for _ in range(s.gradient_steps):
-                updates = sample_and_update(lambda: buffer.sample(s.batch_size), q, target, optimizer, s, t, updates)
+                updates = sample_and_update(partial(buffer.sample, s.batch_size, **s.sample_kwargs()), q, target, optimizer,
+                                            s, t, updates)
             yield
 
 
@@ -209,7 +231,7 @@ def timed(fn: Callable[..., Any], timer: Timer) -> Callable[..., Any]:
 def tianshou_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
     from tianshou.algorithm import DQN
     from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
-    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.algorithm.optim import AdamOptimizerFactory, TorchOptimizerFactory
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
     from tianshou.utils.net.common import Net
@@ -224,13 +246,15 @@ def tianshou_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
     if s.tianshou_dqn:  # as a Tianshou user writes it
         policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=list(s.hidden)),
                                          action_space=envs.action_space[0], eps_training=1.0)
-        algorithm = DQN(policy=policy, optim=AdamOptimizerFactory(lr=s.lr), gamma=s.gamma,
+        optim = TorchOptimizerFactory(torch.optim.Adam, lr=s.lr, **s.adam_kwargs()) if s.fused_adam else \
+            AdamOptimizerFactory(lr=s.lr)
+        algorithm = DQN(policy=policy, optim=optim, gamma=s.gamma,
                         n_step_return_horizon=s.n_step, target_update_freq=s.target_every)
         collector = Collector(algorithm, envs, buffer, exploration_noise=True)
         buffer.sample = timed(buffer.sample, t)  # type: ignore[method-assign]
     else:
         q = mlp(4, 2, s.hidden)
-        target, optimizer = copy.deepcopy(q), torch.optim.Adam(q.parameters(), lr=s.lr)
+        target, optimizer = copy.deepcopy(q), s.adam(q.parameters())
         policy = DiscreteQLearningPolicy(model=TianshouQ(q), action_space=envs.action_space[0])
         collector = Collector(policy, envs, buffer, exploration_noise=True)
     yield  # set up: not timed

@@ -77,15 +77,21 @@ def dqn_update(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer
     """One gradient step on a batch of transitions: double-DQN target, Huber loss (mean squared error with
     ``huber=False``), the gradient's norm clipped to ``max_grad_norm`` (None: not clipped; with
     ``huber=False`` this is the update Tianshou's ``DQN`` makes by default). Truncated episodes
-    (CartPole's 500-step limit) bootstrap; only terminations end the return."""
+    (CartPole's 500-step limit) bootstrap; only terminations end the return. A batch sampled with
+    ``n_step=n, gamma=gamma`` gets n-step targets (its ``n_step_*`` keys)."""
     obs = torch.as_tensor(batch["observations"], dtype=torch.float32)
-    next_obs = torch.as_tensor(batch["next_observations"], dtype=torch.float32)
     actions = torch.as_tensor(batch["actions"], dtype=torch.int64)
-    rewards = torch.as_tensor(batch["rewards"], dtype=torch.float32)
-    ongoing = 1.0 - torch.as_tensor(batch["terminations"], dtype=torch.float32)
+    if "n_step_returns" in batch:  # r_t + ... + gamma^(m-1) r_(t+m-1), then gamma^m (0 if terminated) * Q(s_(t+m))
+        returns = torch.as_tensor(batch["n_step_returns"], dtype=torch.float32)
+        discounts = torch.as_tensor(batch["n_step_discounts"], dtype=torch.float32)
+        next_obs = torch.as_tensor(batch["n_step_next_observations"], dtype=torch.float32)
+    else:
+        returns = torch.as_tensor(batch["rewards"], dtype=torch.float32)
+        discounts = gamma * (1.0 - torch.as_tensor(batch["terminations"], dtype=torch.float32))
+        next_obs = torch.as_tensor(batch["next_observations"], dtype=torch.float32)
     with torch.no_grad():
         best = q(next_obs).argmax(dim=1, keepdim=True)
-        td_target = rewards + gamma * ongoing * target(next_obs).gather(1, best).squeeze(1)
+        td_target = returns + discounts * target(next_obs).gather(1, best).squeeze(1)
     predicted = q(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
     loss_fn = nn.functional.smooth_l1_loss if huber else nn.functional.mse_loss
     loss = loss_fn(predicted, td_target)
