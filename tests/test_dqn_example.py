@@ -82,3 +82,22 @@ def test_update_with_tianshou_dqns_defaults_is_tianshous_update() -> None:
         assert loss == pytest.approx(theirs, rel=1e-5)
         for mine, tianshou in zip(ours.parameters(), net.parameters(), strict=True):
             torch.testing.assert_close(mine, tianshou, rtol=1e-5, atol=1e-6)
+
+
+def test_dqn_benchmark_runs_every_row_on_both_sides() -> None:
+    """benchmarks/bench_dqn_vs_tianshou.py on a tiny budget: each schedule prints a Tianshou and a vcollect
+    row, the latter with its speed-ups (a smoke run; the speeds themselves are in benchmarks/RESULTS.md)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tianshou")
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dqn_vs_tianshou.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--total-steps", "1300", "--learning-starts", "1000", "--repeats", "1"],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]  # minus the header
+    schedules = {line.split(" | ")[0] for line in rows}
+    assert len(rows) == 2 * len(schedules) >= 2 * 8, out
+    assert sum(" | vcollect | " in line and "x / " in line for line in rows) == len(schedules), out
