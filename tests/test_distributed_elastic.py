@@ -18,7 +18,7 @@ import pytest
 from tests.envs import CountingEnv
 from tests.replay import assert_replays
 from vcollect.distributed import DistributedCollector, replacement_seed
-from vcollect.errors import UnfinishedEpisodesWarning, WorkerLostError
+from vcollect.errors import ActionError, UnfinishedEpisodesWarning, WorkerLostError
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.dataset_info import SHARDS_DIR
 
@@ -258,6 +258,31 @@ def test_dead_workers_unfinished_steps_are_collected_again_not_lost(
         if found_by == "set_policy_weights":
             dc.set_policy_weights({"action": 1})  # finds worker 1 dead and replaces it
         second = dc.collect(n_step=40, random=True)
+        assert (first.n_collected_steps, second.n_collected_steps) == (22, 40) and dc.restarts == [0, 1]
+    finally:
+        dc.close()
+    assert load_dataset(dataset_id, root=tmp_path).total_steps == 22 + 40
+
+
+def test_owed_steps_stay_owed_through_a_call_that_fails(ray_ready: Any, tmp_path: Path) -> None:
+    """Steps a replaced worker owes (counted, never stored) are still owed after a call that was to collect
+    them fails without a death (here every policy acts outside the space): that call neither collects nor
+    counts them, the next one does, so every step reported ends up stored."""
+    dataset_id = new_dataset(tmp_path, CountingEnv().observation_space, CountingEnv().action_space)
+    dc = DistributedCollector(
+        CountingEnv, constant_policy, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
+        env_kwargs={"episode_length": 4}, max_worker_restarts=1, transport="object_store", unfinished="truncate",
+    )
+    try:
+        first = dc.collect(n_step=22, random=True)  # 11 steps per worker, unfinished episodes on both
+        killed = dc.workers[1]
+        ray_ready.kill(killed)
+        wait_dead(ray_ready, killed)
+        dc.set_policy_weights({"action": 7})  # replaces worker 1, whose carried steps are now owed; 7: no action
+        with pytest.raises(ActionError, match="outside"):
+            dc.collect(n_step=10)
+        dc.set_policy_weights({"action": 1})
+        second = dc.collect(n_step=40)
         assert (first.n_collected_steps, second.n_collected_steps) == (22, 40) and dc.restarts == [0, 1]
     finally:
         dc.close()

@@ -214,7 +214,8 @@ class DistributedCollector:
         in the call count, the rest of its quota goes to the replacement, and so do the steps of its
         unfinished episodes that earlier calls counted but it never stored; the totals stay exact. A
         worker that fails otherwise, or dies with none left, does not stop the others: they finish their
-        quotas, then the first failure is raised (a death as WorkerLostError carrying the stats so far).
+        quotas, then the first failure is raised (a death as WorkerLostError carrying the stats so far); a
+        worker that failed without dying is counted nothing in the call and still owes what it owed.
         """
         self._check_usable()
         if (n_step is None) == (n_episode is None):
@@ -225,13 +226,15 @@ class DistributedCollector:
         by_steps = n_step is not None
         quotas = self._quotas(int(target))
         parts: dict[int, list[CollectStats]] = {w: [] for w in range(self.num_workers)}
-        for w, owed in enumerate(self._owed):  # counted by an earlier call, lost unstored: collected again
-            if owed:
-                parts[w].append(CollectStats(-owed, 0, 0.0))
-                quotas[w] += owed if by_steps else 0
-        self._owed = [0] * self.num_workers
+        # steps counted by an earlier call, lost unstored: collected again, uncounted
+        owed_now, self._owed = self._owed, [0] * self.num_workers
+        owed_parts = {w: CollectStats(-owed, 0, 0.0) for w, owed in enumerate(owed_now) if owed}
+        for w, part in owed_parts.items():
+            parts[w].append(part)
+            quotas[w] += owed_now[w] if by_steps else 0
         remaining = {w: q for w, q in enumerate(quotas) if q > 0}
         errors: list[Exception] = []
+        failed: set[int] = set()  # workers whose call failed without dying: they still owe what they owed
         ray = self._ray
         start = time.perf_counter()
         running = {self._submit_collect(w, remaining[w], by_steps, random): w for w in remaining}
@@ -259,9 +262,11 @@ class DistributedCollector:
                 continue
             except ray.exceptions.RayError as exc:
                 errors.append(VCollectError(f"{self._name(w)}: the Ray call for collect failed: {exc}"))
+                failed.add(w)
                 continue
             if not ok:
                 errors.append(self._rebuild(w, value))
+                failed.add(w)
                 continue
             reply: WorkerReply = value
             parts[w].append(reply)
@@ -269,6 +274,9 @@ class DistributedCollector:
             self._carry[w] = reply.carry
             self._known[w] = set(reply.shards)
         elapsed = time.perf_counter() - start
+        for w in failed & owed_parts.keys():  # not collected again in this call: still owed, not yet settled
+            self._owed[w] += owed_now[w]
+            parts[w] = [p for p in parts[w] if p is not owed_parts[w]]
         self.last_worker_stats = {
             w: CollectStats.merge(p, collect_time=max((s.collect_time for s in p), default=0.0))
             for w, p in sorted(parts.items()) if p
