@@ -102,6 +102,10 @@ def test_stacks_match_reference_at_episode_edges_and_wrap_around(
         1 for env in range(num_envs) for r in ref.rows[env][-capacity:][:-1] if r[2]
     )
     assert in_ring == len(steps) == len(ring)
+    # sample(0): every step still in the ring, env by env, each env's in the order it was written
+    every = ring.sample(0)
+    want = [r[0] for env in range(num_envs) for r in ref.rows[env][-capacity:][:-1] if r[2]]
+    assert every["observations"][:, 0].tolist() == want
 
 
 def filled_ring(num_envs: int = 2, capacity: int = 16, steps: int = 40, seed: int | None = 0) -> VectorRingBuffer:
@@ -152,8 +156,9 @@ def test_bad_stack_num_and_batch_size() -> None:
     for bad in (0, -1, 9):
         with pytest.raises(ValueError, match="stack_num"):
             ring.sample(4, stack_num=bad)
-    with pytest.raises(ValueError, match="batch_size"):
-        ring.sample(0)
+    for bad in (-1, 2.5):
+        with pytest.raises(ValueError, match="batch_size"):
+            ring.sample(bad)  # type: ignore[arg-type]
     assert ring.sample(4, stack_num=8)["observations"].shape == (4, 8, 2)
 
 
@@ -208,3 +213,40 @@ def test_async_collector_binds_a_spaceless_ring_too() -> None:
         stats = collector.collect(n_step=50, random=True, reset_before_collect=True)
     assert stats.n_collected_steps == 50 and len(ring) == 50
     assert isinstance(ring.action_space, gym.spaces.Discrete)
+
+
+def test_sample_zero_is_every_transition_in_tianshous_order() -> None:
+    """sample(0) gives every stored transition, as Tianshou's sample(0) (what its on-policy updates read):
+    the same transitions in the same order as its VectorReplayBuffer holding them, and with weights from
+    the prioritized ring."""
+    ts = pytest.importorskip("tianshou.data")
+    num_envs, rng = 3, np.random.default_rng(0)
+    ring = VectorRingBuffer(num_envs, 64, OBS, ACT)
+    prioritized = vcollect.PrioritizedVectorRingBuffer(num_envs, 64, OBS, ACT, alpha=0.6, beta=0.4)
+    theirs = ts.VectorReplayBuffer(num_envs * 64, num_envs)
+    with pytest.raises(ValueError, match="no transitions"):
+        ring.sample(0)
+    obs = np.arange(num_envs, dtype=np.float64) * 1000
+    for buffer in (ring, prioritized):
+        buffer.start_episodes(np.arange(num_envs), np.repeat(obs[:, None], 2, axis=1))
+    for t in range(1, 30):
+        env = int(rng.integers(num_envs))  # one env steps at a time, in a random interleaving
+        done = bool(rng.random() < 0.2)
+        nxt = obs[env] + 1
+        for buffer in (ring, prioritized):
+            buffer.add(np.array([env]), np.array([t % 3]), np.array([float(t)]), np.array([done]), np.array([False]),
+                       np.full((1, 2), nxt))
+        theirs.add(ts.Batch(obs=np.full((1, 2), obs[env]), act=[t % 3], rew=[float(t)], terminated=[done],
+                            truncated=[False], obs_next=np.full((1, 2), nxt), info=[{}]), buffer_ids=[env])
+        obs[env] = nxt + 1 if done else nxt
+        if done:
+            for buffer in (ring, prioritized):
+                buffer.start_episodes(np.array([env]), np.full((1, 2), obs[env]))
+    want, _ = theirs.sample(0)
+    for buffer in (ring, prioritized):
+        got = buffer.sample(0)
+        np.testing.assert_array_equal(got["observations"], want.obs)
+        np.testing.assert_array_equal(got["next_observations"], want.obs_next)
+        np.testing.assert_array_equal(got["rewards"], want.rew)
+        np.testing.assert_array_equal(got["actions"], want.act)
+    assert np.all(prioritized.sample(0)["weights"] == 1.0)  # fresh rows: every priority the same

@@ -17,7 +17,7 @@ import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds
 from vcollect.buffers.ring import VectorRingBuffer
-from vcollect.buffers.sampling import draw_priority_rows, gather_transitions
+from vcollect.buffers.sampling import check_count, draw_priority_rows, every_step_row, gather_transitions
 from vcollect.buffers.sum_tree import SumTree
 from vcollect.envs.steps import HeldRows
 
@@ -135,9 +135,15 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         n_step: int | None = None, gamma: float | None = None,
     ) -> dict[str, Any]:
         """As :meth:`VectorRingBuffer.sample` (``stack_num``, ``n_step`` and ``gamma`` alike), rows drawn in
-        proportion to their priorities, with ``weights`` (importance weights, float64) in the batch."""
+        proportion to their priorities (``batch_size=0``: every stored row, in order), with ``weights``
+        (importance weights, float64) in the batch."""
         self._sync()
-        rows, p, p_min = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
+        if check_count("batch_size", batch_size, 0) == 0:  # every stored transition, with its weight
+            rows = every_step_row(self)
+            p = self._tree[rows]
+            p_min = float(p.min())
+        else:
+            rows, p, p_min = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
         batch = gather_transitions(self, rows, stack_num, n_step, gamma)
         self._fresh[rows] = True  # after the gather, which refuses bad arguments
         # p is the batch's own array of leaf values: the weights are computed in it

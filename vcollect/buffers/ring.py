@@ -20,7 +20,7 @@ import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, _Chunk
 from vcollect.buffers.row_writes import HeldRows, _row_items, _scatter, _write_columns, write_extras
-from vcollect.buffers.sampling import draw_rows, gather_transitions, ring_capacity
+from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows
 from vcollect.errors import BufferNotReadyError
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
@@ -586,8 +586,9 @@ class VectorRingBuffer:
         n_step: int | None = None, gamma: float | None = None,
     ) -> dict[str, Any]:
         """``batch_size`` transitions drawn uniformly (with replacement) from those stored, with the ring's own
-        seeded generator unless ``rng`` is given: the dict :func:`~vcollect.buffers.sampling.gather_transitions`
+        seeded generator unless ``rng`` is given (``batch_size=0``: every stored one, each env's in order, as
+        Tianshou's ``sample(0)``): the dict :func:`~vcollect.buffers.sampling.gather_transitions`
         describes, observations stacked ``stack_num`` deep (Tianshou's ``stack_num``), with n-step returns
         when ``n_step`` and ``gamma`` are given (Tianshou's ``compute_nstep_return``)."""
-        rows = draw_rows(self._has_flat, batch_size, self._rng if rng is None else rng)
+        rows = sample_rows(self, batch_size, self._rng if rng is None else rng)
         return gather_transitions(self, rows, stack_num, n_step, gamma)

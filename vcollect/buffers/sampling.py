@@ -57,6 +57,26 @@ def check_count(name: str, value: Any, low: int, high: int | None = None) -> int
     return number
 
 
+def sample_rows(ring: VectorRingBuffer, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+    """The step rows of ``sample(batch_size)``: ``batch_size`` uniform draws, or with ``batch_size=0`` every
+    step row (``every_step_row``), as Tianshou's ``sample(0)`` gives all its data (on-policy updates)."""
+    if check_count("batch_size", batch_size, 0) == 0:
+        return every_step_row(ring)
+    return draw_rows(ring._has_flat, batch_size, rng)
+
+
+def every_step_row(ring: VectorRingBuffer) -> np.ndarray:
+    """Every step row, env by env, each env's in the order its steps were taken (the row after an env's
+    newest row is its oldest one), as Tianshou's buffers list theirs for ``sample(0)``."""
+    capacity = ring.capacity
+    first = ring._last_flat % capacity + 1  # each env's oldest row, as a position in its own ring
+    rows = ((first[:, None] + np.arange(capacity)) % capacity + ring._all_ids[:, None] * capacity).reshape(-1)
+    rows = rows[ring._has_flat.take(rows)]
+    if rows.size == 0:
+        raise ValueError("cannot sample from a buffer that holds no transitions: collect some steps first")
+    return rows
+
+
 def draw_rows(has: np.ndarray, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     """``batch_size`` flat step rows drawn uniformly with replacement.
 
