@@ -17,29 +17,26 @@ Schedules (rows):
 - Tianshou's own CartPole DQN settings (its README's procedural example, examples/discrete/discrete_dqn.py:
   10 envs, ``collection_step_num_env_steps=10``, ``update_per_step=0.1`` i.e. 1 gradient step per
   collect, batch 64, a 128-128-128 MLP, lr 1e-3, gamma 0.9, target copy every 320 gradient steps,
-  buffer 20,000, ``eps_train=0.1``), three times:
+  buffer 20,000, ``eps_train=0.1``), in three variants:
 
-  - "same update": both sides run the example's ``dqn_update`` (imported from it) on the sampled arrays;
-  - "Tianshou's DQN": the Tianshou side runs as a Tianshou user's training loop does (the off-policy
-    trainer's step without its logging, its buffer NaN check and test episodes): Tianshou's ``Net``, ``DiscreteQLearningPolicy``
-    and ``DQN`` algorithm, ``algorithm.update(sample_size=64, buffer=buffer)`` (it samples its Batch and
-    computes ``n_step``-step returns with the target network itself, MSE loss) inside
-    ``policy_within_training_step``; the vcollect side runs the example's update (1-step double-DQN
-    targets, Huber loss, gradient-norm clip) on ``VectorRingBuffer.sample``. Not the same arithmetic
-    around the network (n-step gathering on Tianshou's side, Huber and clipping on ours), the same
-    network passes (online and target on the next observations, online on the observations, one backward).
-
-  The next row runs Tianshou's DQN with ``n_step_return_horizon=1`` (its default), the same 1-step
-  targets as the example's update, to show what the n-step gathering costs.
-  - "the same DQN on both sides": Tianshou's DQN (MSE, no gradient clip; n_step 3 as its example, and 1)
-    against the example's ``dqn_update(..., huber=False, max_grad_norm=None)`` on ``sample(64, n_step=3,
-    gamma=0.9)`` (resp. ``sample(64)``), the same arithmetic (tests/test_dqn_example.py checks both land
-    on the same weights from the same transitions; tests/test_nstep_sampling.py that the n-step targets
-    equal Tianshou's ``compute_nstep_return``), and
-    vcollect's envs seeded at their first reset only (``seed_every_reset=False``), as Tianshou seeds its
-    envs once: a Tianshou user's DQN training against the same DQN written on vcollect. Once more with
-    torch's fused Adam on both sides (``Adam(fused=True)``, Tianshou's ``TorchOptimizerFactory``): the
-    same optimizer arithmetic in fewer kernels, which shortens the part both sides share.
+  - "same update": both sides run the example's ``dqn_update`` (imported from it) on the sampled arrays:
+    byte-identical gradient-step code, so only the collectors and buffers differ;
+  - "Tianshou's DQN.update" (n_step 3 as its example, and 1, its default): the Tianshou side runs as a
+    Tianshou user's training loop does (the off-policy trainer's step without its logging, its buffer
+    NaN check and test episodes): Tianshou's ``Net``, ``DiscreteQLearningPolicy`` and ``DQN`` algorithm,
+    ``algorithm.update(sample_size=64, buffer=buffer)`` (it samples its Batch and computes n-step returns
+    with the target network itself, MSE loss) inside ``policy_within_training_step``; the vcollect side
+    runs the example's own update (1-step double-DQN targets, Huber loss, gradient-norm clip) on
+    ``VectorRingBuffer.sample``: the same network passes, not the same arithmetic around them;
+  - "the same DQN on both sides" (n_step 3 and 1): Tianshou's DQN as above against the example's
+    ``dqn_update(..., huber=False, max_grad_norm=None)`` on ``sample(64, n_step=3, gamma=0.9)`` (resp.
+    ``sample(64)``): the same arithmetic (tests/test_dqn_example.py checks both land on the same weights
+    from the same transitions; tests/test_nstep_sampling.py that the n-step targets equal Tianshou's
+    ``compute_nstep_return``), vcollect's envs seeded at their first reset only
+    (``seed_every_reset=False``) as Tianshou seeds its envs once: a Tianshou user's DQN training against
+    the same DQN written on vcollect. Once more with torch's fused Adam on both sides
+    (``Adam(fused=True)``, Tianshou's ``TorchOptimizerFactory``): the same optimizer arithmetic in fewer
+    kernels, which shortens the part both sides share.
 
 The "bound" column is the speed-up vcollect would show if its side spent no time at all outside its
 gradient steps (Tianshou's total over vcollect's gradient-step seconds): where it is under 2x, no data
