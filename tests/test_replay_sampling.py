@@ -250,3 +250,19 @@ def test_sample_zero_is_every_transition_in_tianshous_order() -> None:
         np.testing.assert_array_equal(got["rewards"], want.rew)
         np.testing.assert_array_equal(got["actions"], want.act)
     assert np.all(prioritized.sample(0)["weights"] == 1.0)  # fresh rows: every priority the same
+
+
+def test_indexing_gives_the_sampled_transitions_and_refuses_rows_without_one() -> None:
+    """ring[batch["indices"]] (Tianshou's buffer[indices]) gives the same transitions the batch holds; a
+    row holding no transition, or an index outside the ring, is a clear IndexError."""
+    ring = filled_ring(capacity=8)
+    batch = ring.sample(16, stack_num=1)
+    again = ring[batch["indices"]]
+    for key in ("observations", "actions", "rewards", "next_observations", "terminations", "truncations", "indices"):
+        np.testing.assert_array_equal(again[key], batch[key], err_msg=key)
+    newest = int(ring._last_flat[0])  # the env's newest observation: no transition from it yet
+    with pytest.raises(IndexError, match=rf"rows \[{newest}\] hold no transition"):
+        ring[np.array([int(batch["indices"][0]), newest])]
+    for bad in (np.array([-1]), np.array([ring.num_envs * ring.capacity]), np.array([0.5])):
+        with pytest.raises(IndexError, match="flat row ids"):
+            ring[bad]

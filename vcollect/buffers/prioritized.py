@@ -17,7 +17,13 @@ import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds
 from vcollect.buffers.ring import VectorRingBuffer
-from vcollect.buffers.sampling import check_count, draw_priority_rows, every_step_row, gather_transitions
+from vcollect.buffers.sampling import (
+    check_count,
+    check_rows,
+    draw_priority_rows,
+    every_step_row,
+    gather_transitions,
+)
 from vcollect.buffers.sum_tree import SumTree
 from vcollect.envs.steps import HeldRows
 
@@ -188,14 +194,4 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         return fresh
 
     def _check_indices(self, indices: np.ndarray) -> np.ndarray:
-        idx = np.asarray(indices).reshape(-1)
-        if idx.dtype != np.intp and idx.size:
-            if idx.dtype.kind not in "iu":
-                raise IndexError(f"indices must be integer flat row ids as sample() returns them, got {indices!r}")
-            idx = idx.astype(np.intp)  # a uint64 beyond intp wraps negative: refused below
-        # one reduction for both bounds: a negative index is a huge unsigned one
-        if idx.size and idx.view(np.uintp).max() >= self._tree.size:
-            raise IndexError(
-                f"indices must be flat row ids in [0, {self._tree.size}) as sample() returns them, got {indices!r}"
-            )
-        return idx
+        return check_rows(indices, self._tree.size)

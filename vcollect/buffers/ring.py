@@ -20,7 +20,7 @@ import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, _Chunk
 from vcollect.buffers.row_writes import HeldRows, _row_items, _scatter, _write_columns, write_extras
-from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows
+from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
 from vcollect.errors import BufferNotReadyError
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
@@ -592,3 +592,7 @@ class VectorRingBuffer:
         when ``n_step`` and ``gamma`` are given (Tianshou's ``compute_nstep_return``)."""
         rows = sample_rows(self, batch_size, self._rng if rng is None else rng)
         return gather_transitions(self, rows, stack_num, n_step, gamma)
+
+    def __getitem__(self, indices: Any) -> dict[str, Any]:
+        """The transitions at flat rows ``indices`` (a batch's ``indices``), as Tianshou's ``buffer[indices]``."""
+        return transitions_at(self, indices)

@@ -65,6 +65,33 @@ def sample_rows(ring: VectorRingBuffer, batch_size: int, rng: np.random.Generato
     return draw_rows(ring._has_flat, batch_size, rng)
 
 
+def check_rows(indices: Any, size: int) -> np.ndarray:
+    """``indices`` as a flat intp array of row ids in [0, size), else an IndexError saying what they must be."""
+    idx = np.asarray(indices).reshape(-1)
+    if idx.dtype != np.intp and idx.size:
+        if idx.dtype.kind not in "iu":
+            raise IndexError(f"indices must be integer flat row ids as sample() returns them, got {indices!r}")
+        idx = idx.astype(np.intp)  # a uint64 beyond intp wraps negative: refused below
+    # one reduction for both bounds: a negative index is a huge unsigned one
+    if idx.size and idx.view(np.uintp).max() >= size:
+        raise IndexError(f"indices must be flat row ids in [0, {size}) as sample() returns them, got {indices!r}")
+    return idx
+
+
+def transitions_at(ring: VectorRingBuffer, indices: Any) -> dict[str, Any]:
+    """The transitions now held at flat rows ``indices`` (Tianshou's ``buffer[indices]``), as ``sample``
+    returns them; rows holding no transition (never written, an episode's final row, or the env's newest)
+    are refused. Like Tianshou's, a row rewritten since it was sampled gives its new transition."""
+    idx = check_rows(indices, ring._has_flat.size)
+    empty = idx[~ring._has_flat.take(idx)]
+    if empty.size:
+        raise IndexError(
+            f"rows {empty[:8].tolist()} hold no transition (an episode's final or an env's newest observation, "
+            "or never written): index with a batch's indices, as sample() returns them"
+        )
+    return gather_transitions(ring, idx)
+
+
 def every_step_row(ring: VectorRingBuffer) -> np.ndarray:
     """Every step row, env by env, each env's in the order its steps were taken (the row after an env's
     newest row is its oldest one), as Tianshou's buffers list theirs for ``sample(0)``."""
