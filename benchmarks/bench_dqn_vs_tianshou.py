@@ -53,7 +53,7 @@ import runpy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -91,16 +91,14 @@ class Schedule:
     fused_adam: bool = False  # both sides: torch's fused Adam (the same arithmetic, one kernel per tensor)
 
     def adam(self, params: Any) -> torch.optim.Optimizer:
-        """The vcollect side's optimizer (the Tianshou side's factory takes the same arguments)."""
-        return torch.optim.Adam(params, lr=self.lr, **self.adam_kwargs())
-
-    def adam_kwargs(self) -> dict[str, Any]:
-        return {"fused": True} if self.fused_adam else {}
+        """Adam as both sides make it (Tianshou's side through TorchOptimizerFactory with the same arguments)."""
+        return torch.optim.Adam(params, lr=self.lr, fused=self.fused_adam or None)
 
     def sample_kwargs(self) -> dict[str, Any]:
         """The vcollect side's ``sample`` arguments: n-step targets as Tianshou's DQN computes them."""
         return {"n_step": self.n_step, "gamma": self.gamma} if self.as_tianshou_dqn and self.n_step > 1 else {}
 
+    @cached_property
     def update(self) -> Callable[..., float]:
         """The vcollect side's gradient step (the example's, or the same with Tianshou DQN's defaults)."""
         return partial(dqn_update, huber=False, max_grad_norm=None) if self.as_tianshou_dqn else dqn_update
@@ -187,7 +185,7 @@ def sample_and_update(sample: Callable[[], Any], q: nn.Module, target: nn.Module
     t0 = time.perf_counter()
     batch = sample()
     t1 = time.perf_counter()
-    s.update()(q, target, optimizer, batch, s.gamma)
+    s.update(q, target, optimizer, batch, s.gamma)
     updates += 1
     if updates % s.target_every == 0:
         target.load_state_dict(q.state_dict())
@@ -243,7 +241,7 @@ def tianshou_rounds(args: argparse.Namespace, s: Schedule, t: Timer) -> Rounds:
     if s.tianshou_dqn:  # as a Tianshou user writes it
         policy = DiscreteQLearningPolicy(model=Net(state_shape=4, action_shape=2, hidden_sizes=list(s.hidden)),
                                          action_space=envs.action_space[0], eps_training=1.0)
-        optim = TorchOptimizerFactory(torch.optim.Adam, lr=s.lr, **s.adam_kwargs()) if s.fused_adam else \
+        optim = TorchOptimizerFactory(torch.optim.Adam, lr=s.lr, fused=True) if s.fused_adam else \
             AdamOptimizerFactory(lr=s.lr)
         algorithm = DQN(policy=policy, optim=optim, gamma=s.gamma,
                         n_step_return_horizon=s.n_step, target_update_freq=s.target_every)

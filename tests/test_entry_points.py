@@ -497,3 +497,76 @@ def test_ray_worker_collector_takes_the_python_route(backend: str, tmp_path: Pat
     assert dataset.total_episodes == committed >= 4
     assert {e.env_id for e in dataset} <= {2, 3}
     assert sum(batches) == dataset.total_episodes, f"episodes through write_episodes: {batches}"
+
+
+def epsilon_greedy_torch_policy(observation_space: gym.Space, action_space: gym.Space) -> Any:
+    """A worker's policy_fn: EpsilonGreedy around a TorchPolicy (argmax actions: they lie in the space)."""
+    torch = pytest.importorskip("torch")
+    from vcollect.policies import EpsilonGreedy, TorchPolicy
+
+    net = torch.nn.Linear(int(np.prod(observation_space.shape)), int(action_space.n))
+    return EpsilonGreedy(TorchPolicy(net, action_space), action_space, epsilon=0.5, seed=0)
+
+
+def test_trusted_policy_actions_are_not_checked_on_any_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An EpsilonGreedy(TorchPolicy) acts unchecked (its actions and its noise lie in the space) in a plain
+    Collector, an AsyncCollector and a DistributedCollector worker's collector alike; a policy that does not
+    vouch for its actions is checked in each of them."""
+    from vcollect.acting import PolicyActor
+    from vcollect.distributed import _CollectorWorker, _WorkerSpec
+
+    checks: list[int] = []
+    checked = PolicyActor._checked
+
+    def spied(self: PolicyActor, actions: Any, env_ids: np.ndarray) -> Any:
+        checks.append(len(env_ids))
+        return checked(self, actions, env_ids)
+
+    monkeypatch.setattr(PolicyActor, "_checked", spied)
+    unvouched = lambda obs_space, act_space: lambda obs, state=None: (np.zeros(len(obs), np.int64), None)  # noqa: E731
+    for policy_fn, expect_checks in ((epsilon_greedy_torch_policy, False), (unvouched, True)):
+        for cls in (Collector, AsyncCollector):
+            checks.clear()
+            envs = make_vector("CartPole-v1", 2, backend="dummy")
+            policy = policy_fn(envs.single_observation_space, envs.single_action_space)
+            with cls(policy, envs, seed=0, exploration_noise=True) as collector:
+                collector.collect(n_step=20, reset_before_collect=True)
+            assert bool(checks) is expect_checks, (cls.__name__, policy_fn, checks)
+        checks.clear()
+        spec = _WorkerSpec(env="CartPole-v1", env_kwargs={}, backend="dummy", backend_kwargs={}, num_envs=2,
+                           env_id_offset=0, policy_fn=policy_fn, seed=0, collector="sync", store_id=None, root=None,
+                           exploration_noise=True)
+        worker = _CollectorWorker(0)
+        ok, value = worker.setup(spec)
+        try:
+            assert ok, getattr(value, "message", value)
+            ok, value = worker.collect(20, None, False)
+            assert ok and value.n_collected_steps == 20, getattr(value, "message", value)
+        finally:
+            worker.close()
+        assert bool(checks) is expect_checks, ("Ray worker", policy_fn, checks)
+
+
+def zero_policy_all_noise(observation_space: gym.Space, action_space: gym.Space) -> Any:
+    """A worker's policy_fn: action 0 always, under EpsilonGreedy with epsilon 1 (every action random)."""
+    from vcollect.policies import EpsilonGreedy
+
+    return EpsilonGreedy(lambda obs, state=None: (np.zeros(len(obs), np.int64), None), action_space, 1.0, seed=0)
+
+
+@pytest.mark.parametrize("noise", [False, True])
+def test_distributed_workers_add_exploration_noise_as_asked(noise: bool, ray_local: Any, tmp_path: Path) -> None:
+    """DistributedCollector(exploration_noise=...) reaches its workers' collectors (real Ray workers): with it,
+    EpsilonGreedy's random actions are what the envs get and the store holds; without it, the policy's own
+    (all 0), as with a plain Collector."""
+    from vcollect.distributed import DistributedCollector
+
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this module
+    env = gym.make("CartPole-v1")
+    EpisodeStore.create("ray/noise-v0", env.observation_space, env.action_space, root=tmp_path).close()
+    env.close()
+    with DistributedCollector("CartPole-v1", zero_policy_all_noise, num_workers=1, envs_per_worker=2,
+                              store="ray/noise-v0", root=tmp_path, seed=0, exploration_noise=noise) as dc:
+        dc.collect(n_episode=4)
+    actions = np.concatenate([episode.actions for episode in load_dataset("ray/noise-v0", root=tmp_path)])
+    assert bool(np.any(actions == 1)) is noise, actions

@@ -88,8 +88,9 @@ class DistributedCollector:
     unanswered batches per worker), so only the driver's node needs the dataset. Worker seeds come from
     ``SeedSequence(seed).spawn``. ``max_worker_restarts``: how many times each worker may be replaced after
     its actor dies (0: a death raises, naming the worker; the collector can then only be closed).
-    ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset`` and
-    ``unfinished`` go to it. Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
+    ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset``,
+    ``exploration_noise`` (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's) and ``unfinished``
+    go to it. Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
     the actor's ``.options(...)`` (default ``num_cpus=1``); ``env_kwargs``/``backend_kwargs`` go to
     make_vector and ``store_kwargs`` (shard_steps, compression) to EpisodeStore.open. Setup (and a
     replacement's) waits at most ``startup_timeout`` seconds for the actors to be placed.
@@ -112,6 +113,7 @@ class DistributedCollector:
         seed: int | None = None,
         collector: str = "sync",
         seed_every_reset: bool = True,
+        exploration_noise: bool = False,
         unfinished: str = "drop",
         env_kwargs: Mapping[str, Any] | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
@@ -170,8 +172,8 @@ class DistributedCollector:
             env=env, env_kwargs=dict(env_kwargs or {}), backend=backend, backend_kwargs=dict(backend_kwargs or {}),
             num_envs=self.envs_per_worker, env_id_offset=0, policy_fn=policy_fn, seed=0, collector=collector,
             store_id=None if use_sink else store, root=None if use_sink else self.root,
-            store_kwargs=dict(store_kwargs or {}), seed_every_reset=seed_every_reset, unfinished=unfinished,
-            max_in_flight=int(max_in_flight),
+            store_kwargs=dict(store_kwargs or {}), seed_every_reset=seed_every_reset,
+            exploration_noise=bool(exploration_noise), unfinished=unfinished, max_in_flight=int(max_in_flight),
         )
         try:
             if use_sink:

@@ -83,6 +83,7 @@ class WorkerSpec:
     root: str | None
     store_kwargs: dict[str, Any] = field(default_factory=dict)
     seed_every_reset: bool = True
+    exploration_noise: bool = False
     unfinished: str = "drop"
     sink_actor: Any = None  # transport="object_store": the driver-side ShardWriterActor (store_id is then None)
     sink_key: str = ""  # this worker generation's writer name at the sink actor
@@ -172,7 +173,7 @@ class CollectorWorker:
                 policy.load_state_dict(require_ray().get(spec.weights))
             self.collector = cls(
                 policy, envs, store=self.writer, seed=spec.seed, seed_every_reset=spec.seed_every_reset,
-                unfinished=spec.unfinished,
+                exploration_noise=spec.exploration_noise, unfinished=spec.unfinished,
             )
         except BaseException:
             envs.close()

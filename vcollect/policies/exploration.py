@@ -53,7 +53,8 @@ class EpsilonGreedy:
     def actions_in_space(self) -> bool:
         """Whether the wrapped policy vouches for its actions (``actions_in_space``) in this same space."""
         policy = self.policy
-        return bool(getattr(policy, "actions_in_space", False)) and getattr(policy, "action_space", None) == self.action_space
+        vouches = bool(getattr(policy, "actions_in_space", False))
+        return vouches and getattr(policy, "action_space", None) == self.action_space
 
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
         """Return a copy of ``actions`` where each row is, with probability epsilon, a random action."""
