@@ -120,7 +120,7 @@ def stage_combined(
     exists = f"dataset {new_dataset_id!r} already exists at {str(final)!r}; delete it first or pick another id"
     if (final / DATASET_FILE).exists() and not overwrite:
         raise DatasetExistsError(exists)
-    staging = new_staging_dir(final)
+    staging = new_staging_dir(final, resolve_root(root))
     try:
         EpisodeStore._create_at(
             staging,
