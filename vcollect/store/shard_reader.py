@@ -138,6 +138,7 @@ class _Shard:
 
     def _read(self) -> dict[str, np.ndarray]:
         file_size = os.path.getsize(self.path)
+        import_plugin_filters()  # an lz4/zstd episode table reads only once the filters are registered
         with h5py.File(self.path, "r") as f:
             if f.attrs.get("format") != SHARD_FORMAT_NAME:
                 raise ValueError(f"not a vcollect shard (format attribute {f.attrs.get('format')!r})")
