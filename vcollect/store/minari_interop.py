@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from vcollect.errors import (
     DatasetError,
@@ -233,15 +234,7 @@ def export_minari(
             _arrow_codec().write_arrow_episodes(source, data_dir, data_format)
         metadata = _export_metadata(source, minari_dataset_id)
         metadata["data_format"] = data_format  # which storage minari.load_dataset opens
-        text = json.dumps(metadata)
-        data_bytes = sum(p.stat().st_size for p in data_dir.rglob("*") if p.is_file())
-        size_mb = (data_bytes + len(text.encode("utf-8"))) / 1e6
-        # Minari reports the size in MB rounded to one decimal; insert it where its writer does.
-        keys = list(metadata)
-        position = keys.index("dataset_id")
-        items = list(metadata.items())
-        items.insert(position, ("dataset_size", round(size_mb, 1)))
-        (data_dir / _METADATA_FILE).write_text(json.dumps(dict(items)), encoding="utf-8")
+        _write_metadata_with_size(data_dir, metadata)
         # every namespace level gets a namespace_metadata.json, with the same-named vcollect namespace's metadata
         copy_namespace_metadata(source.root, minari_root_path, namespace)
         fsync_tree(tmp)
@@ -331,6 +324,24 @@ def _spaces_of(
         )
     finally:
         env.close()
+
+
+def _write_metadata_with_size(data_dir: Path, metadata: dict[str, Any]) -> None:
+    """Write ``metadata.json`` with ``dataset_size`` as Minari computes it (``MinariStorage.get_size``): every
+    entry under the data folder, files and folders alike (an Arrow export has a folder per episode), metadata
+    file included, in MB rounded to one decimal. The metadata's own length depends on the number written, so
+    it is written until the size it states is the size it has."""
+    items = list(metadata.items())
+    position = list(metadata).index("dataset_id")  # Minari's writer puts the size just before the id
+    size = 0.0
+    for _ in range(4):
+        with_size = [*items[:position], ("dataset_size", size), *items[position:]]
+        (data_dir / _METADATA_FILE).write_text(json.dumps(dict(with_size)), encoding="utf-8")
+        measured = float(np.round(sum(p.stat().st_size / 1e6 for p in data_dir.glob("**/*")), 1))
+        if measured == size:
+            return
+        size = measured
+    raise DatasetError(f"the size of the export at {str(data_dir)!r} kept changing while it was measured")
 
 
 def import_minari(
