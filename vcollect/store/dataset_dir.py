@@ -33,6 +33,7 @@ from vcollect.store.dataset_info import (
     write_json_atomic,
 )
 from vcollect.store.staging import (
+    exchange_paths,
     folder_lock,
     hidden_dir,
     new_staging_dir,
@@ -176,14 +177,18 @@ def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int
                     f"refusing to overwrite dataset {dataset_id!r}: its folder holds other datasets ("
                     + ", ".join(repr(str(p)) for p in inner[:3]) + "), which overwriting would delete"
                 )
-            old = hidden_dir(final, "replaced")
-            os.rename(final, old)
-        try:
-            os.rename(new, final)
-        except OSError:
-            if old is not None:  # put the old one back
-                os.rename(old, final)
-            raise
+            if exchange_paths(new, final):  # one atomic step: the old dataset is now at the staging name
+                old = new
+            else:
+                old = hidden_dir(final, "replaced")
+                os.rename(final, old)
+        if old != new:
+            try:
+                os.rename(new, final)
+            except OSError:
+                if old is not None:  # put the old one back
+                    os.rename(old, final)
+                raise
         fsync_dir(final.parent)
     if old is not None:
         drop_dir(old, root)

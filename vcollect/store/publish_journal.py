@@ -284,11 +284,28 @@ def _only_empty_folders(folder: Path) -> bool:
                for d, dirs, files in os.walk(folder))
 
 
+def _names_journal(staging: Path, journal: Path) -> bool:
+    """Whether ``staging`` is a real folder whose journal file names ``journal`` (read without following a
+    link or blocking on a FIFO)."""
+    if staging.is_symlink() or not staging.is_dir():
+        return False
+    try:
+        fd = os.open(staging / JOURNAL_NAME_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return os.read(fd, 4096).decode("utf-8", "replace") == str(journal)
+    finally:
+        os.close(fd)
+
+
 def _apply(plan: dict[str, Any], journal: Path, root: Path) -> None:
     """Do the moves of a checked journal ``plan`` (those not done yet), then remove the journal."""
     for staging_rel, final_rel, message in plan["moves"]:
         staging, final = root / staging_rel, root / final_rel
-        if staging.is_dir() and not staging.is_symlink():
+        if _names_journal(staging, journal):  # not yet moved (once moved, an overwrite left the old one there)
             publish_dir(staging, final, root=root, marker=plan["marker"], overwrite=plan["overwrite"],
                         exists_message=message)
         check_contained(final / JOURNAL_NAME_FILE, root, action="remove")

@@ -10,6 +10,7 @@ filesystem cannot be checked that way: they are stale once untouched for :data:`
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import functools
@@ -22,6 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from vcollect.errors import DatasetError, DatasetExistsError, UnsafePathError
 from vcollect.store.containment import check_contained
@@ -31,6 +33,7 @@ __all__ = [
     "JOURNAL_NAME_FILE",
     "STALE_AFTER_S",
     "discard_staging",
+    "exchange_paths",
     "fsync_tree",
     "folder_lock",
     "hidden_dir",
@@ -289,13 +292,50 @@ def publish_dir(
                     raise DatasetError(
                         f"the dataset at {str(final)!r} was deleted by someone else meanwhile; it was not overwritten"
                     ) from exc
-                os.rename(final, old)
-                os.rename(staging, final)
+                if exchange_paths(staging, final):  # one atomic step: the old dataset is now at the staging name
+                    old = staging
+                else:
+                    os.rename(final, old)
+                    os.rename(staging, final)
             if old.is_symlink():  # a dataset linked in from elsewhere: drop the link, not what it points to
                 old.unlink()
             else:
                 shutil.rmtree(old, ignore_errors=True)
     fsync_dir(final.parent)
+
+
+def exchange_paths(a: Path, b: Path) -> bool:
+    """Swap the two existing paths ``a`` and ``b`` in one atomic step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``), so a reader of either name sees the old entry or the new one, never none.
+
+    Returns:
+        True when swapped; False where the kernel, libc or filesystem cannot (the caller then renames twice).
+    """
+    func = _renameat2()
+    if func is None:
+        return False
+    if func(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+@functools.cache
+def _renameat2() -> Any:
+    """libc's renameat2, or None where libc has none (not Linux, or glibc before 2.28)."""
+    try:
+        func = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    return func
 
 
 def fsync_tree(folder: Path) -> None:
