@@ -36,7 +36,10 @@ __all__ = [
     "env_spec_json",
     "fsync_dir",
     "new_dataset_info",
+    "MAX_SIDE_FILE_BYTES",
     "read_dataset_info",
+    "read_json_object",
+    "read_side_file",
     "update_dataset_info",
     "write_json_atomic",
 ]
@@ -134,13 +137,57 @@ def write_json_atomic(path: Path, obj: Mapping[str, Any], *, exclusive: bool = F
     fsync_dir(path.parent)
 
 
+#: The most a dataset's JSON side file may hold (dataset.json, namespace and episode metadata).
+MAX_SIDE_FILE_BYTES = 64 * 1024 * 1024
+
+
+def read_side_file(file: Path, limit: int = MAX_SIDE_FILE_BYTES) -> bytes:
+    """The bytes of one of a dataset's small files, read so that nothing there can hang or exhaust a reader.
+
+    Args:
+        file: The file (a link to a regular file is followed).
+        limit: The most bytes it may hold.
+
+    Returns:
+        Its content.
+
+    Raises:
+        FileNotFoundError: There is no such file.
+        CorruptDatasetError: It is not a regular file (a FIFO, a device such as /dev/zero, a folder) or larger
+            than ``limit``; the message names it.
+    """
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+    except IsADirectoryError:
+        raise CorruptDatasetError(f"{file} is a folder, not a file") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise CorruptDatasetError(f"{file} is not a regular file (a FIFO, device, socket or folder)")
+        if info.st_size > limit:
+            raise CorruptDatasetError(
+                f"{file} is {info.st_size} bytes, more than the {limit} such a file may hold; restore it or "
+                "remove the oversized entry"
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise CorruptDatasetError(f"{file} grew past {limit} bytes while it was read")
+    return data
+
+
 def read_json_object(file: Path) -> dict[str, Any] | None:
     """The JSON object in ``file`` (None when there is no such file); CorruptDatasetError naming the file when
-    it is not UTF-8 JSON or not an object. The one reader of vcollect's small JSON side files."""
+    it is not a regular file of UTF-8 JSON holding an object, is too large or nested too deeply. The one
+    reader of vcollect's small JSON side files."""
     try:
-        value = json.loads(file.read_text(encoding="utf-8"))
+        value = json.loads(read_side_file(file).decode("utf-8"))
     except FileNotFoundError:
         return None
+    except RecursionError:
+        raise CorruptDatasetError(f"{file} is nested too deeply to be read") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise CorruptDatasetError(f"{file} is not valid UTF-8 JSON: {exc}") from exc
     if not isinstance(value, dict):
@@ -187,9 +234,7 @@ def read_dataset_info(path: Path, dataset_id: str, root: Path) -> dict[str, Any]
     """
     file = path / DATASET_FILE
     try:
-        if not stat.S_ISREG(file.stat().st_mode):  # a FIFO would block the read below
-            raise CorruptDatasetError(f"{file} is not a regular file")
-        data = file.read_bytes()
+        data = read_side_file(file)
     except FileNotFoundError:
         raise DatasetNotFoundError(
             f"no dataset {dataset_id!r} under root {str(root)!r} (looked for {str(file)!r}); {ROOT_HINT}"
