@@ -7,6 +7,7 @@ file (write, fsync, rename), so a reader sees the old or the new description, ne
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import stat
@@ -17,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from vcollect.errors import CorruptDatasetError, DatasetNotFoundError, MetadataKeyError
+from vcollect.errors import CorruptDatasetError, DatasetNotFoundError, DiskFullError, MetadataKeyError
 from vcollect.spaces import space_from_dict, space_to_dict
 from vcollect.store.schema import json_default, to_json
 
@@ -379,4 +380,12 @@ def _update_dataset_info(
         info["eval_env_spec"] = env_spec_json(eval_env_spec, "eval_env_spec")
     if new_id is not None:
         info["dataset_id"] = new_id
-    write_json_atomic(path / DATASET_FILE, info)
+    try:
+        write_json_atomic(path / DATASET_FILE, info)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DiskFullError(
+            f"no space left on device while updating {str(path / DATASET_FILE)!r} of dataset {dataset_id!r}; "
+            "it is unchanged (free space and update again)"
+        ) from exc

@@ -47,6 +47,10 @@ class ShardJob:
     writer: str
 
 
+#: What a DiskFullError tells Python callers to do (the CLI says what a command can do instead).
+FLUSH_AGAIN_HINT = "free space and call flush() again"
+
+
 def commit_shard(job: ShardJob) -> None:
     """Write, fsync and record one shard (in the caller's thread, or the background commit thread); a
     DiskFullError or DatasetError that says the episodes are kept when it cannot."""
@@ -59,7 +63,7 @@ def commit_shard(job: ShardJob) -> None:
             raise DiskFullError(
                 f"no space left on device while committing shard {str(final)!r} of dataset "
                 f"{job.dataset_id!r} ({exc}); committed shards are intact, {pending.episodes} pending "
-                "episodes are kept in memory; free space and call flush() again"
+                f"episodes are kept in memory; {FLUSH_AGAIN_HINT}"
             ) from exc
         raise DatasetError(
             f"could not commit shard {str(final)!r} of dataset {job.dataset_id!r}: {exc}. "
