@@ -20,7 +20,7 @@ from vcollect.store import (
     list_local_datasets,
     load_dataset,
 )
-from vcollect.store.dataset_info import PROTECTED_METADATA_KEYS
+from vcollect.store.layout.dataset_info import PROTECTED_METADATA_KEYS
 
 
 @pytest.fixture()

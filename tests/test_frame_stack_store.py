@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from vcollect.errors import ObservationError
 from vcollect.store import EpisodeStore, load_dataset
-from vcollect.store.frame_stack import FrameStack, newest_frames, rebuild, rebuild_episode
+from vcollect.store.write.frame_stack import FrameStack, newest_frames, rebuild, rebuild_episode
 
 
 def reference_stacks(frames: np.ndarray, k: int, padding: str) -> np.ndarray:

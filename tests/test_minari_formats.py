@@ -268,7 +268,7 @@ def test_arrow_export_full_disk_and_missing_pyarrow(
 
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
-        patch.delitem(sys.modules, "vcollect.store.minari_arrow")
+        patch.delitem(sys.modules, "vcollect.minari.arrow")
         with pytest.raises(ImportError, match=r"pip install 'vcollect\[minari\]'"):
             export_minari(ds, "nopa/text-v0", minari_root, data_format="arrow")
         export_minari(ds, "nopa/text-v0", minari_root, data_format="hdf5")  # HDF5 needs no pyarrow

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.minari_interop as minari_interop
+import vcollect.minari.interop as minari_interop
 from tests.test_store_leftovers import read_line
 from vcollect.errors import DatasetError, DatasetExistsError, DatasetNotFoundError
 from vcollect.store import (
@@ -26,7 +26,7 @@ from vcollect.store import (
     list_datasets,
     load_dataset,
 )
-from vcollect.store.staging import pid_space
+from vcollect.store.layout.staging import pid_space
 
 REPO = Path(__file__).resolve().parents[1]
 OBS = spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float32)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.minari_interop as minari_interop
+import vcollect.minari.interop as minari_interop
 from vcollect.errors import DatasetError, DiskFullError
 from vcollect.store import EpisodeStore, export_minari, import_minari, list_datasets, load_dataset
 
@@ -201,7 +201,7 @@ def test_spill_file_keeps_hdf5_alive_on_dev_full(tmp_path: Path) -> None:
 
 
 def test_create_failing_removes_only_the_folders_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import vcollect.store.dataset_dir as dataset_dir
+    import vcollect.store.layout.dataset_dir as dataset_dir
 
     EpisodeStore.create("ns/kept-v0", OBS, ACT, root=tmp_path).close()
 

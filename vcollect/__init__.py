@@ -6,7 +6,6 @@ from typing import Any
 
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
-from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.collector import Collector
 from vcollect.envs import (
     DummyVectorEnv,
@@ -40,9 +39,11 @@ from vcollect.errors import (
     VCollectError,
 )
 from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
-from vcollect.minari_buffers import EpisodeBuffer, StepData, create_dataset_from_buffers
+from vcollect.minari.callbacks import EpisodeMetadataCallback, StepDataCallback
+from vcollect.minari.episode_buffers import EpisodeBuffer, StepData, create_dataset_from_buffers
+from vcollect.minari.recorder import DataCollector
+from vcollect.minari.reference_scores import get_normalized_score, reference_scores
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
-from vcollect.recorder import DataCollector
 from vcollect.stats import CollectStats, SummaryStats
 from vcollect.store import (
     Dataset,
@@ -64,7 +65,6 @@ from vcollect.store import (
     update_namespace,
     update_namespace_metadata,
 )
-from vcollect.store.reference_scores import get_normalized_score, reference_scores
 from vcollect.store.sink import EpisodeSink
 
 __version__ = "0.1.0"

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from vcollect.store.catalog import delete_dataset, list_datasets
-from vcollect.store.dataset_spec import DatasetSpec
-from vcollect.store.local_datasets import list_local_datasets
-from vcollect.store.minari_interop import (
+from vcollect.minari.interop import (
     export_minari,
     import_minari,
     minari_dataset_path,
     parse_minari_dataset_id,
     resolve_minari_root,
 )
-from vcollect.store.namespaces import (
+from vcollect.store.layout.catalog import delete_dataset, list_datasets
+from vcollect.store.layout.dataset_spec import DatasetSpec
+from vcollect.store.layout.local_datasets import list_local_datasets
+from vcollect.store.layout.namespaces import (
     create_namespace,
     delete_namespace,
     get_namespace_metadata,
@@ -20,10 +20,10 @@ from vcollect.store.namespaces import (
     update_namespace,
     update_namespace_metadata,
 )
-from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
-from vcollect.store.reader import Dataset, EpisodeData, load_dataset
-from vcollect.store.transforms import combine_datasets, split_dataset
-from vcollect.store.writer import EpisodeStore
+from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
+from vcollect.store.read.transforms import combine_datasets, split_dataset
+from vcollect.store.write.writer import EpisodeStore
 
 __all__ = [
     "Dataset",
