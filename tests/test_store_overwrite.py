@@ -129,7 +129,7 @@ KILLED_OVERWRITE = """
     import vcollect.store.layout.dataset_dir as dataset_dir
     from vcollect.store import EpisodeStore
 
-    def wait(path):
+    def wait(path, root):
         print("mid", path.name, flush=True)
         sys.stdin.read()  # until killed
 

@@ -366,6 +366,8 @@ def parse_sizes(text: str, total: int) -> list[int]:
 
     Percentages are rounded by largest remainder, so '50%,50%' of 7 episodes gives 4 and 3.
     """
+    from vcollect.store.read.transforms import largest_remainder_counts
+
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
         raise UsageError(f"--sizes must list episode counts or percentages, got {text!r}")
@@ -385,12 +387,7 @@ def parse_sizes(text: str, total: int) -> list[int]:
     else:
         if sum(values) > 100 + 1e-9:
             raise UsageError(f"--sizes percentages add up to {sum(values):g}%, more than 100%")
-        exact = np.asarray(values) * total / 100.0
-        counts_array = np.floor(exact).astype(np.int64)
-        target = int(round(float(exact.sum())))
-        order = np.argsort(-(exact - counts_array), kind="stable")
-        counts_array[order[: max(0, target - int(counts_array.sum()))]] += 1
-        counts = counts_array.tolist()
+        counts = largest_remainder_counts([v / 100.0 for v in values], total)
     if sum(counts) > total:
         raise UsageError(f"--sizes {text} add up to {sum(counts)} episodes, more than the {total} the dataset has")
     return counts

@@ -188,7 +188,7 @@ def create_dataset_from_buffers(
                                      num_episodes_average_score=num_episodes_average_score))
     if requirements is not None:
         metadata["requirements"] = list(requirements)
-    staging = new_staging_dir(final)
+    staging = new_staging_dir(final, resolve_root(root))
     try:
         with EpisodeStore._create_at(staging, dataset_id, observation_space, action_space,
                                      env_spec=None if spec is None else spec.to_json(),

@@ -223,7 +223,7 @@ def export_minari(
         raise DatasetExistsError(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
         )
-    tmp = new_staging_dir(final)
+    tmp = new_staging_dir(final, minari_root_path)
     data_dir = tmp / _DATA_DIR
     try:
         data_dir.mkdir()
@@ -245,7 +245,7 @@ def export_minari(
         # every namespace level gets a namespace_metadata.json, with the same-named vcollect namespace's metadata
         copy_namespace_metadata(source.root, minari_root_path, namespace)
         fsync_tree(tmp)
-        publish_dir(tmp, final, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
+        publish_dir(tmp, final, root=minari_root_path, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
         ))
     except BaseException:
@@ -388,7 +388,7 @@ def import_minari(
     exists = f"dataset {dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"
     if (final / DATASET_FILE).exists() and not overwrite:
         raise DatasetExistsError(exists)
-    staging = new_staging_dir(final)
+    staging = new_staging_dir(final, root_path)
     try:
         store = EpisodeStore._create_at(staging, dataset_id, obs_space, act_space, env_spec=env_spec,
                                         eval_env_spec=eval_env_spec, metadata=ours)
@@ -413,7 +413,7 @@ def import_minari(
                 except (InfoStructureError, ValueError) as exc:
                     raise DatasetError(f"cannot import {name} of {str(source)!r}: {exc}") from exc
         store.close()
-        publish_dir(staging, final, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
+        publish_dir(staging, final, root=root_path, marker=DATASET_FILE, overwrite=overwrite, exists_message=exists)
         minari_root_path = root_above(data_dir.parent, metadata.get("dataset_id"))
         if minari_root_path is not None:  # keep the metadata of namespaces named as in the Minari root
             copy_namespace_metadata(minari_root_path, root_path, parse_dataset_id(dataset_id)[0], mark_all=False)

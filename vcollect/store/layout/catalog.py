@@ -10,6 +10,7 @@ from typing import Any
 import h5py
 
 from vcollect.errors import DatasetError, DatasetNotFoundError
+from vcollect.store.layout.containment import check_contained
 from vcollect.store.layout.dataset_dir import nested_datasets
 from vcollect.store.layout.dataset_info import (
     DATASET_FILE,
@@ -57,7 +58,7 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
     unreadable: list[OSError] = []
     for dirpath, dirnames, filenames in os.walk(root_path, onerror=unreadable.append):
         if any(is_replaced_leftover(name) for name in dirnames):  # maybe an overwrite killed between its renames:
-            remove_stale_staging(Path(dirpath))  # its old dataset is put back before this folder is walked
+            remove_stale_staging(Path(dirpath), root_path)  # its old dataset is put back before this folder is walked
             dirnames[:] = sorted(e.name for e in os.scandir(dirpath) if e.is_dir(follow_symlinks=False))
         if SHARDS_DIR in dirnames and DATASET_FILE in filenames:
             dirnames.remove(SHARDS_DIR)
@@ -206,7 +207,7 @@ def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) 
             "it would delete files outside the datasets root"
         )
     if path.parent.is_dir():
-        remove_stale_staging(path.parent)  # what deletions killed part-way left
+        remove_stale_staging(path.parent, root_path)  # what deletions killed part-way left
     if not (path / DATASET_FILE).is_file():
         raise DatasetNotFoundError(
             f"no dataset {dataset_id!r} under root {str(root_path)!r} (looked for {str(path / DATASET_FILE)!r})"
@@ -218,6 +219,7 @@ def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) 
             + ", ".join(repr(p.relative_to(root_path).as_posix()) for p in inner[:3])
             + (", ..." if len(inner) > 3 else "") + "), which deleting it would delete; nothing was deleted"
         )
+    check_contained(path, root_path, action="delete")
     gone = hidden_dir(path, "deleting")
     with folder_lock(path.parent):
         try:

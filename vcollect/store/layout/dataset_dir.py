@@ -23,6 +23,7 @@ from vcollect.errors import (
     InvalidDatasetIdError,
     SpaceMismatchError,
 )
+from vcollect.store.layout.containment import check_contained
 from vcollect.store.layout.dataset_info import (
     DATASET_FILE,
     SHARDS_DIR,
@@ -134,8 +135,10 @@ def _folder_identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def drop_dir(path: Path) -> None:
-    """Remove a folder renamed aside (a link to a dataset elsewhere: the link only)."""
+def drop_dir(path: Path, root: Path) -> None:
+    """Remove a folder renamed aside (a link to a dataset elsewhere: the link only); UnsafePathError when it
+    does not lie inside ``root``."""
+    check_contained(path, root, action="delete")
     if path.is_symlink():
         path.unlink()
     else:
@@ -151,8 +154,12 @@ def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int
     ``new`` is left to it. The old dataset is renamed aside (one rename), the new one renamed in (one
     rename), and only then is the old one removed: a crash in between leaves the new dataset at ``final``, or
     the old one aside under a hidden name, which the next load, listing or operation there renames back
-    (staging.remove_stale_staging); never a half-deleted one.
+    (staging.remove_stale_staging); never a half-deleted one. UnsafePathError (nothing changed) when a folder
+    between the datasets root and ``final`` is a symbolic link.
     """
+    root = _root_of(final, dataset_id)
+    check_contained(new, root, action="move")
+    check_contained(final, root, action="replace")
     with folder_lock(final.parent):
         now = _folder_identity(final)
         if now != seen:
@@ -179,7 +186,7 @@ def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int
             raise
         fsync_dir(final.parent)
     if old is not None:
-        drop_dir(old)
+        drop_dir(old, root)
 
 
 def create_dataset_dir(path: Path, dataset_id: str, info: Mapping[str, Any], *, overwrite: bool) -> None:
@@ -192,15 +199,16 @@ def create_dataset_dir(path: Path, dataset_id: str, info: Mapping[str, Any], *, 
     those, and only while empty).
     """
     check_not_nested(path, dataset_id, inside=path == _root_of(path, dataset_id).joinpath(*dataset_id.split("/")))
+    root = _root_of(path, dataset_id)
     if path.parent.is_dir():
-        remove_stale_staging(path.parent)
+        remove_stale_staging(path.parent, root)
     seen = _folder_identity(path)
     if seen is not None and not overwrite:
         raise DatasetExistsError(
             f"dataset {dataset_id!r} already exists at {str(path)!r}; {OVERWRITE_HINT} or {APPEND_HINT}"
         )
     if seen is not None:
-        staging = new_staging_dir(path)
+        staging = new_staging_dir(path, root)
         try:
             (staging / SHARDS_DIR).mkdir()
             write_json_atomic(staging / DATASET_FILE, info, exclusive=True)
@@ -258,28 +266,32 @@ def open_dataset_dir(
                 f"dataset {dataset_id!r} stores {what} space {stored}, but {given} was given"
             )
     (path / SHARDS_DIR).mkdir(exist_ok=True)
-    remove_stale_staging(path.parent)  # what a killed delete or overwrite of a neighbour left
+    remove_stale_staging(path.parent, root_path)  # what a killed delete or overwrite of a neighbour left
     remove_stale_shard_tmps(path / SHARDS_DIR)
     remove_stale_json_tmps(path)
     return stored_obs, stored_act
 
 
-def move_dataset_dir(path: Path, new_path: Path, dataset_id: str, *, overwrite: bool) -> None:
+def move_dataset_dir(path: Path, new_path: Path, dataset_id: str, *, source_root: Path, overwrite: bool) -> None:
     """Rename the dataset directory ``path`` to ``new_path`` (``dataset_id``'s place).
 
     DatasetExistsError if a dataset is there unless ``overwrite``, which renames the old one aside and drops
     it only once the moved one is in place (:func:`replace_dataset_dir`). InvalidDatasetIdError when the new
     id lies inside another dataset. Across filesystems the directory is copied, then deleted (not atomic, but
-    nothing is lost).
+    nothing is lost). Both places must lie inside their roots (``source_root`` for ``path``) with no symbolic
+    link on the way (UnsafePathError, nothing moved).
     """
+    check_contained(path, source_root, action="move")
     check_not_nested(new_path, dataset_id, inside=False)
     seen = _folder_identity(new_path)
     if seen is not None and not overwrite:
         raise DatasetExistsError(
             f"dataset {dataset_id!r} already exists at {str(new_path)!r}; {OVERWRITE_HINT}"
         )
+    root = _root_of(new_path, dataset_id)
+    check_contained(new_path, root, action="move a dataset to")
     new_path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(new_path.parent)
+    remove_stale_staging(new_path.parent, root)
     if os.stat(path).st_dev != os.stat(new_path.parent).st_dev:  # another filesystem: copy beside it first
         staging = hidden_dir(new_path, "staging")
         try:
@@ -308,7 +320,7 @@ def move_dataset_dir(path: Path, new_path: Path, dataset_id: str, *, overwrite: 
     else:
         replace_dataset_dir(path, new_path, dataset_id, seen)
     if moved_from is not None:
-        shutil.rmtree(moved_from)
+        shutil.rmtree(check_contained(moved_from, source_root, action="delete"))
 
 
 def read_identity(path: Path, dataset_id: str, root: Path) -> Identity:

@@ -23,7 +23,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from vcollect.errors import DatasetError, DatasetExistsError
+from vcollect.errors import DatasetError, DatasetExistsError, UnsafePathError
+from vcollect.store.layout.containment import check_contained
 from vcollect.store.layout.dataset_info import SHARD_SUFFIX, TMP_SUFFIX, fsync_dir
 
 __all__ = [
@@ -166,10 +167,12 @@ def hidden_dir(final: Path, kind: str) -> Path:
     return final.with_name(f".{final.name}.{kind}-{pid_space()}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
 
 
-def new_staging_dir(final: Path) -> Path:
-    """A fresh hidden sibling of ``final`` (created, with its parents) to build a dataset in."""
+def new_staging_dir(final: Path, root: Path) -> Path:
+    """A fresh hidden sibling of ``final`` (created, with its parents) to build a dataset in; ``final`` must
+    lie inside ``root`` with no symbolic link on the way (UnsafePathError)."""
+    check_contained(final, root, action="build a dataset at")
     final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_staging(final.parent)
+    remove_stale_staging(final.parent, root)
     staging = hidden_dir(final, "staging")
     staging.mkdir()
     return staging
@@ -187,13 +190,18 @@ def folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def remove_stale_staging(parent: Path) -> list[Path]:
+def remove_stale_staging(parent: Path, root: Path) -> list[Path]:
     """Remove the staging/replaced/deleting folders under ``parent`` that dead processes left; returns those removed.
 
     A "replaced" folder whose dataset place is empty is an overwrite killed between its two renames (the old
-    dataset aside, the new one not yet in): it is renamed back, so the old dataset is there again.
+    dataset aside, the new one not yet in): it is renamed back, so the old dataset is there again. Nothing is
+    touched when ``parent`` is not a real folder inside ``root`` (reached through a link).
     """
     removed: list[Path] = []
+    try:
+        check_contained(parent / "entry", root, action="clean up")  # parent itself and every folder above it
+    except UnsafePathError:
+        return removed
     try:
         entries = list(os.scandir(parent))
     except OSError:
@@ -243,21 +251,29 @@ def _remove_empty_tree(folder: Path) -> None:
             return
 
 
-def publish_dir(staging: Path, final: Path, *, marker: str, overwrite: bool, exists_message: str) -> None:
+def publish_dir(
+    staging: Path, final: Path, *, root: Path, marker: str, overwrite: bool, exists_message: str
+) -> None:
     """Move the finished ``staging`` folder to ``final`` with one rename.
 
     ``marker`` (``dataset.json``, Minari's ``data``) tells a dataset at ``final``: then DatasetExistsError
     (``exists_message``) unless ``overwrite``, which moves the old one aside first (a hidden sibling removed
     right after; if a crash comes between the two renames, the next load or operation there puts it back).
-    Empty folders at ``final`` are replaced; anything else there is kept, with DatasetError.
+    Empty folders at ``final`` are replaced; anything else there is kept, with DatasetError. Both folders
+    must lie inside ``root`` with no symbolic link on the way (UnsafePathError, nothing moved).
     """
+    check_contained(staging, root, action="publish from")
+    check_contained(final, root, action="publish to")
+    if staging.parent != final.parent or staging.is_symlink():
+        raise UnsafePathError(f"refusing to publish {str(staging)!r}: not a staging folder beside {str(final)!r}")
     try:
         os.rename(staging, final)
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
             raise
         if not os.path.lexists(final / marker):
-            _remove_empty_tree(final)
+            if not final.is_symlink():  # a link is never walked: its empty folders lie outside the root
+                _remove_empty_tree(final)
             try:
                 os.rename(staging, final)
             except OSError:
@@ -295,7 +311,9 @@ def fsync_tree(folder: Path) -> None:
 
 
 def discard_staging(staging: Path, root: Path) -> None:
-    """Remove an unfinished staging folder, and the folders between it and ``root`` left empty."""
+    """Remove an unfinished staging folder, and the folders between it and ``root`` left empty (UnsafePathError
+    when it does not lie inside ``root``)."""
+    check_contained(staging, root, action="discard")
     shutil.rmtree(staging, ignore_errors=True)
     parent = staging.parent
     while parent != root and root in parent.parents:

@@ -461,7 +461,7 @@ def load_dataset(
     recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/layout/publish_journal.py)
     path = dataset_path(dataset_id, root_path)
     if not os.path.lexists(path) and path.parent.is_dir():
-        remove_stale_staging(path.parent)  # an overwrite killed between its two renames: the old one is back
+        remove_stale_staging(path.parent, root_path)  # an overwrite killed between its two renames: the old one is back
     info = read_dataset_info(path, dataset_id, root_path)
     obs_space, act_space = dataset_spaces(info)
     stack = FrameStack.from_json(info.get("frame_stack"))

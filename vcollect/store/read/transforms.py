@@ -23,11 +23,85 @@ from vcollect.store.write.writer import EpisodeStore
 __all__ = ["Staged", "combine_datasets", "copy_episodes", "publish_staged", "split_dataset", "stage_combined"]
 
 
-def split_dataset(dataset: Dataset, sizes: Sequence[int], seed: int | None = None) -> list[Dataset]:
-    """Split a dataset into disjoint random views of the given sizes (episodes are shuffled, not copied)."""
-    sizes = [int(n) for n in sizes]
-    if any(n < 0 for n in sizes):
-        raise ValueError(f"sizes must be non-negative, got {sizes}")
+def largest_remainder_counts(shares: Sequence[float], total: int) -> list[int]:
+    """Whole counts for ``shares`` (fractions of ``total``) that add up to ``round(sum(shares) * total)``:
+    each share's floor, plus one for the largest remainders (ties to the earlier share), so 0.5, 0.5 of 7
+    gives 4 and 3."""
+    exact = np.asarray(shares, dtype=np.float64) * total
+    counts = np.floor(exact).astype(np.int64)
+    target = int(round(float(exact.sum())))
+    order = np.argsort(-(exact - counts), kind="stable")
+    counts[order[: max(0, target - int(counts.sum()))]] += 1
+    return [int(n) for n in counts]
+
+
+def split_sizes(sizes: Sequence[int] | Sequence[float], total: int) -> list[int]:
+    """Episode counts from ``sizes``: whole counts as given, or fractions of ``total`` that sum to 1.
+
+    Args:
+        sizes: Episode counts (ints, numpy integers), or fractions (floats in [0, 1] summing to 1, rounded by
+            largest remainder: :func:`largest_remainder_counts`).
+        total: The number of episodes split.
+
+    Returns:
+        The counts, one per size.
+
+    Raises:
+        TypeError: ``sizes`` is not a sequence of ints or of floats (mixed, bools, strings, floats > 1).
+        ValueError: A count is negative, the counts add up to more than ``total``, fractions do not sum to 1,
+            or a positive fraction gives no episode (an empty view that was not asked for).
+    """
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence | np.ndarray):
+        raise TypeError(f"sizes must be a sequence of episode counts or of fractions, got {type(sizes).__name__}")
+    values = list(sizes)
+    ints = [isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) for v in values]
+    floats = [isinstance(v, (float, np.floating)) for v in values]
+    if values and all(ints):
+        counts = [int(v) for v in values]
+        if any(n < 0 for n in counts):
+            raise ValueError(f"sizes must be non-negative, got {counts}")
+    elif values and all(floats):
+        shares = [float(v) for v in values]
+        if not all(0.0 <= s <= 1.0 for s in shares):
+            raise TypeError(
+                f"float sizes are fractions of the episodes in [0, 1], got {shares}; give episode counts as ints"
+            )
+        if abs(sum(shares) - 1.0) > 1e-6:
+            raise ValueError(f"fractions must sum to 1, got {shares} (sum {sum(shares):g})")
+        counts = largest_remainder_counts(shares, total)
+        empty = [s for s, n in zip(shares, counts) if s > 0 and n == 0]
+        if empty:
+            raise ValueError(
+                f"fractions {shares} of {total} episodes give an empty part for {empty}; pass episode counts "
+                "(a 0 count asks for an empty view)"
+            )
+    else:
+        raise TypeError(
+            f"sizes must all be episode counts (ints) or all fractions (floats summing to 1), got {values!r}"
+        )
+    return counts
+
+
+def split_dataset(
+    dataset: Dataset, sizes: Sequence[int] | Sequence[float], seed: int | None = None
+) -> list[Dataset]:
+    """Split a dataset into disjoint random views (episodes are shuffled, not copied).
+
+    Args:
+        dataset: The dataset (or view) to split.
+        sizes: Episode counts (``[800, 200]``), or fractions of its episodes summing to 1 (``[0.8, 0.2]``,
+            rounded by largest remainder, as ``vcollect split --sizes 80%,20%``). Minari takes counts only.
+        seed: Seed of the shuffle.
+
+    Returns:
+        One view per size, in order.
+
+    Raises:
+        TypeError: Sizes that are neither all ints nor all fractions.
+        ValueError: Negative counts, counts adding up to more than the dataset has, fractions not summing to
+            1, or a fraction that gives an empty view.
+    """
+    sizes = split_sizes(sizes, dataset.total_episodes)
     if sum(sizes) > dataset.total_episodes:
         raise ValueError(
             f"the sizes {sizes} add up to {sum(sizes)}, more than the {dataset.total_episodes} episodes of {dataset.id!r}"
@@ -120,7 +194,7 @@ def stage_combined(
     exists = f"dataset {new_dataset_id!r} already exists at {str(final)!r}; delete it first or pick another id"
     if (final / DATASET_FILE).exists() and not overwrite:
         raise DatasetExistsError(exists)
-    staging = new_staging_dir(final)
+    staging = new_staging_dir(final, resolve_root(root))
     try:
         EpisodeStore._create_at(
             staging,

@@ -523,7 +523,7 @@ class EpisodeStore:
         new_path = dataset_path(dataset_id, root)
         if new_path.resolve() == self._path.resolve():
             return self._path
-        move_dataset_dir(self._path, new_path, dataset_id, overwrite=overwrite)
+        move_dataset_dir(self._path, new_path, dataset_id, source_root=self._root(), overwrite=overwrite)
         self._path = new_path
         self._shards_dir = new_path / SHARDS_DIR
         self._shards_written = [self._shards_dir / p.name for p in self._shards_written]
