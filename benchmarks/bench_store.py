@@ -29,8 +29,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vcollect.minari import export_minari
 from vcollect.minari.recorder import DataCollector
-from vcollect.store import Dataset, export_minari
+from vcollect.store import Dataset
 
 DATASET_ID = "bench/cartpole-v0"
 

@@ -21,7 +21,8 @@ from tests.test_minari_interop import assert_nested_equal, stack_nested
 from tests.text_envs import TextEnv, text_action_space, text_obs_space
 from vcollect import Collector, make_vector
 from vcollect.errors import DatasetError, DiskFullError
-from vcollect.store import EpisodeStore, export_minari, import_minari, load_dataset
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import EpisodeStore, load_dataset
 
 FORMATS = ["hdf5", "arrow", "parquet"]
 

@@ -21,9 +21,10 @@ from hypothesis.extra.numpy import arrays
 from tests.envs import CountingEnv, DictObsEnv
 from tests.replay import assert_replays
 from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
+from vcollect.minari import export_minari
 from vcollect.minari.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.minari.recorder import STAGING_NAMESPACE, DataCollector
-from vcollect.store import EpisodeStore, export_minari, list_datasets, load_dataset
+from vcollect.store import EpisodeStore, list_datasets, load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -18,14 +18,8 @@ from gymnasium import spaces
 import vcollect.minari.interop as minari_interop
 from tests.test_store_leftovers import read_line
 from vcollect.errors import DatasetError, DatasetExistsError, DatasetNotFoundError
-from vcollect.store import (
-    EpisodeStore,
-    combine_datasets,
-    export_minari,
-    import_minari,
-    list_datasets,
-    load_dataset,
-)
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import EpisodeStore, combine_datasets, list_datasets, load_dataset
 from vcollect.store.layout.staging import pid_space
 
 REPO = Path(__file__).resolve().parents[1]

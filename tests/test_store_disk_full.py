@@ -16,7 +16,8 @@ from gymnasium import spaces
 
 import vcollect.minari.interop as minari_interop
 from vcollect.errors import DatasetError, DiskFullError
-from vcollect.store import EpisodeStore, export_minari, import_minari, list_datasets, load_dataset
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import EpisodeStore, list_datasets, load_dataset
 
 OBS = spaces.Box(-1e9, 1e9, shape=(3,), dtype=np.float32)
 ACT = spaces.Discrete(5)

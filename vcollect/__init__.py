@@ -39,10 +39,18 @@ from vcollect.errors import (
     VCollectError,
 )
 from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
-from vcollect.minari.callbacks import EpisodeMetadataCallback, StepDataCallback
-from vcollect.minari.episode_buffers import EpisodeBuffer, StepData, create_dataset_from_buffers
-from vcollect.minari.recorder import DataCollector
-from vcollect.minari.reference_scores import get_normalized_score, reference_scores
+from vcollect.minari import (
+    DataCollector,
+    EpisodeBuffer,
+    EpisodeMetadataCallback,
+    StepData,
+    StepDataCallback,
+    create_dataset_from_buffers,
+    export_minari,
+    get_normalized_score,
+    import_minari,
+    reference_scores,
+)
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
 from vcollect.stats import CollectStats, SummaryStats
 from vcollect.store import (
@@ -54,9 +62,7 @@ from vcollect.store import (
     create_namespace,
     delete_dataset,
     delete_namespace,
-    export_minari,
     get_namespace_metadata,
-    import_minari,
     list_datasets,
     list_local_datasets,
     list_local_namespaces,

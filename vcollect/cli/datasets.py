@@ -427,7 +427,8 @@ def run_split(args: argparse.Namespace, console: Console) -> int:
 
 def run_export(args: argparse.Namespace, console: Console) -> int:
     """``vcollect export ID --format minari``: write the dataset in Minari's format."""
-    from vcollect.store import export_minari, load_dataset
+    from vcollect.minari import export_minari
+    from vcollect.store import load_dataset
 
     if args.minari_root is not None:
         check_folder("--minari-root", args.minari_root)
@@ -442,7 +443,8 @@ def run_export(args: argparse.Namespace, console: Console) -> int:
 
 def run_import_minari(args: argparse.Namespace, console: Console) -> int:
     """``vcollect import-minari PATH_OR_ID --into ID``: copy a Minari dataset into a new vcollect dataset."""
-    from vcollect.store import import_minari, parse_dataset_id
+    from vcollect.minari import import_minari
+    from vcollect.store import parse_dataset_id
 
     parse_dataset_id(args.into)
     _check_new([args.into], args.root, overwrite=args.overwrite)

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from vcollect.stats import CollectStats
-from vcollect.store.layout.dataset_info import SHARD_SUFFIX, SHARDS_DIR
+from vcollect.store.layout.dataset_info import SHARDS_DIR
 from vcollect.store.layout.manifest import shard_summary
+from vcollect.store.layout.shard_format import SHARD_SUFFIX
 
 __all__ = ["committed_in_call", "writer_shards"]
 

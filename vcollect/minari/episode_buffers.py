@@ -16,20 +16,19 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypedDict
 
 import gymnasium as gym
-import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
 from vcollect.errors import DatasetExistsError
 from vcollect.minari.reference_scores import reference_scores
-from vcollect.spaces import batch_contains, flatten_batch, leaves
 from vcollect.store.layout.dataset_info import DATASET_FILE
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.staging import discard_staging, new_staging_dir
 from vcollect.store.read.reader import Dataset, load_dataset
 from vcollect.store.read.transforms import Staged, publish_staged
+from vcollect.store.write.episode_lists import check_episode_lists, write_episode_lists
 from vcollect.store.write.writer import EpisodeStore
 
-__all__ = ["EpisodeBuffer", "StepData", "create_dataset_from_buffers", "update_dataset_from_buffer"]
+__all__ = ["EpisodeBuffer", "StepData", "create_dataset_from_buffers"]
 
 
 class StepData(TypedDict):
@@ -100,46 +99,6 @@ def _env_parts(env: str | gym.Env[Any, Any] | EnvSpec | None) -> tuple[EnvSpec |
     raise TypeError(f"env must be an env id, a gymnasium Env or an EnvSpec, got {type(env).__name__}")
 
 
-def _as_batch(space: gym.Space[Any], tree: Any) -> Any:
-    """A buffer's nested lists as the nested arrays of ``space`` (Dict -> dict, Tuple -> tuple)."""
-    if isinstance(space, gym.spaces.Dict):
-        return {k: _as_batch(sub, tree[k]) for k, sub in space.spaces.items()}
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(_as_batch(sub, part) for sub, part in zip(space.spaces, tree))
-    if isinstance(space, gym.spaces.Text):
-        return np.asarray(tree, dtype=str)
-    return np.asarray(tree, dtype=space.dtype)
-
-
-def _checked(buffers: Sequence[EpisodeBuffer], obs_space: gym.Space[Any], act_space: gym.Space[Any]) -> list[Any]:
-    """Each buffer as arrays, checked against the spaces before anything is written: ValueError naming the
-    episode (its position in ``buffers``) and what is wrong."""
-    episodes = []
-    for i, buf in enumerate(buffers):
-        steps = len(buf.rewards)
-        where = f"episode {i} (id {buf.id})"
-        if steps == 0 or buf.observations is None or buf.actions is None:
-            raise ValueError(f"{where} holds no step: add a reset's step data, then one per env step")
-        try:
-            obs = _as_batch(obs_space, buf.observations)
-            act = _as_batch(act_space, buf.actions)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ValueError(f"{where} does not match the spaces: {type(exc).__name__}: {exc}") from exc
-        for what, batch, space, rows in (("observations", obs, obs_space, steps + 1), ("actions", act, act_space, steps)):
-            parts = flatten_batch(space, batch)
-            for leaf, part in zip(leaves(space), parts):
-                if len(part) != rows:
-                    raise ValueError(f"{where}: {what}{leaf.name and '/' + leaf.name} has {len(part)} rows, expected {rows}")
-            bad = batch_contains(space, batch)
-            if bad is not None:
-                raise ValueError(f"{where}: {what} outside their space: {bad}")
-        if not (len(buf.terminations) == len(buf.truncations) == steps):
-            raise ValueError(f"{where}: {steps} rewards but {len(buf.terminations)} terminations and "
-                             f"{len(buf.truncations)} truncations")
-        episodes.append((obs, act, buf))
-    return episodes
-
-
 def create_dataset_from_buffers(
     dataset_id: str,
     buffer: Sequence[EpisodeBuffer],
@@ -179,7 +138,7 @@ def create_dataset_from_buffers(
     exists = f"dataset {dataset_id!r} already exists at {str(final)!r}; pick another id or version"
     if (final / DATASET_FILE).exists():
         raise DatasetExistsError(exists)
-    episodes = _checked(buffer, observation_space, action_space)
+    episodes = check_episode_lists(buffer, observation_space, action_space)
     metadata: dict[str, Any] = {k: (sorted(v) if isinstance(v, set) else v) for k, v in (
         ("algorithm_name", algorithm_name), ("author", author), ("author_email", author_email),
         ("code_permalink", code_permalink), ("description", description)) if v is not None}
@@ -194,32 +153,9 @@ def create_dataset_from_buffers(
                                      env_spec=None if spec is None else spec.to_json(),
                                      eval_env_spec=None if eval_spec is None else eval_spec.to_json(),
                                      metadata=metadata) as store:
-            _write(store, episodes)
+            write_episode_lists(store, episodes)
     except BaseException:
         discard_staging(staging, resolve_root(root))
         raise
     publish_staged([Staged(staging, final, exists)], root)
     return load_dataset(dataset_id, root)
-
-
-def update_dataset_from_buffer(dataset: Dataset, buffer: Sequence[EpisodeBuffer]) -> None:
-    """Append the ``buffer``'s episodes to ``dataset`` (checked against its spaces first; committed as one
-    shard). The Dataset object is a snapshot: ``load_dataset`` again to read the new episodes."""
-    episodes = _checked(buffer, dataset.observation_space, dataset.action_space)
-    with EpisodeStore._open_at(dataset.path, dataset.id, dataset.root) as store:
-        _write(store, episodes)
-
-
-def _info_arrays(tree: Any) -> Any:
-    """A buffer's info lists as arrays (one row per reset and step), dicts kept."""
-    if isinstance(tree, dict):
-        return {str(k): _info_arrays(v) for k, v in tree.items()}
-    return np.asarray(tree)
-
-
-def _write(store: EpisodeStore, episodes: list[Any]) -> None:
-    for obs, act, buf in episodes:
-        store.write_episode(obs, act, np.asarray(buf.rewards, dtype=np.float64),
-                            np.asarray(buf.terminations, dtype=bool), np.asarray(buf.truncations, dtype=bool),
-                            seed=buf.seed, env_id=0, options=buf.options,
-                            infos=_info_arrays(buf.infos) if buf.infos else None)

@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-from vcollect.minari.interop import (
-    export_minari,
-    import_minari,
-    minari_dataset_path,
-    parse_minari_dataset_id,
-    resolve_minari_root,
-)
 from vcollect.store.layout.catalog import delete_dataset, list_datasets
-from vcollect.store.layout.dataset_spec import DatasetSpec
 from vcollect.store.layout.local_datasets import list_local_datasets
 from vcollect.store.layout.namespaces import (
     create_namespace,
@@ -21,6 +13,7 @@ from vcollect.store.layout.namespaces import (
     update_namespace_metadata,
 )
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
 from vcollect.store.read.transforms import combine_datasets, split_dataset
 from vcollect.store.write.writer import EpisodeStore
@@ -40,14 +33,9 @@ __all__ = [
     "update_namespace_metadata",
     "dataset_path",
     "delete_dataset",
-    "export_minari",
-    "import_minari",
     "list_datasets",
     "load_dataset",
-    "minari_dataset_path",
     "parse_dataset_id",
-    "parse_minari_dataset_id",
-    "resolve_minari_root",
     "resolve_root",
     "split_dataset",
 ]

@@ -12,18 +12,13 @@ import h5py
 from vcollect.errors import DatasetError, DatasetNotFoundError
 from vcollect.store.layout.containment import check_contained
 from vcollect.store.layout.dataset_dir import nested_datasets
-from vcollect.store.layout.dataset_info import (
-    DATASET_FILE,
-    SHARDS_DIR,
-    dataset_files,
-    fsync_dir,
-    read_dataset_info,
-)
+from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, dataset_files, read_dataset_info
+from vcollect.store.layout.durable import folder_lock, fsync_dir
 from vcollect.store.layout.manifest import read_manifest
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.publish_journal import recover_publishes
-from vcollect.store.layout.staging import folder_lock, hidden_dir, is_replaced_leftover, remove_stale_staging
-from vcollect.store.write.shard import SHARD_FORMAT_NAME
+from vcollect.store.layout.shard_format import SHARD_FORMAT_NAME
+from vcollect.store.layout.staging import hidden_dir, is_replaced_leftover, remove_stale_staging
 
 __all__ = ["delete_dataset", "list_datasets", "symlinked_folder"]
 

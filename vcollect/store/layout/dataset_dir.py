@@ -28,12 +28,11 @@ from vcollect.store.layout.dataset_info import (
     DATASET_FILE,
     SHARDS_DIR,
     dataset_spaces,
-    fsync_dir,
     read_dataset_info,
     write_json_atomic,
 )
+from vcollect.store.layout.durable import folder_lock, fsync_dir
 from vcollect.store.layout.staging import (
-    folder_lock,
     hidden_dir,
     new_staging_dir,
     remove_stale_json_tmps,

@@ -19,7 +19,9 @@ import gymnasium as gym
 
 from vcollect.errors import CorruptDatasetError, DatasetNotFoundError, MetadataKeyError
 from vcollect.spaces import space_from_dict, space_to_dict
+from vcollect.store.layout.durable import TMP_SUFFIX, folder_lock, fsync_dir
 from vcollect.store.layout.schema import json_default, to_json
+from vcollect.store.layout.shard_format import SHARD_SUFFIX
 
 __all__ = [
     "DATASET_FILE",
@@ -27,14 +29,11 @@ __all__ = [
     "FORMAT_VERSION",
     "PROTECTED_METADATA_KEYS",
     "SHARDS_DIR",
-    "SHARD_SUFFIX",
-    "TMP_SUFFIX",
     "check_dataset_info",
     "check_metadata_update",
     "dataset_files",
     "dataset_spaces",
     "env_spec_json",
-    "fsync_dir",
     "new_dataset_info",
     "read_dataset_info",
     "update_dataset_info",
@@ -45,8 +44,6 @@ FORMAT_NAME = "vcollect-dataset"
 FORMAT_VERSION = 1
 DATASET_FILE = "dataset.json"
 SHARDS_DIR = "shards"
-SHARD_SUFFIX = ".h5"
-TMP_SUFFIX = ".tmp"
 
 
 #: Metadata keys ``Dataset.update_metadata`` refuses: Minari's (id, spaces, env spec, data format, JPEG
@@ -87,21 +84,6 @@ def check_metadata_update(metadata: Any) -> dict[str, Any]:
         raise MetadataKeyError(f"metadata keys must be strings, got {bad!r}")
     out = {k: (sorted(v, key=str) if isinstance(v, (set, frozenset)) else v) for k, v in metadata.items()}
     return json.loads(to_json(out, "metadata"))  # type: ignore[no-any-return]
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename inside it survives a crash (no-op where unsupported)."""
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_json_atomic(path: Path, obj: Mapping[str, Any], *, exclusive: bool = False) -> None:
@@ -310,8 +292,6 @@ def update_dataset_info(
     None leaves a field as it is. Updates hold a lock on the dataset folder from read to rename, so
     concurrent updates of different keys all land.
     """
-    from vcollect.store.layout.staging import folder_lock  # staging imports this module
-
     with folder_lock(path):
         _update_dataset_info(path, dataset_id, root, metadata, env_spec, eval_env_spec, new_id)
 

@@ -22,8 +22,8 @@ import numpy as np
 
 from vcollect.errors import CorruptDatasetError, MetadataKeyError
 from vcollect.store.layout.dataset_info import dataset_files, read_json_object, write_json_atomic
+from vcollect.store.layout.durable import folder_lock
 from vcollect.store.layout.schema import json_default
-from vcollect.store.layout.staging import folder_lock
 
 __all__ = [
     "EPISODE_METADATA_FILE",

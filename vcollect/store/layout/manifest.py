@@ -21,8 +21,8 @@ from typing import Any
 import h5py
 import numpy as np
 
-from vcollect.store.layout.dataset_info import fsync_dir
-from vcollect.store.write.shard import EPISODE_COLUMNS
+from vcollect.store.layout.durable import fsync_dir
+from vcollect.store.layout.shard_format import EPISODE_COLUMNS
 
 __all__ = ["MANIFEST_DIR", "ManifestEntries", "file_sha256", "read_manifest", "record_commit", "shard_summary"]
 

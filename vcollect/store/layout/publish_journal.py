@@ -37,7 +37,8 @@ from typing import Any
 
 from vcollect.errors import DatasetError, DatasetExistsError, ForeignJournalWarning, UnsafePathError
 from vcollect.store.layout.containment import check_contained, is_plain_relative
-from vcollect.store.layout.dataset_info import fsync_dir, write_json_atomic
+from vcollect.store.layout.dataset_info import write_json_atomic
+from vcollect.store.layout.durable import fsync_dir
 from vcollect.store.layout.staging import JOURNAL_NAME_FILE, is_stale, pid_space, publish_dir
 
 __all__ = ["JOURNAL_RE", "journal_key_path", "journal_signature", "publish_together", "recover_publishes"]

@@ -9,9 +9,7 @@ filesystem cannot be checked that way: they are stale once untouched for :data:`
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import fcntl
 import functools
 import hashlib
 import os
@@ -20,19 +18,18 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 from vcollect.errors import DatasetError, DatasetExistsError, UnsafePathError
 from vcollect.store.layout.containment import check_contained
-from vcollect.store.layout.dataset_info import SHARD_SUFFIX, TMP_SUFFIX, fsync_dir
+from vcollect.store.layout.durable import TMP_SUFFIX, folder_lock, fsync_dir
+from vcollect.store.layout.shard_format import SHARD_SUFFIX
 
 __all__ = [
     "JOURNAL_NAME_FILE",
     "STALE_AFTER_S",
     "discard_staging",
     "fsync_tree",
-    "folder_lock",
     "hidden_dir",
     "is_replaced_leftover",
     "is_stale",
@@ -176,18 +173,6 @@ def new_staging_dir(final: Path, root: Path) -> Path:
     staging = hidden_dir(final, "staging")
     staging.mkdir()
     return staging
-
-
-@contextlib.contextmanager
-def folder_lock(folder: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the folder ``folder`` (flock on the folder itself: no file is made, and the
-    kernel releases it when the holder dies, so a crash leaves no stale lock). Blocks while another holds it."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def remove_stale_staging(parent: Path, root: Path) -> list[Path]:

@@ -16,9 +16,9 @@ import numpy as np
 
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import dataset_spaces
+from vcollect.store.layout.shard_format import column_path
 from vcollect.store.read.shard_reader import _decode, _OpenFiles, _Shard
 from vcollect.store.write.frame_stack import FrameStack, rebuild_episode, stack_rows
-from vcollect.store.write.shard import column_path
 
 __all__ = ["EpisodeData"]
 

@@ -14,7 +14,7 @@ import contextlib
 import gc
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +30,6 @@ from vcollect.store.layout.dataset_info import (
     read_dataset_info,
     update_dataset_info,
 )
-from vcollect.store.layout.dataset_spec import DatasetSpec
 from vcollect.store.layout.episode_metadata import (
     check_episode_metadata,
     read_episode_metadata,
@@ -39,12 +38,14 @@ from vcollect.store.layout.episode_metadata import (
 from vcollect.store.layout.manifest import read_manifest
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.publish_journal import recover_publishes
-from vcollect.store.layout.requirements import warn_unmet_requirements
+from vcollect.store.layout.shard_format import column_path
 from vcollect.store.layout.staging import remove_stale_staging
 from vcollect.store.read.dataset_index import EpisodeData, _Index
+from vcollect.store.read.dataset_spec import DatasetSpec
+from vcollect.store.read.requirements import warn_unmet_requirements
 from vcollect.store.read.shard_reader import _Shard
+from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
-from vcollect.store.write.shard import column_path
 
 __all__ = ["MAX_OPEN_FILES", "SAMPLE_CACHE_BYTES", "Dataset", "DatasetSpec", "EpisodeData", "load_dataset"]
 
@@ -378,12 +379,19 @@ class Dataset:
             "truncations": idx.gather("truncations", np.dtype(np.bool_), steps, limit),
         }
 
-    def update_dataset_from_buffer(self, buffer: Any) -> None:
-        """Minari's name: append EpisodeBuffers' episodes to this dataset (vcollect.minari.episode_buffers); this object
-        stays a snapshot, so load_dataset again to read them."""
-        from vcollect.minari.episode_buffers import update_dataset_from_buffer
+    def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
+        """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).
 
-        update_dataset_from_buffer(self, buffer)
+        All are checked against this dataset's spaces first, then committed as one shard. This object stays
+        a snapshot: load_dataset again to read them.
+
+        Args:
+            buffer: The episodes to append.
+
+        Raises:
+            ValueError: An episode does not fit the spaces (naming it); nothing is written.
+        """
+        append_episode_lists(self.path, self.id, self.root, buffer, self.observation_space, self.action_space)
 
     def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
         """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on

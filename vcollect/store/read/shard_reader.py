@@ -26,9 +26,9 @@ import numpy as np
 
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
+from vcollect.store.layout.shard_format import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
 from vcollect.store.read.chunk_reader import ChunkTable
 from vcollect.store.write.compression import import_plugin_filters
-from vcollect.store.write.shard import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
 
 #: errno values that say something about the process or the system, not about the shard being read.

@@ -23,24 +23,15 @@ import h5py
 import numpy as np
 
 from vcollect.spaces import Leaf, unflatten_batch
+from vcollect.store.layout.shard_format import column_path
 from vcollect.store.layout.staging import shard_tmp_path
 from vcollect.store.write.compression import Compression, column_filter
 from vcollect.text_leaves import ENCODING_ATTR, encode_utf8
 
-__all__ = ["EPISODE_COLUMNS", "SHARD_FORMAT_NAME", "EpisodeRows", "PendingShard", "column_path", "write_shard"]
-
-SHARD_FORMAT_NAME = "vcollect-shard"
-
-#: Columns of the ``episodes/`` table every shard has (one row per episode).
-EPISODE_COLUMNS = ("obs_offset", "step_offset", "length", "return", "env_id", "seed", "seed_valid")
+__all__ = ["EpisodeRows", "PendingShard", "write_shard"]
 
 #: One column of a shard: its HDF5 path, values and attributes.
 Column = tuple[str, np.ndarray, dict[str, Any]]
-
-
-def column_path(prefix: str, name: str) -> str:
-    """HDF5 path of a leaf column: ``prefix`` for a non-nested leaf, else ``prefix/name``."""
-    return f"{prefix}/{name}" if name else prefix
 
 
 def _int_storage_dtype(leaf: Leaf) -> np.dtype | None:

@@ -47,7 +47,6 @@ from vcollect.store.layout.dataset_dir import (
 from vcollect.store.layout.dataset_info import (
     DATASET_FILE,
     FORMAT_VERSION,
-    SHARD_SUFFIX,
     SHARDS_DIR,
     new_dataset_info,
     read_dataset_info,
@@ -55,6 +54,7 @@ from vcollect.store.layout.dataset_info import (
 )
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.schema import MetadataSchema, TreeSchema, to_json
+from vcollect.store.layout.shard_format import SHARD_FORMAT_NAME, SHARD_SUFFIX
 from vcollect.store.write.compression import Compression, check_compression
 from vcollect.store.write.episode_checks import (
     batch_lists,
@@ -72,7 +72,7 @@ from vcollect.store.write.frame_stack import (
     frame_stack_of,
     rows_as_frames,
 )
-from vcollect.store.write.shard import SHARD_FORMAT_NAME, EpisodeRows, PendingShard
+from vcollect.store.write.shard import EpisodeRows, PendingShard
 from vcollect.store.write.shard_commits import ShardCommits, ShardJob, commit_shard
 
 # DATASET_FILE and the hints (store/layout/dataset_dir.py) stay importable from here for vcollect.cli, which
