@@ -32,7 +32,6 @@ from vcollect.distributed.salvage import committed_in_call, writer_shards
 from vcollect.distributed.transport import writer_actor
 from vcollect.distributed.worker import (
     COLLECTOR_KINDS,
-    CollectorWorker,
     RemoteFailure,
     WorkerReply,
     WorkerSpec,
@@ -51,8 +50,6 @@ from vcollect.stats import CollectStats
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 
 __all__ = ["COLLECTOR_KINDS", "TRANSPORTS", "DistributedCollector", "derive_seeds", "replacement_seed"]
-
-_CollectorWorker, _WorkerSpec = CollectorWorker, WorkerSpec  # the names these had before the split
 
 TRANSPORTS = ("shared_fs", "object_store")
 """Values of DistributedCollector(transport=...): how episodes reach the dataset."""

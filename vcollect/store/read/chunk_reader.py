@@ -26,7 +26,7 @@ class ChunkTable:
     """Where each chunk of one Zstandard-compressed column lies in its file (chunks of whole rows).
 
     Holds one decoder (making one costs ~16 us, as much as decoding a frame stack), so a table is not for
-    two threads at once: _OpenFiles reads under its lock."""
+    two threads at once: OpenShardFiles reads under its lock."""
 
     def __init__(self, dataset: h5py.Dataset) -> None:
         chunks = dataset.chunks

@@ -17,10 +17,10 @@ import numpy as np
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import dataset_spaces
 from vcollect.store.layout.shard_format import column_path
-from vcollect.store.read.shard_reader import _decode, _OpenFiles, _Shard
+from vcollect.store.read.shard_reader import OpenShardFiles, StoredShard, decode_column
 from vcollect.store.write.frame_stack import FrameStack, rebuild_episode, stack_rows
 
-__all__ = ["EpisodeData"]
+__all__ = ["DatasetIndex", "EpisodeData"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,7 +54,7 @@ class EpisodeData:
         )
 
 
-class _Index:
+class DatasetIndex:
     """Everything a Dataset view shares: shards, global episode table, spaces, open files and the sampling cache."""
 
     def __init__(
@@ -62,7 +62,7 @@ class _Index:
         dataset_id: str,
         path: Path,
         info: dict[str, Any],
-        shards: list[_Shard],
+        shards: list[StoredShard],
         max_open_files: int,
         late_metadata: dict[str, dict[int, dict[str, Any]]] | None = None,
     ) -> None:
@@ -77,7 +77,7 @@ class _Index:
         self.frame_stack = FrameStack.from_json(info.get("frame_stack"))
         self.act_leaves = leaves(self.action_space)
         self.shards = shards
-        self.files = _OpenFiles(max_open_files)
+        self.files = OpenShardFiles(max_open_files)
         counts = [s.num_episodes for s in shards]
         self.shard_of = np.repeat(np.arange(len(shards), dtype=np.int64), counts)
         self.shard_first_episode = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
@@ -147,7 +147,7 @@ class _Index:
         for group, cols in shard.tree_columns.items():
             tree: dict[str, Any] = {}
             for key, col in cols.items():
-                value = _decode(read(col.path, obs_rows if col.attrs.get("rows") == "obs" else step_rows), col.attrs)
+                value = decode_column(read(col.path, obs_rows if col.attrs.get("rows") == "obs" else step_rows), col.attrs)
                 node = tree
                 *parents, last = key.split("/")
                 for part in parents:
@@ -175,14 +175,14 @@ class _Index:
             late_metadata=late,
         )
 
-    def locate(self, episode_id: int) -> tuple[_Shard, int]:
+    def locate(self, episode_id: int) -> tuple[StoredShard, int]:
         """(shard, row) of one episode by global id."""
         if not 0 <= episode_id < self.total_episodes:
             raise IndexError(f"episode id {episode_id} out of range [0, {self.total_episodes})")
         s = int(self.shard_of[episode_id])
         return self.shards[s], episode_id - int(self.shard_first_episode[s])
 
-    def metadata_at(self, shard: _Shard, row: int) -> dict[str, Any]:
+    def metadata_at(self, shard: StoredShard, row: int) -> dict[str, Any]:
         """An episode's metadata: what its shard stores, overlaid by what was set after the fact."""
         metadata = {key: (col[row].item() if col.ndim == 1 else np.array(col[row])) for key, col in shard.metadata.items()}
         for key, value in self.late_metadata.get(shard.path.name, {}).get(row, {}).items():

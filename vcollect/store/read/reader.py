@@ -40,10 +40,10 @@ from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve
 from vcollect.store.layout.publish_journal import recover_publishes
 from vcollect.store.layout.shard_format import column_path
 from vcollect.store.layout.staging import remove_stale_staging
-from vcollect.store.read.dataset_index import EpisodeData, _Index
+from vcollect.store.read.dataset_index import DatasetIndex, EpisodeData
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.requirements import warn_unmet_requirements
-from vcollect.store.read.shard_reader import _Shard
+from vcollect.store.read.shard_reader import StoredShard
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 
@@ -64,7 +64,7 @@ class Dataset:
     Views made by ``filter_episodes``/``split_dataset`` share the loaded shards; nothing is copied.
     """
 
-    def __init__(self, index: _Index, episode_indices: np.ndarray | None = None) -> None:
+    def __init__(self, index: DatasetIndex, episode_indices: np.ndarray | None = None) -> None:
         """Internal: use :func:`load_dataset`."""
         self._index = index
         if episode_indices is None:
@@ -500,19 +500,19 @@ def _load_shards(
 ) -> Dataset:
     committed, _ = dataset_files(path)
     manifest = read_manifest(path)
-    shards: list[_Shard] = []
+    shards: list[StoredShard] = []
     for file in committed:
         summary = _unchanged_summary(file, manifest.by_shard.get(file.name))
         try:
             try:
-                shards.append(_Shard(file, obs_leaves, act_leaves, summary))
+                shards.append(StoredShard(file, obs_leaves, act_leaves, summary))
             except CorruptShardError:
                 if summary is None:
                     raise
-                shards.append(_Shard(file, obs_leaves, act_leaves))  # the manifest line was wrong, not the file
+                shards.append(StoredShard(file, obs_leaves, act_leaves))  # the manifest line was wrong, not the file
         except CorruptShardError as exc:
             if not skip_corrupt:
                 raise
             warnings.warn(f"skipping corrupt shard {str(file)!r}: {exc}", UserWarning, stacklevel=3)
     late_metadata = read_episode_metadata(path)
-    return Dataset(_Index(dataset_id, path, info, shards, max_open_files, late_metadata))
+    return Dataset(DatasetIndex(dataset_id, path, info, shards, max_open_files, late_metadata))

@@ -1,7 +1,7 @@
 """Reading one shard file of a dataset: its checked description, and the least-recently-used set of open files.
 
-``_Shard`` reads a committed shard's small ``episodes/`` table and where each column lies (from the file,
-or from its manifest line) and checks both against the dataset's spaces; ``_OpenFiles`` reads column rows
+``StoredShard`` reads a committed shard's small ``episodes/`` table and where each column lies (from the file,
+or from its manifest line) and checks both against the dataset's spaces; ``OpenShardFiles`` reads column rows
 through memory maps (raw columns; Zstandard columns through their chunk tables, chunk_reader.py) or HDF5
 (other codecs), keeping at most a given number of files open. A damaged shard raises CorruptShardError
 naming the file.
@@ -31,6 +31,8 @@ from vcollect.store.read.chunk_reader import ChunkTable
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
 
+__all__ = ["OpenShardFiles", "StoredShard", "decode_column"]
+
 #: errno values that say something about the process or the system, not about the shard being read.
 _RESOURCE_ERRNOS = frozenset(
     {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EACCES, errno.EPERM, errno.EAGAIN, errno.EINTR}
@@ -50,7 +52,7 @@ def _not_corruption(exc: BaseException) -> bool:
     )
 
 
-def _raise_read_error(shard: _Shard, name: str, exc: Exception) -> NoReturn:
+def _raise_read_error(shard: StoredShard, name: str, exc: Exception) -> NoReturn:
     """Raise ``exc`` reading column ``name``: as it is when it says nothing about the file (or already names
     it), else as CorruptShardError naming the shard."""
     if isinstance(exc, CorruptShardError) or _not_corruption(exc):
@@ -58,7 +60,16 @@ def _raise_read_error(shard: _Shard, name: str, exc: Exception) -> NoReturn:
     raise CorruptShardError(f"shard {str(shard.path)!r}: cannot read column {name!r}: {exc}") from exc
 
 
-def _decode(arr: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+def decode_column(arr: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
+    """A column's values as stored, decoded where its attributes name an encoding.
+
+    Args:
+        arr: The values read from the shard file.
+        attrs: The column's HDF5 attributes.
+
+    Returns:
+        Byte strings with an ``encoding`` attribute as unicode strings; anything else unchanged.
+    """
     if "encoding" in attrs and arr.dtype.kind == "S":
         return np.char.decode(arr, str(attrs["encoding"]))
     return arr
@@ -96,7 +107,7 @@ def _dtype(text: str) -> np.dtype[Any]:
     return np.dtype(text)
 
 
-class _Shard:
+class StoredShard:
     """One committed shard's description: its episode table and where its columns lie (no file kept open)."""
 
     def __init__(
@@ -170,13 +181,13 @@ class _Shard:
             table = {name: np.asarray(f[f"episodes/{name}"][()]) for name in EPISODE_COLUMNS}
             if "episodes/options" in f:
                 self._expect("episodes/options", (self.num_episodes,), "S")
-                self.options = [str(s) for s in _decode(f["episodes/options"][()], {"encoding": "utf-8"})]
+                self.options = [str(s) for s in decode_column(f["episodes/options"][()], {"encoding": "utf-8"})]
             if "episodes/metadata" in f:
                 for key, ds in f["episodes/metadata"].items():
                     col = self.columns.get(f"episodes/metadata/{key}")
                     if col is None or col.shape[:1] != (self.num_episodes,) or col.dtype.kind not in _TREE_KINDS:
                         raise ValueError(f"episodes/metadata/{key} is not a column of {self.num_episodes} rows")
-                    self.metadata[key] = _decode(np.asarray(ds[()]), ds.attrs)
+                    self.metadata[key] = decode_column(np.asarray(ds[()]), ds.attrs)
         return table
 
     def _check(self, table: dict[str, np.ndarray], obs_leaves: list[Leaf], act_leaves: list[Leaf]) -> None:
@@ -208,7 +219,7 @@ class _Shard:
         ):
             for leaf in leaf_list:
                 name = column_path(prefix, leaf.name)
-                if leaf.dtype.kind == "U":  # a Text leaf: UTF-8 bytes, decoded by _OpenFiles.read
+                if leaf.dtype.kind == "U":  # a Text leaf: UTF-8 bytes, decoded by OpenShardFiles.read
                     self._expect(name, (rows, *leaf.shape), "S")
                     if self.columns[name].attrs.get(ENCODING_ATTR) != "utf-8":
                         raise ValueError(f"column {name!r} holds bytes without the utf-8 encoding of a Text leaf")
@@ -252,7 +263,7 @@ _TABLE_KINDS = {
 }
 
 
-class _OpenFiles:
+class OpenShardFiles:
     """The shard files a dataset has open: at most ``capacity`` maps/HDF5 files, least recently used closed first.
 
     Arrays handed out are copies (or views dropped before the call returns), so closing never invalidates
@@ -278,7 +289,7 @@ class _OpenFiles:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["capacity"])  # type: ignore[misc]
 
-    def read(self, key: int, shard: _Shard, name: str, rows: slice | np.ndarray) -> np.ndarray:
+    def read(self, key: int, shard: StoredShard, name: str, rows: slice | np.ndarray) -> np.ndarray:
         """A copy of ``rows`` (a slice, or row numbers) of column ``name`` of ``shard``; a leaf column of
         Text (UTF-8 bytes with the encoding attribute) comes back decoded as unicode."""
         col = shard.columns[name]
@@ -286,7 +297,7 @@ class _OpenFiles:
             return decode_utf8(self._read(key, shard, col, name, rows))
         return self._read(key, shard, col, name, rows)
 
-    def read_into(self, key: int, shard: _Shard, name: str, rows: np.ndarray, out: np.ndarray, where: np.ndarray) -> None:
+    def read_into(self, key: int, shard: StoredShard, name: str, rows: np.ndarray, out: np.ndarray, where: np.ndarray) -> None:
         """``out[where] = rows`` of column ``name`` of ``shard`` (``rows`` best ascending: file order), with no
         copy in between for raw columns and Zstandard chunks of one row (sample_steps' gathers)."""
         col = shard.columns[name]
@@ -304,13 +315,13 @@ class _OpenFiles:
                     _raise_read_error(shard, name, exc)
         out[where] = self.read(key, shard, name, rows)
 
-    def _mapped_column(self, key: int, shard: _Shard, col: _Column) -> np.ndarray:
+    def _mapped_column(self, key: int, shard: StoredShard, col: _Column) -> np.ndarray:
         """A raw column as an array over the file's map (a view: drop it before the map may close)."""
         assert col.offset is not None
         mapped = self._get(key, shard, "map")
         return np.frombuffer(mapped, dtype=col.dtype, count=col.size, offset=col.offset).reshape(col.shape)
 
-    def _read(self, key: int, shard: _Shard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
+    def _read(self, key: int, shard: StoredShard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
         if not col.size:
             return np.empty(col.shape, dtype=col.dtype)[rows]
         with self._lock:
@@ -319,7 +330,7 @@ class _OpenFiles:
             except Exception as exc:
                 _raise_read_error(shard, name, exc)
 
-    def _read_locked(self, key: int, shard: _Shard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
+    def _read_locked(self, key: int, shard: StoredShard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
         if col.offset is not None:
             return np.array(self._mapped_column(key, shard, col)[rows])
         table = self._chunk_table(key, shard, name)
@@ -342,7 +353,7 @@ class _OpenFiles:
             return np.asarray(ds[lo:hi])[rows - lo]
         return np.asarray(ds[unique])[inverse]  # sparse: decode only the chunks holding the rows
 
-    def _chunk_table(self, key: int, shard: _Shard, name: str) -> ChunkTable | None:
+    def _chunk_table(self, key: int, shard: StoredShard, name: str) -> ChunkTable | None:
         """The chunk table of a Zstandard-compressed column, or None for other columns. Read once per column
         through HDF5 and kept, so later reads of the column need only the file's map: sampling a dataset of
         more shards than ``capacity`` / 2 would otherwise reopen an HDF5 file (~0.2 ms) per shard per call."""
@@ -351,7 +362,7 @@ class _OpenFiles:
             self._tables[(key, name)] = ChunkTable(ds) if ChunkTable.applies_to(ds) else None
         return self._tables[(key, name)]
 
-    def _get(self, key: int, shard: _Shard, kind: str) -> Any:
+    def _get(self, key: int, shard: StoredShard, kind: str) -> Any:
         if os.getpid() != self._pid:  # a forked child opens its own files (HDF5 handles do not survive fork)
             self._open = OrderedDict()
             self._pid = os.getpid()

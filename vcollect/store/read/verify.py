@@ -10,7 +10,7 @@ from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.dataset_info import dataset_files
 from vcollect.store.layout.manifest import MANIFEST_DIR, file_sha256, read_manifest
-from vcollect.store.read.shard_reader import _OpenFiles, _Shard
+from vcollect.store.read.shard_reader import OpenShardFiles, StoredShard
 
 __all__ = ["verify_dataset"]
 
@@ -63,16 +63,16 @@ def verify_dataset(path: Path, obs_leaves: list[Leaf], act_leaves: list[Leaf]) -
         else:
             first_with[digest] = file.name
         try:
-            shard = _Shard(file, obs_leaves, act_leaves)
+            shard = StoredShard(file, obs_leaves, act_leaves)
             problems += _return_problems(shard)
         except CorruptShardError as exc:
             problems.append(str(exc))
     return problems
 
 
-def _return_problems(shard: _Shard) -> list[str]:
+def _return_problems(shard: StoredShard) -> list[str]:
     """Episodes of ``shard`` whose stored return is not the sum of their rewards."""
-    files = _OpenFiles(1)
+    files = OpenShardFiles(1)
     try:
         rewards = files.read(0, shard, "rewards", slice(None)).astype(np.float64)
     finally:
