@@ -21,7 +21,8 @@ from tests.test_minari_interop import assert_nested_equal, stack_nested
 from tests.text_envs import TextEnv, text_action_space, text_obs_space
 from vcollect import Collector, make_vector
 from vcollect.errors import DatasetError, DiskFullError
-from vcollect.store import EpisodeStore, export_minari, import_minari, load_dataset
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import EpisodeStore, load_dataset
 
 FORMATS = ["hdf5", "arrow", "parquet"]
 
@@ -269,7 +270,7 @@ def test_arrow_export_full_disk_and_missing_pyarrow(
 
     with monkeypatch.context() as patch:
         patch.setitem(sys.modules, "pyarrow", None)  # as if it were not installed
-        patch.delitem(sys.modules, "vcollect.store.minari_arrow")
+        patch.delitem(sys.modules, "vcollect.minari.arrow")
         with pytest.raises(ImportError, match=r"pip install 'vcollect\[minari\]'"):
             export_minari(ds, "nopa/text-v0", minari_root, data_format="arrow")
         export_minari(ds, "nopa/text-v0", minari_root, data_format="hdf5")  # HDF5 needs no pyarrow

@@ -1,4 +1,4 @@
-"""The publish journal (store/publish_journal.py): several staged datasets published all or none; a dead
+"""The publish journal (store/layout/publish_journal.py): several staged datasets published all or none; a dead
 process's committed journal is finished by the next reader, and its staging folders are never cleaned away."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.publish_journal as publish_journal
+import vcollect.store.layout.publish_journal as publish_journal
 from vcollect.errors import DatasetExistsError
 from vcollect.store import EpisodeStore, list_datasets, load_dataset
-from vcollect.store.staging import JOURNAL_NAME_FILE, pid_space, remove_stale_staging
-from vcollect.store.transforms import Staged, publish_staged, stage_combined
+from vcollect.store.layout.staging import JOURNAL_NAME_FILE, pid_space, remove_stale_staging
+from vcollect.store.read.transforms import Staged, publish_staged, stage_combined
 
 OBS = spaces.Box(-1.0, 1.0, (2,), np.float32)
 ACT = spaces.Discrete(2)

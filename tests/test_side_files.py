@@ -16,7 +16,7 @@ from gymnasium import spaces
 from vcollect.cli import main
 from vcollect.errors import CorruptDatasetError
 from vcollect.store import EpisodeStore, create_namespace, get_namespace_metadata, load_dataset
-from vcollect.store.dataset_info import MAX_SIDE_FILE_BYTES
+from vcollect.store.layout.dataset_info import MAX_SIDE_FILE_BYTES
 
 
 def make(root: Path) -> Path:

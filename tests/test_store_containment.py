@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.publish_journal as publish_journal
+import vcollect.store.layout.publish_journal as publish_journal
 from vcollect.errors import ForeignJournalWarning, UnsafePathError
 from vcollect.store import EpisodeStore, combine_datasets, delete_dataset, list_datasets, load_dataset
-from vcollect.store.containment import check_contained
-from vcollect.store.dataset_dir import drop_dir, move_dataset_dir, replace_dataset_dir
-from vcollect.store.staging import (
+from vcollect.store.layout.containment import check_contained
+from vcollect.store.layout.dataset_dir import drop_dir, move_dataset_dir, replace_dataset_dir
+from vcollect.store.layout.staging import (
     discard_staging,
     hidden_dir,
     new_staging_dir,
@@ -28,7 +28,7 @@ from vcollect.store.staging import (
     publish_dir,
     remove_stale_staging,
 )
-from vcollect.store.transforms import Staged, publish_staged, stage_combined
+from vcollect.store.read.transforms import Staged, publish_staged, stage_combined
 
 OBS = spaces.Box(-1.0, 1.0, (2,), np.float32)
 ACT = spaces.Discrete(2)
@@ -229,7 +229,7 @@ def test_delete_refuses_a_symlinked_namespace(tmp_path: Path) -> None:
 
 
 def test_export_with_overwrite_refuses_a_symlinked_minari_namespace(tmp_path: Path) -> None:
-    from vcollect.store.minari_interop import export_minari
+    from vcollect.minari.interop import export_minari
 
     root = tmp_path / "datasets"
     make(root, "src/a-v0")

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.minari_interop as minari_interop
+import vcollect.minari.interop as minari_interop
 from vcollect.errors import DatasetError, DiskFullError
-from vcollect.store import EpisodeStore, export_minari, import_minari, list_datasets, load_dataset
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import EpisodeStore, list_datasets, load_dataset
 
 OBS = spaces.Box(-1e9, 1e9, shape=(3,), dtype=np.float32)
 ACT = spaces.Discrete(5)
@@ -201,7 +202,7 @@ def test_spill_file_keeps_hdf5_alive_on_dev_full(tmp_path: Path) -> None:
 
 
 def test_create_failing_removes_only_the_folders_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import vcollect.store.dataset_dir as dataset_dir
+    import vcollect.store.layout.dataset_dir as dataset_dir
 
     EpisodeStore.create("ns/kept-v0", OBS, ACT, root=tmp_path).close()
 
@@ -233,7 +234,7 @@ def test_update_metadata_on_a_full_disk(small_tmpfs: Path) -> None:
 
 
 def test_update_metadata_with_injected_enospc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import vcollect.store.dataset_info as dataset_info
+    import vcollect.store.layout.dataset_info as dataset_info
 
     with EpisodeStore.create("d/meta-v0", OBS, ACT, root=tmp_path) as store:
         write(store, 0, 5)

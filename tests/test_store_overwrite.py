@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.dataset_dir as dataset_dir
+import vcollect.store.layout.dataset_dir as dataset_dir
 from tests.test_store_leftovers import read_line
 from vcollect.cli import main
 from vcollect.errors import DatasetError, DatasetNotFoundError, InvalidDatasetIdError
@@ -64,7 +64,7 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 # the child says "mid" and waits there to be killed.
 KILLED_DELETE = """
     import os, shutil, sys
-    import vcollect.store.catalog as catalog
+    import vcollect.store.layout.catalog as catalog
 
     def half_then_wait(path, *args, **kwargs):
         shards = sorted((path / "shards").iterdir())
@@ -126,7 +126,7 @@ KILLED_OVERWRITE = """
     import sys
     import numpy as np
     from gymnasium import spaces
-    import vcollect.store.dataset_dir as dataset_dir
+    import vcollect.store.layout.dataset_dir as dataset_dir
     from vcollect.store import EpisodeStore
 
     def wait(path, root):
@@ -286,7 +286,7 @@ def test_split_parts_carry_their_metadata_when_published(
 def test_an_overwrite_killed_between_its_renames_gives_the_old_dataset_back(tmp_path: Path) -> None:
     """The old dataset renamed aside, the new one not yet in, the process dead: the next load (or listing)
     puts the old one back, so a reader never finds neither."""
-    from vcollect.store.staging import pid_space
+    from vcollect.store.layout.staging import pid_space
 
     make(tmp_path, "ns/a-v0", range(3))
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
@@ -306,7 +306,7 @@ KILLED_EXPORT = """
     import os
     import shutil
     import sys
-    from vcollect.store.minari_interop import export_minari
+    from vcollect.minari.interop import export_minari
 
     def wait(path, *args, **kwargs):
         print("mid", path, flush=True)
@@ -331,7 +331,7 @@ def test_export_overwrite_killed_midway_leaves_minari_a_dataset(tmp_path: Path) 
     import minari
     from minari.dataset.minari_storage import MinariStorage
 
-    from vcollect.store.minari_interop import export_minari
+    from vcollect.minari.interop import export_minari
 
     make(tmp_path, "ns/old-v0", range(2))
     make(tmp_path, "ns/new-v0", range(5))

@@ -38,8 +38,8 @@ from vcollect.policies.tianshou_types import as_policy
 from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import BatchCheck, flatten_batch, leaves
 from vcollect.stats import CollectStats
-from vcollect.store.env_spec_record import record_env_spec
 from vcollect.store.sink import EpisodeSink, check_sink
+from vcollect.store.write.env_spec_record import record_env_spec
 
 __all__ = ["DEFAULT_BUFFER_ROWS", "CollectCall", "Collector", "as_vector_env"]
 

@@ -161,7 +161,7 @@ def _cannot_make(args: argparse.Namespace, exc: Exception) -> str:
 def run_collect(args: argparse.Namespace, console: Console) -> int:
     """``vcollect collect``: collect exactly --steps or --episodes, optionally into a dataset."""
     from vcollect.store import EpisodeStore, dataset_path, parse_dataset_id
-    from vcollect.store.writer import DATASET_FILE
+    from vcollect.store.write.writer import DATASET_FILE
 
     n_step, n_episode = _count(args)
     check_count("--num-envs", args.num_envs)
@@ -429,7 +429,7 @@ def run_collect_distributed(
 
 def _compression_arg(text: str) -> str | int:
     """--compression's value: a codec name, or a gzip level given as digits."""
-    from vcollect.store.compression import check_compression
+    from vcollect.store.write.compression import check_compression
 
     value: str | int = int(text) if text.isdigit() else text
     try:
@@ -479,7 +479,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
     except (TypeError, ValueError):
         spec_json = None  # an env spec with unserializable kwargs: store the dataset without it
     if args.frame_stack is not None:  # a stack size the env's observations do not have is a usage error
-        from vcollect.store.frame_stack import frame_stack_of
+        from vcollect.store.write.frame_stack import frame_stack_of
 
         try:
             frame_stack_of(args.frame_stack, envs.single_observation_space)
@@ -505,8 +505,8 @@ def _remove_if_empty(args: argparse.Namespace, store: Any) -> bool:
     if store is None or args.append or store.committed_episodes:
         return False
     from vcollect.store import delete_dataset
-    from vcollect.store.dataset_dir import read_identity
-    from vcollect.store.naming import resolve_root
+    from vcollect.store.layout.dataset_dir import read_identity
+    from vcollect.store.layout.naming import resolve_root
 
     with contextlib.suppress(DatasetError, OSError):
         # only the dataset this run made: a concurrent --overwrite may have put another one in its place

@@ -27,9 +27,9 @@ def flag_wording(message: str, args: argparse.Namespace) -> str:
     """A library error's ``message`` as the command should say it: the Python parameters it tells the caller
     to pass (``root=``, ``overwrite=True``) replaced by this command's flags, or by what to do where the
     command has no such flag (``args`` holds an attribute per option of the command)."""
-    from vcollect.store.dataset_info import ROOT_HINT
-    from vcollect.store.shard_commits import FLUSH_AGAIN_HINT
-    from vcollect.store.writer import APPEND_HINT, OVERWRITE_HINT
+    from vcollect.store.layout.dataset_info import ROOT_HINT
+    from vcollect.store.write.shard_commits import FLUSH_AGAIN_HINT
+    from vcollect.store.write.writer import APPEND_HINT, OVERWRITE_HINT
 
     if hasattr(args, "overwrite") and hasattr(args, "append"):
         replace = "pass --overwrite to replace it or --append to add to it"
