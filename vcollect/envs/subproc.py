@@ -165,17 +165,13 @@ class SubprocVectorEnv(BaseVectorEnv):
         if self.timeout is not None:
             pool.begin("step")
         try:
-            if env_ids is None and may_reset is None and options is None and not self.closed and not self._busy():
+            if env_ids is None and may_reset is None and options is None and not self.closed and not any(pool.commands):
                 result = self._step_reset_all(actions, reset_seeds)
                 if result is not None:
                     return result
             return self._step_reset(actions, env_ids, reset_seeds, may_reset, options)
         finally:
             pool.deadline = None
-
-    def _busy(self) -> bool:
-        """Whether commands are outstanding (async ones, or replies an interrupted call left unread)."""
-        return any(self._pool.commands)
 
     def _settled(self) -> bool:
         """Finish what interrupted fast commands owe; whether the synchronous paths may run (open, and
@@ -295,11 +291,11 @@ class SubprocVectorEnv(BaseVectorEnv):
         pool = self._pool
         if any(pool.owed):
             pool.settle_owed()  # before any shared row is written: a worker may still be reading them
-        if len(reset_seeds) != self.num_envs:  # (one seed would broadcast to every row)
+        seeds = reset_seeds if type(reset_seeds) is list else list(reset_seeds)
+        if len(seeds) != self.num_envs:  # (one seed would broadcast to every row)
             return None
         rows = self._rows
-        if reset_seeds != self._seeds_written:  # the plan changes only when an episode ends
-            seeds = list(reset_seeds)
+        if seeds != self._seeds_written:  # the plan changes only when an episode ends
             if seeds.count(None) == len(seeds):
                 mode = UNSEEDED
             else:
@@ -315,7 +311,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             if self._rows_mode != mode:
                 rows.reset_mode[...] = mode
                 self._rows_mode = mode
-            self._seeds_written = seeds
+            self._seeds_written = seeds.copy() if seeds is reset_seeds else seeds
         leaves = self.act_layout.batch_leaves(actions, self.num_envs)
         for row, leaf in zip(self._act_rows, leaves):
             row[...] = leaf
@@ -324,7 +320,10 @@ class SubprocVectorEnv(BaseVectorEnv):
             self._restarted_dirty = False
         replies, flags = pool.step_reset_all()
         reset_infos: dict[int, dict[str, Any]] = {}
-        infos = self._infos_of(replies, reset_infos, pool.group_sizes)
+        if any(replies):
+            infos = self._infos_of(replies, reset_infos, pool.group_sizes)
+        else:
+            infos = [{} for _ in range(self.num_envs)]
         if flags & REPLY_RESTARTED:
             self._restarted_dirty = True
         self._raise_failure()

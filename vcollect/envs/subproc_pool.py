@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import mmap
 import os
 import pickle
@@ -47,10 +48,10 @@ from vcollect.envs.subproc_transport import (
     Channel,
     Part,
     SharedRows,
+    Spinner,
     command_parts,
+    poll_ready,
     shared_file,
-    spin_acquire,
-    spin_poll,
 )
 from vcollect.errors import EnvWorkerError
 
@@ -82,7 +83,7 @@ class WorkerPool:
         env_fns: One env factory per env id (sent with cloudpickle).
         num_workers: Processes to start, each holding a contiguous group of env ids.
         context: A multiprocessing start method name or context (None: forkserver where available).
-        spin_s: How long both sides poll for the other's answer before sleeping.
+        spin_s: The longest poll of either side for the other's answer before sleeping (see Spinner).
         import_main: Whether the workers import the program's main module (None: only when the env
             factories need it; see SubprocVectorEnv).
         timeout: Seconds a synchronous call (between ``begin`` and ``finish``) may wait; None: forever.
@@ -118,6 +119,11 @@ class WorkerPool:
         self.pollers: list[select.poll] = []
         self.command_sems: list[Any] = []  # posted once per command (what the worker waits on)
         self.done_sems: list[Any] = []  # posted by the worker when it has answered a fast command
+        self._answered: list[Callable[[], bool]] = []  # per worker: take its done semaphore if posted
+        self._replied: list[Callable[[], bool]] = []  # per worker: whether its reply pipe is readable
+        # how long to poll for each worker's answer, and for any reply of an async wait (see Spinner)
+        self._spinners = [Spinner(spin_s) for _ in range(num_workers)]
+        self._any_spinner = Spinner(spin_s)
         self.rows: SharedRows | None = None
         self._buffer: mmap.mmap | None = None
         groups = [g.tolist() for g in np.array_split(np.arange(num_envs), num_workers)]
@@ -147,6 +153,8 @@ class WorkerPool:
                 self.channels.append(worker.channel)
                 self.pollers.append(worker.poller)
                 self.procs.append(worker.proc)
+                self._answered.append(functools.partial(worker.done.acquire, False))
+                self._replied.append(poll_ready(worker.poller))
             reports = [self._handshake(w) for w in range(num_workers)]
             obs_space, act_space, spec, metadata = reports[0]
             for w, (o, a, _, _) in enumerate(reports[1:], start=1):
@@ -268,14 +276,16 @@ class WorkerPool:
 
     def _await_done(self, w: int) -> None:
         """Take worker w's done semaphore, checking every LIVENESS_POLL_S that the worker is alive."""
-        done = self.done_sems[w]
-        if spin_acquire(done, self.spin_s):
+        spinner = self._spinners[w]
+        if spinner.wait_for(self._answered[w]):
             return
+        done = self.done_sems[w]
         while not done.acquire(True, self._poll_s(w)):
             if not self.procs[w].is_alive():
                 if done.acquire(False):  # answered, then died: the next command finds out
-                    return
+                    break
                 self.worker_died(w, self.group_ids[w])
+        spinner.slept()
 
     def send(self, w: int, message: bytes) -> None:
         """Send worker w a command and announce it (after reading what an interrupted fast command owes)."""
@@ -292,13 +302,19 @@ class WorkerPool:
         ``ids``: the env ids it is answering for (to name one if it died)."""
         channel = self.channels[w]
         try:
-            if spin and self.spin_s > 0 and not channel.has_message():
-                spin_poll(self.pollers[w], self.spin_s)
+            slept = False
+            if spin and not channel.has_message():
+                if self._spinners[w].wait_for(self._replied[w]):
+                    channel.fill()
+                else:
+                    slept = True
             while not channel.has_message():
                 if self.pollers[w].poll(self._poll_s(w) * 1000):
                     channel.fill()
                 elif not self.procs[w].is_alive():
                     raise EOFError("worker exited")
+            if slept:
+                self._spinners[w].slept()
             return channel.pop()
         except (EOFError, OSError):
             self.worker_died(w, ids)
@@ -383,10 +399,16 @@ class WorkerPool:
                 for fd in (self.channels[w].read_fd, self.procs[w].sentinel):
                     fd_owner[fd] = w
                     poller.register(fd, select.POLLIN)
-            if self.spin_s > 0:
-                spin_poll(poller, self.spin_s if timeout is None else min(timeout, self.spin_s))
-            chunk = LIVENESS_POLL_S if timeout is None else min(timeout, LIVENESS_POLL_S)
-            ready = sorted({fd_owner[fd] for fd, _ in poller.poll(max(0, int(chunk * 1000)))})
+            spinner = self._any_spinner
+            if timeout is not None and timeout < spinner.limit:
+                spinner = Spinner(timeout)  # a short wait polls no longer than it may wait
+            if spinner.wait_for(poll_ready(poller)):
+                ready = sorted({fd_owner[fd] for fd, _ in poller.poll(0)})
+            else:
+                chunk = LIVENESS_POLL_S if timeout is None else min(timeout, LIVENESS_POLL_S)
+                ready = sorted({fd_owner[fd] for fd, _ in poller.poll(max(0, int(chunk * 1000)))})
+                if ready:
+                    spinner.slept()
         else:
             ready = buffered
         for w in ready:

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import mmap
 import os
 import pickle
 import select
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -35,7 +36,7 @@ from vcollect.envs.subproc_transport import (
     Channel,
     InheritedFd,
     SharedRows,
-    spin_acquire,
+    Spinner,
 )
 
 __all__ = ["WORKER_NAME", "FailureTuple", "worker_main"]
@@ -74,7 +75,7 @@ def worker_main(
         shared: The shared file, mapped once the parent has sent its size.
         num_envs: Envs of the whole vector env (the shared rows' length).
         num_workers: Workers of the whole vector env (their control rows).
-        spin_s: How long to poll for the next command before sleeping.
+        spin_s: The longest poll for the next command before sleeping (see Spinner).
         commands: The semaphore each command is announced on.
         done: The semaphore posted when a fast command is answered.
         specs: Gym registry entries to register where missing (ids the parent's script registered).
@@ -135,7 +136,7 @@ def _serve(
 ) -> None:
     """Answer commands until told to close (or the parent goes away).
 
-    After each reply the worker polls its command semaphore for up to spin_s seconds before sleeping.
+    After each reply the worker polls its command semaphore a while (a Spinner, at most spin_s) before sleeping.
     """
     control = rows.control[index]
     obs_rows, act_rows = rows.obs, rows.act
@@ -147,6 +148,8 @@ def _serve(
     everything = tuple(range(len(envs)))
     poller = select.poll()
     poller.register(channel.read_fd, select.POLLIN)
+    spinner = Spinner(spin_s)
+    announced = functools.partial(commands.acquire, False)
 
     def run(op: int, local: Sequence[int], payload: Any) -> tuple[list[Any], list[FailureTuple], dict, int]:
         """Step (or reset) the envs at local indices: (infos, failures, restart infos, restarts)."""
@@ -211,7 +214,7 @@ def _serve(
             return pickle.dumps(([{} for _ in local], failures, {}), protocol=PROTOCOL)
 
     while True:
-        _await_command(commands, poller, spin_s)
+        _await_command(commands, poller, spinner, announced)
         if control[CTRL_FAST]:
             control[CTRL_FAST] = 0
             infos, failures, reset_infos, restarts = run(STEP_RESET, everything, None)
@@ -257,14 +260,16 @@ def _attr_reply(envs: Sequence[gym.Env], name: str, write: bool, value: Any) -> 
         return pickle.dumps(safe, protocol=PROTOCOL)
 
 
-def _await_command(commands: Any, poller: select.poll, spin_s: float) -> None:
-    """Return once the parent has announced a command; EOFError once the parent is gone (its end of the
-    command pipe hung up), checked whenever a wait of LIVENESS_POLL_S times out."""
-    if spin_acquire(commands, spin_s):
+def _await_command(commands: Any, poller: select.poll, spinner: Spinner, announced: Callable[[], bool]) -> None:
+    """Return once the parent has announced a command (``announced``: a non-blocking take of the command
+    semaphore); EOFError once the parent is gone (its end of the command pipe hung up), checked whenever a
+    wait of LIVENESS_POLL_S times out."""
+    if spinner.wait_for(announced):
         return
     while not commands.acquire(True, LIVENESS_POLL_S):
         if any(events & select.POLLHUP for _, events in poller.poll(0)):
             raise EOFError("the parent process is gone")
+    spinner.slept()
 
 
 def _restart(
