@@ -34,7 +34,7 @@ from vcollect.hooks import EpisodeRolloutHook, StepHook, StepRollout, check_epis
 from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
-from vcollect.policies.tianshou_types import as_policy
+from vcollect.policies.wrapping import as_policy
 from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import BatchCheck, flatten_batch, leaves
 from vcollect.stats import CollectStats

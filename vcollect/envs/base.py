@@ -28,6 +28,7 @@ __all__ = [
     "AsyncResetResult",
     "AsyncStepResult",
     "BaseVectorEnv",
+    "EnvFailure",
     "ResetResult",
     "StepResult",
     "VectorEnv",
@@ -178,13 +179,24 @@ def timeout_message(timeout: float | None, running: Sequence[int], what: str, wh
 
 
 @dataclass
-class _Failure:
+class EnvFailure:
+    """A failed env call a backend recorded, raised by the synchronous call or recv that reaches it.
+
+    Attributes:
+        env_id: The env whose call failed.
+        kind: ``"env"`` (the env raised) or ``"obs"`` (its observation did not fit the space).
+        message: What went wrong, for the exception.
+        traceback_text: The formatted traceback where the failure happened ("" when there is none).
+    """
+
     env_id: int
-    kind: str  # "env": the env raised; "obs": its observation did not fit the space; "dead": worker died
+    kind: str
     message: str
     traceback_text: str
 
     def to_exception(self, note: str = "") -> Exception:
+        """The exception to raise: ObservationError for ``"obs"``, else EnvWorkerError; ``note`` is appended
+        to the message."""
         if self.kind == "obs":
             return ObservationError(f"env {self.env_id}: {self.message}{note}")
         return EnvWorkerError(self.env_id, self.message + note, self.traceback_text)
@@ -227,7 +239,7 @@ class BaseVectorEnv:
         self._flight = np.zeros(num_envs, np.int8)
         self._went_async = False  # whether send/reset_async was ever called (else nothing can be in flight)
         self._done = np.zeros(num_envs, bool)
-        self._failures: list[_Failure] = []
+        self._failures: list[EnvFailure] = []
         self._obs_rows: list[np.ndarray] = []
         self._rewards = np.zeros(num_envs, np.float64)
         self._terminations = np.zeros(num_envs, bool)

@@ -11,12 +11,12 @@ import numpy as np
 
 from vcollect.envs.base import (
     BaseVectorEnv,
+    EnvFailure,
     EnvIds,
     ResetResult,
     Seeds,
     StepResetResult,
     StepResult,
-    _Failure,
     check_reset_options,
     normalize_seeds,
 )
@@ -131,7 +131,7 @@ class DummyVectorEnv(BaseVectorEnv):
             try:
                 obs, reward, terminated, truncated, info = envs[i].step(action)
             except Exception as exc:
-                self._failures.append(_Failure(i, "env", f"step raised {exc!r}", traceback.format_exc()))
+                self._failures.append(EnvFailure(i, "env", f"step raised {exc!r}", traceback.format_exc()))
                 continue
             try:
                 if flat_obs is not None:
@@ -162,7 +162,7 @@ class DummyVectorEnv(BaseVectorEnv):
         try:
             obs, info = self.envs[i].reset(seed=seed, options=options)
         except Exception as exc:
-            self._failures.append(_Failure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
+            self._failures.append(EnvFailure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
             return False
         try:
             self.obs_layout.write_row(rows, i, obs)
@@ -215,5 +215,5 @@ class DummyVectorEnv(BaseVectorEnv):
             env.close()
 
 
-def _obs_failure(env_id: int, exc: Exception, space: gym.Space) -> _Failure:
-    return _Failure(env_id, "obs", f"observation does not fit {space}: {exc!r}", traceback.format_exc())
+def _obs_failure(env_id: int, exc: Exception, space: gym.Space) -> EnvFailure:
+    return EnvFailure(env_id, "obs", f"observation does not fit {space}: {exc!r}", traceback.format_exc())

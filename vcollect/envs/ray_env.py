@@ -25,11 +25,11 @@ import numpy as np
 
 from vcollect.envs.base import (
     BaseVectorEnv,
+    EnvFailure,
     EnvIds,
     ResetResult,
     Seeds,
     StepResult,
-    _Failure,
     check_reset_options,
     check_timeout,
     normalize_seeds,
@@ -248,14 +248,14 @@ class RayVectorEnv(BaseVectorEnv):
     def _store(self, env_id: int, op: int, reply: tuple[Any, ...]) -> bool:
         """Write one reply into env_id's rows; record a failure instead (returns False) if it is one."""
         if reply[0] == _ERR:
-            self._failures.append(_Failure(env_id, "env", reply[1], reply[2]))
+            self._failures.append(EnvFailure(env_id, "env", reply[1], reply[2]))
             return False
         try:
             self.obs_layout.write_row(self._obs_rows, env_id, reply[1])
         except Exception as exc:
             space = self.single_observation_space
             message = f"observation does not fit {space}: {exc!r}"
-            self._failures.append(_Failure(env_id, "obs", message, traceback.format_exc()))
+            self._failures.append(EnvFailure(env_id, "obs", message, traceback.format_exc()))
             return False
         if op == _STEP:
             self._rewards[env_id] = reply[2]
