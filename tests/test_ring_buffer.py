@@ -13,7 +13,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from vcollect.buffers import EpisodeSlice, VectorRingBuffer
-from vcollect.envs.steps import HeldRows
+from vcollect.held_rows import HeldRows
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 
 # ------------------------------------------------------------------------------------ configurations

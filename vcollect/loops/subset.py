@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
-
-if TYPE_CHECKING:
-    from vcollect.collector import CollectCall, Collector
+from vcollect.step_context import CollectCall, StepContext
 
 __all__ = ["StepsAndResets", "SubsetLoop"]
 
@@ -44,19 +42,19 @@ class StepsAndResets(Protocol):
 class SubsetLoop:
     """The step loop of backends that step any subset of their envs (dummy, subprocess, Ray)."""
 
-    def __init__(self, collector: Collector) -> None:
-        self.c = collector
+    def __init__(self, context: StepContext) -> None:
+        self.ctx = context
         self.step_reset: StepsAndResets | None = None
-        if collector.capabilities.step_reset:
-            if not isinstance(collector.envs, StepsAndResets):
-                raise TypeError(f"{type(collector.envs).__name__} declares step_reset but has no step_reset method")
-            self.step_reset = collector.envs
+        if context.capabilities.step_reset:
+            if not isinstance(context.envs, StepsAndResets):
+                raise TypeError(f"{type(context.envs).__name__} declares step_reset but has no step_reset method")
+            self.step_reset = context.envs
         self._next_env = 0  # where the next partial batch starts
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
-        c = self.c
-        all_ids = c._all_ids
-        c._reset_pending(all_ids, call.reset_options)
+        c = self.ctx
+        all_ids = c.all_ids
+        c.reset_pending(all_ids, call.reset_options)
         collected = 0
         while collected < n_step:
             remaining = n_step - collected
@@ -71,13 +69,13 @@ class SubsetLoop:
         return collected
 
     def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
-        c = self.c
-        c._reset_pending(np.flatnonzero(quota > 0), call.reset_options)
+        c = self.ctx
+        c.reset_pending(np.flatnonzero(quota > 0), call.reset_options)
         collected = 0
         while True:
             ready = np.flatnonzero(quota > 0)
             if ready.size == c.num_envs:
-                ready = c._all_ids  # the object record() recognises as "every env, in order"
+                ready = c.all_ids  # the object record() recognises as "every env, in order"
             if ready.size == 0:
                 return collected
             finished = self.step(ready, call, quota[ready] > 1)
@@ -90,25 +88,25 @@ class SubsetLoop:
         """Act, step and record for ``env_ids`` (ascending); write finished episodes and restart them, except
         where ``may_reset`` (a bool per env id; None: all True) is False. Returns the finished env ids.
         A step hook sees the step first (what it leaves is recorded and acted on)."""
-        c = self.c
+        c = self.ctx
         actions = c.actor.actions(env_ids, call.random)
         ids_arg = None if len(env_ids) == c.num_envs else env_ids
         if self.step_reset is None:
             next_obs, rewards, terms, truncs, infos = c.envs.step(actions, ids_arg)
             if c.actor.wants_infos:
                 c.actor.remember_infos(env_ids, infos)
-            if c._on_step_hook is not None:
-                next_obs, rewards = c._run_step_hook(env_ids, actions, next_obs, rewards, terms, truncs)
+            if c.on_step_hook is not None:
+                next_obs, rewards = c.run_step_hook(env_ids, actions, next_obs, rewards, terms, truncs)
             finished = self.record(env_ids, actions, next_obs, rewards, terms, truncs, call.render, call.returns,
                                    call.lens)
             restart = finished if may_reset is None else finished[may_reset[np.searchsorted(env_ids, finished)]]
             if restart.size:
-                c._reset_envs(restart, call.reset_options)
+                c.reset_envs(restart, call.reset_options)
             return finished
         result = self.step_reset.step_reset(
             actions,
             ids_arg,
-            reset_seeds=c._reset_seeds.upcoming(env_ids.tolist()),
+            reset_seeds=c.reset_seeds.upcoming(env_ids.tolist()),
             may_reset=may_reset,
             options=call.reset_options,
         )
@@ -116,16 +114,16 @@ class SubsetLoop:
         if c.actor.wants_infos:  # the step's infos, then the restarted envs' reset infos
             c.actor.remember_infos(env_ids, result.infos)
             c.actor.remember_infos(result.reset_ids, result.reset_infos)
-        if c._on_step_hook is not None:
-            obs, rewards = c._run_step_hook(env_ids, actions, obs, rewards, result.terminations, result.truncations)
+        if c.on_step_hook is not None:
+            obs, rewards = c.run_step_hook(env_ids, actions, obs, rewards, result.terminations, result.truncations)
         finished = self.record(
             env_ids, actions, obs, rewards, result.terminations, result.truncations, call.render,
             call.returns, call.lens, remember=False,
         )
         restarted = result.reset_ids
         if restarted.size:
-            seeds = c._reset_seeds.take(restarted.tolist())
-            c._start_episodes(restarted, result.reset_obs, seeds, call.reset_options, remember=False)
+            seeds = c.reset_seeds.take(restarted.tolist())
+            c.start_episodes(restarted, result.reset_obs, seeds, call.reset_options, remember=False)
             if not call.random:
                 # The policy acts next on the restarted envs' first observations: put them in the (fresh) rows.
                 rows = restarted if ids_arg is None else np.searchsorted(env_ids, restarted)
@@ -155,14 +153,14 @@ class SubsetLoop:
         """Record one step of env_ids into the rings; queue finished episodes for the store; return their
         env ids (their returns and lengths appended to ``returns``/``lens``). ``remember=False``: the caller updates
         the latest observations itself."""
-        c = self.c
+        c = self.ctx
         writer = c.writer
         if writer is not None:
             writer.next_rounds()
         if c.validate:
-            c._check_obs(next_obs, env_ids, "an observation")
-            c._check_rewards(rewards, env_ids)
-        if env_ids is c._all_ids:  # every env, in order: one write per array
+            c.check_obs(next_obs, env_ids, "an observation")
+            c.check_rewards(rewards, env_ids)
+        if env_ids is c.all_ids:  # every env, in order: one write per array
             c.buffer.add_all(actions, rewards, terminations, truncations, next_obs)
         else:
             c.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
@@ -177,6 +175,6 @@ class SubsetLoop:
         finished = env_ids[done]
         returns.extend(c.buffer.episode_returns[finished].tolist())
         lens.extend(c.buffer.episode_lengths[finished].tolist())
-        c._ended(finished)
-        c._needs_reset[finished] = True
+        c.ended(finished)
+        c.needs_reset[finished] = True
         return finished
