@@ -9,6 +9,7 @@ to a worker process instead of two); otherwise they are reset after the step. A 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -56,6 +57,10 @@ class SubsetLoop:
         all_ids = c.all_ids
         c.reset_pending(all_ids, call.reset_options)
         collected = 0
+        if self.step_reset is not None and c.on_step_hook is None and call.render is None and not c.actor.wants_infos:
+            batches = n_step // c.num_envs
+            self._full_batches(batches, call)
+            collected = batches * c.num_envs
         while collected < n_step:
             remaining = n_step - collected
             if remaining >= c.num_envs:
@@ -84,13 +89,57 @@ class SubsetLoop:
                 call.bar.update(finished.size)
                 quota[finished] -= 1
 
+    def _full_batches(self, batches: int, call: CollectCall) -> None:
+        """``batches`` steps of every env through ``step_reset``, where no hook, rendering or infos are asked
+        for: ``step`` and ``record`` in one loop, each part looked up once per call rather than per step."""
+        if batches <= 0:
+            return
+        c = self.ctx
+        assert self.step_reset is not None
+        step_reset, seeds, options = self.step_reset.step_reset, c.upcoming_all, call.reset_options
+        actor, add_all, writer, needs_reset = c.actor, c.buffer.add_all, c.writer, c.needs_reset
+        lengths, returns = c.buffer.episode_lengths, c.buffer.episode_returns
+        validate, obs_problem, all_ids, n = c.validate, c.obs_problem, c.all_ids, c.num_envs
+        random, bar, space = call.random, call.bar, c.observation_space
+        for _ in range(batches):
+            actions = actor.actions(all_ids, random)
+            obs, rewards, terms, truncs, _, restarted, reset_obs, _ = step_reset(
+                actions, None, reset_seeds=seeds, options=options
+            )
+            if writer is not None:
+                writer.next_rounds()
+            if validate:
+                if obs_problem(obs) is not None:
+                    c.check_obs(obs, all_ids, "an observation")
+                if not math.isfinite(float(np.add.reduce(rewards))):
+                    c.check_rewards(rewards, all_ids)
+            add_all(actions, rewards, terms, truncs, obs)
+            done = terms | truncs
+            if np.count_nonzero(done):
+                finished = all_ids[done]
+                call.returns.extend(returns[finished].tolist())
+                call.lens.extend(lengths[finished].tolist())
+                c.ended(finished)
+                needs_reset[finished] = True
+            if restarted.size:
+                c.start_episodes(restarted, reset_obs, c.reset_seeds.take(restarted.tolist()), options, remember=False)
+                if not random:  # the policy acts next on the restarted envs' first observations
+                    for leaf, first in zip(flatten_batch(space, obs), flatten_batch(space, reset_obs)):
+                        leaf[restarted] = first
+            if random:
+                actor.forget_obs()
+            else:
+                actor.remember(all_ids, obs, owned=True)
+            bar.update(n)
+
     def step(self, env_ids: np.ndarray, call: CollectCall, may_reset: np.ndarray | None) -> np.ndarray:
         """Act, step and record for ``env_ids`` (ascending); write finished episodes and restart them, except
         where ``may_reset`` (a bool per env id; None: all True) is False. Returns the finished env ids.
         A step hook sees the step first (what it leaves is recorded and acted on)."""
         c = self.ctx
         actions = c.actor.actions(env_ids, call.random)
-        ids_arg = None if len(env_ids) == c.num_envs else env_ids
+        every = len(env_ids) == c.num_envs
+        ids_arg = None if every else env_ids
         if self.step_reset is None:
             next_obs, rewards, terms, truncs, infos = c.envs.step(actions, ids_arg)
             if c.actor.wants_infos:
@@ -106,7 +155,7 @@ class SubsetLoop:
         result = self.step_reset.step_reset(
             actions,
             ids_arg,
-            reset_seeds=c.reset_seeds.upcoming(env_ids.tolist()),
+            reset_seeds=c.upcoming_all if every else c.reset_seeds.upcoming(env_ids.tolist()),
             may_reset=may_reset,
             options=call.reset_options,
         )
