@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -24,14 +24,6 @@ from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 
 __all__ = ["DummyVectorEnv"]
-
-
-class _Restarts(NamedTuple):
-    """How step_reset restarts the envs that end: seed and permission per stepped env id, options."""
-
-    seeds: Sequence[int | None]
-    allowed: Sequence[bool] | None
-    options: dict | None
 
 
 class DummyVectorEnv(BaseVectorEnv):
@@ -67,6 +59,8 @@ class DummyVectorEnv(BaseVectorEnv):
         self._reset_rows = self.obs_layout.allocate(self.num_envs)  # first observations of step_reset restarts
         self._reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self._restarted: list[int] = []
+        self._no_ids = np.zeros(0, dtype=np.int64)  # no env restarted (empty and read-only: safe to share)
+        self._no_ids.flags.writeable = False
 
     # -- the hot path: a synchronous step without the async bookkeeping -----------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
@@ -91,12 +85,12 @@ class DummyVectorEnv(BaseVectorEnv):
         leaves = self._step_reset_leaves(actions, ids, reset_seeds, options)
         allowed = None if may_reset is None else may_reset.tolist()
         self._restarted = []
-        self._run_steps(ids, leaves, _Restarts(reset_seeds, allowed, options))
+        self._run_steps(ids, leaves, True, reset_seeds, allowed, options)
         self._raise_failure()
         obs, rewards, terms, truncs, infos = self._gather_step(None if env_ids is None else ids)
+        if not self._restarted:
+            return StepResetResult(obs, rewards, terms, truncs, infos, self._no_ids, None, [])
         restarted = np.array(self._restarted, dtype=np.int64)
-        if not restarted.size:
-            return StepResetResult(obs, rewards, terms, truncs, infos, restarted, None, [])
         reset_obs = self.obs_layout.gather(self._reset_rows, restarted)
         reset_infos = [self._reset_infos[i] for i in self._restarted]
         return StepResetResult(obs, rewards, terms, truncs, infos, restarted, reset_obs, reset_infos)
@@ -110,8 +104,12 @@ class DummyVectorEnv(BaseVectorEnv):
         self._raise_failure()
         return self._gather_reset(ids)
 
-    def _run_steps(self, ids: np.ndarray, leaves: list[np.ndarray], restarts: _Restarts | None = None) -> None:
-        """Step ids in order, writing the step rows; with ``restarts``, reset each env that ends at once."""
+    def _run_steps(
+        self, ids: np.ndarray, leaves: list[np.ndarray], restart: bool = False, seeds: Sequence[int | None] = (),
+        allowed: Sequence[bool] | None = None, options: dict | None = None,
+    ) -> None:
+        """Step ids in order, writing the step rows; with ``restart``, reset each env that ends at once (with
+        the seed of its position in ids, where ``allowed`` (None: all) lets it)."""
         envs = self.envs
         infos = self._infos
         rewards, terms, truncs = self._rewards, self._terminations, self._truncations
@@ -145,10 +143,10 @@ class DummyVectorEnv(BaseVectorEnv):
             terms[i] = terminated
             truncs[i] = truncated
             infos[i] = info
-            if restarts is not None and (terminated or truncated):
+            if restart and (terminated or truncated):
                 j = id_list.index(i)  # the env's position in this call (rare: only for envs that ended)
-                if restarts.allowed is None or restarts.allowed[j]:
-                    self._restart(i, restarts.seeds[j], restarts.options)
+                if allowed is None or allowed[j]:
+                    self._restart(i, seeds[j], options)
 
     def _restart(self, i: int, seed: int | None, options: dict | None) -> None:
         """Reset env i inside step_reset: its first observation goes to the reset rows."""

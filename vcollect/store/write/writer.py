@@ -32,6 +32,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 from vcollect.errors import DatasetError, InfoStructureError
 from vcollect.spaces import flatten_batch, leaves
@@ -56,6 +57,7 @@ from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve
 from vcollect.store.layout.schema import MetadataSchema, TreeSchema, to_json
 from vcollect.store.layout.shard_format import SHARD_FORMAT_NAME, SHARD_SUFFIX
 from vcollect.store.write.compression import Compression, check_compression
+from vcollect.store.write.env_spec_record import env_spec_to_record
 from vcollect.store.write.episode_checks import (
     batch_lists,
     batch_seeds,
@@ -507,6 +509,16 @@ class EpisodeStore:
         """
         update_dataset_info(self._path, self._dataset_id, self._root(), metadata=values, env_spec=env_spec,
                             eval_env_spec=eval_env_spec)
+
+    def record_env_spec(self, spec: EnvSpec) -> bool:
+        """Record ``spec`` as the dataset's env spec unless it has one (a collector offers its envs' spec:
+        vcollect.store.sink.AcceptsEnvSpec); True when it did. A spec whose kwargs are not JSON-able is
+        skipped."""
+        spec_json = env_spec_to_record(self._path, self._dataset_id, spec)
+        if spec_json is None:
+            return False
+        self.update_metadata(env_spec=spec_json)
+        return True
 
     def move_to(
         self, dataset_id: str, root: str | os.PathLike[str] | None = None, *, overwrite: bool = False
