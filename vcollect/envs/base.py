@@ -215,11 +215,11 @@ def spaces_problem(env: Any) -> str | None:
         space = getattr(env, name, None)
         if not isinstance(space, gym.Space):
             what = (
-                f"has no {name}" if space is None
+                f"that has no {name}" if space is None
                 else f"whose {name} is a {type(space).__name__}, not a gymnasium.spaces.Space"
             )
             return (
-                f"the env factory built a {type(env).__name__} that {what}; every env must set "
+                f"the env factory built a {type(env).__name__} {what}; every env must set "
                 "observation_space and action_space in its __init__"
             )
     return None
