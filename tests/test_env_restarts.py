@@ -121,9 +121,9 @@ def test_make_vector_passes_max_restarts_and_refuses_it_in_process(tmp_path: Pat
 
 
 def test_async_collector_refuses_envs_that_restart() -> None:
-    with SubprocVectorEnv([AlwaysRaisingEnv] * 2, max_restarts=1) as envs:
-        with pytest.raises(TypeError, match="AsyncCollector does not restart envs"):
-            AsyncCollector(None, envs)
+    envs = SubprocVectorEnv([AlwaysRaisingEnv] * 2, max_restarts=1)
+    with envs, pytest.raises(TypeError, match="AsyncCollector does not restart envs"):
+        AsyncCollector(None, envs)
 
 
 # ---------------------------------------------------------------- RayVectorEnv

@@ -273,8 +273,8 @@ class BaseVectorEnv:
     ``timeout`` (seconds, None: wait forever) bounds each synchronous step or reset of an out-of-process
     backend that supports it (SubprocVectorEnv, RayVectorEnv): past it `_timed_out` raises EnvWorkerError
     naming the env ids still running and closes the vector env. It bounds steps and resets sent
-    asynchronously too: ``recv``/``recv_reset`` raise the same way once one in flight is older than it. Backends that call the envs in this
-    process cannot interrupt a call that never returns and leave it None.
+    asynchronously too: ``recv``/``recv_reset`` raise the same way once one in flight is older than it.
+    Backends that call the envs in this process cannot interrupt a call that never returns and leave it None.
     """
 
     timeout: float | None = None
