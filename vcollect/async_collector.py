@@ -143,6 +143,11 @@ class AsyncLoop(SubsetLoop):
     """The AsyncCollector's step loop: dispatch steps to idle envs, record whichever come back first."""
 
     def __init__(self, context: StepContext, waits: AsyncWaits) -> None:
+        if context.restarter is not None:
+            raise TypeError(
+                f"AsyncCollector does not restart envs, and this {type(context.envs).__name__} was built to restart "
+                "failed ones (max_restarts > 0): collect with Collector, or build the envs with max_restarts=0"
+            )
         super().__init__(context)
         self.waits = waits
         n = context.num_envs

@@ -333,6 +333,7 @@ class Collector:
             collect_time=elapsed,
             returns=np.asarray(call.returns, dtype=np.float64),
             lens=np.asarray(call.lens, dtype=np.int64),
+            abandoned=self.context.take_abandoned(),
         )
 
     def _episode_quota(self, n_episode: int) -> np.ndarray:

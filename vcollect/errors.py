@@ -149,3 +149,11 @@ class UnsafePathError(DatasetError):
 class ForeignJournalWarning(UserWarning):
     """A publish journal at the datasets root was not written by this user's vcollect (no valid signature)
     or is malformed; it was left alone and not replayed."""
+
+
+class EnvOutputError(EnvWorkerError):
+    """An env returned a value of the wrong type from ``step`` or ``reset`` (a list as its reward, an array as
+    its termination flag), or was built without what vcollect needs (an ``observation_space``).
+
+    Like every EnvWorkerError it names the env id and carries the traceback text of where it was found.
+    """

@@ -22,14 +22,16 @@ from vcollect.acting import PolicyActor
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
 from vcollect.envs import VectorEnv
+from vcollect.envs.restarts import RestartsEnvs
 from vcollect.episode_writer import EpisodeWriter
 from vcollect.errors import HookOutputError, ObservationError, UnfinishedEpisodesWarning
 from vcollect.hooks import EpisodeRolloutHook, StepHook, StepRollout, check_episode_extras
 from vcollect.ledger import TransitionLedger
 from vcollect.reset_seeds import ResetSeeds
-from vcollect.spaces import BatchCheck, flatten_batch, leaves
+from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
+from vcollect.stats import AbandonedEpisode
 
-__all__ = ["CollectCall", "ProgressBar", "StepContext", "observation_check"]
+__all__ = ["CollectCall", "ProgressBar", "StepContext", "observation_check", "take_rows"]
 
 
 class ProgressBar(Protocol):
@@ -112,6 +114,14 @@ class StepContext:
         """The next reset seed of every env id, looked up when read (for a step that restarts ended envs)."""
         self.on_step_hook: StepHook | None = None
         self.on_episode_done_hook: EpisodeRolloutHook | None = None
+        self.restarter: RestartsEnvs | None = None
+        """The backend, where it declares ``restarts_envs`` (it replaces failed envs; vcollect.envs.restarts)."""
+        if self.capabilities.restarts_envs:
+            if not isinstance(envs, RestartsEnvs):
+                raise TypeError(f"{type(envs).__name__} declares restarts_envs but has no take_restarts method")
+            self.restarter = envs
+        self.abandoned: list[AbandonedEpisode] = []
+        """Episodes given up since the collector last took them (their envs were replaced)."""
 
     def reseed(self, seed: int, every_reset: bool) -> None:
         """New streams of reset seeds from ``seed`` (``every_reset`` False: only each env's first reset seeded)."""
@@ -165,11 +175,52 @@ class StepContext:
             self.reset_envs(pending, options)
 
     def reset_envs(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
-        """Reset env_ids, each with the next seed of its stream, and start their episodes."""
+        """Reset env_ids, each with the next seed of its stream, and start their episodes. Envs the backend
+        replaced meanwhile (``restarts_envs``) are reset again, each with its stream's next seed."""
         seeds = self.reset_seeds.take(env_ids.tolist())
+        if self.restarter is not None:
+            self.needs_reset[env_ids] = True  # being reset: no episode of theirs is running
         obs, infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
+        if self.restarter is not None:
+            replaced, abandoned = self.take_replaced()
+            if replaced.size:
+                keep = np.flatnonzero(~np.isin(env_ids, replaced))
+                if keep.size:
+                    kept = env_ids[keep]
+                    self.actor.remember_infos(kept, [infos[i] for i in keep.tolist()])
+                    seeds = [seeds[i] for i in keep.tolist()]
+                    self.start_episodes(kept, take_rows(self.observation_space, obs, keep), seeds, options)
+                again = np.union1d(env_ids[np.isin(env_ids, replaced)], abandoned)
+                self.reset_envs(again, options)
+                return
         self.actor.remember_infos(env_ids, infos)  # kept only for a policy that wants infos
         self.start_episodes(env_ids, obs, seeds, options)
+
+    def take_replaced(self) -> tuple[np.ndarray, np.ndarray]:
+        """The env ids the backend replaced since last asked (``restarter`` set), each now waiting for a reset;
+        the running episodes among them are abandoned (not stored; recorded in ``abandoned``).
+
+        Returns:
+            (every replaced env id, those whose running episode was abandoned), each ascending.
+        """
+        assert self.restarter is not None
+        records = self.restarter.take_restarts()
+        if not records:
+            return self.all_ids[:0], self.all_ids[:0]
+        errors = {record.env_id: record.error for record in records}
+        replaced = np.array(sorted(errors), dtype=np.int64)
+        running = replaced[~self.needs_reset[replaced]]
+        for env_id in running.tolist():
+            self.abandoned.append(AbandonedEpisode(env_id, int(self.buffer.episode_lengths[env_id]), errors[env_id]))
+        if running.size:
+            self.buffer.abandon_episodes(running)
+        self.needs_reset[replaced] = True
+        return replaced, running
+
+    def take_abandoned(self) -> tuple[AbandonedEpisode, ...]:
+        """The episodes abandoned since the last take (a collect call's)."""
+        abandoned, self.abandoned = tuple(self.abandoned), []
+        return abandoned
 
     def start_episodes(
         self,
@@ -288,6 +339,11 @@ class StepContext:
             UnfinishedEpisodesWarning,
             stacklevel=3,
         )
+
+
+def take_rows(space: gym.Space[Any], batch: Any, positions: np.ndarray) -> Any:
+    """The rows at ``positions`` of a batch of the space's values (nested Dict/Tuple batches too), copied."""
+    return unflatten_batch(space, [np.asarray(leaf)[positions] for leaf in flatten_batch(space, batch)])
 
 
 def observation_check(space: gym.Space[Any], check_finite: bool) -> Callable[[Any], str | None]:

@@ -169,6 +169,18 @@ class VectorRingBuffer:
         if self.keep_overflow:
             self._restart_overflow(env_ids)
 
+    def abandon_episodes(self, env_ids: np.ndarray) -> None:
+        """Give up the current episodes of env_ids (their env failed and was replaced): they are no longer
+        running (``unfinished`` leaves them out) and their next ``start_episodes`` begins afresh. Their step
+        rows stay as transitions whose last next observation is the newest row, which holds no step, so no
+        sampled transition crosses into the episode that follows."""
+        env_ids = np.asarray(env_ids)
+        self._has_episode[env_ids] = False
+        self.episode_lengths[env_ids] = 0
+        self.episode_returns[env_ids] = 0.0
+        if self.keep_overflow:
+            self._restart_overflow(env_ids)
+
     def add(
         self,
         env_ids: np.ndarray,

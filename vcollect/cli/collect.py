@@ -29,7 +29,7 @@ from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import stats_table
 from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, vector_source
 from vcollect.envs.base import TIMEOUT_HINT
-from vcollect.envs.factory import TIMEOUT_BACKENDS
+from vcollect.envs.factory import RESTART_BACKENDS, TIMEOUT_BACKENDS
 from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarning, VCollectError
 
 
@@ -110,6 +110,12 @@ def add_collect_parser(
         "envpool) cannot interrupt it, so the command ends after SECONDS without progress. Either way the "
         "exit status is 1 and the shards already committed are kept (default: wait forever)",
     )
+    collect.add_argument(
+        "--max-env-restarts", type=int, default=0, metavar="K",
+        help="replace an env worker that dies or whose env raises (subproc and ray backends) up to K times in "
+        "the run: the episode it was in is abandoned (not stored; the summary says so) and collection goes on "
+        "with exact counts; past K the run fails as with 0 (default: 0, never restart)",
+    )
     collect.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     collect.add_argument("--root", default=None, metavar="DIR", help=root_help)
     collect.set_defaults(handler=run_collect)
@@ -169,6 +175,18 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     check_seed("--seed", args.seed)
     if args.timeout is not None and not args.timeout > 0:  # also NaN
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.max_env_restarts < 0:
+        raise UsageError(f"--max-env-restarts must be >= 0, got {args.max_env_restarts}")
+    if args.max_env_restarts:
+        if args.backend not in RESTART_BACKENDS:
+            raise UsageError(
+                f"--max-env-restarts needs a backend that runs each env in a process it can replace "
+                f"({', '.join(sorted(RESTART_BACKENDS))}), not {args.backend!r}"
+            )
+        if args.use_async:
+            raise UsageError("--max-env-restarts is not supported with --async (AsyncCollector does not restart envs)")
+        if args.ray_workers is not None:
+            raise UsageError("--max-env-restarts is not supported with --ray-workers")
     env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")
     env_factory, env_spec = resolve_env(args.env_id, env_kwargs)
     if args.dataset is not None:
@@ -262,6 +280,14 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         raise
     collector_name = "AsyncCollector" if args.use_async else "Collector"
     console.print(stats_table(stats, args.env_id, f"{args.num_envs} x {args.backend}, {collector_name}"))
+    if stats.abandoned:
+        first = stats.abandoned[0]
+        console.print(
+            Text(
+                f"abandoned {stats.n_abandoned_episodes} episodes ({sum(a.steps for a in stats.abandoned):,} steps, not "
+                f"stored) whose env workers were restarted; the first, env {first.env_id}: {first.error.splitlines()[0]}"
+            )
+        )
     if store is not None:
         note = ""
         if cut[0] and args.unfinished == "drop":
@@ -284,13 +310,18 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
 
 
 def _make_envs(args: argparse.Namespace, env_kwargs: Mapping[str, Any]) -> Any:
-    """make_envs, with --timeout for the backends that take one (TIMEOUT_BACKENDS)."""
-    if args.timeout is None or args.backend not in TIMEOUT_BACKENDS:
+    """make_envs, with --timeout for the backends that take one (TIMEOUT_BACKENDS) and --max-env-restarts
+    (checked to be 0 or for RESTART_BACKENDS)."""
+    timeout = args.timeout if args.backend in TIMEOUT_BACKENDS else None
+    if timeout is None and not args.max_env_restarts:
         return make_envs(args.env_id, args.num_envs, args.backend, env_kwargs)
     from vcollect.envs import make_vector
 
     source = vector_source(args.env_id, args.backend, env_kwargs)
-    return make_vector(source.env, args.num_envs, backend=args.backend, env_kwargs=source.env_kwargs, timeout=args.timeout)
+    return make_vector(
+        source.env, args.num_envs, backend=args.backend, env_kwargs=source.env_kwargs, timeout=timeout,
+        max_restarts=args.max_env_restarts,
+    )
 
 
 class _Watchdog:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -18,7 +19,9 @@ from vcollect.envs.base import (
     StepResetResult,
     StepResult,
     check_reset_options,
+    env_spaces,
     normalize_seeds,
+    step_values_failure,
 )
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
@@ -43,16 +46,23 @@ class DummyVectorEnv(BaseVectorEnv):
         if len(env_fns) == 0:
             raise ValueError("DummyVectorEnv needs at least one env factory")
         self.envs: list[gym.Env] = [fn() for fn in env_fns]
+        try:
+            spaces = [env_spaces(env, i) for i, env in enumerate(self.envs)]
+        except BaseException:
+            for e in self.envs:
+                with contextlib.suppress(Exception):
+                    e.close()
+            raise
         first = self.envs[0]
-        for i, env in enumerate(self.envs[1:], start=1):
-            if env.observation_space != first.observation_space or env.action_space != first.action_space:
+        for i, (obs_space, act_space) in enumerate(spaces[1:], start=1):
+            if obs_space != spaces[0][0] or act_space != spaces[0][1]:
                 for e in self.envs:
                     e.close()
                 raise ValueError(
-                    f"env {i} has spaces {env.observation_space}, {env.action_space}; env 0 has "
-                    f"{first.observation_space}, {first.action_space}: all envs must share their spaces"
+                    f"env {i} has spaces {obs_space}, {act_space}; env 0 has "
+                    f"{spaces[0][0]}, {spaces[0][1]}: all envs must share their spaces"
                 )
-        super().__init__(len(self.envs), first.observation_space, first.action_space)
+        super().__init__(len(self.envs), *spaces[0])
         self.env_spec = first.spec
         self.metadata = dict(first.metadata)
         self._obs_rows = self.obs_layout.allocate(self.num_envs)
@@ -137,13 +147,17 @@ class DummyVectorEnv(BaseVectorEnv):
                 else:
                     layout.write_row(rows, i, obs)
             except Exception as exc:
-                self._failures.append(_obs_failure(i, exc, self.single_observation_space))
+                self._failures.append(_obs_failure(i, exc, self.single_observation_space, "step", obs))
                 continue
-            rewards[i] = reward
-            terms[i] = terminated
-            truncs[i] = truncated
+            try:
+                rewards[i] = reward
+                terms[i] = terminated
+                truncs[i] = truncated
+            except Exception:
+                self._failures.append(step_values_failure(i, (reward, terminated, truncated), traceback.format_exc()))
+                continue
             infos[i] = info
-            if restart and (terminated or truncated):
+            if restart and (terms[i] or truncs[i]):
                 j = id_list.index(i)  # the env's position in this call (rare: only for envs that ended)
                 if allowed is None or allowed[j]:
                     self._restart(i, seeds[j], options)
@@ -165,7 +179,7 @@ class DummyVectorEnv(BaseVectorEnv):
         try:
             self.obs_layout.write_row(rows, i, obs)
         except Exception as exc:
-            self._failures.append(_obs_failure(i, exc, self.single_observation_space))
+            self._failures.append(_obs_failure(i, exc, self.single_observation_space, "reset", obs))
             return False
         infos[i] = info
         return True
@@ -213,5 +227,6 @@ class DummyVectorEnv(BaseVectorEnv):
             env.close()
 
 
-def _obs_failure(env_id: int, exc: Exception, space: gym.Space) -> EnvFailure:
-    return EnvFailure(env_id, "obs", f"observation does not fit {space}: {exc!r}", traceback.format_exc())
+def _obs_failure(env_id: int, exc: Exception, space: gym.Space, call: str, obs: Any) -> EnvFailure:
+    message = f"{call} returned an observation of type {type(obs).__name__} that does not fit {space}: {exc!r}"
+    return EnvFailure(env_id, "obs", message, traceback.format_exc())

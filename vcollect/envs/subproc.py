@@ -34,6 +34,7 @@ from vcollect.envs.base import (
 )
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply
+from vcollect.envs.restarts import RestartBudget
 from vcollect.envs.subproc_launch import exit_if_importing_main
 from vcollect.envs.subproc_pool import PendingCommand, WorkerPool
 from vcollect.envs.subproc_transport import (
@@ -71,7 +72,17 @@ class SubprocVectorEnv(BaseVectorEnv):
     None (the default) waits forever, as before: a step's normal duration depends on the env (a physics
     simulator or a game emulator can take seconds to reset), so no default would be right for every env;
     pick one several times the slowest call you expect. Building the envs and render() are not bounded.
-    The async half (send/recv) takes its own ``recv(timeout=)``.
+    The async half (send/recv) takes its own ``recv(timeout=)``, and no step or reset in flight may take
+    longer than ``timeout`` either: past it ``recv`` raises as a synchronous call does.
+
+    `max_restarts` (default 0): how many times a worker process that died, or one of whose envs raised in
+    a synchronous step, reset or step_reset, is replaced by a new process holding the same env ids (new
+    envs, built but not reset) instead of raising. The call then returns as usual; the replaced env ids are
+    listed by ``take_restarts()`` (vcollect.envs.restarts: their rows of the result mean nothing, and they
+    must be reset before they step again), and a Collector abandons their episodes and carries on. The
+    budget counts replacements over the vector env's life; past it the failure raises EnvWorkerError as
+    with 0, saying the budget is spent. A timeout, a bad observation (ObservationError) or a reward of
+    the wrong type (EnvOutputError) is not restarted; the async half (send/recv) never restarts.
 
     `import_main`: whether spawn and forkserver workers import the program's main module when they start,
     as multiprocessing does by default (they run the script again as ``__mp_main__``: seconds when it
@@ -97,6 +108,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         spin_s: float = _SPIN_S,
         import_main: bool | None = None,
         timeout: float | None = None,
+        max_restarts: int = 0,
     ) -> None:
         exit_if_importing_main()  # a worker running an unguarded script: the parent explains
         num_envs = len(env_fns)
@@ -108,14 +120,19 @@ class SubprocVectorEnv(BaseVectorEnv):
             raise ValueError(f"num_workers must be in 1..{num_envs} (the number of envs), got {num_workers}")
         self.num_workers = num_workers
         self.timeout = check_timeout(timeout)
+        budget = RestartBudget(max_restarts)
+        self.capabilities = EnvCapabilities(step_reset=True, restarts_envs=budget.max_restarts > 0)
         self.closed = True  # until the workers are up (a failed start leaves nothing to close)
         pool = WorkerPool(
             env_fns, num_workers, context=context, spin_s=spin_s, import_main=import_main, timeout=self.timeout,
-            on_fatal=_closer(weakref.ref(self)),
+            on_fatal=_closer(weakref.ref(self)), replaceable=budget.max_restarts > 0,
         )  # fmt: skip
+        pool.death_note = budget.spent_note()
         self._pool = pool
         self.imports_main = pool.imports_main
         super().__init__(num_envs, pool.observation_space, pool.action_space)
+        self.restarts = budget
+        self._restarting = budget.max_restarts > 0
         self.env_spec = pool.env_spec
         self.metadata = pool.metadata
         rows = pool.rows
@@ -137,18 +154,22 @@ class SubprocVectorEnv(BaseVectorEnv):
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
         """Step env_ids (all when None): one message per worker holding them; results in env_ids order."""
         self._pool.begin("step")
+        self._catch_deaths()
         try:
             return self._step(actions, env_ids)
         finally:
             self._pool.deadline = None
+            self._pool.catch_deaths = False
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
         """Reset env_ids (all when None): one message per worker holding them; results in env_ids order."""
         self._pool.begin("reset")
+        self._catch_deaths()
         try:
             return self._reset(env_ids, seeds, options)
         finally:
             self._pool.deadline = None
+            self._pool.catch_deaths = False
 
     def step_reset(
         self,
@@ -164,6 +185,8 @@ class SubprocVectorEnv(BaseVectorEnv):
         pool = self._pool
         if self.timeout is not None:
             pool.begin("step")
+        if self._restarting:
+            self._catch_deaths()
         try:
             if env_ids is None and may_reset is None and options is None and not self.closed and not any(pool.commands):
                 result = self._step_reset_all(actions, reset_seeds)
@@ -172,6 +195,44 @@ class SubprocVectorEnv(BaseVectorEnv):
             return self._step_reset(actions, env_ids, reset_seeds, may_reset, options)
         finally:
             pool.deadline = None
+            pool.catch_deaths = False
+
+    def _catch_deaths(self) -> None:
+        """Let the synchronous call under way lose as many workers as the restart budget still allows."""
+        if self._restarting:
+            budget = self.restarts
+            self._pool.lose_budget = budget.max_restarts - budget.used
+            self._pool.catch_deaths = True
+
+    def _replace_failed(self) -> None:
+        """After a synchronous call's replies: replace the workers it lost and those whose envs raised, while
+        the restart budget allows, zeroing their env ids' step rows (vcollect.envs.restarts); the failures
+        past the budget, and the others (observations, values), stay to be raised."""
+        pool = self._pool
+        if not self._restarting or not (pool.lost or self._failures):
+            return
+        budget = self.restarts
+        reasons: dict[int, tuple[str, str]] = {w: (text, "") for w, text in pool.lost.items()}
+        kept = []
+        for failure in self._failures:
+            w = int(pool.worker_of[failure.env_id])
+            if failure.kind == "env" and (w in reasons or budget.allows(len(reasons) + 1)):
+                reasons.setdefault(w, (f"env {failure.env_id}: {failure.message}", failure.traceback_text))
+                continue
+            if failure.kind == "env":
+                failure.message += budget.spent_note()
+            kept.append(failure)
+        self._failures = kept
+        rows = self._rows
+        for w, (text, trace) in sorted(reasons.items()):
+            group = pool.group_ids[w]
+            pool.replace(w)
+            budget.spend(group.tolist(), text, trace)
+            rows.rewards[group] = 0.0
+            rows.terminations[group] = False
+            rows.truncations[group] = False
+            rows.restarted[group] = False
+            self._restarted_dirty = True
 
     def _settled(self) -> bool:
         """Finish what interrupted fast commands owe; whether the synchronous paths may run (open, and
@@ -190,6 +251,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             for row, leaf in zip(self._act_rows, leaves):
                 row[...] = leaf
             infos = self._infos_of(self._pool.roundtrip(self._full_parts), None, self._pool.group_sizes)
+            self._replace_failed()
             self._raise_failure()
             return (
                 self.obs_layout.gather(self._obs_rows, None),
@@ -202,6 +264,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             row[ids] = leaf
         parts = self._pool.parts(STEP, ids, None)
         self._store_infos(parts, self._pool.roundtrip(parts))
+        self._replace_failed()
         self._raise_failure()
         return self._gather_step(ids)
 
@@ -213,6 +276,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         check_reset_options(options)
         parts = self._pool.parts(RESET, ids, (seed_list, options))
         self._store_infos(parts, self._pool.roundtrip(parts))
+        self._replace_failed()
         self._raise_failure()
         return self._gather_reset(ids)
 
@@ -264,6 +328,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             parts = self._pool.parts(STEP_RESET, ids, options)
         reset_infos: dict[int, dict[str, Any]] = {}
         infos = self._infos_of(self._pool.roundtrip(parts), reset_infos, [p[2].size for p in parts])
+        self._replace_failed()
         self._raise_failure()
         if env_ids is None:
             obs = self.obs_layout.gather(self._obs_rows, None)
@@ -326,6 +391,7 @@ class SubprocVectorEnv(BaseVectorEnv):
             infos = [{} for _ in range(self.num_envs)]
         if flags & REPLY_RESTARTED:
             self._restarted_dirty = True
+        self._replace_failed()
         self._raise_failure()
         obs = self.obs_layout.gather(self._obs_rows, None)
         step = (obs, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos)

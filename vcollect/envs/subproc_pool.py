@@ -28,11 +28,12 @@ from typing import Any, NoReturn
 import gymnasium as gym
 import numpy as np
 
-from vcollect.envs.base import timeout_message
+from vcollect.envs.base import EnvFailure, timeout_message
 from vcollect.envs.layout import FixedLayout
 from vcollect.envs.subproc_launch import (
     CLOSE_JOIN_S,
     NO_MAIN_GUARD_EXIT,
+    WorkerHandle,
     end_process,
     factories_need_main,
     mp_context,
@@ -89,6 +90,7 @@ class WorkerPool:
         timeout: Seconds a synchronous call (between ``begin`` and ``finish``) may wait; None: forever.
         on_fatal: Called when a worker died or a call timed out, before EnvWorkerError is raised: the owner
             closes itself (and so this pool). None: the pool closes itself.
+        replaceable: Whether workers may be replaced (``replace``): the shared file stays open for new ones.
 
     Raises:
         EnvWorkerError: A worker could not build its envs (or died doing so).
@@ -105,6 +107,7 @@ class WorkerPool:
         import_main: bool | None,
         timeout: float | None,
         on_fatal: Callable[[], None] | None = None,
+        replaceable: bool = False,
     ) -> None:
         num_envs = len(env_fns)
         self.num_envs = num_envs
@@ -136,25 +139,26 @@ class WorkerPool:
         # the end of the synchronous call under way (time.monotonic()), None when it may wait forever
         self.deadline: float | None = None
         self._call_what = "step or reset"
+        self.lost: dict[int, str] = {}
+        """Workers found dead during a synchronous call that may lose them (``lose_budget``): why, by worker."""
+        self.lose_budget = 0
+        """How many workers a synchronous call may lose (not raise for) while ``catch_deaths`` is set."""
+        self.catch_deaths = False
+        self.death_note = ""
+        """Added to the message of a death raised while ``catch_deaths`` is set (the restart budget is spent)."""
 
         ctx = mp_context(context)
         needs_main, specs = factories_need_main(env_fns)
         self.imports_main = needs_main if import_main is None else import_main
+        self._env_fns = list(env_fns)
+        self._ctx = ctx
+        self._specs = specs
+        self._size = 0
+        self._shared_fd: int | None = None
         shared_fd = shared_file()
         try:
-            for w, group in enumerate(groups):
-                worker = start_worker(
-                    ctx, w, group, [env_fns[i] for i in group], shared_fd, num_envs, num_workers, spin_s,
-                    import_main=self.imports_main, specs=specs,
-                )  # fmt: skip
-                self.pipes += worker.pipes
-                self.command_sems.append(worker.commands)
-                self.done_sems.append(worker.done)
-                self.channels.append(worker.channel)
-                self.pollers.append(worker.poller)
-                self.procs.append(worker.proc)
-                self._answered.append(functools.partial(worker.done.acquire, False))
-                self._replied.append(poll_ready(worker.poller))
+            for w in range(num_workers):
+                self._install(w, self._start(w, shared_fd))
             reports = [self._handshake(w) for w in range(num_workers)]
             obs_space, act_space, spec, metadata = reports[0]
             for w, (o, a, _, _) in enumerate(reports[1:], start=1):
@@ -171,15 +175,78 @@ class WorkerPool:
             size = SharedRows.size(obs_layout, act_layout, num_envs, num_workers)
             os.ftruncate(shared_fd, size)
             self._buffer = mmap.mmap(shared_fd, size)
+            self._size = size
             for w in range(num_workers):  # read before the worker waits for commands: no semaphore post
                 self.channels[w].send(pickle.dumps(size))
         except BaseException:
+            os.close(shared_fd)
             self.close()
             raise
-        finally:
+        if replaceable:
+            self._shared_fd = shared_fd  # for the workers that replace failed ones
+        else:
             os.close(shared_fd)
         self.rows = SharedRows(self._buffer, obs_layout, act_layout, num_envs, num_workers)
         self.rows.current[:] = -1
+
+    def _start(self, w: int, shared_fd: int) -> WorkerHandle:
+        """Start worker w (its env ids' factories, the shared file)."""
+        group = self.group_ids[w].tolist()
+        return start_worker(
+            self._ctx, w, group, [self._env_fns[i] for i in group], shared_fd, self.num_envs, self.num_workers,
+            self.spin_s, import_main=self.imports_main, specs=self._specs,
+        )  # fmt: skip
+
+    def _install(self, w: int, worker: WorkerHandle) -> None:
+        """Make ``worker`` worker w (appended at start, put in place of a replaced one later)."""
+        parts: list[list[Any]] = [
+            self.command_sems, self.done_sems, self.channels, self.pollers, self.procs, self._answered, self._replied,
+        ]  # fmt: skip
+        values = [
+            worker.commands, worker.done, worker.channel, worker.poller, worker.proc,
+            functools.partial(worker.done.acquire, False), poll_ready(worker.poller),
+        ]  # fmt: skip
+        for part, value in zip(parts, values):
+            if w < len(part):
+                part[w] = value
+            else:
+                part.append(value)
+        self.pipes[2 * w : 2 * w + 2] = worker.pipes
+
+    def replace(self, w: int) -> None:
+        """Stop worker w (dead, or alive after one of its envs raised) and start a new one for its env ids,
+        with new envs (built, not reset); its outstanding commands are forgotten.
+
+        Raises:
+            EnvWorkerError: the new worker could not build its envs, or they have other spaces.
+        """
+        assert self._shared_fd is not None and self.rows is not None, "a pool made without replaceable=True"
+        stop_workers([self.procs[w]], [self.channels[w]], [self.command_sems[w]])
+        for pipe in self.pipes[2 * w : 2 * w + 2]:
+            pipe.close()
+        self.commands[w].clear()
+        self.owed[w] = _OWE_NOTHING
+        self.rows.control[w] = 0
+        self.rows.current[w] = -1
+        self.lost.pop(w, None)
+        deadline, self.deadline = self.deadline, None  # starting a worker is not the call's env step
+        catching, self.catch_deaths = self.catch_deaths, False  # a new worker that dies at once is fatal
+        try:
+            self._install(w, self._start(w, self._shared_fd))
+            obs_space, act_space, _, _ = self._handshake(w)
+            if obs_space != self.observation_space or act_space != self.action_space:
+                raise EnvWorkerError(
+                    int(self.group_ids[w][0]),
+                    f"the worker started in place of worker process {w} built envs with spaces {obs_space}, "
+                    f"{act_space}, not {self.observation_space}, {self.action_space}",
+                )
+            self.channels[w].send(pickle.dumps(self._size))
+        except BaseException:
+            self._fatal()
+            raise
+        finally:
+            self.deadline = deadline
+            self.catch_deaths = catching
 
     def _handshake(self, w: int) -> tuple[gym.Space, gym.Space, Any, dict]:
         """Wait for worker w to report its spaces (or the error that stopped it)."""
@@ -199,8 +266,8 @@ class WorkerPool:
                 f"worker process {w} died while creating its envs (exit code {self.procs[w].exitcode})",
             ) from exc
         if message[0] == "error":
-            _, env_id, text, trace = message
-            raise EnvWorkerError(env_id, text, trace)
+            _, env_id, text, trace, kind = message
+            raise EnvFailure(env_id, kind, text, trace).to_exception()
         _, obs_space, act_space, spec, metadata = message
         return obs_space, act_space, spec, metadata
 
@@ -266,7 +333,7 @@ class WorkerPool:
         to say. What is still owed is tracked (``owed``), so an interrupted wait is finished later."""
         if self.owed[w] == _OWE_DONE:
             self._await_done(w)
-            if not self.rows.control[w, CTRL_REPLY] & REPLY_MESSAGE:  # type: ignore[union-attr]
+            if w in self.lost or not self.rows.control[w, CTRL_REPLY] & REPLY_MESSAGE:  # type: ignore[union-attr]
                 self.owed[w] = _OWE_NOTHING
                 return None
             self.owed[w] = _OWE_MESSAGE
@@ -284,22 +351,29 @@ class WorkerPool:
             if not self.procs[w].is_alive():
                 if done.acquire(False):  # answered, then died: the next command finds out
                     break
-                self.worker_died(w, self.group_ids[w])
+                self._dead(w, self.group_ids[w])
+                return
         spinner.slept()
 
     def send(self, w: int, message: bytes) -> None:
         """Send worker w a command and announce it (after reading what an interrupted fast command owes)."""
         if self.owed[w]:
             self.settle(w)
+        if w in self.lost:
+            return
         try:
             self.channels[w].send(message)
         except OSError:
-            self.worker_died(w, None)
+            self._dead(w, None)
+            return
         self.command_sems[w].release()
 
     def recv(self, w: int, ids: np.ndarray | None, spin: bool = True) -> bytes:
         """The next message of worker w, checking it is alive while waiting (its dead pipe reads EOF);
-        ``ids``: the env ids it is answering for (to name one if it died)."""
+        ``ids``: the env ids it is answering for (to name one if it died). A worker lost in this call
+        (``lost``) answers an empty message."""
+        if w in self.lost:
+            return b""
         channel = self.channels[w]
         try:
             slept = False
@@ -317,7 +391,8 @@ class WorkerPool:
                 self._spinners[w].slept()
             return channel.pop()
         except (EOFError, OSError):
-            self.worker_died(w, ids)
+            self._dead(w, ids)
+            return b""
 
     def _poll_s(self, w: int) -> float:
         """How long to wait for worker w before checking on it again: LIVENESS_POLL_S, or less near the
@@ -342,19 +417,30 @@ class WorkerPool:
         message = timeout_message(self.timeout, running, what, f" in worker processes with pids {pids}")
         raise EnvWorkerError(running[0] if running else None, message)
 
-    def worker_died(self, w: int, ids: np.ndarray | None) -> NoReturn:
-        """Raise EnvWorkerError for a dead worker, naming the env it was calling; closes the owner."""
+    def _dead(self, w: int, ids: np.ndarray | None) -> None:
+        """Worker w died: note it in ``lost`` while the synchronous call under way may lose it (the caller
+        goes on as if it had answered nothing), else raise as ``worker_died``."""
+        if w in self.lost:
+            return
+        if not (self.catch_deaths and len(self.lost) < self.lose_budget):
+            self.worker_died(w, ids, self.death_note if self.catch_deaths else "")
+        self.lost[w] = self._death_text(w)
+
+    def _death_text(self, w: int) -> str:
+        """How worker w died (waits for its exit code)."""
         proc = self.procs[w]
         proc.join(CLOSE_JOIN_S)
+        group = self.group_ids[w].tolist()
+        return f"worker process {w} (pid {proc.pid}, env ids {group[0]}..{group[-1]}) died with exit code {proc.exitcode}"
+
+    def worker_died(self, w: int, ids: np.ndarray | None, note: str = "") -> NoReturn:
+        """Raise EnvWorkerError for a dead worker, naming the env it was calling; closes the owner. ``note``
+        is added to the message."""
         current = int(self.rows.current[w]) if self.rows is not None else -1
         env_id: int | None = current if current >= 0 else None
         if env_id is None and ids is not None and ids.size:
             env_id = int(ids[0])
-        group = self.group_ids[w].tolist()
-        message = (
-            f"worker process {w} (pid {proc.pid}, env ids {group[0]}..{group[-1]}) died with exit code "
-            f"{proc.exitcode}; the vector env has been closed"
-        )
+        message = f"{self._death_text(w)}; the vector env has been closed{note}"
         self._fatal()
         raise EnvWorkerError(env_id, message)
 
@@ -437,6 +523,9 @@ class WorkerPool:
             queue.clear()
         self.owed = [_OWE_NOTHING] * self.num_workers
         self.rows = None
+        if self._shared_fd is not None:
+            os.close(self._shared_fd)
+            self._shared_fd = None
         buffer, self._buffer = self._buffer, None
         if buffer is not None:
             # BufferError: a view is still referenced somewhere; the mapping then goes with it

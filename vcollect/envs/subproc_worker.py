@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector.utils import CloudpickleWrapper
 
+from vcollect.envs.base import spaces_problem, step_values_failure
 from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 from vcollect.envs.layout import FixedLayout
 from vcollect.envs.subproc_transport import (
@@ -85,26 +86,36 @@ def worker_main(
     for spec in specs:  # ids the parent's script registered, for a worker that did not import it
         gym.registry.setdefault(spec.id, spec)
     try:
-        for env_id, fn in zip(env_ids, env_fns):
-            try:
-                envs.append(fn())
-            except Exception as exc:
-                message = ("error", env_id, f"env factory raised {_describe(exc)}", traceback.format_exc())
-                channel.send(pickle.dumps(message))
-                return
-        first = envs[0]
-        for env_id, env in zip(env_ids[1:], envs[1:]):
-            if env.observation_space != first.observation_space or env.action_space != first.action_space:
-                text = f"spaces {env.observation_space}, {env.action_space} differ from env {env_ids[0]}'s"
-                channel.send(pickle.dumps(("error", env_id, text, "")))
-                return
         try:
-            spec = pickle.loads(pickle.dumps(first.spec))
-        except Exception:
-            spec = None
-        channel.send(
-            pickle.dumps(("spaces", first.observation_space, first.action_space, spec, dict(first.metadata)))
-        )
+            for env_id, fn in zip(env_ids, env_fns):
+                try:
+                    envs.append(fn())
+                except Exception as exc:
+                    text = f"env factory raised {_describe(exc)}"
+                    channel.send(pickle.dumps(("error", env_id, text, traceback.format_exc(), "env")))
+                    return
+                problem = spaces_problem(envs[-1])
+                if problem is not None:
+                    channel.send(pickle.dumps(("error", env_id, problem, "", "value")))
+                    return
+            first = envs[0]
+            for env_id, env in zip(env_ids[1:], envs[1:]):
+                if env.observation_space != first.observation_space or env.action_space != first.action_space:
+                    text = f"spaces {env.observation_space}, {env.action_space} differ from env {env_ids[0]}'s"
+                    channel.send(pickle.dumps(("error", env_id, text, "", "env")))
+                    return
+            try:
+                spec = pickle.loads(pickle.dumps(first.spec))
+            except Exception:
+                spec = None
+            report = pickle.dumps(
+                ("spaces", first.observation_space, first.action_space, spec, dict(first.metadata or {}))
+            )
+        except Exception as exc:  # anything else while starting up is said, not left as an exit code
+            text = f"worker process {index} could not start its envs: {_describe(exc)}"
+            channel.send(pickle.dumps(("error", env_ids[0], text, traceback.format_exc(), "env")))
+            return
+        channel.send(report)
         size = pickle.loads(channel.recv())
         if not isinstance(size, int):  # closed before start-up finished
             return
@@ -179,16 +190,26 @@ def _serve(
                 else:
                     obs_layout.write_row(obs_rows, g, obs)
             except Exception as exc:
-                message = f"observation does not fit {obs_layout.space}: {exc!r}"
+                call = "step" if stepping else "reset"
+                message = (
+                    f"{call} returned an observation of type {type(obs).__name__} that does not fit "
+                    f"{obs_layout.space}: {exc!r}"
+                )
                 failures.append((g, "obs", message, traceback.format_exc()))
                 infos.append({})
                 continue
             if stepping:
-                rewards[g] = reward
-                terminations[g] = terminated
-                truncations[g] = truncated
+                try:
+                    rewards[g] = reward
+                    terminations[g] = terminated
+                    truncations[g] = truncated
+                except Exception:
+                    bad = step_values_failure(g, (reward, terminated, truncated), traceback.format_exc())
+                    failures.append((g, bad.kind, bad.message, bad.traceback_text))
+                    infos.append({})
+                    continue
             infos.append(info)
-            if op == STEP_RESET and (terminated or truncated) and reset_mode[g] != NO_RESET:
+            if op == STEP_RESET and (terminations[g] or truncations[g]) and reset_mode[g] != NO_RESET:
                 failure = _restart(envs[li], g, rows, obs_layout, payload, reset_infos)
                 if failure is None:
                     restarts += 1
@@ -284,7 +305,8 @@ def _restart(
     try:
         obs_layout.write_row(rows.reset_obs, g, obs)
     except Exception as exc:
-        return (g, "obs", f"observation does not fit {obs_layout.space}: {exc!r}", traceback.format_exc())
+        message = f"reset returned an observation of type {type(obs).__name__} that does not fit {obs_layout.space}: {exc!r}"
+        return (g, "obs", message, traceback.format_exc())
     rows.restarted[g] = True
     if info:
         reset_infos[g] = info

@@ -5,6 +5,11 @@ in rotation, so no env id is favoured). n_episode: envs step until they have fin
 idle. A backend with ``step_reset`` restarts the envs that ended within the same call (one round trip
 to a worker process instead of two); otherwise they are reset after the step. A policy that wants infos
 (PolicyActor.wants_infos) is handed each step's infos, and the reset infos of the envs that restarted.
+
+A backend that replaces failed envs (``restarts_envs``, vcollect.envs.restarts) reports them after the
+step: their rows of the step are not recorded (nor counted), their running episodes are abandoned
+(StepContext.take_replaced) and they are reset at once with the next seeds of their streams, so the call's
+counts stay exact.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 
 from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
-from vcollect.step_context import CollectCall, StepContext
+from vcollect.step_context import CollectCall, StepContext, take_rows
 
 __all__ = ["StepsAndResets", "SubsetLoop"]
 
@@ -51,16 +56,19 @@ class SubsetLoop:
                 raise TypeError(f"{type(context.envs).__name__} declares step_reset but has no step_reset method")
             self.step_reset = context.envs
         self._next_env = 0  # where the next partial batch starts
+        self.unrecorded = 0
+        """Transitions of replaced envs that steps did not record (restarts_envs); the loops subtract them."""
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
         c = self.ctx
         all_ids = c.all_ids
         c.reset_pending(all_ids, call.reset_options)
         collected = 0
+        self.unrecorded = 0
         if self.step_reset is not None and c.on_step_hook is None and call.render is None and not c.actor.wants_infos:
             batches = n_step // c.num_envs
             self._full_batches(batches, call)
-            collected = batches * c.num_envs
+            collected = batches * c.num_envs - self.unrecorded
         while collected < n_step:
             remaining = n_step - collected
             if remaining >= c.num_envs:
@@ -68,9 +76,10 @@ class SubsetLoop:
             else:
                 ready = np.sort((self._next_env + np.arange(remaining)) % c.num_envs)
                 self._next_env = (self._next_env + remaining) % c.num_envs
+            self.unrecorded = 0
             self.step(ready, call, None)
-            collected += len(ready)
-            call.bar.update(len(ready))
+            collected += len(ready) - self.unrecorded
+            call.bar.update(len(ready) - self.unrecorded)
         return collected
 
     def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
@@ -83,8 +92,9 @@ class SubsetLoop:
                 ready = c.all_ids  # the object record() recognises as "every env, in order"
             if ready.size == 0:
                 return collected
+            self.unrecorded = 0
             finished = self.step(ready, call, quota[ready] > 1)
-            collected += len(ready)
+            collected += len(ready) - self.unrecorded
             if finished.size:
                 call.bar.update(finished.size)
                 quota[finished] -= 1
@@ -101,11 +111,17 @@ class SubsetLoop:
         lengths, returns = c.buffer.episode_lengths, c.buffer.episode_returns
         validate, obs_problem, all_ids, n = c.validate, c.obs_problem, c.all_ids, c.num_envs
         random, bar, space = call.random, call.bar, c.observation_space
+        replacing = c.restarter is not None
         for _ in range(batches):
             actions = actor.actions(all_ids, random)
-            obs, rewards, terms, truncs, _, restarted, reset_obs, _ = step_reset(
-                actions, None, reset_seeds=seeds, options=options
-            )
+            result = step_reset(actions, None, reset_seeds=seeds, options=options)
+            if replacing:
+                replaced, abandoned = c.take_replaced()
+                if replaced.size:  # the rest of this batch is recorded the general way
+                    self._record_step_reset(all_ids, actions, result, call, replaced, abandoned)
+                    bar.update(n - replaced.size)
+                    continue
+            obs, rewards, terms, truncs, _, restarted, reset_obs, _ = result
             if writer is not None:
                 writer.next_rounds()
             if validate:
@@ -159,6 +175,56 @@ class SubsetLoop:
             may_reset=may_reset,
             options=call.reset_options,
         )
+        if c.restarter is not None:
+            replaced, abandoned = c.take_replaced()
+            if replaced.size:
+                return self._record_step_reset(env_ids, actions, result, call, replaced, abandoned)
+        return self._record_result(env_ids, ids_arg, actions, result, call)
+
+    def _record_step_reset(
+        self,
+        env_ids: np.ndarray,
+        actions: Any,
+        result: StepResetResult,
+        call: CollectCall,
+        replaced: np.ndarray,
+        abandoned: np.ndarray,
+    ) -> np.ndarray:
+        """Record a step_reset of env_ids in which the backend replaced some envs: the others' rows only;
+        the envs whose episodes were abandoned are reset at once. Returns the finished env ids."""
+        c = self.ctx
+        keep = np.flatnonzero(~np.isin(env_ids, replaced))
+        self.unrecorded += env_ids.size - keep.size
+        finished = env_ids[:0]
+        if keep.size:
+            space = c.observation_space
+            started = ~np.isin(result.reset_ids, replaced)
+            starts = np.flatnonzero(started)
+            kept = StepResetResult(
+                take_rows(space, result.obs, keep),
+                result.rewards[keep],
+                result.terminations[keep],
+                result.truncations[keep],
+                [result.infos[i] for i in keep.tolist()],
+                result.reset_ids[started],
+                None if not starts.size else take_rows(space, result.reset_obs, starts),
+                [result.reset_infos[i] for i in starts.tolist()],
+            )
+            kept_ids = env_ids[keep]
+            kept_actions = take_rows(c.action_space, actions, keep)
+            finished = self._record_result(kept_ids, kept_ids, kept_actions, kept, call)
+        else:
+            c.next_rounds()  # the restarts below write a row each
+        if abandoned.size:
+            c.reset_envs(abandoned, call.reset_options)
+        return finished
+
+    def _record_result(
+        self, env_ids: np.ndarray, ids_arg: np.ndarray | None, actions: Any, result: StepResetResult, call: CollectCall
+    ) -> np.ndarray:
+        """Record a step_reset's result for env_ids (``ids_arg`` None: every env, in order) and start the
+        episodes of the envs it restarted. Returns the finished env ids."""
+        c = self.ctx
         obs, rewards = result.obs, result.rewards
         if c.actor.wants_infos:  # the step's infos, then the restarted envs' reset infos
             c.actor.remember_infos(env_ids, result.infos)
