@@ -93,6 +93,29 @@ def test_cli_flags_reach_the_store_as_one_store_options(tmp_path: Path, monkeypa
     assert made == [expected, expected]  # created, then opened for --append
 
 
+def test_cli_ray_workers_get_the_flags_store_options(ray_local: Any, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from vcollect.distributed import DistributedCollector
+
+    monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(tmp_path))
+    given: list[Any] = []
+    init = DistributedCollector.__init__
+
+    def spied(self: DistributedCollector, *args: Any, **kwargs: Any) -> None:
+        given.append((kwargs.get("store_options"), kwargs.get("store_kwargs")))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(DistributedCollector, "__init__", spied)
+    assert main(["collect", "CartPole-v1", "--ray-workers", "1", "--num-envs", "1", "--episodes", "1", "--seed", "0",
+                 "--dataset", "cli/ray-opt-v0", "--shard-steps", "11", "--compression", "lzf", "--no-progress"]) == 0
+    assert given == [(StoreOptions(shard_steps=11, compression="lzf", background_commits=True), None)]
+    shards = sorted((dataset_path("cli/ray-opt-v0", tmp_path) / "shards").glob("*.h5"))
+    assert shards
+    for shard in shards:
+        with h5py.File(shard, "r") as f:
+            assert f["rewards"].compression == "lzf"
+
+
 def _writer_options(worker: Any) -> StoreOptions:
     """The options of a worker actor's own EpisodeStore (run inside the actor by __ray_call__)."""
     return worker.writer.options

@@ -82,7 +82,7 @@ class WorkerSpec:
     collector: str
     store_id: str | None
     root: str | None
-    store_options: StoreOptions = field(default_factory=StoreOptions)  # env_id_offset: the field above applies
+    store_options: StoreOptions = field(default_factory=StoreOptions)  # its env_id_offset: replaced by the one above
     seed_every_reset: bool = True
     exploration_noise: bool = False
     unfinished: str = "drop"
