@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,9 @@ from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, ve
 from vcollect.envs.base import TIMEOUT_HINT
 from vcollect.envs.factory import RESTART_BACKENDS, TIMEOUT_BACKENDS
 from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarning, VCollectError
+
+if TYPE_CHECKING:
+    from vcollect.store import StoreOptions
 
 
 def add_collect_parser(
@@ -445,7 +448,7 @@ def run_collect_distributed(
         collector="async" if args.use_async else "sync",
         seed_every_reset=not args.seed_first_reset_only,
         unfinished=args.unfinished,
-        store_kwargs={"shard_steps": args.shard_steps, "compression": args.compression},
+        store_options=_store_options(args),
     )
     try:
         stats = collector.collect(n_step=n_step, n_episode=n_episode, random=policy_factory is None)
@@ -477,6 +480,14 @@ class _Spaces:
     single_action_space: gym.Space[Any]
 
 
+def _store_options(args: argparse.Namespace) -> StoreOptions:
+    """The StoreOptions of --shard-steps and --compression, for the local store and every Ray worker's."""
+    from vcollect.store import StoreOptions
+
+    # background commits: shards committed off the collect loop; a failed one still ends the command
+    return StoreOptions(shard_steps=args.shard_steps, compression=args.compression, background_commits=True)
+
+
 def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class: Any) -> Any:
     """The --dataset store for envs of these spaces: opened for --append, else created with the run's metadata."""
     if args.append:
@@ -484,9 +495,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
             args.dataset, args.root,
             observation_space=envs.single_observation_space,
             action_space=envs.single_action_space,
-            shard_steps=args.shard_steps,
-            compression=args.compression,
-            background_commits=True,  # commits off the collect loop; errors still end the command
+            options=_store_options(args),
         )
     metadata: dict[str, Any] = {
         "algorithm_name": args.algorithm_name or args.policy,
@@ -523,10 +532,8 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         env_spec=spec_json,
         root=args.root,
         metadata=metadata,
-        shard_steps=args.shard_steps,
-        compression=args.compression,
         overwrite=args.overwrite,
-        background_commits=True,
+        options=_store_options(args),
         frame_stack=args.frame_stack,  # with --append the dataset's own layout applies
     )
 

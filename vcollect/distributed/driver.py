@@ -48,6 +48,7 @@ from vcollect.errors import (
 )
 from vcollect.stats import CollectStats
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.write.options import StoreOptions, merge_store_options
 
 __all__ = ["COLLECTOR_KINDS", "TRANSPORTS", "DistributedCollector", "derive_seeds", "replacement_seed"]
 
@@ -89,7 +90,9 @@ class DistributedCollector:
     ``exploration_noise`` (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's) and ``unfinished``
     go to it. Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
     the actor's ``.options(...)`` (default ``num_cpus=1``); ``env_kwargs``/``backend_kwargs`` go to
-    make_vector and ``store_kwargs`` (shard_steps, compression) to EpisodeStore.open. Setup (and a
+    make_vector. ``store_options`` (a :class:`~vcollect.store.StoreOptions`: shard size, compression,
+    background commits) go to every worker's EpisodeStore.open, with ``store_kwargs`` (its fields by name)
+    overriding them; each writer's env_id_offset is the worker's, set here. Setup (and a
     replacement's) waits at most ``startup_timeout`` seconds for the actors to be placed.
     ``worker_timeout``: seconds ``collect`` waits for the next worker reply (None: no limit); past it the
     workers still running are killed and handled as dead ones (replaced while restarts last, else
@@ -115,6 +118,7 @@ class DistributedCollector:
         env_kwargs: Mapping[str, Any] | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
         store_kwargs: Mapping[str, Any] | None = None,
+        store_options: StoreOptions | None = None,
         worker_options: Mapping[str, Any] | None = None,
         startup_timeout: float = 300.0,
         max_worker_restarts: int = 0,
@@ -136,6 +140,9 @@ class DistributedCollector:
             parse_dataset_id(store)
         if store_kwargs and "env_id_offset" in store_kwargs:
             raise ValueError("store_kwargs cannot set env_id_offset: each worker's writer gets its own global offset")
+        if store_options is not None and store_options.env_id_offset:
+            raise ValueError("store_options cannot set env_id_offset: each worker's writer gets its own global offset")
+        options = merge_store_options(store_options, dict(store_kwargs or {}), "DistributedCollector's store_kwargs")
         self._closed = True  # until the workers exist
         self._ray = ensure_ray()
         self.num_workers = int(num_workers)
@@ -169,12 +176,12 @@ class DistributedCollector:
             env=env, env_kwargs=dict(env_kwargs or {}), backend=backend, backend_kwargs=dict(backend_kwargs or {}),
             num_envs=self.envs_per_worker, env_id_offset=0, policy_fn=policy_fn, seed=0, collector=collector,
             store_id=None if use_sink else store, root=None if use_sink else self.root,
-            store_kwargs=dict(store_kwargs or {}), seed_every_reset=seed_every_reset,
+            store_options=options, seed_every_reset=seed_every_reset,
             exploration_noise=bool(exploration_noise), unfinished=unfinished, max_in_flight=int(max_in_flight),
         )
         try:
             if use_sink:
-                self._sink = self._start_sink(dict(store_kwargs or {}))
+                self._sink = self._start_sink(options)
                 base = replace(base, sink_actor=self._sink)
             self._base_spec = base
             specs = {w: (self._spec(w),) for w in range(self.num_workers)}
@@ -378,7 +385,7 @@ class DistributedCollector:
 
     # ------------------------------------------------------------------ workers and replacements
 
-    def _start_sink(self, store_kwargs: dict[str, Any]) -> Any:
+    def _start_sink(self, store_options: StoreOptions) -> Any:
         """The writer actor, pinned to this (the driver's) node, where the dataset is."""
         ray = self._ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -386,7 +393,7 @@ class DistributedCollector:
         here = ray.get_runtime_context().get_node_id()
         actor = writer_actor().options(
             num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)
-        ).remote(self.store_id, self.root, store_kwargs)
+        ).remote(self.store_id, self.root, store_options)
         ray.get(actor.node_and_pid.remote(), timeout=self._startup_timeout)
         return actor
 

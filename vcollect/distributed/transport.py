@@ -22,6 +22,7 @@ import numpy as np
 
 from vcollect.envs.ray_env import require_ray
 from vcollect.errors import CollectorStateError
+from vcollect.store.write.options import StoreOptions
 
 __all__ = ["RemoteSink", "ShardWriterActor", "writer_actor"]
 
@@ -32,8 +33,8 @@ class ShardWriterActor:
     """The driver-side writer: per key (a worker generation's writer name) an EpisodeStore and the batches
     received since that worker's last flush."""
 
-    def __init__(self, dataset_id: str, root: str, store_kwargs: Mapping[str, Any]) -> None:
-        self.dataset_id, self.root, self.store_kwargs = dataset_id, root, dict(store_kwargs)
+    def __init__(self, dataset_id: str, root: str, store_options: StoreOptions) -> None:
+        self.dataset_id, self.root, self.store_options = dataset_id, root, store_options
         self._stores: dict[str, Any] = {}
         self._pending: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
         self._held_steps: dict[str, int] = {}
@@ -43,7 +44,8 @@ class ShardWriterActor:
         """Open a writer storing global env ids (local + env_id_offset); returns its key (its writer name)."""
         from vcollect.store import EpisodeStore
 
-        store = EpisodeStore.open(self.dataset_id, self.root, env_id_offset=env_id_offset, **self.store_kwargs)
+        store = EpisodeStore.open(self.dataset_id, self.root, options=self.store_options,
+                                  env_id_offset=env_id_offset)
         self._stores[store.writer_name] = store
         self._pending[store.writer_name] = []
         return store.writer_name

@@ -24,6 +24,7 @@ from vcollect.envs.ray_env import require_ray
 from vcollect.errors import DatasetNotFoundError, EnvWorkerError
 from vcollect.stats import CollectStats
 from vcollect.store.layout.naming import dataset_path
+from vcollect.store.write.options import StoreOptions
 
 if TYPE_CHECKING:
     from vcollect.store.write.writer import EpisodeStore
@@ -81,7 +82,7 @@ class WorkerSpec:
     collector: str
     store_id: str | None
     root: str | None
-    store_kwargs: dict[str, Any] = field(default_factory=dict)
+    store_options: StoreOptions = field(default_factory=StoreOptions)  # its env_id_offset: replaced by the one above
     seed_every_reset: bool = True
     exploration_noise: bool = False
     unfinished: str = "drop"
@@ -241,7 +242,7 @@ def _open_store(spec: WorkerSpec, obs_space: gym.Space, act_space: gym.Space) ->
     try:
         return EpisodeStore.open(
             spec.store_id, spec.root, observation_space=obs_space, action_space=act_space,
-            env_id_offset=spec.env_id_offset, **spec.store_kwargs,
+            options=spec.store_options, env_id_offset=spec.env_id_offset,
         )
     except DatasetNotFoundError as exc:
         raise DatasetNotFoundError(

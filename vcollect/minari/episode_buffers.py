@@ -149,10 +149,10 @@ def create_dataset_from_buffers(
         metadata["requirements"] = list(requirements)
     staging = new_staging_dir(final, resolve_root(root))
     try:
-        with EpisodeStore._create_at(staging, dataset_id, observation_space, action_space,
-                                     env_spec=None if spec is None else spec.to_json(),
-                                     eval_env_spec=None if eval_spec is None else eval_spec.to_json(),
-                                     metadata=metadata) as store:
+        with EpisodeStore.create_at(staging, dataset_id, observation_space, action_space,
+                                    env_spec=None if spec is None else spec.to_json(),
+                                    eval_env_spec=None if eval_spec is None else eval_spec.to_json(),
+                                    metadata=metadata) as store:
             write_episode_lists(store, episodes)
     except BaseException:
         discard_staging(staging, resolve_root(root))

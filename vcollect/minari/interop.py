@@ -401,8 +401,8 @@ def import_minari(
         raise DatasetExistsError(exists)
     staging = new_staging_dir(final, root_path)
     try:
-        store = EpisodeStore._create_at(staging, dataset_id, obs_space, act_space, env_spec=env_spec,
-                                        eval_env_spec=eval_env_spec, metadata=ours)
+        store = EpisodeStore.create_at(staging, dataset_id, obs_space, act_space, env_spec=env_spec,
+                                       eval_env_spec=eval_env_spec, metadata=ours)
     except BaseException:
         discard_staging(staging, root_path)
         raise
@@ -418,7 +418,7 @@ def import_minari(
                     raise DatasetError(f"cannot import {name} of {str(source)!r}: {first_error}") from first_error
                 # Infos/extras/metadata structure is fixed per writer: a fresh writer takes the new one.
                 store.close()
-                store = EpisodeStore._open_at(staging, dataset_id, root_path)
+                store = EpisodeStore.open_at(staging, dataset_id, root_path)
                 try:
                     store.write_episode(**episode, env_id=0)
                 except (InfoStructureError, ValueError) as exc:

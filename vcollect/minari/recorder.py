@@ -47,7 +47,7 @@ from vcollect.store.layout.catalog import delete_dataset
 from vcollect.store.layout.dataset_info import DATASET_FILE
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.schema import to_json
-from vcollect.store.read.reader import Dataset, load_dataset
+from vcollect.store.read.reader import Dataset, load_dataset, reload_in_place
 from vcollect.store.read.transforms import copy_episodes
 from vcollect.store.write.writer import EpisodeStore
 
@@ -401,12 +401,8 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             self._staging_id = None
             self._episodes_recorded = 0
             self._since_flush = 0
-            fresh = load_dataset(dataset.id, target_root)
-            new_ids = np.arange(before, before + staged.total_episodes, dtype=np.int64)
             # Minari semantics: the caller's Dataset object sees the appended episodes.
-            dataset._index = fresh._index
-            dataset._episode_indices = np.append(dataset.episode_indices, new_ids)
-            dataset._cum_lengths = None
+            reload_in_place(dataset, np.arange(before, before + staged.total_episodes, dtype=np.int64))
         return dataset
 
     # ------------------------------------------------------------------ internals

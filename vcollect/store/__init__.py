@@ -1,4 +1,4 @@
-"""The episode store: crash-safe columnar HDF5 shards written by EpisodeStore, read as Datasets."""
+"""The episode store: crash-safe columnar HDF5 shards written by EpisodeStore (how: StoreOptions), read as Datasets."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
 from vcollect.store.read.transforms import combine_datasets, split_dataset
+from vcollect.store.write.options import StoreOptions
 from vcollect.store.write.writer import EpisodeStore
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "DatasetSpec",
     "EpisodeData",
     "EpisodeStore",
+    "StoreOptions",
     "combine_datasets",
     "create_namespace",
     "delete_namespace",

@@ -47,7 +47,16 @@ from vcollect.store.read.shard_reader import StoredShard
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 
-__all__ = ["MAX_OPEN_FILES", "SAMPLE_CACHE_BYTES", "Dataset", "DatasetSpec", "EpisodeData", "load_dataset"]
+__all__ = [
+    "MAX_OPEN_FILES",
+    "SAMPLE_CACHE_BYTES",
+    "Dataset",
+    "DatasetSpec",
+    "EpisodeData",
+    "load_dataset",
+    "reload_in_place",
+    "view_of",
+]
 
 #: Default ``cache_bytes`` of :meth:`Dataset.sample_steps`: the sampled columns of all shards are copied
 #: into memory once when they total at most this many bytes; above it, rows are gathered from the files.
@@ -294,10 +303,7 @@ class Dataset:
     def filter_episodes(self, condition: Callable[[EpisodeData], bool]) -> Dataset:
         """A view of the episodes for which ``condition(episode)`` is true (no data copied)."""
         keep = [i for i in self._episode_indices.tolist() if condition(self._index.episode(i))]
-        return self._view(np.asarray(keep, dtype=np.int64))
-
-    def _view(self, episode_indices: np.ndarray) -> Dataset:
-        return Dataset(self._index, episode_indices)
+        return view_of(self, np.asarray(keep, dtype=np.int64))
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> gym.Env[Any, Any]:
         """``gym.make`` the stored env spec (the eval env spec with ``eval_env=True``, when stored).
@@ -446,6 +452,39 @@ def _unchanged_summary(file: Path, entry: Mapping[str, Any] | None) -> Mapping[s
     except OSError:
         return None
     return entry if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns") else None
+
+
+def view_of(dataset: Dataset, episode_indices: np.ndarray) -> Dataset:
+    """A view of ``dataset`` holding the episodes of the given global ids, sharing its loaded shards.
+
+    For code that picks the episodes itself (``split_dataset``, ``filter_episodes``); the ids are taken
+    as they are, unchecked.
+
+    Args:
+        dataset: The dataset (or view) whose shards the view reads.
+        episode_indices: Global episode ids, in the view's order.
+
+    Returns:
+        The view (nothing is copied).
+    """
+    return Dataset(dataset._index, episode_indices)
+
+
+def reload_in_place(dataset: Dataset, added_episodes: np.ndarray | Sequence[int] = ()) -> None:
+    """Load ``dataset``'s shards from disk again into the same object and add ``added_episodes`` to it.
+
+    For writers that append to a dataset a user holds and keep Minari's promise that the object then
+    shows the new episodes (``DataCollector.add_to_dataset``). The episodes the object held keep their
+    global ids (new shards sort after the loaded ones); views made from it before keep the old snapshot.
+
+    Args:
+        dataset: The dataset (or view) to update.
+        added_episodes: Global ids of the episodes to add to it, after those it holds.
+    """
+    fresh = load_dataset(dataset.id, dataset.root)
+    dataset._index = fresh._index
+    dataset._episode_indices = np.append(dataset._episode_indices, np.asarray(added_episodes, dtype=np.int64))
+    dataset._cum_lengths = None
 
 
 def load_dataset(

@@ -44,7 +44,7 @@ class TorchDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         if self.items == "transitions":
             batch = self.dataset.steps_at([item], cache_bytes=0)
             return _first_row(batch)
-        episode = self.dataset._index.episode(int(self._episode_indices[item]))
+        episode = next(self.dataset.iterate_episodes([int(self._episode_indices[item])]))
         return {
             "id": episode.id,
             "observations": episode.observations,

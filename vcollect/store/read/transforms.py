@@ -17,7 +17,7 @@ from vcollect.store.layout.episode_metadata import write_late_metadata_by_positi
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.publish_journal import publish_together
 from vcollect.store.layout.staging import discard_staging, new_staging_dir
-from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
+from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset, view_of
 from vcollect.store.write.writer import EpisodeStore
 
 __all__ = ["Staged", "combine_datasets", "copy_episodes", "publish_staged", "split_dataset", "stage_combined"]
@@ -108,7 +108,7 @@ def split_dataset(
         )
     order = np.random.default_rng(seed).permutation(dataset.episode_indices)
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return [dataset._view(order[bounds[i] : bounds[i + 1]]) for i in range(len(sizes))]
+    return [view_of(dataset, order[bounds[i] : bounds[i + 1]]) for i in range(len(sizes))]
 
 
 def combine_datasets(
@@ -196,7 +196,7 @@ def stage_combined(
         raise DatasetExistsError(exists)
     staging = new_staging_dir(final, resolve_root(root))
     try:
-        EpisodeStore._create_at(
+        EpisodeStore.create_at(
             staging,
             new_dataset_id,
             first.observation_space,
@@ -211,7 +211,7 @@ def stage_combined(
         copied = 0
         for dataset in loaded:
             # One writer per source, so each source's infos/extras structure gets its own shards.
-            with EpisodeStore._open_at(staging, new_dataset_id, resolve_root(root)) as store:
+            with EpisodeStore.open_at(staging, new_dataset_id, resolve_root(root)) as store:
                 copied += copy_episodes(dataset.iterate_episodes(), store, late=late, first=copied)
         write_late_metadata_by_position(staging, late)  # metadata set after the fact, keys differing by episode
     except BaseException:

@@ -164,5 +164,5 @@ def append_episode_lists(
         ValueError: An episode does not fit the spaces (see :func:`check_episode_lists`); nothing is written.
     """
     checked = check_episode_lists(episodes, observation_space, action_space)
-    with EpisodeStore._open_at(path, dataset_id, root) as store:
+    with EpisodeStore.open_at(path, dataset_id, root) as store:
         write_episode_lists(store, checked)

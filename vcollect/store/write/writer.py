@@ -56,7 +56,7 @@ from vcollect.store.layout.dataset_info import (
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.schema import MetadataSchema, TreeSchema, to_json
 from vcollect.store.layout.shard_format import SHARD_FORMAT_NAME, SHARD_SUFFIX
-from vcollect.store.write.compression import Compression, check_compression
+from vcollect.store.write.compression import check_compression
 from vcollect.store.write.env_spec_record import env_spec_to_record
 from vcollect.store.write.episode_checks import (
     batch_lists,
@@ -74,6 +74,7 @@ from vcollect.store.write.frame_stack import (
     frame_stack_of,
     rows_as_frames,
 )
+from vcollect.store.write.options import StoreOptions, merge_store_options
 from vcollect.store.write.shard import EpisodeRows, PendingShard
 from vcollect.store.write.shard_commits import ShardCommits, ShardJob, commit_shard
 
@@ -95,30 +96,21 @@ class EpisodeStore:
         dataset_id: str,
         observation_space: gym.Space[Any],
         action_space: gym.Space[Any],
+        options: StoreOptions,
         *,
-        shard_steps: int = 100_000,
-        shard_bytes: int | None = 256 * 2**20,
-        compression: Compression = "auto",
-        env_id_offset: int = 0,
-        background_commits: bool = False,
         frame_stack: FrameStack | None = None,
     ) -> None:
         """Internal: use :meth:`create` or :meth:`open`."""
-        if isinstance(env_id_offset, bool) or not isinstance(env_id_offset, int | np.integer) or env_id_offset < 0:
-            raise ValueError(f"env_id_offset must be an integer >= 0, got {env_id_offset!r}")
-        if shard_steps < 1:
-            raise ValueError(f"shard_steps must be >= 1, got {shard_steps}")
-        if shard_bytes is not None and shard_bytes < 1:
-            raise ValueError(f"shard_bytes must be >= 1 or None, got {shard_bytes}")
         self._path = Path(path)
         self._shards_dir = self._path / SHARDS_DIR
         self._dataset_id = dataset_id
         self.observation_space = observation_space
         self.action_space = action_space
-        self.shard_steps = int(shard_steps)
-        self.shard_bytes = shard_bytes
-        self.compression = check_compression(compression)
-        self._env_id_offset = int(env_id_offset)
+        self._options = options
+        self.shard_steps = options.shard_steps
+        self.shard_bytes = options.shard_bytes
+        self.compression = check_compression(options.compression)  # loads a plugin codec's filters in this process
+        self._env_id_offset = options.env_id_offset
         self._obs_leaves = leaves(observation_space)
         self._act_leaves = leaves(action_space)
         self._obs_shapes = [leaf.shape for leaf in self._obs_leaves]
@@ -136,7 +128,7 @@ class EpisodeStore:
         self._shards_written: list[Path] = []
         self._frame_stack = frame_stack  # observations stored one frame a row (store/write/frame_stack.py)
         self._pending = PendingShard(frame_leaves(self._obs_leaves, frame_stack), self._act_leaves)
-        self._commits = ShardCommits(commit_shard, background=background_commits)
+        self._commits = ShardCommits(commit_shard, background=options.background_commits)
 
     # ------------------------------------------------------------------ construction
 
@@ -151,40 +143,51 @@ class EpisodeStore:
         eval_env_spec: Any = None,
         root: str | os.PathLike[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
-        shard_steps: int = 100_000,
-        shard_bytes: int | None = 256 * 2**20,
-        compression: Compression = "auto",
         overwrite: bool = False,
-        env_id_offset: int = 0,
-        background_commits: bool = False,
         frame_stack: int | FrameStack | None = None,
+        options: StoreOptions | None = None,
+        **option_overrides: Any,
     ) -> EpisodeStore:
         """Create a new, empty dataset and return a writer for it.
 
-        ``env_spec``/``eval_env_spec``: a gymnasium EnvSpec or its JSON (for ``recover_environment``).
-        ``metadata``: JSON-able dataset metadata (author, description, ...; Minari's reference scores as
-        ``metadata=vcollect.reference_scores(env, ref_max_score=... or expert_policy=...)``). Raises DatasetExistsError
-        when the id exists unless ``overwrite=True`` (the new dataset is built aside and swapped in; the old one
-        is removed only then, and a concurrent overwrite of the same id fails with DatasetError).
-        ``env_id_offset`` is added to every env id this writer stores (see :attr:`env_id_offset`).
-        ``compression``: each shard column's filter (vcollect/store/write/compression.py); the default "auto" stores
-        image-like uint8 columns with Zstandard and the rest raw; "none", "gzip", "lzf", "lz4", "zstd" or a
-        gzip level apply one codec to every column. ``background_commits``: build, write and fsync shards in
-        one background thread (store/write/shard_commits.py), so a collect loop does not wait for them; errors
-        surface on the next write, flush or close, and a crash may lose the shards still being committed.
-        ``frame_stack``: k or ``FrameStack(k, padding)`` for gymnasium's ``FrameStackObservation`` k-frame Box:
-        each frame stored once, stacks rebuilt on read, other observations refused (store/write/frame_stack.py).
+        Args:
+            dataset_id: The new dataset's id, ``namespace/name-vN``.
+            observation_space: The space of the observations stored.
+            action_space: The space of the actions stored.
+            env_spec: A gymnasium EnvSpec or its JSON (for ``recover_environment``).
+            eval_env_spec: The same for the evaluation env.
+            root: The datasets folder (default: ``$VCOLLECT_DATASETS_PATH`` or ``~/.vcollect/datasets``).
+            metadata: JSON-able dataset metadata (author, description, ...; Minari's reference scores as
+                ``metadata=vcollect.reference_scores(env, ref_max_score=... or expert_policy=...)``).
+            overwrite: Replace a dataset of this id: the new one is built aside and swapped in, the old one is
+                removed only then, and a concurrent overwrite of the same id fails with DatasetError.
+            frame_stack: k or ``FrameStack(k, padding)`` for gymnasium's ``FrameStackObservation`` k-frame Box:
+                each frame stored once, stacks rebuilt on read, other observations refused
+                (store/write/frame_stack.py).
+            options: How the store writes (:class:`StoreOptions`: shard size, compression, background commits,
+                env id offset); the defaults when None.
+            **option_overrides: Any StoreOptions field by name (``shard_steps=...``, ``compression=...``,
+                ``background_commits=...``, ``shard_bytes=...``, ``env_id_offset=...``); each overrides the
+                field of ``options``.
+
+        Returns:
+            A writer for the new dataset.
+
+        Raises:
+            DatasetExistsError: The id exists and ``overwrite`` is False.
+            TypeError: A keyword argument that is no StoreOptions field (named), or ``options`` of another type.
+            ValueError: A bad dataset id or store option.
         """
         parse_dataset_id(dataset_id)
-        return cls._create_at(
+        resolved = merge_store_options(options, option_overrides, "EpisodeStore.create()")
+        return cls.create_at(
             dataset_path(dataset_id, resolve_root(root)), dataset_id, observation_space, action_space,
-            env_spec=env_spec, eval_env_spec=eval_env_spec, metadata=metadata, shard_steps=shard_steps,
-            shard_bytes=shard_bytes, compression=compression, overwrite=overwrite, env_id_offset=env_id_offset,
-            background_commits=background_commits, frame_stack=frame_stack,
+            env_spec=env_spec, eval_env_spec=eval_env_spec, metadata=metadata, overwrite=overwrite,
+            frame_stack=frame_stack, options=resolved,
         )
 
     @classmethod
-    def _create_at(
+    def create_at(
         cls,
         path: Path,
         dataset_id: str,
@@ -194,24 +197,32 @@ class EpisodeStore:
         env_spec: Any = None,
         eval_env_spec: Any = None,
         metadata: Mapping[str, Any] | None = None,
-        shard_steps: int = 100_000,
-        shard_bytes: int | None = 256 * 2**20,
-        compression: Compression = "auto",
         overwrite: bool = False,
-        env_id_offset: int = 0,
-        background_commits: bool = False,
         frame_stack: int | FrameStack | None = None,
+        options: StoreOptions | None = None,
+        **option_overrides: Any,
     ) -> EpisodeStore:
-        """:meth:`create` in the directory ``path`` (for combine/import, which build a dataset under a
-        hidden staging name and rename it to ``dataset_id``'s place at the end)."""
+        """:meth:`create` in the directory ``path``, for building a dataset in a staging folder.
+
+        Combine, import and Minari's buffers build a dataset under a hidden staging name (``path``, from
+        ``vcollect.store.layout.staging``) and rename it to ``dataset_id``'s place when it is whole; ``path``
+        is taken as it is (the id is not resolved to a folder). The other arguments are :meth:`create`'s.
+
+        Returns:
+            A writer for the new dataset at ``path``.
+
+        Raises:
+            DatasetExistsError: ``path`` holds a dataset and ``overwrite`` is False.
+            TypeError: A keyword argument that is no StoreOptions field (named).
+            ValueError: A bad store option.
+        """
+        resolved = merge_store_options(options, option_overrides, "EpisodeStore.create_at()")
         info = new_dataset_info(dataset_id, observation_space, action_space, env_spec=env_spec,
                                 eval_env_spec=eval_env_spec, metadata=metadata)
         if (stack := frame_stack_of(frame_stack, observation_space)) is not None:
             info["frame_stack"] = stack.to_json()
         # Fail on unsupported spaces before touching the disk.
-        store = cls(path, dataset_id, observation_space, action_space, shard_steps=shard_steps,
-                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset,
-                    background_commits=background_commits, frame_stack=stack)
+        store = cls(path, dataset_id, observation_space, action_space, resolved, frame_stack=stack)
         create_dataset_dir(path, dataset_id, info, overwrite=overwrite)
         store._identity = read_identity(path, dataset_id, store._root())
         return store
@@ -224,29 +235,41 @@ class EpisodeStore:
         *,
         observation_space: gym.Space[Any] | None = None,
         action_space: gym.Space[Any] | None = None,
-        shard_steps: int = 100_000,
-        shard_bytes: int | None = 256 * 2**20,
-        compression: Compression = "auto",
-        env_id_offset: int = 0,
-        background_commits: bool = False,
+        options: StoreOptions | None = None,
+        **option_overrides: Any,
     ) -> EpisodeStore:
         """Open an existing dataset to append episodes (a new writer; existing shards are never touched).
 
-        Spaces come from ``dataset.json``; if given, they must equal the stored ones, else
-        SpaceMismatchError. DatasetNotFoundError names the id and the root searched. ``env_id_offset`` is
-        added to every env id this writer stores (see :attr:`env_id_offset`). Temporary shard files that
-        crashed writers left behind are removed (never those of a writer still running).
+        Temporary shard files that crashed writers left behind are removed (never those of a writer still
+        running).
+
+        Args:
+            dataset_id: The dataset's id.
+            root: The datasets folder (default: ``$VCOLLECT_DATASETS_PATH`` or ``~/.vcollect/datasets``).
+            observation_space: If given, must equal the stored observation space.
+            action_space: If given, must equal the stored action space.
+            options: How the store writes (:class:`StoreOptions`); the defaults when None.
+            **option_overrides: Any StoreOptions field by name; each overrides the field of ``options``.
+
+        Returns:
+            A writer appending to the dataset.
+
+        Raises:
+            DatasetNotFoundError: No such dataset (naming the id and the root searched).
+            SpaceMismatchError: A given space differs from the stored one.
+            TypeError: A keyword argument that is no StoreOptions field (named), or ``options`` of another type.
+            ValueError: A bad dataset id or store option.
         """
         parse_dataset_id(dataset_id)
+        resolved = merge_store_options(options, option_overrides, "EpisodeStore.open()")
         root_path = resolve_root(root)
-        return cls._open_at(
+        return cls.open_at(
             dataset_path(dataset_id, root_path), dataset_id, root_path, observation_space=observation_space,
-            action_space=action_space, shard_steps=shard_steps, shard_bytes=shard_bytes, compression=compression,
-            env_id_offset=env_id_offset, background_commits=background_commits,
+            action_space=action_space, options=resolved,
         )
 
     @classmethod
-    def _open_at(
+    def open_at(
         cls,
         path: Path,
         dataset_id: str,
@@ -254,18 +277,27 @@ class EpisodeStore:
         *,
         observation_space: gym.Space[Any] | None = None,
         action_space: gym.Space[Any] | None = None,
-        shard_steps: int = 100_000,
-        shard_bytes: int | None = 256 * 2**20,
-        compression: Compression = "auto",
-        env_id_offset: int = 0,
-        background_commits: bool = False,
+        options: StoreOptions | None = None,
+        **option_overrides: Any,
     ) -> EpisodeStore:
-        """:meth:`open` of the dataset directory ``path``; removes the temporary shard files of dead writers."""
+        """:meth:`open` of the dataset directory ``path`` under ``root_path``, for a dataset in a staging folder.
+
+        ``path`` is taken as it is (a staging folder :meth:`create_at` made); the temporary shard files of
+        dead writers are removed. The other arguments are :meth:`open`'s.
+
+        Returns:
+            A writer appending to the dataset at ``path``.
+
+        Raises:
+            DatasetNotFoundError: No dataset at ``path``.
+            SpaceMismatchError: A given space differs from the stored one.
+            TypeError: A keyword argument that is no StoreOptions field (named).
+            ValueError: A bad store option.
+        """
+        resolved = merge_store_options(options, option_overrides, "EpisodeStore.open_at()")
         stored_obs, stored_act = open_dataset_dir(path, dataset_id, root_path, observation_space, action_space)
-        store = cls(path, dataset_id, stored_obs, stored_act, shard_steps=shard_steps,
-                    shard_bytes=shard_bytes, compression=compression, env_id_offset=env_id_offset,
-                    background_commits=background_commits,
-                    frame_stack=FrameStack.from_json(read_dataset_info(path, dataset_id, root_path).get("frame_stack")))
+        stack = FrameStack.from_json(read_dataset_info(path, dataset_id, root_path).get("frame_stack"))
+        store = cls(path, dataset_id, stored_obs, stored_act, resolved, frame_stack=stack)
         store._identity = read_identity(path, dataset_id, store._root())
         return store
 
@@ -301,6 +333,11 @@ class EpisodeStore:
         """What tells the dataset this store writes to from one made again at its place (see
         dataset_dir.read_identity); None before create/open."""
         return self._identity
+
+    @property
+    def options(self) -> StoreOptions:
+        """How this store writes (the StoreOptions it was made with, keyword overrides applied)."""
+        return self._options
 
     @property
     def env_id_offset(self) -> int:
