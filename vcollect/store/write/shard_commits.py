@@ -107,11 +107,25 @@ class ShardCommits:
                 return []
             return [job]
         done = self.settle(block=False)
-        while len(self._in_flight) >= self.max_in_flight:  # back-pressure: wait for the oldest
-            done += self._settle_oldest()
+        try:
+            while len(self._in_flight) >= self.max_in_flight:  # back-pressure: wait for the oldest
+                done += self._settle_oldest()
+        except DatasetError:
+            self.failed.append(job)  # kept for the next retry, as a failed commit's
+            raise
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vcollect-commit")
-        self._in_flight.append((job, self._executor.submit(self._commit, job)))
+        try:
+            future = self._executor.submit(self._commit, job)
+        except RuntimeError:  # the interpreter is exiting: no thread takes work any more, commit it here, in order
+            try:
+                done += self.settle(block=True)
+                self._commit(job)
+            except Exception as exc:
+                self._fail(job, exc)
+                return done
+            return [*done, job]
+        self._in_flight.append((job, future))
         return done
 
     def settle(self, block: bool) -> list[ShardJob]:
