@@ -8,7 +8,8 @@ commits in one thread instead, in the order they were handed over, at most ``max
 slower than the envs). A failed commit keeps its episodes (the writer retries them on the next
 ``flush``) and its error is raised by the writer's next call. The file protocol is the same either way,
 so a SIGKILL never leaves a partial shard; in the background it may lose up to ``max_in_flight``
-shards' worth of episodes that were handed over but not yet committed.
+shards' worth of episodes that were handed over but not yet committed. Once the interpreter is exiting
+(its threads are gone and no new one starts) a hand-over is committed inline, after the ones in flight.
 """
 
 from __future__ import annotations

@@ -8,12 +8,15 @@ Layout (docs/ARCHITECTURE.md, "On disk")::
 
 Episodes are buffered in memory (copies, because callers pass views of ring buffers) and
 committed as one shard when ``shard_steps`` steps (or ``shard_bytes`` bytes) are pending, on
-``flush()`` and on ``close()``. A shard is built in memory, written to ``<name>.h5.<space>.tmp``,
+``flush()`` and on ``close()``; a batch of episodes that fills more than one shard is cut between
+episodes into several. A shard is built in memory, written to ``<name>.h5.<space>.tmp``,
 fsynced, renamed and the directory fsynced, so a crash leaves every committed shard whole and at most
-the pending episodes lost; a commit that fails (a full disk) raises DatasetError and keeps the pending
-episodes for the next flush(). Each store instance has its own writer name (pid + uuid), so many
-processes append to one dataset without coordinating; the next writer to open a dataset removes the
-temporary files of crashed ones, and a writer whose dataset was deleted or replaced fails its next commit.
+the pending episodes lost (see EpisodeStore, "What a crash can lose"); a commit that fails (a full disk)
+raises DatasetError and keeps the pending episodes for the next flush(). Each store instance has its own
+writer name (pid + uuid), so many processes append to one dataset without coordinating; the next writer to
+open a dataset removes the temporary files of crashed ones, and a writer whose dataset was deleted or
+replaced fails its next commit. A store nobody closes commits what is pending at interpreter exit or when
+it is garbage-collected (vcollect.exit_commits).
 
 This module routes episodes and commits shards; ``dataset_dir`` makes, opens and moves the dataset
 directory, ``episode_checks`` checks and copies each episode's arrays, ``dataset_info`` owns ``dataset.json``,
@@ -87,7 +90,26 @@ class EpisodeStore:
     """Writer appending completed episodes to one dataset as columnar HDF5 shards.
 
     Make one with :meth:`create` (new dataset) or :meth:`open` (append to an existing one); use it as a
-    context manager or call :meth:`close`. Not thread-safe; use one store per thread or process.
+    context manager or call :meth:`close`. Not thread-safe; use one store per thread or process. A store left
+    open is closed at interpreter exit, or when it is garbage-collected, committing what is pending; what
+    cannot be committed then is reported by an EpisodesLostWarning with its counts.
+
+    What a crash can lose (SIGKILL, power loss; committed shards are always whole): the episodes not yet in
+    a committed shard. With L the steps of the longest episode:
+
+    - pending in this store: fewer than ``shard_steps`` steps once a write returns (a write fills and
+      commits as many shards as its episodes need, cut between episodes, so a shard holds fewer than
+      ``shard_steps + L`` steps), and fewer than ``shard_bytes`` bytes;
+    - with ``background_commits=True``, also the shards handed to the commit thread: at most two, each of
+      fewer than ``shard_steps + L`` steps;
+    - in a Collector writing here, the finished episodes queued for the store: fewer than
+      ``WRITE_BATCH`` (64) episodes and fewer than ``WRITE_STEPS`` (1,024) steps, plus the one being queued
+      (vcollect/episode_writer.py).
+
+    In all, fewer than ``shard_steps + 1,024 + L`` steps of finished episodes with inline commits and
+    ``3 * (shard_steps + L) + 1,024`` with background commits; episodes still running are lost too (they
+    were not finished), and so are the steps a blocks backend has staged but not recorded (at most 64 per
+    env).
     """
 
     def __init__(
