@@ -168,11 +168,13 @@ def test_a_collector_dropped_mid_program_hands_its_queue_over(tmp_path: Path) ->
     del collector
     gc.collect()
     assert ref() is None
-    assert envs.closed
     assert store.pending_episodes == 0  # flushed by the dropped collector; the store stays open (it is ours)
     data = load_dataset("drop/collector-v0", root=tmp_path)
     assert (data.total_episodes, data.total_steps) == (12, stats.n_collected_steps)
+    with Collector(None, envs, store=store, seed=1) as again:  # its envs still serve another collector
+        again.collect(n_episode=4, random=True, reset_before_collect=True)
     store.close()
+    assert load_dataset("drop/collector-v0", root=tmp_path).total_episodes == 16
 
 
 def test_a_store_that_cannot_commit_when_dropped_says_what_was_lost(tmp_path: Path) -> None:

@@ -257,17 +257,22 @@ class Collector:
 
     def close(self) -> None:
         """Close the envs and flush the store (the store itself stays open: it is the caller's)."""
+        self._close("close", close_envs=True)
+
+    def _close(self, when: str, close_envs: bool) -> None:
+        """close(); ``when`` names the moment in the warning about episodes still running."""
         if self._closed:
             return
         self._closed = True
         try:
             self.context.write_queued()
             if self._was_reset:
-                self.context.settle_unfinished(self.unfinished, "close")
+                self.context.settle_unfinished(self.unfinished, when)
             if self.store is not None:
                 self.store.flush()
         finally:
-            self.envs.close()
+            if close_envs:
+                self.envs.close()
 
     def __del__(self) -> None:
         if getattr(self, "_made_in", None) is not None and not self._closed:
@@ -275,7 +280,8 @@ class Collector:
 
     def close_unclosed(self, why: str) -> None:
         """Close a collector with a store that nobody closed: its queued finished episodes go to the store,
-        which is flushed, and the envs are closed (vcollect.exit_commits).
+        which is flushed (vcollect.exit_commits). The envs are left open (they may serve another collector;
+        they close themselves when dropped).
 
         Runs at interpreter exit for a collector still open then (before any store is closed), and when such a
         collector is garbage-collected. Episodes still running are settled as ``close()`` settles them
@@ -289,7 +295,7 @@ class Collector:
         if self._closed or self.writer is None or os.getpid() != self._made_in:
             return
         try:
-            self.close()
+            self._close(f"close ({why})", close_envs=False)  # the envs may serve another collector
         except Exception as exc:
             episodes, steps = self.writer.queued, self.writer.queued_steps
             lost = (f"{episodes} finished episodes ({steps} steps) queued for its store could not be handed over "

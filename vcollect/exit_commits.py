@@ -58,7 +58,6 @@ _lock = threading.Lock()
 _order = itertools.count()
 #: key -> (stage, weak reference, pid of the process that registered it)
 _live: dict[int, tuple[ExitStage, weakref.ref[ClosesUnclosed], int]] = {}
-_hooked = False
 
 
 def register_exit_close(obj: ClosesUnclosed, stage: ExitStage) -> None:
@@ -68,7 +67,6 @@ def register_exit_close(obj: ClosesUnclosed, stage: ExitStage) -> None:
         obj: The object; held by weak reference only.
         stage: When it is closed relative to the others (collectors before stores).
     """
-    global _hooked
     key = next(_order)
 
     def forget(_: object, key: int = key) -> None:
@@ -76,11 +74,10 @@ def register_exit_close(obj: ClosesUnclosed, stage: ExitStage) -> None:
 
     with _lock:
         _live[key] = (stage, weakref.ref(obj, forget), os.getpid())
-        if not _hooked:
-            # registered on first use, after the modules this needs (h5py, multiprocessing) registered theirs:
-            # atexit runs the last registered first, so this runs while they still work
-            atexit.register(close_all_unclosed)
-            _hooked = True
+        # (re)registered last, after the modules the objects use (h5py, multiprocessing) registered theirs:
+        # atexit runs the last registered first, so this runs while they still work
+        atexit.unregister(close_all_unclosed)
+        atexit.register(close_all_unclosed)
 
 
 def close_all_unclosed(why: str = "alive at interpreter exit") -> None:
