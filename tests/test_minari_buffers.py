@@ -111,6 +111,27 @@ def test_update_dataset_from_buffer_appends(tmp_path: Path) -> None:
     assert grown.total_episodes == 5 and [e.seed for e in grown][2:] == [50, 51, 52]
 
 
+def test_update_dataset_from_buffer_updates_the_object_in_place(tmp_path: Path) -> None:
+    env = gym.make("CartPole-v1")
+    data = create_dataset_from_buffers("buf/inplace-v0", record(env, 2), env="CartPole-v1", root=tmp_path)
+    first = [len(e) for e in data]
+    view = data.filter_episodes(lambda e: True)
+    more = record(env, 3, seed=50)
+    data.update_dataset_from_buffer(more)
+    # as Minari's object: its totals, iteration and sampling include the new episodes
+    added = [len(b.rewards) for b in more]
+    assert data.total_episodes == 5 and data.spec.total_episodes == 5
+    assert data.total_steps == sum(first) + sum(added) == data.spec.total_steps
+    assert [e.seed for e in data][2:] == [50, 51, 52] and [len(e) for e in data] == first + added
+    assert data.episode_indices.tolist() == [0, 1, 2, 3, 4] and len(data[4]) == added[-1]
+    assert sorted(e.id for e in data.sample_episodes(5)) == [0, 1, 2, 3, 4]
+    data.set_seed(0)
+    steps = data.sample_steps(4096)
+    assert steps["observations"].shape == (4096, 4) and steps["rewards"].sum() == 4096
+    np.testing.assert_array_equal(data.episode_lengths, vcollect.load_dataset("buf/inplace-v0", root=tmp_path).episode_lengths)
+    assert view.total_episodes == 2  # a view made before is a view of what was there then, as Minari's
+
+
 def test_reference_scores_match_minaris_and_normalise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     minari_utils = pytest.importorskip("minari.utils")
     expert = lambda obs: int(obs[2] > 0)  # noqa: E731 - push toward the pole's lean: a decent CartPole policy

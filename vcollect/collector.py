@@ -13,7 +13,9 @@ in blocks; vcollect.loops), and reports what the calls collected.
 
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +35,8 @@ from vcollect.collector_parts import (
 from vcollect.envs import VectorEnv
 from vcollect.envs.info_recording import InfoRecordingEnv
 from vcollect.episode_writer import EpisodeWriter
-from vcollect.errors import CollectorStateError
+from vcollect.errors import CollectorStateError, EpisodesLostWarning
+from vcollect.exit_commits import ExitStage, register_exit_close
 from vcollect.hooks import EpisodeRolloutHook, StepHook
 from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
@@ -150,6 +153,10 @@ class Collector:
         self._closed = False
         self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
         self.loop: StepLoop = self._make_loop(settings.stage_blocks)
+        self._made_in: int | None = None
+        if self.writer is not None:  # hands its queued episodes to the store if never closed (vcollect.exit_commits)
+            self._made_in = os.getpid()
+            register_exit_close(self, ExitStage.COLLECTOR)
 
     def _make_loop(self, stage_blocks: bool) -> StepLoop:
         """The step loop the backend's capabilities call for (AsyncCollector chooses its own)."""
@@ -250,17 +257,52 @@ class Collector:
 
     def close(self) -> None:
         """Close the envs and flush the store (the store itself stays open: it is the caller's)."""
+        self._close("close", close_envs=True)
+
+    def _close(self, when: str, close_envs: bool) -> None:
+        """close(); ``when`` names the moment in the warning about episodes still running."""
         if self._closed:
             return
         self._closed = True
         try:
             self.context.write_queued()
             if self._was_reset:
-                self.context.settle_unfinished(self.unfinished, "close")
+                self.context.settle_unfinished(self.unfinished, when)
             if self.store is not None:
                 self.store.flush()
         finally:
-            self.envs.close()
+            if close_envs:
+                self.envs.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_made_in", None) is not None and not self._closed:
+            self.close_unclosed("garbage-collected without close()")
+
+    def close_unclosed(self, why: str) -> None:
+        """Close a collector with a store that nobody closed: its queued finished episodes go to the store,
+        which is flushed (vcollect.exit_commits). The envs are left open (they may serve another collector;
+        they close themselves when dropped).
+
+        Runs at interpreter exit for a collector still open then (before any store is closed), and when such a
+        collector is garbage-collected. Episodes still running are settled as ``close()`` settles them
+        (``unfinished``). Finished episodes that cannot be handed over are reported with an EpisodesLostWarning
+        counting them and saying why; a store that cannot commit what it was handed reports it when it is
+        closed. A collector made in another process (a forked child's copy) is left alone.
+
+        Args:
+            why: How the collector was left, for the warning.
+        """
+        if self._closed or self.writer is None or os.getpid() != self._made_in:
+            return
+        try:
+            self._close(f"close ({why})", close_envs=False)  # the envs may serve another collector
+        except Exception as exc:
+            episodes, steps = self.writer.queued, self.writer.queued_steps
+            lost = (f"{episodes} finished episodes ({steps} steps) queued for its store could not be handed over "
+                    "and are lost" if episodes else "its store could not commit the episodes it was handed (the "
+                    "store says so when it is closed)")
+            warnings.warn(f"Collector was {why}: {lost} ({type(exc).__name__}: {exc}); close the collector (or use "
+                          "it in a with block) to see such errors where they happen", EpisodesLostWarning, stacklevel=2)
 
     def __enter__(self) -> Collector:
         return self

@@ -3,7 +3,10 @@
 A finished episode stays in its env's ring until it is written: the writer queues a handle to it (env id,
 ring row of its final observation, steps, and the seed, options and infos of its reset) and gathers the
 queued episodes from the rings in one pass (``RingWriter.gather_episodes``) when ``WRITE_BATCH`` are
-queued, before the rings could overwrite one of them, and always before a collect call returns.
+queued or they hold ``WRITE_STEPS`` steps, before the rings could overwrite one of them, and always before a
+collect call returns. So a crash in the middle of a call loses fewer than WRITE_BATCH finished episodes and
+fewer than WRITE_STEPS steps (plus the one episode being queued) on the collector's side; what the store
+then holds is bounded by its ``shard_steps`` (vcollect/store/write/writer.py).
 
 "Before the rings could overwrite": the ring answers how many rows an env may still write before an
 episode's first row is overwritten (``rows_left``); the writer counts rounds of ring writes, a round
@@ -24,10 +27,14 @@ from vcollect.errors import HookOutputError
 from vcollect.spaces import flatten_batch, unflatten_batch
 from vcollect.store.sink import EpisodeSink
 
-__all__ = ["WRITE_BATCH", "EpisodeWriter"]
+__all__ = ["WRITE_BATCH", "WRITE_STEPS", "EpisodeWriter"]
 
 WRITE_BATCH = 64
 """Finished episodes gathered from the rings before they are handed to the sink at once."""
+
+WRITE_STEPS = 1024
+"""Steps of queued finished episodes that make the queue go to the sink even with fewer than WRITE_BATCH
+episodes (long episodes, e.g. Atari's, are handed over one or a few at a time)."""
 
 EpisodeInfos = Callable[[int, int], "Mapping[str, Any] | None"]
 """(env id, steps) -> the infos recorded for that env's episode that just ended (record_infos)."""
@@ -61,6 +68,7 @@ class EpisodeWriter:
         self.options: list[dict[str, Any] | None] = [None] * n
         self._described = False  # whether some env's seed or options were ever set (not None)
         self._queue: list[_Queued] = []
+        self._queued_steps = 0
         self._rounds = 0  # rounds of ring writes so far
         self._write_by: int | None = None  # the round before which the queue must be written
 
@@ -68,6 +76,11 @@ class EpisodeWriter:
     def queued(self) -> int:
         """Finished episodes not handed to the sink yet."""
         return len(self._queue)
+
+    @property
+    def queued_steps(self) -> int:
+        """Steps of the finished episodes not handed to the sink yet."""
+        return self._queued_steps
 
     # ------------------------------------------------------------------ episodes starting
 
@@ -110,14 +123,13 @@ class EpisodeWriter:
             self._queue.append(
                 _Queued(env_id, last_row, steps, self.seeds[env_id], self.options[env_id], infos, hooked)
             )
+            self._queued_steps += steps
             # the restart that may follow in this round writes one row first
             rounds = (self.ring.rows_left_after_end(steps) - 1) // 2
-            if rounds < 1:
+            if rounds < 1 or self._full():
                 self.write_queued()
             else:
                 self._deadline(rounds)
-        if len(self._queue) >= WRITE_BATCH:
-            self.write_queued()
 
     def block_ended(self, ends: EpisodeEnds, restarts: np.ndarray) -> None:
         """Queue the episodes that ended in a block of steps just added to the rings (all whole in them).
@@ -140,8 +152,12 @@ class EpisodeWriter:
                                 [opts], None, None)
                 continue
             self._queue.append(_Queued(env_id, last_row, length, seed, opts, None))
-            self._deadline((left - 1) // 2)
-        if len(self._queue) >= WRITE_BATCH or (self._write_by is not None and self._write_by <= self._rounds):
+            self._queued_steps += length
+            if self._full():
+                self.write_queued()
+            else:
+                self._deadline((left - 1) // 2)
+        if self._write_by is not None and self._write_by <= self._rounds:
             self.write_queued()
 
     def truncated(self, env_ids: np.ndarray, extras: list[dict[str, np.ndarray]] | None = None) -> None:
@@ -163,6 +179,10 @@ class EpisodeWriter:
                 None if self._infos is None else [infos], None if extras is None else [extras[i]],
             )
 
+    def _full(self) -> bool:
+        """Whether the queue holds WRITE_BATCH episodes or WRITE_STEPS steps (it goes to the sink at once)."""
+        return len(self._queue) >= WRITE_BATCH or self._queued_steps >= WRITE_STEPS
+
     def _deadline(self, rounds: int) -> None:
         deadline = self._rounds + max(rounds, 0)
         self._write_by = deadline if self._write_by is None else min(self._write_by, deadline)
@@ -175,6 +195,7 @@ class EpisodeWriter:
         if not queue:
             return
         self._queue = []
+        self._queued_steps = 0
         self._write_by = None
         env_ids, last_rows, steps, seeds, options, infos, extras = zip(*queue)
         lengths = np.array(steps, dtype=np.int64)

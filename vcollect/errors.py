@@ -74,6 +74,11 @@ class UnfinishedEpisodesWarning(UserWarning):
     """Episodes still running when a collector writing to a store closed or reset were not stored."""
 
 
+class EpisodesLostWarning(UserWarning):
+    """Finished episodes of a store or collector nobody closed could not be committed (at interpreter exit, or
+    when it was garbage-collected); the message counts the episodes and steps lost and says why."""
+
+
 class CorruptDatasetError(DatasetError, ValueError):
     """A dataset's ``dataset.json`` (or manifest) is unreadable or malformed; the message names the file."""
 

@@ -388,8 +388,10 @@ class Dataset:
     def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
         """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).
 
-        All are checked against this dataset's spaces first, then committed as one shard. This object stays
-        a snapshot: load_dataset again to read them.
+        All are checked against this dataset's spaces first, then committed as one shard. As Minari's, this
+        object is updated in place: its totals, iteration and sampling include the new episodes, after the
+        ones it had (with the next global ids). Views made from it before, and other loaded copies, stay
+        as they were (load_dataset again to see everything, other writers' shards too).
 
         Args:
             buffer: The episodes to append.
@@ -397,7 +399,19 @@ class Dataset:
         Raises:
             ValueError: An episode does not fit the spaces (naming it); nothing is written.
         """
-        append_episode_lists(self.path, self.id, self.root, buffer, self.observation_space, self.action_space)
+        written = append_episode_lists(self.path, self.id, self.root, buffer, self.observation_space,
+                                       self.action_space)
+        index = self._index
+        stored_obs = frame_leaves(index.obs_leaves, index.frame_stack)
+        added = [StoredShard(path, stored_obs, index.act_leaves) for path in written]
+        grown = DatasetIndex(index.dataset_id, index.path, index.info, [*index.shards, *added],
+                             index.files.capacity, index.late_metadata)
+        first = index.total_episodes
+        self._index = grown
+        self._episode_indices = np.concatenate(
+            [self._episode_indices, np.arange(first, grown.total_episodes, dtype=np.int64)]
+        )
+        self._cum_lengths = None
 
     def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
         """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on

@@ -149,8 +149,9 @@ def append_episode_lists(
     episodes: Sequence[EpisodeLists],
     observation_space: gym.Space[Any],
     action_space: gym.Space[Any],
-) -> None:
-    """Append episodes to an existing dataset, all checked first, committed as one shard.
+) -> list[Path]:
+    """Append episodes to an existing dataset, all checked first, committed as one shard (or several when
+    they fill more than one).
 
     Args:
         path: The dataset's folder.
@@ -160,9 +161,13 @@ def append_episode_lists(
         observation_space: The dataset's observation space.
         action_space: The dataset's action space.
 
+    Returns:
+        The shard files committed, in order.
+
     Raises:
         ValueError: An episode does not fit the spaces (see :func:`check_episode_lists`); nothing is written.
     """
     checked = check_episode_lists(episodes, observation_space, action_space)
     with EpisodeStore.open_at(path, dataset_id, root) as store:
         write_episode_lists(store, checked)
+    return store.shards_written

@@ -77,6 +77,29 @@ class EpisodeRows:
     truncations: np.ndarray
     lengths: list[int]
 
+    def select(self, start: int, stop: int, copy: bool) -> EpisodeRows:
+        """Episodes ``start`` to ``stop`` (exclusive) of these.
+
+        Args:
+            start: The first episode taken.
+            stop: One past the last episode taken.
+            copy: Copy the rows (so the rest can be freed while these are kept), else views.
+
+        Returns:
+            Their rows, in order.
+        """
+        lengths = self.lengths[start:stop]
+        first_step = sum(self.lengths[:start])
+        last_step = first_step + sum(lengths)
+        steps, rows = slice(first_step, last_step), slice(first_step + start, last_step + stop)
+
+        def take(arr: np.ndarray, part: slice) -> np.ndarray:
+            return arr[part].copy() if copy else arr[part]
+
+        return EpisodeRows([take(a, rows) for a in self.obs], [take(a, steps) for a in self.acts],
+                           take(self.rewards, steps), take(self.terminations, steps), take(self.truncations, steps),
+                           list(lengths))
+
     def episodes(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> Iterator[tuple[Any, ...]]:
         """(observations, actions, rewards, terminations, truncations) of each episode, in order."""
         step = row = 0
@@ -122,6 +145,11 @@ class PendingShard:
         self.episodes = 0
         self.steps = 0
         self.nbytes = 0
+
+    def episode_nbytes(self, lengths: np.ndarray) -> np.ndarray:
+        """What :meth:`append` adds to ``nbytes`` for episodes of these lengths, one value per episode."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        return 10 * lengths + (lengths + 1) * self._obs_row_bytes + lengths * self._act_row_bytes
 
     def add_side_data(self, trees: Mapping[str, Mapping[str, np.ndarray]], metadata: Mapping[str, np.ndarray]) -> None:
         """The infos/extras columns and metadata values of the one episode appended next."""

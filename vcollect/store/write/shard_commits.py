@@ -8,7 +8,8 @@ commits in one thread instead, in the order they were handed over, at most ``max
 slower than the envs). A failed commit keeps its episodes (the writer retries them on the next
 ``flush``) and its error is raised by the writer's next call. The file protocol is the same either way,
 so a SIGKILL never leaves a partial shard; in the background it may lose up to ``max_in_flight``
-shards' worth of episodes that were handed over but not yet committed.
+shards' worth of episodes that were handed over but not yet committed. Once the interpreter is exiting
+(its threads are gone and no new one starts) a hand-over is committed inline, after the ones in flight.
 """
 
 from __future__ import annotations
@@ -107,11 +108,25 @@ class ShardCommits:
                 return []
             return [job]
         done = self.settle(block=False)
-        while len(self._in_flight) >= self.max_in_flight:  # back-pressure: wait for the oldest
-            done += self._settle_oldest()
+        try:
+            while len(self._in_flight) >= self.max_in_flight:  # back-pressure: wait for the oldest
+                done += self._settle_oldest()
+        except DatasetError:
+            self.failed.append(job)  # kept for the next retry, as a failed commit's
+            raise
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vcollect-commit")
-        self._in_flight.append((job, self._executor.submit(self._commit, job)))
+        try:
+            future = self._executor.submit(self._commit, job)
+        except RuntimeError:  # the interpreter is exiting: no thread takes work any more, commit it here, in order
+            try:
+                done += self.settle(block=True)
+                self._commit(job)
+            except Exception as exc:
+                self._fail(job, exc)
+                return done
+            return [*done, job]
+        self._in_flight.append((job, future))
         return done
 
     def settle(self, block: bool) -> list[ShardJob]:

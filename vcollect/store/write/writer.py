@@ -8,12 +8,15 @@ Layout (docs/ARCHITECTURE.md, "On disk")::
 
 Episodes are buffered in memory (copies, because callers pass views of ring buffers) and
 committed as one shard when ``shard_steps`` steps (or ``shard_bytes`` bytes) are pending, on
-``flush()`` and on ``close()``. A shard is built in memory, written to ``<name>.h5.<space>.tmp``,
+``flush()`` and on ``close()``; a batch of episodes that fills more than one shard is cut between
+episodes into several. A shard is built in memory, written to ``<name>.h5.<space>.tmp``,
 fsynced, renamed and the directory fsynced, so a crash leaves every committed shard whole and at most
-the pending episodes lost; a commit that fails (a full disk) raises DatasetError and keeps the pending
-episodes for the next flush(). Each store instance has its own writer name (pid + uuid), so many
-processes append to one dataset without coordinating; the next writer to open a dataset removes the
-temporary files of crashed ones, and a writer whose dataset was deleted or replaced fails its next commit.
+the pending episodes lost (see EpisodeStore, "What a crash can lose"); a commit that fails (a full disk)
+raises DatasetError and keeps the pending episodes for the next flush(). Each store instance has its own
+writer name (pid + uuid), so many processes append to one dataset without coordinating; the next writer to
+open a dataset removes the temporary files of crashed ones, and a writer whose dataset was deleted or
+replaced fails its next commit. A store nobody closes commits what is pending at interpreter exit or when
+it is garbage-collected (vcollect.exit_commits).
 
 This module routes episodes and commits shards; ``dataset_dir`` makes, opens and moves the dataset
 directory, ``episode_checks`` checks and copies each episode's arrays, ``dataset_info`` owns ``dataset.json``,
@@ -34,7 +37,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-from vcollect.errors import DatasetError, InfoStructureError
+from vcollect.errors import DatasetError, EpisodesLostWarning, InfoStructureError
+from vcollect.exit_commits import EXIT_WAIT_S, ExitStage, register_exit_close
 from vcollect.spaces import flatten_batch, leaves
 from vcollect.store.layout.dataset_dir import (
     APPEND_HINT,
@@ -87,7 +91,26 @@ class EpisodeStore:
     """Writer appending completed episodes to one dataset as columnar HDF5 shards.
 
     Make one with :meth:`create` (new dataset) or :meth:`open` (append to an existing one); use it as a
-    context manager or call :meth:`close`. Not thread-safe; use one store per thread or process.
+    context manager or call :meth:`close`. Not thread-safe; use one store per thread or process. A store left
+    open is closed at interpreter exit, or when it is garbage-collected, committing what is pending; what
+    cannot be committed then is reported by an EpisodesLostWarning with its counts.
+
+    What a crash can lose (SIGKILL, power loss; committed shards are always whole): the episodes not yet in
+    a committed shard. With L the steps of the longest episode:
+
+    - pending in this store: fewer than ``shard_steps`` steps once a write returns (a write fills and
+      commits as many shards as its episodes need, cut between episodes, so a shard holds fewer than
+      ``shard_steps + L`` steps), and fewer than ``shard_bytes`` bytes;
+    - with ``background_commits=True``, also the shards handed to the commit thread: at most two, each of
+      fewer than ``shard_steps + L`` steps;
+    - in a Collector writing here, the finished episodes queued for the store: fewer than
+      ``WRITE_BATCH`` (64) episodes and fewer than ``WRITE_STEPS`` (1,024) steps, plus the one being queued
+      (vcollect/episode_writer.py).
+
+    In all, fewer than ``shard_steps + 1,024 + L`` steps of finished episodes with inline commits and
+    ``3 * (shard_steps + L) + 1,024`` with background commits; episodes still running are lost too (they
+    were not finished), and so are the steps a blocks backend has staged but not recorded (at most 64 per
+    env).
     """
 
     def __init__(
@@ -129,6 +152,8 @@ class EpisodeStore:
         self._frame_stack = frame_stack  # observations stored one frame a row (store/write/frame_stack.py)
         self._pending = PendingShard(frame_leaves(self._obs_leaves, frame_stack), self._act_leaves)
         self._commits = ShardCommits(commit_shard, background=options.background_commits)
+        self._made_in = os.getpid()
+        register_exit_close(self, ExitStage.STORE)  # commits what is pending if never closed (vcollect.exit_commits)
 
     # ------------------------------------------------------------------ construction
 
@@ -308,11 +333,40 @@ class EpisodeStore:
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and hasattr(self, "_pending") and self._pending.episodes > 0:
+        if getattr(self, "_made_in", None) is not None and not self._closed:  # _made_in: set when __init__ finished
+            self.close_unclosed("garbage-collected without close()")
+
+    def close_unclosed(self, why: str) -> None:
+        """Commit the pending episodes of a store nobody closed, and close it (vcollect.exit_commits).
+
+        Runs at interpreter exit for a store still open then, and when an open store is garbage-collected.
+        Background commits in flight are waited for (at most ``EXIT_WAIT_S`` seconds each), the rest is
+        committed inline. What cannot be committed is reported with an EpisodesLostWarning counting its
+        episodes and steps and saying why. A store made in another process (a forked child's copy) is left
+        alone; its parent commits it.
+
+        Args:
+            why: How the store was left, for the warning.
+        """
+        if self._closed or os.getpid() != self._made_in:
+            return
+        self._commits.timeout = min(self._commits.timeout, EXIT_WAIT_S)
+        try:
+            try:
+                self._apply(self._commits.settle(block=True))
+            finally:
+                # at interpreter exit no thread can be started any more: commit the rest in this one
+                self._commits.background = False
+            self.close()
+        except Exception as exc:
+            self._closed = True
+            episodes = self._pending.episodes + sum(job.pending.episodes for job in self._unsettled())
+            steps = self._pending.steps + sum(job.pending.steps for job in self._unsettled())
             warnings.warn(
-                f"EpisodeStore for {self._dataset_id!r} was garbage-collected without close(); "
-                f"{self._pending.episodes} pending episodes were not committed",
-                ResourceWarning,
+                f"EpisodeStore for {self._dataset_id!r} was {why}: {episodes} episodes ({steps} steps) could not "
+                f"be committed and are lost ({type(exc).__name__}: {exc}); close the store (or use it in a "
+                "with block) to see such errors where they happen",
+                EpisodesLostWarning,
                 stacklevel=2,
             )
 
@@ -501,10 +555,29 @@ class EpisodeStore:
                 self._schemas[group].fields = {}
         if self._metadata.fields is None:
             self._metadata.fields = {}
-        self._pending.append(
+        self._append_in_shards(
             batch, [int(e) + self._env_id_offset for e in env_ids], seed_values, valid, options_json
         )
-        self._commit_if_full()
+
+    def _append_in_shards(
+        self, batch: EpisodeRows, env_ids: list[int], seeds: list[int], valid: list[bool], options: list[str | None]
+    ) -> None:
+        """Append validated episodes to the pending shard, committing it each time it fills (``shard_steps``
+        steps or ``shard_bytes`` bytes): a batch larger than a shard becomes several shards, cut between
+        episodes (an episode is never split; one longer than a shard fills one by itself)."""
+        lengths = np.asarray(batch.lengths, dtype=np.int64)
+        sizes = self._pending.episode_nbytes(lengths)
+        start, n = 0, len(lengths)
+        while start < n:
+            full = self._pending.steps + np.cumsum(lengths[start:]) >= self.shard_steps
+            if self.shard_bytes is not None:
+                full |= self._pending.nbytes + np.cumsum(sizes[start:]) >= self.shard_bytes
+            stop = start + int(np.argmax(full)) + 1 if full.any() else n
+            # the part left pending is copied, so the rows committed before it can be freed
+            part = batch if (start, stop) == (0, n) else batch.select(start, stop, copy=stop == n)
+            self._pending.append(part, env_ids[start:stop], seeds[start:stop], valid[start:stop], options[start:stop])
+            self._commit_if_full()
+            start = stop
 
     def _commit_if_full(self) -> None:
         """Commit the pending shard once it holds shard_steps steps or shard_bytes bytes (and raise the error
