@@ -41,8 +41,9 @@ def verify_dataset(path: Path, info: Mapping[str, Any]) -> list[str]:
     unrecorded copies and stray files, corrupt shards, layouts other than dataset.json's), then shards whose
     SHA-256 differs from the manifest's (altered since commit), manifest lines altered after they were
     written or disagreeing with their shard, shards whose content equals another's, manifest lines recorded
-    twice or torn, files in ``shards/`` that are no shard, episode returns that differ from the sum of the
-    episode's rewards, and stored actions outside dataset.json's action space. A shard a writer renamed but
+    twice or torn, files in ``shards/`` that are no shard, columns that cannot be decoded (a chunk that
+    decodes past its size included), episode returns that differ from the sum of the episode's rewards, and
+    stored actions outside dataset.json's action space. A shard a writer renamed but
     has not recorded yet (a live writer, or one that died between the two) is no problem when it is whole.
     Reads every shard whole.
 
@@ -88,6 +89,7 @@ def verify_dataset(path: Path, info: Mapping[str, Any]) -> list[str]:
             first_with[digest] = file.name
     for shard in census.shards:
         try:
+            _decode_all(shard)
             problems += _return_problems(shard)
             problems += _action_problems(shard, act_leaves, act_space)
         except CorruptShardError as exc:  # a column that cannot be decoded
@@ -138,6 +140,24 @@ def _stray_files(path: Path) -> list[str]:
         elif not regular:
             out.append(f"{SHARDS_DIR}/{entry.name} is not a regular file; reads ignore it")
     return out
+
+
+#: Bytes of one column decoded at once while verify reads every column whole.
+_DECODE_BLOCK_BYTES = 64 << 20
+
+
+def _decode_all(shard: StoredShard) -> None:
+    """Decode every column of ``shard`` (CorruptShardError naming it for one that cannot be), a block of rows
+    at a time."""
+    files = OpenShardFiles(2)
+    try:
+        for name, col in shard.columns.items():
+            rows = col.shape[0] if col.shape else 0
+            step = max(1, _DECODE_BLOCK_BYTES // max(1, col.dtype.itemsize * (col.size // max(1, rows))))
+            for lo in range(0, rows, step):
+                files.read(0, shard, name, slice(lo, min(rows, lo + step)))
+    finally:
+        files.close()
 
 
 def _return_problems(shard: StoredShard) -> list[str]:
