@@ -6,8 +6,8 @@ import json
 import os
 import shutil
 import types
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
