@@ -145,10 +145,12 @@ def test_stray_and_truncated_files_are_listed_by_verify(tmp_path: Path) -> None:
         ds = load_dataset("v/x-v0", root=tmp_path, on_damage="skip")
     assert ds.total_episodes == 5
     problems = ds.verify()
-    assert problems == [
+    assert problems[0].startswith(
         f"shard {shards_b[0].name} is {len(data) // 2} bytes, but its manifest line (manifest/"
         f"{shards_b[0].name.split('-')[1]}.jsonl line 1) records {len(data)}: truncated or altered since it was "
-        "committed",
+        f"committed; shard {str(shards_b[0])!r} is corrupt or truncated: "
+    )
+    assert problems[1:] == [
         "shard notes.h5 is recorded in no manifest and is not named as vcollect names shards "
         "(<time>-<writer>-<seq>.h5): a stray or renamed file",
         "shards/README is not a shard (no .h5 name); reads ignore it",
@@ -185,7 +187,7 @@ def test_verify_reports_corrupt_shards_and_manifest_damage(tmp_path: Path) -> No
     )
     assert problems[1] == f"manifest {manifest_file} line 4: a torn last line (a crash mid-append)"
     assert problems[2].startswith(f"shard {shards_a[2].name} is {shards_a[2].stat().st_size} bytes, but its manifest")
-    assert problems[2].endswith("truncated or altered since it was committed")
+    assert f"truncated or altered since it was committed; shard {str(shards_a[2])!r} is corrupt" in problems[2]
     # the shard whose line was torn is whole and named by its writer: taken, no problem
     assert len(problems) == 3 and shards_b[2] in ds.shard_paths and ds.total_episodes == 5
 

@@ -68,6 +68,9 @@ SAMPLE_CACHE_BYTES = 64 * 2**20
 MIN_OPEN_FILES = 32
 MAX_OPEN_FILES = 256
 
+#: Problems a DamagedDatasetError's message or the skip warning lists (its ``problems`` holds them all).
+_LISTED_PROBLEMS = 10
+
 
 class Dataset:
     """A dataset (or a view of some of its episodes) with Minari's API, plus fast ``sample_steps``.
@@ -531,15 +534,17 @@ def load_dataset(
         raise CorruptDatasetError(census.layout_problem)
     if census.problems:
         taken = f"{len(census.shards)} whole shard(s)"
+        listed = "; ".join(census.problems[:_LISTED_PROBLEMS])
+        if len(census.problems) > _LISTED_PROBLEMS:
+            listed += f"; and {len(census.problems) - _LISTED_PROBLEMS} more"
         if on_damage == "raise":
             raise DamagedDatasetError(
-                f"dataset {dataset_id!r} at {str(path)!r} is damaged: {'; '.join(census.problems)}. "
-                f"load_dataset(..., on_damage='skip') reads the {taken}; `vcollect verify` lists every problem",
+                f"dataset {dataset_id!r} at {str(path)!r} is damaged: {listed}. load_dataset(..., "
+                f"on_damage='skip') reads the {taken}; `vcollect verify` lists every problem",
                 census.problems,
             )
         warnings.warn(
-            f"dataset {dataset_id!r} at {str(path)!r} is damaged; reading its {taken} only: "
-            f"{'; '.join(census.problems)}",
+            f"dataset {dataset_id!r} at {str(path)!r} is damaged; reading its {taken} only: {listed}",
             UserWarning,
             stacklevel=2,
         )

@@ -122,10 +122,13 @@ def _take(
     if entry is not None:
         recorded_size = entry.get("size")
         if isinstance(recorded_size, int) and st.st_size != recorded_size:
-            census.problems.append(
-                f"shard {name} is {st.st_size} bytes, but its manifest line ({MANIFEST_DIR}/{manifest.where[name]}) "
-                f"records {recorded_size}: truncated or altered since it was committed"
-            )
+            problem = (f"shard {name} is {st.st_size} bytes, but its manifest line ({MANIFEST_DIR}/"
+                       f"{manifest.where[name]}) records {recorded_size}: truncated or altered since it was committed")
+            try:  # what is wrong with it, when the file says
+                StoredShard(file, obs_leaves, act_leaves)
+            except CorruptShardError as exc:
+                problem += f"; {exc}"
+            census.problems.append(problem)
             census.left_out.append(file)
             census.resized.add(name)
             return None
