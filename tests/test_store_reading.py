@@ -198,6 +198,40 @@ def test_too_many_open_files_is_not_a_corrupt_shard(tmp_path: Path) -> None:
     assert result.stdout.split("\n")[:3] == ["load EMFILE", "read EMFILE", "after 1"]
 
 
+def test_default_max_open_files_follows_the_descriptor_limit_and_gives_back_files_when_out(tmp_path: Path) -> None:
+    make_many_shards(tmp_path, 40)
+    result = run_python(
+        """
+        import os, resource, sys
+        from vcollect.store import load_dataset
+        from vcollect.store.read.reader import default_max_open_files
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        for soft in (64, 256, 1024, 8192):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
+            print(soft, default_max_open_files())
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+        ds = load_dataset("m/many-v0", root=sys.argv[1])
+        for i in range(0, 60, 2):  # 30 shards' maps open
+            ds[i]
+        before = ds.open_files
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        ep = ds[75]  # a shard not open yet, no descriptor left: half of the dataset's files are given back
+        for fd in held:
+            os.close(fd)
+        print("read", before, ds.open_files, ep.observations[0].tolist())
+        """,
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:5] == ["64 32", "256 64", "1024 256", "8192 256", "read 30 16 [75.0, 0.0]"]
+
+
 # ---------------------------------------------------------------------------------------- sample cache
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ _KEPT_ATTRS = ("rows", "encoding")
 #: The key of a manifest line's last field: the SHA-256 of the line's JSON before it (see summary_line).
 SUMMARY_CHECKSUM = "summary_sha256"
 
-_CHECKSUM_TAIL = re.compile(rb',"' + SUMMARY_CHECKSUM.encode() + rb'":"([0-9a-f]{64})"\}\s*$')
+_CHECKSUM_FIELD = b',"' + SUMMARY_CHECKSUM.encode() + b'":"'
 
 
 def summary_line(summary: dict[str, Any]) -> str:
@@ -60,11 +59,12 @@ def summary_line(summary: dict[str, Any]) -> str:
 
 def _line_intact(raw: bytes) -> bool:
     """Whether a manifest line (bytes) ends with a checksum that matches the JSON text before it."""
-    match = _CHECKSUM_TAIL.search(raw)
-    if match is None:
+    raw = raw.rstrip()
+    start = raw.rfind(_CHECKSUM_FIELD)
+    if start < 0 or not raw.endswith(b'"}'):
         return False
-    body = raw[: match.start()] + b"}"
-    return hashlib.sha256(body).hexdigest() == match.group(1).decode()
+    digest = raw[start + len(_CHECKSUM_FIELD) : -2]
+    return hashlib.sha256(raw[:start] + b"}").hexdigest().encode() == digest
 
 
 def file_sha256(path: Path) -> str:

@@ -32,7 +32,7 @@ from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR
 from vcollect.store.layout.manifest import MANIFEST_DIR, ManifestEntries
-from vcollect.store.layout.shard_format import layout_differences, parse_shard_name
+from vcollect.store.layout.shard_format import ShardName, layout_differences, parse_shard_name
 from vcollect.store.read.shard_reader import StoredShard
 
 __all__ = ["ON_DAMAGE", "OnDamage", "ShardCensus", "take_census"]
@@ -92,11 +92,12 @@ def take_census(
     census.missing = sorted(name for name in manifest.by_shard if name not in present)
     for name in census.missing:
         census.problems.append(f"shard {name} is missing (recorded in {MANIFEST_DIR}/{manifest.where[name]})")
-    candidates: list[tuple[StoredShard, bool]] = []
+    candidates: list[tuple[StoredShard, ShardName | None, bool]] = []
     for file in committed:
-        shard = _take(file, manifest, obs_leaves, act_leaves, trust_manifest, census)
+        parsed = parse_shard_name(file.name)
+        shard = _take(file, parsed, manifest, obs_leaves, act_leaves, trust_manifest, census)
         if shard is not None:
-            candidates.append((shard, file.name in manifest.by_shard))
+            candidates.append((shard, parsed, file.name in manifest.by_shard))
     kept = _without_duplicates(candidates, census)
     census.shards = _with_layout(kept, path, expected_layout, census)
     return census
@@ -104,6 +105,7 @@ def take_census(
 
 def _take(
     file: Path,
+    parsed: ShardName | None,
     manifest: ManifestEntries,
     obs_leaves: list[Leaf],
     act_leaves: list[Leaf],
@@ -132,7 +134,7 @@ def _take(
             census.left_out.append(file)
             census.resized.add(name)
             return None
-    elif parse_shard_name(name) is None:
+    elif parsed is None:
         census.problems.append(
             f"shard {name} is recorded in no manifest and is not named as vcollect names shards "
             "(<time>-<writer>-<seq>.h5): a stray or renamed file"
@@ -154,7 +156,6 @@ def _take(
         census.problems.append(str(exc))
         census.left_out.append(file)
         return None
-    parsed = parse_shard_name(name)
     if parsed is not None and shard.writer is not None and shard.seq is not None and (
             shard.writer, shard.seq) != (parsed.writer, parsed.seq):
         census.problems.append(
@@ -166,11 +167,12 @@ def _take(
     return shard
 
 
-def _without_duplicates(candidates: list[tuple[StoredShard, bool]], census: ShardCensus) -> list[StoredShard]:
+def _without_duplicates(
+    candidates: list[tuple[StoredShard, ShardName | None, bool]], census: ShardCensus
+) -> list[StoredShard]:
     """The candidates less all but one of the files named for the same writer and seq (a recorded one kept)."""
     by_identity: dict[tuple[str, int], list[tuple[StoredShard, bool]]] = {}
-    for shard, recorded in candidates:
-        parsed = parse_shard_name(shard.name)
+    for shard, parsed, recorded in candidates:
         if parsed is not None:
             by_identity.setdefault((parsed.writer, parsed.seq), []).append((shard, recorded))
     dropped: set[str] = set()
@@ -186,7 +188,7 @@ def _without_duplicates(candidates: list[tuple[StoredShard, bool]], census: Shar
                     "would count twice)"
                 )
                 census.left_out.append(shard.path)
-    return [shard for shard, _ in candidates if shard.name not in dropped]
+    return [shard for shard, _, _ in candidates if shard.name not in dropped]
 
 
 def _with_layout(
