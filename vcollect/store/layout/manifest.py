@@ -164,8 +164,6 @@ class ManifestEntries:
         #: names of shards whose line is as its writer wrote it (its summary_sha256 matches): only these
         #: lines may stand in for their shard's file
         self.intact: set[str] = set()
-        #: writers with a manifest file (its name less the suffix)
-        self.writers: set[str] = set()
 
 
 def read_manifest(dataset_path: Path) -> ManifestEntries:
@@ -177,7 +175,6 @@ def read_manifest(dataset_path: Path) -> ManifestEntries:
     for file in sorted(directory.iterdir()):
         if not file.name.endswith(MANIFEST_SUFFIX) or not file.is_file():
             continue
-        out.writers.add(file.name[: -len(MANIFEST_SUFFIX)])
         try:
             lines = file.read_bytes().split(b"\n")
         except OSError as exc:
