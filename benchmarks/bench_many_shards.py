@@ -3,6 +3,7 @@
     python benchmarks/bench_many_shards.py                      # 1,000 shards in a temporary root
     python benchmarks/bench_many_shards.py --shards 5000 --root /tmp/many --keep
     python benchmarks/bench_many_shards.py --root /tmp/many --read-only   # time another vcollect on it
+    python benchmarks/bench_many_shards.py --shards 197 --cache-bytes 0   # sample_steps reading the files
 
 The dataset is written by EpisodeStore (one shard per ``--episodes`` episodes) with ``os.fsync`` made a
 no-op while building (durability does not matter to a read benchmark, and it makes building 5,000 shards
@@ -52,11 +53,15 @@ def open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def measure(root: Path) -> dict[str, float]:
-    """Seconds for load, a full iteration and 100 sample_steps(256) calls; open files after each."""
+def measure(root: Path, cache_bytes: int | None = None, max_open_files: int | None = None) -> dict[str, float]:
+    """Seconds for load, a full iteration and 100 sample_steps(256) calls; open files after each.
+
+    ``cache_bytes`` goes to sample_steps (0: rows read from the files on every call), ``max_open_files`` to
+    load_dataset (None: its default)."""
     out: dict[str, float] = {}
     t = time.perf_counter()
-    ds = load_dataset(DATASET_ID, root=root)
+    ds = load_dataset(DATASET_ID, root=root) if max_open_files is None else load_dataset(
+        DATASET_ID, root=root, max_open_files=max_open_files)
     out["load_s"] = time.perf_counter() - t
     out["fds_after_load"] = open_fds()
     t = time.perf_counter()
@@ -66,7 +71,7 @@ def measure(root: Path) -> dict[str, float]:
     assert steps == ds.total_steps
     t = time.perf_counter()
     for _ in range(100):
-        ds.sample_steps(256)
+        ds.sample_steps(256, cache_bytes=cache_bytes)
     out["sample_100x256_s"] = time.perf_counter() - t
     out["fds_after_sample"] = open_fds()
     out["episodes"] = ds.total_episodes
@@ -82,6 +87,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the built dataset")
     parser.add_argument("--read-only", action="store_true", help="do not build: time the dataset under --root")
     parser.add_argument("--no-manifest", action="store_true", help="hide the manifest (every shard opened at load)")
+    parser.add_argument("--cache-bytes", type=int, default=None,
+                        help="sample_steps' cache_bytes (0: read rows from the files every call)")
+    parser.add_argument("--max-open-files", type=int, default=None, help="load_dataset's max_open_files")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many measurements")
     args = parser.parse_args()
     root = args.root or Path(tempfile.mkdtemp(prefix="vcollect-many-"))
@@ -95,7 +103,7 @@ def main() -> None:
         if args.no_manifest and manifest.exists():
             manifest.rename(hidden)
         try:
-            runs = [measure(root) for _ in range(args.repeat)]
+            runs = [measure(root, args.cache_bytes, args.max_open_files) for _ in range(args.repeat)]
         finally:
             if hidden.exists():
                 hidden.rename(manifest)

@@ -161,3 +161,59 @@ def test_a_damaged_chunk_read_by_an_episode_names_the_shard(tmp_path: Path) -> N
         f.write(b"\xff" * 16)
     with pytest.raises(CorruptShardError, match=data.shard_paths[0].name):
         load_dataset("c/bad-v0", root=tmp_path)[0]
+
+
+def _crafted_first_chunk(root: Path, compression: str | int) -> Path:
+    """A dataset of one (8, 8) frame episode whose first observation chunk is replaced by a "bomb": a Zstandard
+    frame declaring 256 GiB, or a deflate stream inflating to 64 MiB; its manifest is gone (as if lost), so
+    the shard is opened and read."""
+    import shutil
+    import zlib
+
+    space = spaces.Box(0, 255, (8, 8), np.uint8)
+    with EpisodeStore.create("c/bomb-v0", space, spaces.Discrete(3), root=root, compression=compression) as store:
+        store.write_episode(np.zeros((11, 8, 8), np.uint8), np.zeros(10, np.int64), np.zeros(10),
+                            np.arange(10) == 9, np.zeros(10, bool), seed=None, env_id=0)
+    (shard,) = store.shards_written
+    if compression == "zstd":
+        frame = zstandard.ZstdCompressor(write_content_size=True).compress(b"\0" * 64)
+        assert frame[4] == 0x20  # single segment, a one-byte content size: rewritten as an eight-byte one
+        data = frame[:4] + bytes([0xE0]) + (1 << 38).to_bytes(8, "little") + frame[6:]
+    else:
+        data = zlib.compress(b"\0" * (64 << 20), 9)
+    with h5py.File(shard, "r+") as f:
+        f["observations"].id.write_direct_chunk((0, 0, 0), data)
+    shutil.rmtree(root / "c" / "bomb-v0" / "manifest")
+    return shard
+
+
+@pytest.mark.parametrize("compression", ["zstd", 6])
+def test_a_chunk_decoding_past_its_size_is_a_corrupt_shard_never_memory_or_silence(
+    tmp_path: Path, compression: str | int
+) -> None:
+    shard = _crafted_first_chunk(tmp_path, compression)
+    data = load_dataset("c/bomb-v0", root=tmp_path)
+    why = "declares 274877906944 decoded bytes" if compression == "zstd" else "inflates to more than its 704 bytes"
+    for read in (lambda: data.steps_at(np.arange(4), cache_bytes=0), lambda: data[0],
+                 lambda: data.sample_steps(8, cache_bytes=2**30)):
+        with pytest.raises(CorruptShardError, match=f"{shard.name}.*chunk 0 {why}"):
+            read()
+    assert any(why in p for p in data.verify())
+
+
+def test_a_deflate_chunk_cut_short_is_an_error(tmp_path: Path) -> None:
+    import zlib
+
+    path = tmp_path / "g.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("col", data=np.ones((8, 16), np.uint8), chunks=(4, 16), compression="gzip")
+        ds.id.write_direct_chunk((4, 0), zlib.compress(b"\1" * 40))
+    with h5py.File(path, "r") as f:
+        t = ChunkTable(f["col"])
+    assert t.codec == "gzip"
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    np.testing.assert_array_equal(t.read_range(mapped, 0, 4), np.ones((4, 16), np.uint8))
+    with pytest.raises(ValueError, match="chunk 1 decoded to 40 bytes, expected at least 64"):
+        t.read_rows(mapped, np.array([5]))
+    mapped.close()

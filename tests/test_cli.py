@@ -943,11 +943,22 @@ def test_verify_a_sound_dataset_then_each_kind_of_damage(tmp_path: Path, cli: Cl
     shutil.copy(shards[0], copy)
     copied = cli("verify", "cli/v-v0")
     assert copied.returncode == 1
-    assert f"shard {copy.name} is not recorded in the manifest" in " ".join(copied.stdout.split())
+    assert f"shard {copy.name} holds shard 0 of writer" in " ".join(copied.stdout.split())
+    assert "a copy under another name" in " ".join(copied.stdout.split())
     copy.unlink()
     shards[0].unlink()
     missing = cli("verify", "cli/v-v0")
     assert missing.returncode == 1 and f"shard {shards[0].name} is missing" in " ".join(missing.stdout.split())
+    make_dataset(tmp_path, "cli/w-v0", 6, 1)
+    (shard,) = (tmp_path / "cli" / "w-v0" / "shards").glob("*.h5")
+    shard.with_name("stray.h5").write_bytes(b"not hdf5")
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 3])  # truncated
+    damaged = cli("verify", "cli/w-v0")  # listed, never an abort
+    text = " ".join(damaged.stdout.split())
+    assert damaged.returncode == 1 and "error:" not in damaged.stdout + damaged.stderr, damaged.stderr
+    assert f"shard {shard.name} is {len(data) // 3} bytes" in text and "shard stray.h5 is recorded in no" in text
+    assert text.endswith("cli/w-v0: 0 shards, 0 episodes: 2 problems")
     assert cli("verify", "cli/v-v0", "--replay", "-1").returncode == 2
     assert cli("verify", "cli/nope-v0").returncode == 2
 

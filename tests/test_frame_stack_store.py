@@ -239,3 +239,58 @@ def test_cli_frame_stack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
         assert np.array_equal(episode.observations, expected)
     assert main([*args[:-4], "--dataset", "fs/cli2-v0", "--root", str(tmp_path), "--frame-stack", "3"]) != 0
     assert "first axis to be 3" in capsys.readouterr().err
+
+
+def _small_stacked_dataset(root: Path, padding: str = "reset") -> Path:
+    rng = np.random.default_rng(3)
+    space = gym.spaces.Box(0, 255, (4, 6, 5), np.uint8)
+    stack = FrameStack(4, padding)  # type: ignore[arg-type]
+    with EpisodeStore.create("fs/layout-v0", space, gym.spaces.Discrete(3), root=root, frame_stack=stack) as store:
+        frames = rng.integers(1, 256, size=(6, 6, 5), dtype=np.uint8)
+        _write(store, [reference_stacks(frames, 4, padding)], rng)
+    return root / "fs" / "layout-v0"
+
+
+@pytest.mark.parametrize("value", ["4", [4], {"k": "4"}, {"k": True}, {"k": 1}, {"k": 4, "padding": "edge"},
+                                   {"k": 4, "pad": "zero"}, {"k": 3}, {"padding": "zero"}])
+def test_a_malformed_frame_stack_in_dataset_json_is_a_corrupt_dataset_naming_the_file(
+        tmp_path: Path, value: Any) -> None:
+    import json
+
+    from vcollect.errors import CorruptDatasetError
+
+    path = _small_stacked_dataset(tmp_path)
+    info = json.loads((path / "dataset.json").read_text())
+    info["frame_stack"] = value
+    (path / "dataset.json").write_text(json.dumps(info))
+    file = str(path / "dataset.json")
+    with pytest.raises(CorruptDatasetError, match=f"{file}: frame_stack"):
+        load_dataset("fs/layout-v0", root=tmp_path)
+    with pytest.raises(CorruptDatasetError, match=f"{file}: frame_stack"):
+        EpisodeStore.open("fs/layout-v0", root=tmp_path)
+
+
+def test_the_frame_stack_lives_in_the_shards_and_an_edited_one_is_refused(tmp_path: Path) -> None:
+    import json
+
+    import h5py
+
+    from vcollect.errors import CorruptDatasetError
+    from vcollect.spaces import space_to_dict
+
+    path = _small_stacked_dataset(tmp_path)
+    (shard,) = sorted((path / "shards").glob("*.h5"))
+    with h5py.File(shard) as f:
+        layout = json.loads(f.attrs["layout"])
+    assert layout["frame_stack"] == {"k": 4, "padding": "reset"} and layout["compression"] == "auto"
+    assert layout["observations"] == [["", "|u1", [4, 6, 5]]] and layout["actions"] == [["", "<i8", []]]
+    info = json.loads((path / "dataset.json").read_text())
+    info["frame_stack"]["padding"] = "zero"  # would silently rebuild other stacks
+    (path / "dataset.json").write_text(json.dumps(info))
+    with pytest.raises(CorruptDatasetError, match="disagrees with the layout all 1 shard.*frame_stack: shard"):
+        load_dataset("fs/layout-v0", root=tmp_path)
+    info["frame_stack"] = {"k": 2, "padding": "reset"}  # k edited with a space that fits it
+    info["observation_space"] = space_to_dict(gym.spaces.Box(0, 255, (2, 6, 5), np.uint8))
+    (path / "dataset.json").write_text(json.dumps(info))
+    with pytest.raises(CorruptDatasetError, match="dataset.json was changed after they were written"):
+        load_dataset("fs/layout-v0", root=tmp_path)

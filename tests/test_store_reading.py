@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -56,7 +57,9 @@ MANY_LENGTHS = (1, 2)  # the two episodes of every shard of the many-shards data
 
 def make_many_shards(root: Path, n_shards: int) -> Path:
     """A dataset of ``n_shards`` real shards fast: one shard committed by EpisodeStore, copied with its
-    observation, reward and return columns rewritten in place (episode code = 2 * shard + row)."""
+    observation, reward and return columns rewritten in place (episode code = 2 * shard + row), each copy
+    named and numbered as its writer's next shard; the manifest is left out (as one lost: every shard is
+    opened at load)."""
     with EpisodeStore.create("m/many-v0", OBS, ACT, root=root) as store:
         for code, steps in enumerate(MANY_LENGTHS):
             store.write_episode(**episode(code, steps), seed=code, env_id=0)
@@ -65,6 +68,8 @@ def make_many_shards(root: Path, n_shards: int) -> Path:
         offsets = {name: f[name].id.get_offset() for name in ("observations", "rewards", "episodes/return")}
     data = template.read_bytes()
     template.unlink()
+    shutil.rmtree(root / "m" / "many-v0" / "manifest")
+    writer = template.name.split("-")[1]
     for s in range(n_shards):
         eps = [episode(2 * s + row, steps) for row, steps in enumerate(MANY_LENGTHS)]
         columns = {
@@ -76,7 +81,10 @@ def make_many_shards(root: Path, n_shards: int) -> Path:
         for name, arr in columns.items():
             raw = arr.tobytes()
             buf[offsets[name] : offsets[name] + len(raw)] = raw
-        (template.parent / f"{s:020d}-wcopy-000000.h5").write_bytes(bytes(buf))
+        copy = template.parent / f"{s:020d}-{writer}-{s:06d}.h5"
+        copy.write_bytes(bytes(buf))
+        with h5py.File(copy, "r+") as f:
+            f.attrs["seq"] = s
     return template.parent
 
 
@@ -188,6 +196,40 @@ def test_too_many_open_files_is_not_a_corrupt_shard(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:3] == ["load EMFILE", "read EMFILE", "after 1"]
+
+
+def test_default_max_open_files_follows_the_descriptor_limit_and_gives_back_files_when_out(tmp_path: Path) -> None:
+    make_many_shards(tmp_path, 40)
+    result = run_python(
+        """
+        import os, resource, sys
+        from vcollect.store import load_dataset
+        from vcollect.store.read.reader import default_max_open_files
+
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        for soft in (64, 256, 1024, 8192):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
+            print(soft, default_max_open_files())
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+        ds = load_dataset("m/many-v0", root=sys.argv[1])
+        for i in range(0, 60, 2):  # 30 shards' maps open
+            ds[i]
+        before = ds.open_files
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        ep = ds[75]  # a shard not open yet, no descriptor left: half of the dataset's files are given back
+        for fd in held:
+            os.close(fd)
+        print("read", before, ds.open_files, ep.observations[0].tolist())
+        """,
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:5] == ["64 32", "256 64", "1024 256", "8192 256", "read 30 16 [75.0, 0.0]"]
 
 
 # ---------------------------------------------------------------------------------------- sample cache

@@ -7,13 +7,14 @@ import os
 import shutil
 import types
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
 import pytest
 from gymnasium import spaces
 
-from vcollect.errors import CorruptShardError
+from vcollect.errors import CorruptShardError, DamagedDatasetError
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.layout.manifest import read_manifest
 
@@ -89,25 +90,70 @@ def test_load_reads_recorded_shards_from_the_manifest_without_opening_them(
     assert load_dataset("v/x-v0", root=tmp_path)[2].env_id == 7  # the file, not the stale manifest line
 
 
-def test_verify_names_a_deleted_shard(tmp_path: Path) -> None:
+def test_a_deleted_shard_is_refused_by_default_skipped_on_request_and_named_by_verify(tmp_path: Path) -> None:
     shards_a, _ = two_writers(tmp_path)
     shards_a[1].unlink()
-    ds = load_dataset("v/x-v0", root=tmp_path)
-    assert ds.total_episodes == 5
+    with pytest.raises(DamagedDatasetError, match=f"shard {shards_a[1].name} is missing") as raised:
+        load_dataset("v/x-v0", root=tmp_path)
+    assert isinstance(raised.value, CorruptShardError) and len(raised.value.problems) == 1
+    with pytest.warns(UserWarning, match=f"reading its 5 whole shard.*{shards_a[1].name} is missing"):
+        ds = load_dataset("v/x-v0", root=tmp_path, on_damage="skip")
+    assert ds.total_episodes == 5 and len(list(ds)) == 5
     (problem,) = ds.verify()
     assert problem.startswith(f"shard {shards_a[1].name} is missing (recorded in manifest/")
 
 
-def test_verify_names_a_copied_shard(tmp_path: Path) -> None:
+def test_a_shard_copied_under_another_name_is_refused_and_its_episodes_never_count_twice(tmp_path: Path) -> None:
     shards_a, _ = two_writers(tmp_path)
     copy = shards_a[0].with_name("99999999999999999999-wcopy-000000.h5")
     shutil.copyfile(shards_a[0], copy)
-    ds = load_dataset("v/x-v0", root=tmp_path)
-    assert ds.total_episodes == 7  # the copy is read like any shard ...
-    problems = ds.verify()  # ... and named by verify
-    assert problems == [
-        f"shard {copy.name} is not recorded in the manifest (copied in, or its writer crashed before recording it)",
+    with pytest.raises(DamagedDatasetError, match=f"shard {copy.name} holds shard 0 of writer"):
+        load_dataset("v/x-v0", root=tmp_path)
+    with pytest.warns(UserWarning, match=copy.name):
+        ds = load_dataset("v/x-v0", root=tmp_path, on_damage="skip")
+    assert ds.total_episodes == 6 == len(list(ds)) and copy not in ds.shard_paths  # counts are what it yields
+    writer = shards_a[0].name.split("-")[1]
+    assert ds.verify() == [
+        f"shard {copy.name} holds shard 0 of writer {writer!r}, not what its name says: a copy under another "
+        "name (its episodes would count twice)",
         f"shard {copy.name} has the same content as {shards_a[0].name} (a copy: its episodes count twice)",
+    ]
+
+
+def test_a_copy_under_its_own_writer_and_seq_is_a_duplicate(tmp_path: Path) -> None:
+    shards_a, _ = two_writers(tmp_path)
+    name = shards_a[1].name
+    copy = shards_a[1].with_name("00000000000000000001" + name[20:])  # an earlier commit time: sorts first
+    shutil.copyfile(shards_a[1], copy)
+    with pytest.raises(DamagedDatasetError, match=f"shard {copy.name} is named for the same writer and seq as {name}"):
+        load_dataset("v/x-v0", root=tmp_path)
+    with pytest.warns(UserWarning):
+        assert load_dataset("v/x-v0", root=tmp_path, on_damage="skip").total_episodes == 6
+
+
+def test_stray_and_truncated_files_are_listed_by_verify(tmp_path: Path) -> None:
+    shards_a, shards_b = two_writers(tmp_path)
+    shards = shards_a[0].parent
+    (shards / "notes.h5").write_bytes(b"not a shard")
+    (shards / "README").write_text("hello")
+    data = shards_b[0].read_bytes()
+    shards_b[0].write_bytes(data[: len(data) // 2])
+    with pytest.raises(DamagedDatasetError) as raised:
+        load_dataset("v/x-v0", root=tmp_path)
+    assert len(raised.value.problems) == 2
+    with pytest.warns(UserWarning):
+        ds = load_dataset("v/x-v0", root=tmp_path, on_damage="skip")
+    assert ds.total_episodes == 5
+    problems = ds.verify()
+    assert problems[0].startswith(
+        f"shard {shards_b[0].name} is {len(data) // 2} bytes, but its manifest line (manifest/"
+        f"{shards_b[0].name.split('-')[1]}.jsonl line 1) records {len(data)}: truncated or altered since it was "
+        f"committed; shard {str(shards_b[0])!r} is corrupt or truncated: "
+    )
+    assert problems[1:] == [
+        "shard notes.h5 is recorded in no manifest and is not named as vcollect names shards "
+        "(<time>-<writer>-<seq>.h5): a stray or renamed file",
+        "shards/README is not a shard (no .h5 name); reads ignore it",
     ]
 
 
@@ -116,9 +162,13 @@ def test_verify_names_altered_shards_and_wrong_returns(tmp_path: Path) -> None:
     with h5py.File(shards_b[1], "r+") as f:
         f["episodes/return"][...] = [1.5]
     problems = load_dataset("v/x-v0", root=tmp_path).verify()
-    assert len(problems) == 2
+    assert len(problems) == 3
     assert problems[0].startswith(f"shard {shards_b[1].name}: checksum mismatch")
-    assert problems[1].startswith(f"shard {shards_b[1].name}: episodes/return of 1 episode(s) (rows [0])")
+    assert problems[1] == (
+        f"shard {shards_b[1].name}: its manifest line (manifest/{shards_b[1].name.split('-')[1]}.jsonl line 2) "
+        "disagrees with the file on return"
+    )
+    assert problems[2].startswith(f"shard {shards_b[1].name}: episodes/return of 1 episode(s) (rows [0])")
 
 
 def test_verify_reports_corrupt_shards_and_manifest_damage(tmp_path: Path) -> None:
@@ -129,19 +179,30 @@ def test_verify_reports_corrupt_shards_and_manifest_damage(tmp_path: Path) -> No
     lines = manifest_file.read_text().splitlines(keepends=True)
     manifest_file.write_text(lines[0] + lines[0] + lines[1] + lines[2][:40])  # a duplicate and a torn last line
     with pytest.warns(UserWarning, match=shards_a[2].name):
-        problems = load_dataset("v/x-v0", root=tmp_path, skip_corrupt=True).verify()
+        ds = load_dataset("v/x-v0", root=tmp_path, skip_corrupt=True)
+    problems = ds.verify()
     assert problems[0] == (
         f"shard {shards_b[0].name} is recorded twice in the manifest ({manifest_file.name} line 1 and "
         f"{manifest_file.name} line 2)"
     )
     assert problems[1] == f"manifest {manifest_file} line 4: a torn last line (a crash mid-append)"
-    assert problems[2].startswith(f"shard {shards_a[2].name}: checksum mismatch")
-    assert f"shard {str(shards_a[2])!r} is corrupt or truncated" in problems[3]
-    assert problems[4] == (
-        f"shard {shards_b[2].name} is not recorded in the manifest (copied in, or its writer crashed before "
-        "recording it)"
-    )
-    assert len(problems) == 5
+    assert problems[2].startswith(f"shard {shards_a[2].name} is {shards_a[2].stat().st_size} bytes, but its manifest")
+    assert f"truncated or altered since it was committed; shard {str(shards_a[2])!r} is corrupt" in problems[2]
+    # the shard whose line was torn is whole and named by its writer: taken, no problem
+    assert len(problems) == 3 and shards_b[2] in ds.shard_paths and ds.total_episodes == 5
+
+
+def test_a_shard_damaged_in_place_is_corrupt_for_load_and_verify(tmp_path: Path) -> None:
+    shards_a, _ = two_writers(tmp_path)
+    with open(shards_a[1], "r+b") as f:  # the size its line records: opened (its mtime changed), and corrupt
+        f.write(b"\0" * 64)
+    with pytest.raises(CorruptShardError, match=f"shard {str(shards_a[1])!r} is corrupt or truncated"):
+        load_dataset("v/x-v0", root=tmp_path)
+    with pytest.warns(UserWarning, match="is corrupt or truncated"):
+        problems = load_dataset("v/x-v0", root=tmp_path, on_damage="skip").verify()
+    assert len(problems) == 2
+    assert problems[0].startswith(f"shard {str(shards_a[1])!r} is corrupt or truncated")
+    assert problems[1].startswith(f"shard {shards_a[1].name}: checksum mismatch")
 
 
 def test_a_shard_committed_without_its_manifest_line_still_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,10 +223,7 @@ def test_a_shard_committed_without_its_manifest_line_still_loads(tmp_path: Path,
     store.close()
     ds = load_dataset("v/y-v0", root=tmp_path)
     assert [len(ep) for ep in ds] == [3, 2]
-    assert ds.verify() == [
-        f"shard {store.shards_written[0].name} is not recorded in the manifest (copied in, or its writer crashed "
-        "before recording it)"
-    ]
+    assert ds.verify() == []  # whole and named as its writer named it: a sound dataset
 
 
 def test_manifest_line_is_json_of_the_shard_layout(tmp_path: Path) -> None:
@@ -184,10 +242,133 @@ def test_verify_without_a_manifest_says_so_once_and_still_checks_the_shards(tmp_
     path = tmp_path / "v" / "x-v0"
     shutil.rmtree(path / "manifest")  # as a dataset written before manifests existed
     shutil.copyfile(shards_a[0], shards_a[0].with_name("99999999999999999999-wcopy-000000.h5"))
-    problems = load_dataset("v/x-v0", root=tmp_path).verify()
-    assert problems == [
+    with pytest.raises(DamagedDatasetError, match="99999999999999999999-wcopy-000000.h5 holds shard 0"):
+        load_dataset("v/x-v0", root=tmp_path)
+    with pytest.warns(UserWarning):
+        ds = load_dataset("v/x-v0", root=tmp_path, on_damage="skip")
+    assert ds.total_episodes == 6  # the shards whose manifest was lost read; the copy does not
+    assert ds.verify() == [
         f"{path / 'manifest'} is absent (written before vcollect kept manifests?): missing shards cannot be "
         "detected, and shards are checked only against themselves",
+        f"shard 99999999999999999999-wcopy-000000.h5 holds shard 0 of writer {shards_a[0].name.split('-')[1]!r}, "
+        "not what its name says: a copy under another name (its episodes would count twice)",
         f"shard 99999999999999999999-wcopy-000000.h5 has the same content as {shards_a[0].name} (a copy: its "
         "episodes count twice)",
     ]
+
+
+def _episodes(ds: object) -> list[tuple[int | None, list[float], list[list[float]], list[int]]]:
+    return [(ep.seed, ep.rewards.tolist(), ep.observations.tolist(), ep.actions.tolist()) for ep in ds]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("edit", ["return", "seed", "length", "columns"])
+def test_an_edited_manifest_line_is_never_trusted_over_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str
+) -> None:
+    shards_a, _ = two_writers(tmp_path)
+    want = _episodes(load_dataset("v/x-v0", root=tmp_path))
+    name, writer = shards_a[1].name, shards_a[1].name.split("-")[1]
+    manifest_file = tmp_path / "v" / "x-v0" / "manifest" / f"{writer}.jsonl"
+    lines = manifest_file.read_text().splitlines()
+    entry = json.loads(lines[1])
+    if edit == "return":
+        entry["return"] = [123.0]
+    elif edit == "seed":
+        entry["seed"] = [99]
+    elif edit == "length":  # a consistent table, one step shorter
+        entry["length"], entry["steps"] = [entry["length"][0] - 1], entry["steps"] - 1
+    else:  # rewards read from the observations' bytes
+        columns = {col[0]: col for col in entry["columns"]}
+        columns["rewards"][1], columns["rewards"][3] = "<f8", columns["observations"][3]
+    lines[1] = json.dumps(entry, separators=(",", ":"))
+    manifest_file.write_text("\n".join(lines) + "\n")  # the shard's size and mtime still match the line
+    ds = load_dataset("v/x-v0", root=tmp_path)
+    assert _episodes(ds) == want and ds.total_steps == sum(len(ep[1]) for ep in want)
+    assert ds.verify() == [
+        f"the manifest line of shard {name} (manifest/{writer}.jsonl line 2) was altered after it was written "
+        "(its summary_sha256 does not match): reads open the shard instead of trusting it",
+        f"shard {name}: its manifest line (manifest/{writer}.jsonl line 2) disagrees with the file on "
+        + {"return": "return", "seed": "seed", "length": "steps, length", "columns": "columns"}[edit],
+    ]
+
+
+def test_intact_lines_stand_in_for_their_shards_and_carry_a_checksum(tmp_path: Path) -> None:
+    two_writers(tmp_path)
+    manifest = read_manifest(tmp_path / "v" / "x-v0")
+    assert len(manifest.intact) == 6 and manifest.intact == set(manifest.by_shard)
+    entry = next(iter(manifest.by_shard.values()))
+    assert list(entry)[-1] == "summary_sha256" and entry["layout"]["actions"] == [["", "<i8", []]]
+
+
+def test_verify_is_quiet_on_empty_and_just_created_datasets(tmp_path: Path) -> None:
+    with EpisodeStore.create("v/empty-v0", OBS, ACT, root=tmp_path):
+        pass
+    assert (tmp_path / "v" / "empty-v0" / "manifest").is_dir()
+    assert load_dataset("v/empty-v0", root=tmp_path).verify() == []
+    store = EpisodeStore.create("v/open-v0", OBS, ACT, root=tmp_path)  # a writer still open, nothing committed
+    assert load_dataset("v/open-v0", root=tmp_path).verify() == []
+    store.close()
+    shutil.rmtree(tmp_path / "v" / "empty-v0" / "manifest")  # made by an older vcollect: no manifest, no shards
+    assert load_dataset("v/empty-v0", root=tmp_path).verify() == []
+
+
+def test_shards_renamed_but_not_yet_recorded_are_whole_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that died between a shard's rename and its manifest line (or one about to write it)."""
+    with EpisodeStore.create("v/x-v0", OBS, ACT, root=tmp_path):
+        pass
+    store = EpisodeStore.open("v/x-v0", tmp_path)
+    store.write_episode(**episode(0, 3), seed=0, env_id=0)
+    store.flush()  # recorded
+    monkeypatch.setattr("vcollect.store.write.shard_commits.record_commit", lambda *args: None)
+    for code in (1, 2):
+        store.write_episode(**episode(code, 2), seed=code, env_id=0)
+        store.flush()  # renamed into place, never recorded
+    monkeypatch.undo()
+    other = EpisodeStore.open("v/x-v0", tmp_path)  # a writer with no manifest line at all
+    monkeypatch.setattr("vcollect.store.write.shard_commits.record_commit", lambda *args: None)
+    other.write_episode(**episode(3, 1), seed=3, env_id=1)
+    other.flush()
+    monkeypatch.undo()
+    ds = load_dataset("v/x-v0", root=tmp_path)
+    assert [ep.seed for ep in ds] == [0, 1, 2, 3] and ds.total_steps == 8
+    assert ds.verify() == []
+
+
+def test_a_shard_committed_between_reading_the_manifest_and_listing_the_shards_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live writer commits (rename, then manifest line) while a reader opens the dataset."""
+    two_writers(tmp_path)
+    import vcollect.store.read.reader as reader_module
+
+    writer = EpisodeStore.open("v/x-v0", tmp_path)
+    calls: list[str] = []
+
+    def commit_after(name: str, real: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            out = real(*args, **kwargs)
+            calls.append(name)
+            if len(calls) == 1:  # between the reader's two looks at the folder
+                writer.write_episode(**episode(9, 2), seed=9, env_id=0)
+                writer.flush()
+            return out
+        return wrapped
+
+    monkeypatch.setattr(reader_module, "read_manifest", commit_after("manifest", reader_module.read_manifest))
+    monkeypatch.setattr(reader_module, "dataset_files", commit_after("files", reader_module.dataset_files))
+    ds = load_dataset("v/x-v0", root=tmp_path)
+    monkeypatch.undo()
+    writer.close()
+    assert calls[0] == "manifest" and ds.total_episodes == 7 and ds.verify() == []
+
+
+def test_verify_names_stored_actions_outside_a_narrowed_action_space(tmp_path: Path) -> None:
+    two_writers(tmp_path)
+    file = tmp_path / "v" / "x-v0" / "dataset.json"
+    info = json.loads(file.read_text())
+    info["action_space"]["n"] = 3  # Discrete(7) narrowed: stored actions 3..6 no longer fit
+    file.write_text(json.dumps(info))
+    ds = load_dataset("v/x-v0", root=tmp_path)
+    problems = ds.verify()
+    assert len(problems) >= 1 and all("stored actions outside dataset.json's action space" in p for p in problems)
+    assert "is not in Discrete(3)" in problems[0]

@@ -66,6 +66,20 @@ class CorruptShardError(DatasetError):
     """A shard file could not be read; the message names the file."""
 
 
+class DamagedDatasetError(CorruptShardError):
+    """A dataset's shard files disagree with its manifests or cannot be read whole: a recorded shard is
+    missing, an unrecorded or copied one is present, one is truncated, altered or corrupt.
+
+    Raised by ``load_dataset`` (``on_damage="skip"`` reads the whole shards instead, with a warning); the
+    message names every file, and ``problems`` holds one line per problem. A CorruptShardError, so code
+    that caught a corrupt shard catches this too.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems: list[str] = list(problems or [])
+
+
 class SpaceMismatchError(DatasetError, ValueError):
     """Observation or action spaces differ where they must be equal."""
 

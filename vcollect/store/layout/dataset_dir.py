@@ -32,6 +32,7 @@ from vcollect.store.layout.dataset_info import (
     write_json_atomic,
 )
 from vcollect.store.layout.durable import folder_lock, fsync_dir
+from vcollect.store.layout.manifest import MANIFEST_DIR
 from vcollect.store.layout.staging import (
     exchange_paths,
     hidden_dir,
@@ -194,7 +195,7 @@ def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int
 
 
 def create_dataset_dir(path: Path, dataset_id: str, info: Mapping[str, Any], *, overwrite: bool) -> None:
-    """Make the directory ``path`` of a new dataset: its ``shards/`` and its ``dataset.json`` (``info``).
+    """Make the directory ``path`` of a new dataset: its ``shards/``, ``manifest/`` and ``dataset.json`` (``info``).
 
     DatasetExistsError when a dataset is there unless ``overwrite`` (which builds the new one in a hidden
     folder and swaps it in with :func:`replace_dataset_dir`), or when someone else creates one there
@@ -215,6 +216,7 @@ def create_dataset_dir(path: Path, dataset_id: str, info: Mapping[str, Any], *, 
         staging = new_staging_dir(path, root)
         try:
             (staging / SHARDS_DIR).mkdir()
+            (staging / MANIFEST_DIR).mkdir()
             write_json_atomic(staging / DATASET_FILE, info, exclusive=True)
             replace_dataset_dir(staging, path, dataset_id, seen)
         except BaseException as exc:
@@ -229,6 +231,7 @@ def create_dataset_dir(path: Path, dataset_id: str, info: Mapping[str, Any], *, 
     made: list[Path] = []
     try:
         _make_dirs(path / SHARDS_DIR, made)
+        _make_dirs(path / MANIFEST_DIR, made)
         write_json_atomic(path / DATASET_FILE, info, exclusive=True)
     except FileExistsError:
         raise DatasetExistsError(

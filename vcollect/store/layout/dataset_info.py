@@ -274,10 +274,32 @@ def check_dataset_info(info: Any, file: Path | str) -> None:
             raise CorruptDatasetError(f"{file}: {key} is not a gymnasium env spec: {type(exc).__name__}: {exc}") from exc
     if not isinstance(info.get("metadata", {}), dict):
         raise CorruptDatasetError(f"{file}: metadata must be an object, got {type(info['metadata']).__name__}")
+    _check_frame_stack(info, file)
     for key in ("dataset_id", "created_at"):
         value = info.get(key)
         if value is not None and not isinstance(value, str):
             raise CorruptDatasetError(f"{file}: {key} must be a string, got {type(value).__name__}")
+
+
+def _check_frame_stack(info: dict[str, Any], file: Path | str) -> None:
+    """CorruptDatasetError unless ``frame_stack`` is absent, null, or ``{"k": int >= 2, "padding": "reset" |
+    "zero"}`` (padding optional) with a Box observation space of k frames on its first axis."""
+    value = info.get("frame_stack")
+    if value is None:
+        return
+    if not isinstance(value, dict) or set(value) - {"k", "padding"}:
+        raise CorruptDatasetError(f"{file}: frame_stack must be an object with k and padding, got {value!r}")
+    k, padding = value.get("k"), value.get("padding", "reset")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise CorruptDatasetError(f"{file}: frame_stack k must be an integer >= 2, got {k!r}")
+    if padding not in ("reset", "zero"):
+        raise CorruptDatasetError(f"{file}: frame_stack padding must be 'reset' or 'zero', got {padding!r}")
+    space = space_from_dict(info["observation_space"])
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) < 2 or space.shape[0] != k:
+        raise CorruptDatasetError(
+            f"{file}: frame_stack k={k} does not fit the observation space {space} (a Box of k frames on its "
+            "first axis)"
+        )
 
 
 def env_spec_json(env_spec: Any, what: str) -> str | None:

@@ -3,10 +3,12 @@
 Every writer appends one JSON line per committed shard to its own file ``<dataset>/manifest/<writer>.jsonl``
 (one ``write`` of the whole line in append mode, then fsync), so concurrent writers never share a file.
 A line records the shard's name, size, mtime, SHA-256, totals, its ``episodes/`` table (lengths, returns,
-env ids, seeds) and where each column lies in the file. ``load_dataset`` uses it instead of opening
-each shard whose size and mtime still match; ``Dataset.verify`` uses it to name missing, unrecorded,
-duplicated and altered shards. A torn last line (a crash mid-append) is skipped; the shard it described
-then reads like one without an entry (opened at load, reported by ``verify``).
+env ids, seeds), where each column lies in the file and the shard's layout attribute, and ends with
+``summary_sha256``, the SHA-256 of the rest of the line (:func:`summary_intact`). ``load_dataset`` uses a
+line instead of opening its shard only when that checksum holds and the shard's size and mtime still match
+(an edited line is never trusted over the file), and compares the names and sizes of the shard files with
+the lines; ``Dataset.verify`` compares every line with its shard. A torn last line (a crash mid-append) is
+skipped; the shard it described then reads like one without an entry.
 """
 
 from __future__ import annotations
@@ -22,15 +24,47 @@ import h5py
 import numpy as np
 
 from vcollect.store.layout.durable import fsync_dir
-from vcollect.store.layout.shard_format import EPISODE_COLUMNS
+from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR
 
-__all__ = ["MANIFEST_DIR", "ManifestEntries", "file_sha256", "read_manifest", "record_commit", "shard_summary"]
+__all__ = [
+    "MANIFEST_DIR",
+    "SUMMARY_CHECKSUM",
+    "ManifestEntries",
+    "file_sha256",
+    "read_manifest",
+    "record_commit",
+    "shard_summary",
+    "summary_line",
+]
 
 MANIFEST_DIR = "manifest"
 MANIFEST_SUFFIX = ".jsonl"
 
 #: Column attributes the reader uses (and so the manifest keeps).
 _KEPT_ATTRS = ("rows", "encoding")
+
+#: The key of a manifest line's last field: the SHA-256 of the line's JSON before it (see summary_line).
+SUMMARY_CHECKSUM = "summary_sha256"
+
+_CHECKSUM_FIELD = b',"' + SUMMARY_CHECKSUM.encode() + b'":"'
+
+
+def summary_line(summary: dict[str, Any]) -> str:
+    """The manifest line of ``summary`` (a :func:`shard_summary`): its JSON with a last field
+    ``summary_sha256``, the SHA-256 of the JSON text before it (closed with ``}``), and a newline."""
+    body = json.dumps(summary, separators=(",", ":"))
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    return f'{body[:-1]},"{SUMMARY_CHECKSUM}":"{digest}"}}\n'
+
+
+def _line_intact(raw: bytes) -> bool:
+    """Whether a manifest line (bytes) ends with a checksum that matches the JSON text before it."""
+    raw = raw.rstrip()
+    start = raw.rfind(_CHECKSUM_FIELD)
+    if start < 0 or not raw.endswith(b'"}'):
+        return False
+    digest = raw[start + len(_CHECKSUM_FIELD) : -2]
+    return hashlib.sha256(raw[:start] + b"}").hexdigest().encode() == digest
 
 
 def file_sha256(path: Path) -> str:
@@ -49,7 +83,8 @@ def _attr_value(value: Any) -> Any:
 
 
 def shard_summary(path: Path, sha256: str | None = None) -> dict[str, Any]:
-    """The manifest line of a committed shard, read back from the file (its SHA-256 too, unless given)."""
+    """What the manifest line of a committed shard holds, read back from the file (its SHA-256 too, unless
+    given); :func:`summary_line` makes the line."""
     st = os.stat(path)
     with h5py.File(path, "r") as f:
         columns: list[list[Any]] = []
@@ -65,6 +100,7 @@ def shard_summary(path: Path, sha256: str | None = None) -> dict[str, Any]:
         f.visititems(visit)
         table = {name: np.asarray(f[f"episodes/{name}"][()]) for name in EPISODE_COLUMNS}
         totals = int(f.attrs["num_episodes"]), int(f.attrs["num_steps"])
+        layout = f.attrs.get(LAYOUT_ATTR)
     return {
         "shard": path.name,
         "size": st.st_size,
@@ -80,6 +116,7 @@ def shard_summary(path: Path, sha256: str | None = None) -> dict[str, Any]:
         "seed_valid": table["seed_valid"].astype(bool).tolist(),
         "columns": columns,
         "extra_tables": extra_tables,
+        "layout": None if layout is None else json.loads(_attr_value(layout)),
     }
 
 
@@ -88,11 +125,11 @@ def record_commit(dataset_path: Path, shard_path: Path, writer: str, sha256: str
     (``sha256``: the file's digest when the writer has it, else it is read back from the file).
 
     Called by the writer after the shard's rename. Never raises: the shard is committed whatever
-    happens here (a failure is warned about; the shard then loads without the manifest's help and
-    ``Dataset.verify`` reports it as unrecorded).
+    happens here (a failure is warned about; the shard then reads as an unrecorded one: opened at load,
+    taken when whole and named as its writer named it, see store/read/shard_census.py).
     """
     try:
-        line = json.dumps(shard_summary(shard_path, sha256), separators=(",", ":")) + "\n"
+        line = summary_line(shard_summary(shard_path, sha256))
         directory = dataset_path / MANIFEST_DIR
         directory.mkdir(exist_ok=True)
         file = directory / f"{writer}{MANIFEST_SUFFIX}"
@@ -124,6 +161,9 @@ class ManifestEntries:
         self.by_shard: dict[str, dict[str, Any]] = {}
         self.where: dict[str, str] = {}
         self.problems: list[str] = []
+        #: names of shards whose line is as its writer wrote it (its summary_sha256 matches): only these
+        #: lines may stand in for their shard's file
+        self.intact: set[str] = set()
 
 
 def read_manifest(dataset_path: Path) -> ManifestEntries:
@@ -160,4 +200,6 @@ def read_manifest(dataset_path: Path) -> ManifestEntries:
                 continue
             out.by_shard[name] = entry
             out.where[name] = f"{file.name} line {number}"
+            if _line_intact(raw):
+                out.intact.add(name)
     return out

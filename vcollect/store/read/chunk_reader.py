@@ -6,12 +6,18 @@ chunks are plain Zstandard frames at byte offsets HDF5 records, so this module r
 once (``Dataset.id.chunk_iter``), then slices the chunks the rows need out of the file's memory map and
 decodes them with the ``zstandard`` package, straight into the output rows: about 2.5 ms for 512 Pong
 frame stacks (benchmarks/RESULTS.md, "Session 8"). A range of rows (an episode) decodes each stretch of
-chunks that lie back to back in the file as one stream, without a call per row. Columns with any other
-filter are read through h5py as before.
+chunks that lie back to back in the file as one stream, without a call per row. Gzip (deflate) columns are
+read the same way, one chunk at a time with ``zlib``. Columns with any other filter are read through h5py.
+
+No chunk decodes to more than its rows: a Zstandard frame declaring a larger size than its chunk is refused
+before anything is allocated, and a deflate stream is inflated at most to the chunk's size, so a crafted
+chunk (a "bomb") is a ValueError naming it (the reader's CorruptShardError naming the file), never a
+MemoryError or a long inflate whose output HDF5 would cut short without a word.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import h5py
@@ -21,9 +27,14 @@ import zstandard
 ZSTD_FILTER = 32015
 """HDF5's registered id of the Zstandard filter (what hdf5plugin.Zstd writes)."""
 
+DEFLATE_FILTER = 1
+"""HDF5's id of its deflate (gzip) filter: each chunk one zlib stream."""
+
+_CODECS = {ZSTD_FILTER: "zstd", DEFLATE_FILTER: "gzip"}
+
 
 class ChunkTable:
-    """Where each chunk of one Zstandard-compressed column lies in its file (chunks of whole rows).
+    """Where each chunk of one Zstandard- or deflate-compressed column lies in its file (chunks of whole rows).
 
     Holds one decoder (making one costs ~16 us, as much as decoding a frame stack), so a table is not for
     two threads at once: OpenShardFiles reads under its lock."""
@@ -46,6 +57,7 @@ class ChunkTable:
             self.offsets[k], self.sizes[k], masks[k] = info.byte_offset, info.size, info.filter_mask
 
         dataset.id.chunk_iter(note)
+        self.codec = _CODECS[dataset.id.get_create_plist().get_filter(0)[0]]
         self._decoder = zstandard.ZstdDecompressor()
         if (self.offsets < 0).any():
             raise ValueError(f"column {dataset.name!r} has unwritten chunks")
@@ -60,12 +72,27 @@ class ChunkTable:
 
     @staticmethod
     def applies_to(dataset: h5py.Dataset) -> bool:
-        """A chunked column of whole rows whose only filter is Zstandard."""
+        """A chunked column of whole rows whose only filter is Zstandard or deflate."""
         chunks = dataset.chunks
         if chunks is None or tuple(chunks[1:]) != tuple(dataset.shape[1:]):
             return False
         plist = dataset.id.get_create_plist()
-        return plist.get_nfilters() == 1 and plist.get_filter(0)[0] == ZSTD_FILTER
+        return plist.get_nfilters() == 1 and plist.get_filter(0)[0] in _CODECS
+
+    def _decode(self, data: Any, k: int, size: int) -> Any:
+        """Chunk ``k``'s bytes ``data`` decoded: at most ``size`` bytes (ValueError for a chunk that declares
+        or holds more, before it is inflated past that)."""
+        if self.codec == "zstd":
+            declared = zstandard.frame_content_size(data)
+            if declared > size:
+                raise ValueError(f"chunk {k} declares {declared} decoded bytes, more than its {size}")
+            return self._decoder.decompress(data, max_output_size=size)
+        inflater = zlib.decompressobj()
+        out = inflater.decompress(data, size)
+        if inflater.unconsumed_tail or not inflater.eof:
+            more = inflater.unconsumed_tail or inflater.decompress(b"", 1)
+            raise ValueError(f"chunk {k} {'inflates to more than' if more else 'is cut short before'} its {size} bytes")
+        return out
 
     def read_rows(self, mapped: Any, rows: np.ndarray) -> np.ndarray:
         """``rows`` (row numbers, any order, repeats allowed) decoded from the file's memory map ``mapped``."""
@@ -82,13 +109,13 @@ class ChunkTable:
         chunks, inverse = np.unique(rows // rows_per_chunk, return_inverse=True)
         scratch = np.empty((len(chunks) * rows_per_chunk, row_bytes), dtype=np.uint8)
         view = memoryview(scratch.reshape(-1))  # type: ignore[arg-type]
-        decode = self._decoder.decompress
+        decode = self._decode
         starts = self.offsets[chunks]
         stops = (starts + self.sizes[chunks]).tolist()
         filled = np.minimum(rows_per_chunk, self.num_rows - chunks * rows_per_chunk) * row_bytes
         for i, (k, start, stop, keep, need) in enumerate(
                 zip(chunks.tolist(), starts.tolist(), stops, self.stored_raw[chunks].tolist(), filled.tolist())):
-            raw = mapped[start:stop] if keep else decode(mapped[start:stop], max_output_size=chunk_bytes)
+            raw = mapped[start:stop] if keep else decode(mapped[start:stop], k, chunk_bytes)
             if len(raw) < need:
                 raise ValueError(f"chunk {k} decoded to {len(raw)} bytes, expected at least {need}")
             view[i * chunk_bytes : i * chunk_bytes + need] = memoryview(raw)[:need]
@@ -98,7 +125,7 @@ class ChunkTable:
 
     def read_range(self, mapped: Any, lo: int, hi: int) -> np.ndarray:
         """Rows ``lo`` to ``hi`` (exclusive, within the column) decoded from the file's memory map ``mapped``."""
-        if self.rows_per_chunk != 1 or hi - lo < 2:
+        if self.rows_per_chunk != 1 or hi - lo < 2 or self.codec != "zstd":
             return self.read_rows(mapped, np.arange(lo, hi, dtype=np.int64))
         out = np.empty((hi - lo, *self.row_shape), dtype=self.dtype)
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
@@ -128,7 +155,7 @@ class ChunkTable:
     def decode_into(self, mapped: Any, rows: np.ndarray, out: np.ndarray, where: np.ndarray) -> None:
         """``out[where[i]] = row rows[i]`` for a column of one-row chunks, each decoded straight into its place
         in ``out`` (C-contiguous, of this column's dtype and row shape)."""
-        decode = self._decoder.decompress
+        decode = self._decode
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         row_bytes = self.row_bytes
         starts = self.offsets[rows]
@@ -136,7 +163,7 @@ class ChunkTable:
         raw_rows = self.stored_raw[rows].tolist()
         places = (np.asarray(where, dtype=np.int64) * row_bytes).tolist()
         for row, start, stop, keep, place in zip(rows.tolist(), starts.tolist(), stops, raw_rows, places):
-            raw = mapped[start:stop] if keep else decode(mapped[start:stop], max_output_size=row_bytes)
+            raw = mapped[start:stop] if keep else decode(mapped[start:stop], row, row_bytes)
             if len(raw) != row_bytes:
                 raise ValueError(f"chunk {row} decoded to {len(raw)} bytes, expected {row_bytes}")
             view[place : place + row_bytes] = raw

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from vcollect.errors import CorruptShardError, EpisodeIndexError
-from vcollect.spaces import Leaf, leaves, unflatten_batch
+from vcollect.errors import CorruptDatasetError, DamagedDatasetError, EpisodeIndexError
+from vcollect.spaces import leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import (
     check_metadata_update,
     dataset_files,
@@ -38,21 +38,24 @@ from vcollect.store.layout.episode_metadata import (
 from vcollect.store.layout.manifest import read_manifest
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.publish_journal import recover_publishes
-from vcollect.store.layout.shard_format import column_path
+from vcollect.store.layout.shard_format import column_path, shard_layout
 from vcollect.store.layout.staging import remove_stale_staging
 from vcollect.store.read.dataset_index import DatasetIndex, EpisodeData
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.requirements import warn_unmet_requirements
+from vcollect.store.read.shard_census import ON_DAMAGE, OnDamage, take_census
 from vcollect.store.read.shard_reader import StoredShard
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 
 __all__ = [
     "MAX_OPEN_FILES",
+    "MIN_OPEN_FILES",
     "SAMPLE_CACHE_BYTES",
     "Dataset",
     "DatasetSpec",
     "EpisodeData",
+    "default_max_open_files",
     "load_dataset",
     "reload_in_place",
     "view_of",
@@ -62,9 +65,14 @@ __all__ = [
 #: into memory once when they total at most this many bytes; above it, rows are gathered from the files.
 SAMPLE_CACHE_BYTES = 64 * 2**20
 
-#: Most files a loaded dataset keeps open at once (each open shard map or HDF5 file holds one file
-#: descriptor); the least recently used one is closed first. Views of one dataset share them.
-MAX_OPEN_FILES = 32
+#: Bounds of the files a loaded dataset keeps open at once by default (default_max_open_files); each open
+#: shard map or HDF5 file holds one file descriptor, the least recently used is closed first, and views
+#: of one dataset share them.
+MIN_OPEN_FILES = 32
+MAX_OPEN_FILES = 256
+
+#: Problems a DamagedDatasetError's message or the skip warning lists (its ``problems`` holds them all).
+_LISTED_PROBLEMS = 10
 
 
 class Dataset:
@@ -443,29 +451,35 @@ class Dataset:
     def verify(self) -> list[str]:
         """Check the dataset on disk (all of it, not only this view); one line per problem, [] when sound.
 
-        See :func:`vcollect.store.read.verify.verify_dataset`: missing, unrecorded, duplicated and altered
-        shards (SHA-256 against the manifest), corrupt shards, and episode tables that disagree with the
-        columns. Reads every shard whole.
+        See :func:`vcollect.store.read.verify.verify_dataset`: what load_dataset counts as damage (missing,
+        truncated, unrecorded and copied shards, stray files, corrupt shards, layouts other than
+        dataset.json's), shards altered since commit (SHA-256 against the manifest), manifest lines that
+        disagree with their shard, episode tables that disagree with the columns and actions outside the
+        action space. Reads every shard whole.
         """
         from vcollect.store.read.verify import verify_dataset  # verify builds on this module
 
-        return verify_dataset(self._index.path, frame_leaves(self._index.obs_leaves, self._index.frame_stack),
-                              self._index.act_leaves)
+        return verify_dataset(self._index.path, self._index.info)
 
     def __repr__(self) -> str:
         return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
 
 
-def _unchanged_summary(file: Path, entry: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """The manifest line of ``file`` when the file is as committed (same size and mtime) and the line holds
-    all the reader needs (no options/metadata tables); else None (the file is opened instead)."""
-    if entry is None or entry.get("extra_tables", True):
-        return None
+def default_max_open_files() -> int:
+    """The ``max_open_files`` a dataset loaded without one gets: a quarter of this process's file-descriptor
+    limit (RLIMIT_NOFILE's soft limit, read now), between :data:`MIN_OPEN_FILES` and :data:`MAX_OPEN_FILES`.
+
+    A quarter leaves room for other loaded datasets and everything else the process opens; should the
+    limit be reached anyway, a dataset closes its older half of files and opens again (OpenShardFiles).
+    """
     try:
-        st = file.stat()
-    except OSError:
-        return None
-    return entry if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns") else None
+        import resource
+    except ImportError:  # no such limit here (Windows)
+        return MIN_OPEN_FILES
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_FILES
+    return max(MIN_OPEN_FILES, min(MAX_OPEN_FILES, int(soft) // 4))
 
 
 def view_of(dataset: Dataset, episode_indices: np.ndarray) -> Dataset:
@@ -505,19 +519,50 @@ def load_dataset(
     dataset_id: str,
     root: str | os.PathLike[str] | None = None,
     *,
+    on_damage: OnDamage = "raise",
     skip_corrupt: bool = False,
-    max_open_files: int = MAX_OPEN_FILES,
+    max_open_files: int | None = None,
 ) -> Dataset:
     """Open a dataset for reading (a snapshot of its committed shards).
 
-    A corrupt or truncated shard raises CorruptShardError naming the file; with ``skip_corrupt=True``
-    it is left out with a warning naming it. Temporary ``.tmp`` files and anything in ``shards/`` that is
-    not a regular file are ignored. Shards recorded in the dataset's manifest and unchanged since (same
-    size and mtime) are not opened: their tables and layout come from the manifest. Reading keeps at
-    most ``max_open_files`` shard files open at once. Errors that say nothing about a shard (too many
-    open files, permission denied) are raised as they are.
+    The shard files found are first compared with the dataset's manifests (names and sizes; no file is
+    read for that): a recorded shard missing, an unrecorded one present that is not a whole shard of its
+    own (a copy under another name, a stray file), one truncated or altered since its commit, one that
+    cannot be read or was written with another layout than dataset.json's, is damage (the policy:
+    :mod:`vcollect.store.read.shard_census`; a shard a live writer renamed but has not yet recorded, and
+    datasets whose manifest was lost, read as usual). Temporary ``.tmp`` files and anything in ``shards/``
+    that is not a regular file are ignored. A manifest line stands in for its shard (no file opened) only
+    when the line's checksum holds and the file's size and mtime match it. Counts (total_episodes,
+    total_steps) are always those of the episodes the dataset yields.
+
+    Args:
+        dataset_id: ``namespace/name-vN``.
+        root: The datasets root (default: ``$VCOLLECT_DATASETS_PATH`` or ``~/.vcollect/datasets``).
+        on_damage: ``"raise"`` (default): a damaged dataset raises DamagedDatasetError naming every
+            problem and file. ``"skip"``: the damaged shards are left out with a UserWarning listing them,
+            and the whole ones are read.
+        skip_corrupt: True is ``on_damage="skip"``.
+        max_open_files: Most shard files kept open at once (least recently used closed first); default
+            :func:`default_max_open_files`.
+
+    Returns:
+        The dataset.
+
+    Raises:
+        DamagedDatasetError: The shards disagree with the manifests or cannot be read whole (a
+            CorruptShardError).
+        CorruptDatasetError: dataset.json is malformed, or every shard was written with another layout.
+        DatasetNotFoundError: No such dataset under the root.
+        ValueError: ``on_damage`` is not "raise" or "skip", or ``max_open_files`` < 1.
+
+    Errors that say nothing about a shard (too many open files, permission denied) are raised as they are.
     """
     parse_dataset_id(dataset_id)
+    if on_damage not in ON_DAMAGE:
+        raise ValueError(f"on_damage must be one of {', '.join(map(repr, ON_DAMAGE))}, got {on_damage!r}")
+    if skip_corrupt:
+        on_damage = "skip"
+    capacity = default_max_open_files() if max_open_files is None else max_open_files
     root_path = resolve_root(root)
     recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/layout/publish_journal.py)
     path = dataset_path(dataset_id, root_path)
@@ -525,10 +570,33 @@ def load_dataset(
         remove_stale_staging(path.parent, root_path)  # an overwrite killed between its two renames: the old one is back
     info = read_dataset_info(path, dataset_id, root_path)
     obs_space, act_space = dataset_spaces(info)
-    stack = FrameStack.from_json(info.get("frame_stack"))
+    stack = FrameStack.from_json(info.get("frame_stack"))  # checked with dataset.json (dataset_info.check_dataset_info)
+    expected = shard_layout(leaves(obs_space), leaves(act_space), None if stack is None else stack.to_json())
     obs_leaves, act_leaves = frame_leaves(leaves(obs_space), stack), leaves(act_space)
     with _gc_paused():  # thousands of small parsed objects: collecting meanwhile would only slow loading
-        return _load_shards(dataset_id, path, info, obs_leaves, act_leaves, skip_corrupt, max_open_files)
+        manifest = read_manifest(path)  # before listing shards/: a shard recorded meanwhile is then listed
+        committed, _ = dataset_files(path)
+        census = take_census(path, manifest, committed, obs_leaves, act_leaves, expected)
+    if census.layout_problem is not None:
+        raise CorruptDatasetError(census.layout_problem)
+    if census.problems:
+        taken = f"{len(census.shards)} whole shard(s)"
+        listed = "; ".join(census.problems[:_LISTED_PROBLEMS])
+        if len(census.problems) > _LISTED_PROBLEMS:
+            listed += f"; and {len(census.problems) - _LISTED_PROBLEMS} more"
+        if on_damage == "raise":
+            raise DamagedDatasetError(
+                f"dataset {dataset_id!r} at {str(path)!r} is damaged: {listed}. load_dataset(..., "
+                f"on_damage='skip') reads the {taken}; `vcollect verify` lists every problem",
+                census.problems,
+            )
+        warnings.warn(
+            f"dataset {dataset_id!r} at {str(path)!r} is damaged; reading its {taken} only: {listed}",
+            UserWarning,
+            stacklevel=2,
+        )
+    late_metadata = read_episode_metadata(path)
+    return Dataset(DatasetIndex(dataset_id, path, info, census.shards, capacity, late_metadata))
 
 
 @contextlib.contextmanager
@@ -540,32 +608,3 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def _load_shards(
-    dataset_id: str,
-    path: Path,
-    info: dict[str, Any],
-    obs_leaves: list[Leaf],
-    act_leaves: list[Leaf],
-    skip_corrupt: bool,
-    max_open_files: int,
-) -> Dataset:
-    committed, _ = dataset_files(path)
-    manifest = read_manifest(path)
-    shards: list[StoredShard] = []
-    for file in committed:
-        summary = _unchanged_summary(file, manifest.by_shard.get(file.name))
-        try:
-            try:
-                shards.append(StoredShard(file, obs_leaves, act_leaves, summary))
-            except CorruptShardError:
-                if summary is None:
-                    raise
-                shards.append(StoredShard(file, obs_leaves, act_leaves))  # the manifest line was wrong, not the file
-        except CorruptShardError as exc:
-            if not skip_corrupt:
-                raise
-            warnings.warn(f"skipping corrupt shard {str(file)!r}: {exc}", UserWarning, stacklevel=3)
-    late_metadata = read_episode_metadata(path)
-    return Dataset(DatasetIndex(dataset_id, path, info, shards, max_open_files, late_metadata))

@@ -2,7 +2,7 @@
 
 ``StoredShard`` reads a committed shard's small ``episodes/`` table and where each column lies (from the file,
 or from its manifest line) and checks both against the dataset's spaces; ``OpenShardFiles`` reads column rows
-through memory maps (raw columns; Zstandard columns through their chunk tables, chunk_reader.py) or HDF5
+through memory maps (raw columns; Zstandard and gzip columns through their chunk tables, chunk_reader.py) or HDF5
 (other codecs), keeping at most a given number of files open. A damaged shard raises CorruptShardError
 naming the file.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import json
 import math
 import mmap
 import os
@@ -26,7 +27,7 @@ import numpy as np
 
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
-from vcollect.store.layout.shard_format import EPISODE_COLUMNS, SHARD_FORMAT_NAME, column_path
+from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR, SHARD_FORMAT_NAME, column_path
 from vcollect.store.read.chunk_reader import ChunkTable
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
@@ -119,6 +120,12 @@ class StoredShard:
         self.columns: dict[str, _Column] = {}
         self.options: list[str] | None = None
         self.metadata: dict[str, np.ndarray] = {}
+        #: the writer and seq the file says it was committed as (None when read from the manifest, or absent)
+        self.writer: str | None = None
+        self.seq: int | None = None
+        #: the shard's layout attribute, parsed (shard_format.shard_layout); None for shards written without one
+        self.layout: dict[str, Any] | None = None
+        self.from_summary = summary is not None
         try:
             table = self._read() if summary is None else self._from_summary(summary)
             self._check(table, obs_leaves, act_leaves)
@@ -130,6 +137,8 @@ class StoredShard:
             raise CorruptShardError(f"shard {str(path)!r} is corrupt or truncated: {type(exc).__name__}: {exc}") from exc
 
     def _from_summary(self, summary: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        layout = summary.get("layout")
+        self.layout = None if layout is None else dict(layout)
         self.num_episodes = int(summary["episodes"])
         self.num_steps = int(summary["steps"])
         for name, dtype, shape, offset, attrs in summary["columns"]:
@@ -155,6 +164,7 @@ class StoredShard:
                 raise ValueError(f"not a vcollect shard (format attribute {f.attrs.get('format')!r})")
             self.num_episodes = int(f.attrs["num_episodes"])
             self.num_steps = int(f.attrs["num_steps"])
+            self._read_identity(f.attrs)
             if self.num_episodes < 0 or self.num_steps < 0:
                 raise ValueError(f"negative totals: num_episodes={self.num_episodes}, num_steps={self.num_steps}")
             _check_links(f)
@@ -190,6 +200,19 @@ class StoredShard:
                         raise ValueError(f"episodes/metadata/{key} is not a column of {self.num_episodes} rows")
                     self.metadata[key] = decode_column(np.asarray(ds[()]), ds.attrs)
         return table
+
+    def _read_identity(self, attrs: Any) -> None:
+        """The writer, seq and layout attributes of the file (each None when absent)."""
+        writer, seq, layout = attrs.get("writer"), attrs.get("seq"), attrs.get(LAYOUT_ATTR)
+        if writer is not None:
+            self.writer = writer.decode("utf-8", "replace") if isinstance(writer, bytes) else str(writer)
+        if seq is not None:
+            self.seq = int(seq)
+        if layout is not None:
+            parsed = json.loads(layout.decode("utf-8") if isinstance(layout, bytes) else str(layout))
+            if not isinstance(parsed, dict):
+                raise ValueError(f"its {LAYOUT_ATTR} attribute is not a JSON object")
+            self.layout = parsed
 
     def _check(self, table: dict[str, np.ndarray], obs_leaves: list[Leaf], act_leaves: list[Leaf]) -> None:
         """Check the table against itself and the columns against the spaces; keep the table."""
@@ -335,7 +358,7 @@ class OpenShardFiles:
         if col.offset is not None:
             return np.array(self._mapped_column(key, shard, col)[rows])
         table = self._chunk_table(key, shard, name)
-        if table is not None:  # Zstandard chunks: decoded straight from the file's map
+        if table is not None:  # Zstandard or deflate chunks: decoded straight from the file's map
             mapped = self._get(key, shard, "map")
             if isinstance(rows, slice):
                 lo, hi, step = rows.indices(col.shape[0])
@@ -355,7 +378,7 @@ class OpenShardFiles:
         return np.asarray(ds[unique])[inverse]  # sparse: decode only the chunks holding the rows
 
     def _chunk_table(self, key: int, shard: StoredShard, name: str) -> ChunkTable | None:
-        """The chunk table of a Zstandard-compressed column, or None for other columns. Read once per column
+        """The chunk table of a Zstandard- or deflate-compressed column, or None for other columns. Read once per column
         through HDF5 and kept, so later reads of the column need only the file's map: sampling a dataset of
         more shards than ``capacity`` / 2 would otherwise reopen an HDF5 file (~0.2 ms) per shard per call."""
         if (key, name) not in self._tables:
@@ -371,19 +394,33 @@ class OpenShardFiles:
         if handle is not None:
             self._open.move_to_end((key, kind))
             return handle
-        while len(self._open) >= self.capacity:
+        self._close_oldest(len(self._open) - self.capacity + 1)
+        try:
+            handle = self._open_file(shard.path, kind)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._open:
+                raise
+            # the process is out of file descriptors (other datasets, other files): give back half of ours
+            self._close_oldest(max(1, len(self._open) // 2))
+            handle = self._open_file(shard.path, kind)
+        self._open[(key, kind)] = handle
+        return handle
+
+    def _close_oldest(self, count: int) -> None:
+        """Close the ``count`` least recently used files (a map closes, releasing its descriptor, when the
+        last reference to it goes)."""
+        for _ in range(min(count, len(self._open))):
             _, old = self._open.popitem(last=False)
             if isinstance(old, h5py.File):
                 old.close()
-            # a map closes (and releases its descriptor) when the last reference to it goes
+
+    @staticmethod
+    def _open_file(path: Path, kind: str) -> Any:
         if kind == "map":
-            with open(shard.path, "rb") as f:
-                handle = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        else:
-            import_plugin_filters()  # a column written with lz4/zstd reads only once they are registered
-            handle = h5py.File(shard.path, "r")
-        self._open[(key, kind)] = handle
-        return handle
+            with open(path, "rb") as f:
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        import_plugin_filters()  # a column written with lz4/zstd reads only once they are registered
+        return h5py.File(path, "r")
 
     def close(self) -> None:
         """Close every open file."""

@@ -25,6 +25,7 @@ directory, ``episode_checks`` checks and copies each episode's arrays, ``dataset
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -59,7 +60,12 @@ from vcollect.store.layout.dataset_info import (
 )
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.schema import MetadataSchema, TreeSchema, to_json
-from vcollect.store.layout.shard_format import SHARD_FORMAT_NAME, SHARD_SUFFIX
+from vcollect.store.layout.shard_format import (
+    LAYOUT_ATTR,
+    SHARD_FORMAT_NAME,
+    shard_layout,
+    shard_name,
+)
 from vcollect.store.write.compression import check_compression
 from vcollect.store.write.env_spec_record import env_spec_to_record
 from vcollect.store.write.episode_checks import (
@@ -684,9 +690,12 @@ class EpisodeStore:
         rows = {group: {name: spec[0] for name, spec in (schema.fields or {}).items()}
                 for group, schema in self._schemas.items()}
         now = max(time.time_ns(), self._last_time_ns + 1)
-        final = self._shards_dir / f"{now:020d}-{self._writer}-{self._seq:06d}{SHARD_SUFFIX}"
+        final = self._shards_dir / shard_name(now, self._writer, self._seq)
+        stack = None if self._frame_stack is None else self._frame_stack.to_json()
+        layout = shard_layout(self._obs_leaves, self._act_leaves, stack)
         attrs = {"format": SHARD_FORMAT_NAME, "format_version": FORMAT_VERSION, "writer": self._writer,
-                 "seq": self._seq, "num_episodes": pending.episodes, "num_steps": pending.steps}
+                 "seq": self._seq, "num_episodes": pending.episodes, "num_steps": pending.steps,
+                 LAYOUT_ATTR: json.dumps({**layout, "compression": self.compression})}
         self._last_time_ns = now
         self._seq += 1
         self._pending = PendingShard(frame_leaves(self._obs_leaves, self._frame_stack), self._act_leaves)
