@@ -35,6 +35,7 @@ from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.policies.tianshou_types import as_policy
+from vcollect.progress import ThrottledBar
 from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import BatchCheck, flatten_batch, leaves
 from vcollect.stats import CollectStats
@@ -85,7 +86,7 @@ class CollectCall:
     random: bool
     render: float | None
     reset_options: dict[str, Any] | None
-    bar: tqdm | _NoBar
+    bar: ThrottledBar | _NoBar
     returns: list[float] = field(default_factory=list)
     lens: list[int] = field(default_factory=list)
 
@@ -403,7 +404,9 @@ class Collector:
             )
         self.actor.begin_call()
         start = time.perf_counter()
-        bar = tqdm(total=int(target), unit="step" if n_step is not None else "ep") if progress else _NoBar()
+        bar: ThrottledBar | _NoBar = _NoBar()
+        if progress:
+            bar = ThrottledBar(tqdm(total=int(target), unit="step" if n_step is not None else "ep"))
         call = CollectCall(random, render, reset_options, bar)
         try:
             if n_step is not None:
