@@ -5,8 +5,10 @@ own policy (``policy_fn(observation_space, action_space)``, called inside the wo
 its own ring buffers and, with a ``store``, its own episode sink: an EpisodeStore appending shards to the
 dataset on a filesystem all nodes share (``transport="shared_fs"``), or a RemoteSink sending episodes
 through Ray's object store to one writer actor on the driver's node (``transport="object_store"``). A
-``collect`` call is one actor call per worker with that worker's exact quota. Weights are put in the
-object store once per ``set_policy_weights`` and fetched by every worker (and by replacements).
+``collect`` call is one actor call per worker with that worker's exact quota. A worker's sink commits a
+shard whenever the store's ``shard_steps``/``shard_bytes`` are pending, and on ``flush``, ``reset`` and
+``close`` (``flush_every_call``: after every call too). Weights are put in the object store once per
+``set_policy_weights`` and fetched by every worker (and by replacements).
 
 With ``max_worker_restarts``, a worker that dies is replaced by a new actor (same index and env ids, a
 new seed); what it had committed counts (read back from its shards), the rest of its quota is collected
@@ -89,11 +91,19 @@ class DistributedCollector:
     ``SeedSequence(seed).spawn``. ``max_worker_restarts``: how many times each worker may be replaced after
     its actor dies (0: a death raises, naming the worker; the collector can then only be closed).
     ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset``,
-    ``exploration_noise`` (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's) and ``unfinished``
-    go to it. Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
+    ``exploration_noise`` (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's), ``unfinished``,
+    ``validate``, ``stage_blocks`` and ``check_finite`` go to it, as they do to a Collector in this process.
+    Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
     the actor's ``.options(...)`` (default ``num_cpus=1``); ``env_kwargs``/``backend_kwargs`` go to
-    make_vector and ``store_kwargs`` (shard_steps, compression) to EpisodeStore.open. Setup (and a
-    replacement's) waits at most ``startup_timeout`` seconds for the actors to be placed.
+    make_vector and ``store_kwargs`` (shard_steps, shard_bytes, compression) to EpisodeStore.open, as does
+    ``background_commits`` (build, write and fsync shards off the collect loop; None: as store_kwargs say,
+    else off). ``flush_every_call``: commit every worker's episodes before its ``collect`` replies, so the
+    dataset holds exactly the episodes reported after every call; False commits a shard per
+    ``shard_steps``/``shard_bytes`` and the rest on :meth:`flush`, :meth:`reset` and :meth:`close` (the
+    dataset holds exactly the episodes reported after those). None (the default): True when
+    ``max_worker_restarts`` > 0 (a replaced worker's uncommitted episodes, counted by earlier calls, could
+    not be collected again), else False. Setup (and a replacement's) waits at most ``startup_timeout``
+    seconds for the actors to be placed.
     ``worker_timeout``: seconds ``collect`` waits for the next worker reply (None: no limit); past it the
     workers still running are killed and handled as dead ones (replaced while restarts last, else
     WorkerLostError), so a worker whose env hangs in-process cannot hang the driver. A worker replies once
@@ -115,6 +125,11 @@ class DistributedCollector:
         seed_every_reset: bool = True,
         exploration_noise: bool = False,
         unfinished: str = "drop",
+        validate: bool = True,
+        stage_blocks: bool = True,
+        check_finite: bool = False,
+        background_commits: bool | None = None,
+        flush_every_call: bool | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
         store_kwargs: Mapping[str, Any] | None = None,
@@ -139,6 +154,21 @@ class DistributedCollector:
             parse_dataset_id(store)
         if store_kwargs and "env_id_offset" in store_kwargs:
             raise ValueError("store_kwargs cannot set env_id_offset: each worker's writer gets its own global offset")
+        store_options = dict(store_kwargs or {})
+        if background_commits is not None:
+            if store_options.get("background_commits", background_commits) != background_commits:
+                raise ValueError(
+                    f"background_commits={background_commits!r} and store_kwargs['background_commits']="
+                    f"{store_options['background_commits']!r} disagree: pass it once"
+                )
+            store_options["background_commits"] = bool(background_commits)
+        if flush_every_call is None:
+            flush_every_call = max_worker_restarts > 0
+        elif not flush_every_call and max_worker_restarts > 0:
+            raise ValueError(
+                "flush_every_call=False cannot be used with max_worker_restarts > 0: a replaced worker's "
+                "uncommitted episodes were counted by earlier calls and could not be collected again"
+            )
         self._closed = True  # until the workers exist
         self._ray = ensure_ray()
         self.num_workers = int(num_workers)
@@ -158,6 +188,9 @@ class DistributedCollector:
         self._known: list[set[str]] = [set() for _ in range(self.num_workers)]
         self._carry = [np.zeros(self.envs_per_worker, dtype=np.int64) for _ in range(self.num_workers)]
         self._owed = [0] * self.num_workers  # per worker: counted steps lost with a worker replaced between calls
+        # per worker: (episodes, steps) its writer held uncommitted at its last reply, counted by earlier calls
+        self._pending = [(0, 0)] * self.num_workers
+        self.flush_every_call = bool(flush_every_call)
         self._weights: Any = None
         self._actor_cls = remote_worker().options(**{"num_cpus": 1, **dict(worker_options or {})})
         self._startup_timeout = float(startup_timeout)
@@ -172,12 +205,14 @@ class DistributedCollector:
             env=env, env_kwargs=dict(env_kwargs or {}), backend=backend, backend_kwargs=dict(backend_kwargs or {}),
             num_envs=self.envs_per_worker, env_id_offset=0, policy_fn=policy_fn, seed=0, collector=collector,
             store_id=None if use_sink else store, root=None if use_sink else self.root,
-            store_kwargs=dict(store_kwargs or {}), seed_every_reset=seed_every_reset,
+            store_kwargs=store_options, seed_every_reset=seed_every_reset,
             exploration_noise=bool(exploration_noise), unfinished=unfinished, max_in_flight=int(max_in_flight),
+            validate=bool(validate), stage_blocks=bool(stage_blocks), check_finite=bool(check_finite),
+            flush_every_call=self.flush_every_call,
         )
         try:
             if use_sink:
-                self._sink = self._start_sink(dict(store_kwargs or {}))
+                self._sink = self._start_sink(store_options)
                 base = replace(base, sink_actor=self._sink)
             self._base_spec = base
             specs = {w: (self._spec(w),) for w in range(self.num_workers)}
@@ -211,8 +246,8 @@ class DistributedCollector:
         """Collect exactly n_step transitions or exactly n_episode episodes over all workers.
 
         The total is split into per-worker quotas (n // W or one more; the extra ones rotate over the
-        workers from call to call); each worker collects its quota like Collector.collect and commits its
-        episodes before replying. A worker that dies with restarts left is replaced: its episodes committed
+        workers from call to call); each worker collects its quota like Collector.collect (and with
+        ``flush_every_call`` commits its episodes before replying). A worker that dies with restarts left is replaced: its episodes committed
         in the call count, the rest of its quota goes to the replacement, and so do the steps of its
         unfinished episodes that earlier calls counted but it never stored; the totals stay exact. A
         worker that fails otherwise, or dies with none left, does not stop the others: they finish their
@@ -275,6 +310,7 @@ class DistributedCollector:
             remaining[w] = 0
             self._carry[w] = reply.carry
             self._known[w] = set(reply.shards)
+            self._pending[w] = (reply.pending_episodes, reply.pending_steps)
         elapsed = time.perf_counter() - start
         for w in failed & owed_parts.keys():  # not collected again in this call: still owed, not yet settled
             self._owed[w] += owed_now[w]
@@ -297,6 +333,17 @@ class DistributedCollector:
             raise first
         return stats
 
+    def flush(self) -> None:
+        """Commit every episode the workers' writers hold; after it the dataset holds exactly the episodes
+        the calls reported (nothing to do without a store, or with ``flush_every_call``)."""
+        self._check_usable()
+        if self.store_id is None:
+            return
+        shards = self._call("flush", {w: () for w in range(self.num_workers)}, "flush")
+        for w, names in shards.items():
+            self._known[w] = set(names)
+            self._pending[w] = (0, 0)
+
     def set_policy_weights(self, weights: Any) -> None:
         """Put ``weights`` (e.g. a torch state_dict) in the object store once and load them into every
         worker's policy (``policy.load_state_dict``); returns when all workers have them. The reference is
@@ -317,6 +364,7 @@ class DistributedCollector:
         shards = self._call("reset", {w: (seeds[w],) for w in range(self.num_workers)}, "reset")
         for w, names in shards.items():
             self._known[w] = set(names)
+            self._pending[w] = (0, 0)
         self._carry = [np.zeros(self.envs_per_worker, dtype=np.int64) for _ in range(self.num_workers)]
 
     def close(self) -> None:
@@ -352,7 +400,8 @@ class DistributedCollector:
 
     def _warn_lost_carry(self, workers: list[int]) -> None:
         """UnfinishedEpisodesWarning naming the workers whose counted steps no call will store: those of the
-        unfinished episodes of the ``workers`` that could not close, and those owed by replaced ones."""
+        unfinished episodes of the ``workers`` that could not close, and those owed by replaced ones; and the
+        episodes those workers had written but not committed."""
         unclosed = set(workers)
         lost = {w: self._owed[w] + (int(self._carry[w].sum()) if w in unclosed else 0)
                 for w in range(self.num_workers)}
@@ -362,6 +411,15 @@ class DistributedCollector:
                 "workers " + ", ".join(f"{w} ({n} steps)" for w, n in lost.items()) + " died after their last "
                 "collect: the steps of their unfinished episodes, counted by earlier calls, were not stored "
                 "(close before a worker dies, or collect(n_episode=...) to end on whole episodes)",
+                UnfinishedEpisodesWarning,
+                stacklevel=3,
+            )
+        uncommitted = {w: self._pending[w] for w in sorted(unclosed) if self._pending[w][0]}
+        if uncommitted:
+            warnings.warn(
+                "workers " + ", ".join(f"{w} ({e} episodes, {s} steps)" for w, (e, s) in uncommitted.items())
+                + " died holding finished episodes, counted by earlier calls, that were not committed yet "
+                "(flush() after a collect, or flush_every_call=True, to commit them as each call ends)",
                 UnfinishedEpisodesWarning,
                 stacklevel=3,
             )
@@ -417,7 +475,10 @@ class DistributedCollector:
             names = writer_shards(self._dataset_dir(), writer)
         new = sorted(n for n in names if n not in self._known[w])
         carry, self._carry[w] = self._carry[w], np.zeros(self.envs_per_worker, dtype=np.int64)  # accounted here
-        return committed_in_call(self._dataset_dir(), new, carry)
+        (episodes, steps) = self._pending[w]
+        stats, found, found_steps = committed_in_call(self._dataset_dir(), new, carry, episodes)
+        self._pending[w] = (episodes - found, steps - found_steps)  # the rest died uncommitted with the worker
+        return stats
 
     def _dataset_dir(self) -> Path:
         assert self.store_id is not None
@@ -438,6 +499,7 @@ class DistributedCollector:
             self.worker_seeds[w] = replacement_seed(self.seed, w, self.restarts[w])
             self._workers[w] = self._actor_cls.remote(w)
             self._known[w], self._carry[w] = set(), np.zeros(self.envs_per_worker, dtype=np.int64)
+            self._pending[w] = (0, 0)
             self._info[w] = {}
             try:
                 self._info[w] = self._call("setup", {w: (self._spec(w),)}, "setup", timeout=self._startup_timeout)[w]

@@ -415,6 +415,7 @@ def run_collect_distributed(
         seed_every_reset=not args.seed_first_reset_only,
         unfinished=args.unfinished,
         store_kwargs={"shard_steps": args.shard_steps, "compression": args.compression},
+        background_commits=True,  # as the local run's store: commits off the collect loop
     )
     try:
         stats = collector.collect(n_step=n_step, n_episode=n_episode, random=policy_factory is None)
