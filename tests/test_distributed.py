@@ -20,7 +20,7 @@ from tests.replay import assert_replays
 from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
 from vcollect.distributed import DistributedCollector, derive_seeds
 from vcollect.envs.ray_env import RayVectorEnv
-from vcollect.errors import DatasetNotFoundError, ObservationError
+from vcollect.errors import DatasetNotFoundError, ObservationError, UnfinishedEpisodesWarning, WorkerLostError
 from vcollect.store import EpisodeStore, load_dataset
 
 CARTPOLE_OBS = gym.spaces.Box(
@@ -565,3 +565,51 @@ def test_workers_commit_per_shard_size_and_on_flush(ray_ready: Any, tmp_path: Pa
     with pytest.raises(ValueError, match="background_commits=False and store_kwargs.*disagree"):
         DistributedCollector(CountingEnv, None, num_workers=1, envs_per_worker=1, background_commits=False,
                              store_kwargs={"background_commits": True})
+
+
+def test_a_worker_dying_mid_call_reports_its_committed_episodes_once(ray_ready: Any, tmp_path: Path) -> None:
+    """Workers committing per shard size: a worker dies mid-call after committing a shard that starts with
+    the episodes an earlier call reported (held, not yet committed); those are not reported again, so the
+    error's stats and the earlier calls' reports together are exactly what is stored."""
+    dataset_id = counting_dataset(tmp_path)
+    flag = tmp_path / "fault"
+    dc = DistributedCollector(
+        FaultOnceEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
+        env_kwargs={"flag": str(flag), "at": 600}, store_kwargs={"shard_steps": 30},
+    )
+    try:
+        first = dc.collect(n_step=20, random=True)  # 2 episodes per worker, held: under 30 steps
+        with pytest.raises(WorkerLostError, match="died during collect") as info:
+            dc.collect(n_step=4000, random=True)  # one env dies at its 600th step, after commits mid-call
+    finally:
+        dc.close()
+    dead = [w["pid"] for w in dc.worker_info].index(int(flag.read_text().split()[0]))
+    reported = first.n_collected_episodes + info.value.stats.n_collected_episodes
+    stored = load_dataset(dataset_id, root=tmp_path)
+    assert stored.total_episodes == reported
+    dead_stored = sum(1 for ep in stored if ep.env_id // 2 == dead)
+    assert dead_stored > 2  # its first call's 2 episodes, committed in the call it died in, and more
+    assert dc.last_worker_stats[dead].n_collected_episodes == dead_stored - 2
+
+
+def test_a_worker_killed_holding_uncommitted_episodes_is_warned_about_at_close(
+    ray_ready: Any, tmp_path: Path
+) -> None:
+    dataset_id = counting_dataset(tmp_path)
+    dc = DistributedCollector(CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path,
+                              seed=0)
+    try:
+        assert dc.collect(n_step=20, random=True).n_collected_episodes == 4  # 2 per worker, held uncommitted
+        killed = dc.workers[1]
+        ray_ready.kill(killed)
+        deadline = time.monotonic() + 30
+        while True:  # bounded wait until the killed actor no longer answers
+            try:
+                ray_ready.get(killed.__ray_ready__.remote(), timeout=5)
+            except ray_ready.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "the killed worker still answers after 30 s"
+    finally:
+        with pytest.warns(UnfinishedEpisodesWarning, match=r"workers 1 \(2 episodes, 10 steps\) died holding"):
+            dc.close()
+    assert sorted(ep.env_id for ep in load_dataset(dataset_id, root=tmp_path)) == [0, 1]  # worker 0's, committed
