@@ -337,7 +337,7 @@ class DistributedCollector:
         """Commit every episode the workers' writers hold; after it the dataset holds exactly the episodes
         the calls reported (nothing to do without a store, or with ``flush_every_call``)."""
         self._check_usable()
-        if self.store_id is None:
+        if self.store_id is None or self.flush_every_call:
             return
         shards = self._call("flush", {w: () for w in range(self.num_workers)}, "flush")
         for w, names in shards.items():
