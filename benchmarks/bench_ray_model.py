@@ -92,7 +92,7 @@ def ceiling_rows(root: Path, envs: int, rounds: int) -> dict[str, float]:
 def writer_intake(root: Path, episodes: int = 2000, batch: int = 64) -> float:
     """Steps/s the ShardWriterActor takes in and commits: CartPole-sized episodes of 20 steps sent by the
     driver in batches of 64 (EpisodeWriter's), no env."""
-    from vcollect.distributed_sink import RemoteSink, writer_actor
+    from vcollect.distributed.transport import RemoteSink, writer_actor
 
     obs, act = gym.make("CartPole-v1").observation_space, gym.spaces.Discrete(2)
     store = _dataset(root, "bench/intake-v0", obs, act)

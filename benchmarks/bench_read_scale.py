@@ -28,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect import EpisodeStore, load_dataset
-from vcollect.store.frame_stack import FrameStack, rebuild_episode
+from vcollect.store.write.frame_stack import FrameStack, rebuild_episode
 
 EPISODE_STEPS = 1_000
 STACK = 4

@@ -4,7 +4,7 @@ Two comparisons, each ours vs. Minari's in one process (the machines are shared 
 ratios taken within one run mean anything):
 
 * ``iterate_episodes`` over every episode of one dataset: ours, and Minari's on our export of it.
-* From first step to finished dataset on one env: ``vcollect.recorder.DataCollector`` vs.
+* From first step to finished dataset on one env: ``vcollect.minari.recorder.DataCollector`` vs.
   ``minari.DataCollector`` (random actions, autoseeded resets, then ``create_dataset``).
 
 Usage: ``python benchmarks/bench_store.py [--episodes 2000] [--steps 20000] [--repeats 3]`` prints a
@@ -29,8 +29,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.recorder import DataCollector
-from vcollect.store import Dataset, export_minari
+from vcollect.minari import export_minari
+from vcollect.minari.recorder import DataCollector
+from vcollect.store import Dataset
 
 DATASET_ID = "bench/cartpole-v0"
 

@@ -62,6 +62,10 @@ Window = Callable[[int], float | None]
 """Run one timed window of about n transitions on an already warmed-up setup; return transitions/s
 (None: the window failed and said why on stderr; only the entry rows' processes do)."""
 
+CLOCK: Callable[[], float] = time.perf_counter
+"""What the in-process windows are timed by: wall clock, or this process's CPU time (``--clock cpu``,
+``time.process_time``), which a neighbour on a shared machine moves far less."""
+
 CLEANUP = contextlib.ExitStack()
 """Closes the envs, collectors and stores of the rows set up so far (see measure: one group at a time)."""
 
@@ -84,10 +88,10 @@ def raw_sync_vector_loop(num_envs: int, env_id: str = "CartPole-v1") -> Window:
 
     def window(steps: int) -> float:
         n_batches = max(1, steps // num_envs)
-        start = time.perf_counter()
+        start = CLOCK()
         for _ in range(n_batches):
             envs.step(actions())
-        return n_batches * num_envs / (time.perf_counter() - start)
+        return n_batches * num_envs / (CLOCK() - start)
 
     window(1_000)
     return window
@@ -111,9 +115,9 @@ def collector_window(
     collector.collect(n_step=warm_up, reset_before_collect=True, random=random)
 
     def window(steps: int) -> float:
-        start = time.perf_counter()
+        start = CLOCK()
         collector.collect(n_step=steps, random=random)
-        return steps / (time.perf_counter() - start)
+        return steps / (CLOCK() - start)
 
     return window
 
@@ -193,12 +197,12 @@ def real_transitions_window(envs: Any, num_envs: int) -> Window:
     def window(steps: int) -> float:
         nonlocal restarting
         real = 0
-        start = time.perf_counter()
+        start = CLOCK()
         for _ in range(max(1, steps // num_envs)):
             _, _, terminations, truncations, _ = envs.step(rng.integers(0, 2, size=num_envs))
             real += num_envs - int(np.count_nonzero(restarting))
             restarting = terminations | truncations
-        return real / (time.perf_counter() - start)
+        return real / (CLOCK() - start)
 
     window(1_000)
     return window
@@ -399,7 +403,14 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated row names: only the ratios between them")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (for RESULTS.md)")
     parser.add_argument("--list", action="store_true", help="list the ratios (set, row, baseline) and exit")
+    parser.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall",
+        help="time the in-process windows by wall clock or by this process's CPU time (time.process_time); "
+        "rows run in other processes (subproc workers, CLI, Ray, peers) are always wall clock",
+    )
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     sets = {name for name in args.rows.split(",") if name}
     if sets - set(ROW_SETS):
         parser.error(f"--rows: unknown {sorted(sets - set(ROW_SETS))}; row sets: {', '.join(ROW_SETS)}")
@@ -548,18 +559,20 @@ def measure(args: argparse.Namespace) -> None:
         (
             r.label,
             f"{max(speeds[r.row]) / max(speeds[r.base]):.2f}" if speeds[r.row] and speeds[r.base] else "no result",
+            paired_median(speeds[r.row], speeds[r.base]),
             "-" if r.bar is None else f">= {r.bar:g}",
         )
         for r in ratios
     ]
     if args.markdown:
         print_markdown(title, ("what", "best window", "median window"), speed_rows)
-        print_markdown("ratios of the best windows", ("ratio", "measured", "bar"), ratio_rows)
+        print_markdown("ratios of the best windows", ("ratio", "best windows", "median of paired rounds", "bar"),
+                       ratio_rows)
         return
     console = Console(width=130)
     for table_title, columns, rows in (
         (title, ("what", "best window", "median window"), speed_rows),
-        ("ratios of the best windows", ("ratio", "measured", "bar"), ratio_rows),
+        ("ratios of the best windows", ("ratio", "best windows", "median of paired rounds", "bar"), ratio_rows),
     ):
         table = Table(title=table_title)
         for i, column in enumerate(columns):
@@ -567,6 +580,14 @@ def measure(args: argparse.Namespace) -> None:
         for row in rows:
             table.add_row(*row)
         console.print(table)
+
+
+def paired_median(row: Sequence[float], base: Sequence[float]) -> str:
+    """The median over rounds of row's window / base's window of the same round (the rows take turns within
+    a round, so a pair saw much the same machine); "-" when the rounds do not pair up."""
+    if not row or len(row) != len(base):
+        return "-"
+    return f"{float(np.median(np.asarray(row) / np.asarray(base))):.2f}"
 
 
 def pair_window(env: str, backend: str, num_envs: int) -> Window:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.shard_commits as shard_commits
+import vcollect.store.write.shard_commits as shard_commits
 from tests.test_crash_kill import Child, check_whole, kill_after_lines, py
 from vcollect import Collector, EpisodeStore, load_dataset
 from vcollect.envs import make_vector

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from vcollect import EpisodeStore, load_dataset
 from vcollect.errors import CorruptShardError
-from vcollect.store.chunk_reader import ChunkTable
-from vcollect.store.dataset_index import RowGroups
+from vcollect.store.read.chunk_reader import ChunkTable
+from vcollect.store.read.dataset_index import RowGroups
 
 ROWS = 150
 RAW_ROWS = (0, 1, 40, 41, 42, 99, ROWS - 1)  # chunks written as they are, HDF5's filter mask saying so

@@ -570,7 +570,7 @@ def test_delete_dataset_refuses_to_delete_through_a_link(tmp_path: Path, small_d
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from vcollect.errors import DatasetError
     from vcollect.store import delete_dataset
-    from vcollect.store.catalog import symlinked_folder
+    from vcollect.store.layout.catalog import symlinked_folder
 
     root = tmp_path / "datasets"
     root.mkdir()
@@ -954,7 +954,7 @@ def test_verify_a_sound_dataset_then_each_kind_of_damage(tmp_path: Path, cli: Cl
 
 def test_verify_replay_names_an_episode_that_does_not_replay(tmp_path: Path) -> None:
     """A stored episode whose actions were changed after the fact no longer replays from its seed."""
-    from vcollect.store.replay import replay_episodes
+    from vcollect.store.read.replay import replay_episodes
 
     make_dataset(tmp_path, "cli/r-v0", 3, 1)
     dataset = load_dataset("cli/r-v0", root=tmp_path)

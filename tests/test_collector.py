@@ -733,3 +733,20 @@ def test_check_finite_refuses_inf_in_an_unbounded_observation_space() -> None:
     collector = Collector(None, [lambda: NanRewardEnv(at=2, what="obs")], seed=0, check_finite=True)
     with collector, pytest.raises(ObservationError, match="not finite .*check_finite=True"):
         collector.collect(n_episode=1, random=True, reset_before_collect=True)
+
+
+def test_collector_options_are_typed_once_and_an_unknown_one_is_refused() -> None:
+    """Collector and AsyncCollector take the same keyword options (CollectorOptions gives their types,
+    CollectorSettings their defaults: the two name the same options); a misspelt one is a TypeError, not
+    silently ignored, on both."""
+    from typing import get_type_hints
+
+    from vcollect.async_collector import AsyncCollector
+    from vcollect.collector_options import CollectorOptions, CollectorSettings
+
+    assert set(get_type_hints(CollectorOptions)) == {f.name for f in dataclasses.fields(CollectorSettings)}
+    for cls in (Collector, AsyncCollector):
+        with pytest.raises(TypeError, match="valdate"):
+            cls(None, DummyVectorEnv([CountingEnv] * 2), valdate=False)  # type: ignore[call-arg]
+        with cls(None, DummyVectorEnv([CountingEnv] * 2), seed=3, validate=False, unfinished="truncate") as c:
+            assert not c.validate and c.unfinished == "truncate"

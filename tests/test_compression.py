@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from vcollect import EpisodeStore, load_dataset
 from vcollect.errors import CodecUnavailableError, CorruptShardError
-from vcollect.store import compression as codecs
-from vcollect.store.chunk_reader import ChunkTable
+from vcollect.store.read.chunk_reader import ChunkTable
+from vcollect.store.write import compression as codecs
 
 ZSTD_FILTER, LZ4_FILTER = 32015, 32004  # HDF5's registered filter ids
 OBS_SPACE = spaces.Dict({
@@ -187,3 +187,49 @@ def test_chunks_hold_whole_rows_of_about_a_mebibyte() -> None:
     assert codecs.is_image_like(np.zeros((3, 84, 84), np.uint8))  # grayscale frames: two axes per step
     assert not codecs.is_image_like(np.zeros((3, 128), np.uint8))  # Atari RAM: one axis, stays raw
     assert not codecs.is_image_like(np.zeros((3, 84, 84), np.float32))
+
+
+PLAIN_READ = """
+import sys
+from pathlib import Path
+from vcollect.store import load_dataset
+ds = load_dataset("c/plain-v0", root=sys.argv[1])
+print(ds.total_episodes, sum(len(e) for e in ds.iterate_episodes()), len(ds.verify()))
+"""
+
+PLAIN_WRITE = """
+import sys
+import numpy as np
+from gymnasium import spaces
+from vcollect.store import EpisodeStore
+obs = spaces.Box(0, 255, (4, 4), np.uint8)
+with EpisodeStore.create("c/plain-v0", obs, spaces.Discrete(2), root=sys.argv[1], compression=sys.argv[2]) as s:
+    for seed in range(3):
+        s.write_episode(np.full((5, 4, 4), seed, np.uint8), np.zeros(4, np.int64), np.ones(4),
+                        np.array([False, False, False, True]), np.zeros(4, bool), seed=seed, env_id=0)
+"""
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+@pytest.mark.parametrize("damage", ["touch", "lost-manifest"])
+def test_a_fresh_process_reads_lz4_and_zstd_shards_it_must_reopen(tmp_path: Path, codec: str, damage: str) -> None:
+    """A copied or touched dataset (manifest lines no longer match) is read from its shards by a process that
+    has not imported hdf5plugin yet: healthy, not corrupt."""
+    import os
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", PLAIN_WRITE, str(tmp_path), codec], check=True, timeout=120)
+    folder = tmp_path / "c" / "plain-v0"
+    if damage == "touch":
+        for shard in (folder / "shards").iterdir():
+            os.utime(shard, (1.0, 1.0))
+    else:
+        import shutil
+
+        shutil.rmtree(folder / "manifest")
+    done = subprocess.run([sys.executable, "-c", PLAIN_READ, str(tmp_path), "fresh"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    episodes, steps, _ = done.stdout.split()
+    assert (int(episodes), int(steps)) == (3, 12)

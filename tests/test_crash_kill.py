@@ -315,7 +315,7 @@ def test_kill_dataset_operations(source: Path, tmp_path: Path, op: str, round_: 
 
 def test_split_killed_between_parts_is_all_or_nothing(source: Path, tmp_path: Path) -> None:
     """Killed once its first part is visible, a split has committed its journal: the next reader publishes
-    the other part (store/publish_journal.py), so both are complete and no staging folder is left."""
+    the other part (store/layout/publish_journal.py), so both are complete and no staging folder is left."""
     root, _ = copy_source(source, tmp_path)
     child = Child(py(SPLIT), root)
     assert child.readline() == "start"

@@ -12,15 +12,9 @@ import pytest
 
 from tests.small_datasets import ACT_SPACE, OBS_SPACE, make_dataset
 from vcollect.errors import MetadataKeyError
-from vcollect.store import (
-    DatasetSpec,
-    combine_datasets,
-    export_minari,
-    import_minari,
-    list_local_datasets,
-    load_dataset,
-)
-from vcollect.store.dataset_info import PROTECTED_METADATA_KEYS
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import DatasetSpec, combine_datasets, list_local_datasets, load_dataset
+from vcollect.store.layout.dataset_info import PROTECTED_METADATA_KEYS
 
 
 @pytest.fixture()

@@ -21,7 +21,7 @@ from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerEr
 from vcollect.distributed import DistributedCollector, derive_seeds
 from vcollect.envs.ray_env import RayVectorEnv
 from vcollect.errors import DatasetNotFoundError, ObservationError, UnfinishedEpisodesWarning, WorkerLostError
-from vcollect.store import EpisodeStore, load_dataset
+from vcollect.store import EpisodeStore, StoreOptions, load_dataset
 
 CARTPOLE_OBS = gym.spaces.Box(
     np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
@@ -495,7 +495,7 @@ def _worker_options(worker: Any) -> dict[str, Any]:
     return {
         "validate": worker.collector.validate,
         "loop": type(worker.collector.loop).__name__,
-        "background": worker.writer._commits.background,
+        "background": worker.writer.options.background_commits,
         "pending": worker.writer.pending_episodes,
     }
 
@@ -529,7 +529,7 @@ def test_stage_blocks_false_reaches_the_workers(ray_ready: Any, tmp_path: Path) 
     new_dataset("test/blocks-v0", tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2))
     with DistributedCollector("CartPole-v1", None, num_workers=1, envs_per_worker=2, backend="gymnasium",
                               store="test/blocks-v0", root=tmp_path, seed=0, stage_blocks=False,
-                              background_commits=True) as dc:
+                              store_options=StoreOptions(background_commits=True)) as dc:
         seen = ray_ready.get(dc.workers[0].__ray_call__.remote(_worker_options))
         stats = dc.collect(n_episode=3, random=True)
     assert seen["loop"] == "AllEnvLoop" and seen["background"] is True
@@ -562,9 +562,7 @@ def test_workers_commit_per_shard_size_and_on_flush(ray_ready: Any, tmp_path: Pa
     with pytest.raises(ValueError, match="flush_every_call=False cannot be used with max_worker_restarts"):
         DistributedCollector(CountingEnv, None, num_workers=1, envs_per_worker=1, max_worker_restarts=1,
                              flush_every_call=False)
-    with pytest.raises(ValueError, match="background_commits=False and store_kwargs.*disagree"):
-        DistributedCollector(CountingEnv, None, num_workers=1, envs_per_worker=1, background_commits=False,
-                             store_kwargs={"background_commits": True})
+
 
 
 def test_a_worker_dying_mid_call_reports_its_committed_episodes_once(ray_ready: Any, tmp_path: Path) -> None:

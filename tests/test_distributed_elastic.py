@@ -20,7 +20,7 @@ from tests.replay import assert_replays
 from vcollect.distributed import DistributedCollector, replacement_seed
 from vcollect.errors import ActionError, UnfinishedEpisodesWarning, WorkerLostError
 from vcollect.store import EpisodeStore, load_dataset
-from vcollect.store.dataset_info import SHARDS_DIR
+from vcollect.store.layout.dataset_info import SHARDS_DIR
 
 CARTPOLE_OBS = gym.spaces.Box(
     np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
@@ -159,7 +159,7 @@ def test_killed_idle_worker_replaced_until_restarts_run_out(ray_ready: Any, tmp_
 
 def _worker_view(worker: Any) -> dict[str, Any]:
     """Inside a worker actor: its datasets root and its sink (run by __ray_call__)."""
-    from vcollect.store.naming import resolve_root
+    from vcollect.store.layout.naming import resolve_root
 
     return {"root": str(resolve_root()), "sink": type(worker.writer).__name__, "stalls": worker.writer.stalls}
 

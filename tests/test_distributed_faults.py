@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect.store import EpisodeStore, load_dataset
-from vcollect.store.dataset_info import SHARDS_DIR
+from vcollect.store.layout.dataset_info import SHARDS_DIR
 
 CARTPOLE_OBS = gym.spaces.Box(
     np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),

@@ -48,7 +48,7 @@ from tests.replay import assert_replays
 from tests.sinks import ListStore
 from vcollect import Collector, RandomPolicy, VectorRingBuffer, make_vector
 from vcollect.async_collector import AsyncCollector
-from vcollect.recorder import DataCollector
+from vcollect.minari.recorder import DataCollector
 from vcollect.stats import CollectStats
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.sink import EpisodeSink
@@ -475,19 +475,19 @@ def test_cli_collector_takes_the_python_route(backend: str, progress: bool, tmp_
 @pytest.mark.parametrize("backend", ["dummy", "gymnasium"])
 def test_ray_worker_collector_takes_the_python_route(backend: str, tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """A DistributedCollector worker's body (distributed._CollectorWorker, run in process) builds the collector
+    """A DistributedCollector worker's body (distributed.worker.CollectorWorker, run in process) builds the collector
     Python builds: same vector env, capabilities and step loop, with the worker's EpisodeStore itself as the
     sink (batched writes), storing global env ids (worker 1 of 2-env workers: 2 and 3)."""
-    from vcollect.distributed import _CollectorWorker, _WorkerSpec
+    from vcollect.distributed.worker import CollectorWorker, WorkerSpec
 
     env = gym.make("CartPole-v1")
     EpisodeStore.create("route/ray-v0", env.observation_space, env.action_space, root=tmp_path).close()
     env.close()
     batches = count_batched_writes(monkeypatch)
-    spec = _WorkerSpec(env="CartPole-v1", env_kwargs={}, backend=backend, backend_kwargs={}, num_envs=2,
+    spec = WorkerSpec(env="CartPole-v1", env_kwargs={}, backend=backend, backend_kwargs={}, num_envs=2,
                        env_id_offset=2, policy_fn=None, seed=9, collector="sync", store_id="route/ray-v0",
                        root=str(tmp_path))
-    worker = _CollectorWorker(1)
+    worker = CollectorWorker(1)
     ok, value = worker.setup(spec)
     try:
         assert ok, f"worker setup failed: {getattr(value, 'type_name', '')}: {getattr(value, 'message', value)}"
@@ -525,7 +525,7 @@ def test_trusted_policy_actions_are_not_checked_on_any_entry_point(monkeypatch: 
     Collector, an AsyncCollector and a DistributedCollector worker's collector alike; a policy that does not
     vouch for its actions is checked in each of them."""
     from vcollect.acting import PolicyActor
-    from vcollect.distributed import _CollectorWorker, _WorkerSpec
+    from vcollect.distributed.worker import CollectorWorker, WorkerSpec
 
     checks: list[int] = []
     checked = PolicyActor._checked
@@ -545,10 +545,10 @@ def test_trusted_policy_actions_are_not_checked_on_any_entry_point(monkeypatch: 
                 collector.collect(n_step=20, reset_before_collect=True)
             assert bool(checks) is expect_checks, (cls.__name__, policy_fn, checks)
         checks.clear()
-        spec = _WorkerSpec(env="CartPole-v1", env_kwargs={}, backend="dummy", backend_kwargs={}, num_envs=2,
+        spec = WorkerSpec(env="CartPole-v1", env_kwargs={}, backend="dummy", backend_kwargs={}, num_envs=2,
                            env_id_offset=0, policy_fn=policy_fn, seed=0, collector="sync", store_id=None, root=None,
                            exploration_noise=True)
-        worker = _CollectorWorker(0)
+        worker = CollectorWorker(0)
         ok, value = worker.setup(spec)
         try:
             assert ok, getattr(value, "message", value)

@@ -45,3 +45,22 @@ def test_minari_recovers_the_env_after_export(tmp_path: Path, monkeypatch: pytes
     vcollect.export_minari(data, "spec/export-v0")
     env = minari.load_dataset("spec/export-v0").recover_environment()
     assert env.spec.id == "CartPole-v1"
+
+
+def test_a_sink_that_forwards_the_store_records_the_spec_too(tmp_path: Path) -> None:
+    """Accepting an env spec is part of what a sink may offer (AcceptsEnvSpec), not a probe for EpisodeStore:
+    the CLI's GuardedSink forwards it, so its dataset names its env like one written to the store itself."""
+    from vcollect.cli.interrupts import GuardedSink, InterruptGuard
+    from vcollect.store.sink import AcceptsEnvSpec
+
+    envs = make_vector("CartPole-v1", 2)
+    store = EpisodeStore.create("spec/guarded-v0", envs.single_observation_space, envs.single_action_space,
+                                root=tmp_path)
+    with InterruptGuard() as guard:
+        sink = GuardedSink(store, guard)
+        assert isinstance(sink, AcceptsEnvSpec)
+        with Collector(None, envs, store=sink, seed=0) as collector:
+            collector.collect(n_episode=2, random=True, reset_before_collect=True)
+        sink.close()
+    data = load_dataset("spec/guarded-v0", root=tmp_path)
+    assert data.env_spec is not None and data.env_spec.id == "CartPole-v1"

@@ -60,7 +60,7 @@ def test_subproc_step_that_never_returns_raises_naming_the_env_and_stops_the_wor
     envs = SubprocVectorEnv(hanging_fns(4, hung=2), num_workers=2, timeout=1.0)
     envs.reset(seeds=0)
     envs.step(np.zeros(4, np.int64))  # step 1: every env answers
-    procs = list(envs._procs)
+    procs = list(envs._pool.procs)
     started = time.monotonic()
     with pytest.raises(EnvWorkerError) as info:
         if call == "collector":
@@ -83,7 +83,7 @@ def test_subproc_reset_that_never_returns_raises() -> None:
         envs.reset(seeds=0)
     assert_timed_out(info.value, 1, started, 0.5)
     assert "reset" in str(info.value)
-    assert envs.closed and all(not p.is_alive() for p in envs._procs)
+    assert envs.closed and all(not p.is_alive() for p in envs._pool.procs)
 
 
 def test_subproc_timeout_also_bounds_a_step_while_others_are_in_flight() -> None:
@@ -95,7 +95,7 @@ def test_subproc_timeout_also_bounds_a_step_while_others_are_in_flight() -> None
     with pytest.raises(EnvWorkerError) as info:
         envs.step(np.zeros(1, np.int64), env_ids=[0])
     assert_timed_out(info.value, 0, started, 0.5)
-    assert envs.closed and all(not p.is_alive() for p in envs._procs)
+    assert envs.closed and all(not p.is_alive() for p in envs._pool.procs)
 
 
 def test_subproc_with_a_timeout_collects_like_without() -> None:

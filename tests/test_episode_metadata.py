@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 
 from tests.small_datasets import make_dataset
 from vcollect.errors import EpisodeIndexError, MetadataKeyError
-from vcollect.store import combine_datasets, export_minari, import_minari, load_dataset
-from vcollect.store.episode_metadata import EPISODE_METADATA_FILE
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import combine_datasets, load_dataset
+from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
 
 LENGTHS = [3, 1, 4, 2, 5]  # shards of 2, 2 and 1 episodes
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from vcollect.errors import ObservationError
 from vcollect.store import EpisodeStore, load_dataset
-from vcollect.store.frame_stack import FrameStack, newest_frames, rebuild, rebuild_episode
+from vcollect.store.write.frame_stack import FrameStack, newest_frames, rebuild, rebuild_episode
 
 
 def reference_stacks(frames: np.ndarray, k: int, padding: str) -> np.ndarray:
@@ -142,7 +142,8 @@ def test_store_refusals(tmp_path: Path) -> None:
 def test_copies_verify_torch_and_minari_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import minari
 
-    from vcollect.store import combine_datasets, export_minari
+    from vcollect.minari import export_minari
+    from vcollect.store import combine_datasets
 
     rng = np.random.default_rng(2)
     space = gym.spaces.Box(0, 255, (4, 6, 5), np.uint8)

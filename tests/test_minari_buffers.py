@@ -14,7 +14,7 @@ import vcollect
 from tests.envs import DictObsEnv
 from vcollect import EpisodeBuffer, StepData, create_dataset_from_buffers, get_normalized_score
 from vcollect.errors import DatasetExistsError, DatasetNotFoundError
-from vcollect.store.reference_scores import average_return
+from vcollect.minari.reference_scores import average_return
 
 
 def record(env: gym.Env, episodes: int, seed: int = 0, infos: bool = False) -> list[EpisodeBuffer]:

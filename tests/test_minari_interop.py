@@ -21,14 +21,8 @@ from vcollect.errors import (
     InfoStructureError,
     InvalidDatasetIdError,
 )
-from vcollect.store import (
-    EpisodeStore,
-    export_minari,
-    import_minari,
-    load_dataset,
-    parse_minari_dataset_id,
-    resolve_minari_root,
-)
+from vcollect.minari import export_minari, import_minari, parse_minari_dataset_id, resolve_minari_root
+from vcollect.store import EpisodeStore, load_dataset
 
 
 @pytest.fixture()

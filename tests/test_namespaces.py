@@ -17,12 +17,11 @@ from vcollect.errors import (
     NamespaceNotEmptyError,
     NamespaceNotFoundError,
 )
+from vcollect.minari import export_minari, import_minari
 from vcollect.store import (
     create_namespace,
     delete_namespace,
-    export_minari,
     get_namespace_metadata,
-    import_minari,
     list_datasets,
     list_local_datasets,
     list_local_namespaces,

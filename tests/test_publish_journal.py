@@ -1,9 +1,8 @@
-"""The publish journal (store/publish_journal.py): several staged datasets published all or none; a dead
+"""The publish journal (store/layout/publish_journal.py): several staged datasets published all or none; a dead
 process's committed journal is finished by the next reader, and its staging folders are never cleaned away."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,11 +12,11 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.publish_journal as publish_journal
+import vcollect.store.layout.publish_journal as publish_journal
 from vcollect.errors import DatasetExistsError
 from vcollect.store import EpisodeStore, list_datasets, load_dataset
-from vcollect.store.staging import JOURNAL_NAME_FILE, pid_space, remove_stale_staging
-from vcollect.store.transforms import publish_staged, stage_combined
+from vcollect.store.layout.staging import JOURNAL_NAME_FILE, pid_space, remove_stale_staging
+from vcollect.store.read.transforms import Staged, publish_staged, stage_combined
 
 OBS = spaces.Box(-1.0, 1.0, (2,), np.float32)
 ACT = spaces.Discrete(2)
@@ -28,6 +27,11 @@ def source(root: Path, episodes: int = 6) -> None:
         for seed in range(episodes):
             store.write_episode(np.zeros((4, 2), np.float32), np.zeros(3, np.int64), np.ones(3),
                                 np.array([False, False, True]), np.zeros(3, bool), seed=seed, env_id=0)
+
+
+def killed(*args: Any, **kwargs: Any) -> None:
+    """Stands in for publish_dir: the owner stops before a move, as a SIGKILL would stop it."""
+    raise KeyboardInterrupt
 
 
 def dead_pid() -> int:
@@ -78,19 +82,24 @@ def test_a_dead_owners_journal_is_finished_by_the_next_reader(tmp_path: Path,
     assert not list(tmp_path.glob(".vcollect-publish-*"))
 
 
-def test_stale_cleanup_keeps_a_staging_folder_its_journal_needs(tmp_path: Path) -> None:
+def test_stale_cleanup_keeps_a_staging_folder_its_journal_needs(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     source(tmp_path)
     staged = stage_combined(["src/s-v0"], "out/a-v0", tmp_path)
     pid = dead_pid()
     staging = staged.staging.rename(staged.staging.with_name(f".a-v0.staging-{pid_space()}-{pid}-{'0' * 12}"))
-    journal = tmp_path / f".vcollect-publish-{pid_space()}-{pid}-{'1' * 12}.json"
-    (staging / JOURNAL_NAME_FILE).write_text(str(journal), encoding="utf-8")
-    journal.write_text(json.dumps({"moves": [[str(staging.relative_to(tmp_path)), "out/a-v0", "exists"]],
-                                   "marker": "dataset.json", "overwrite": False}), encoding="utf-8")
-    assert remove_stale_staging(staging.parent) == [] and staging.is_dir()
+    # the journal of a dead owner: written by publish_staged with that pid, killed before its first move
+    monkeypatch.setattr(publish_journal.os, "getpid", lambda: pid)
+    monkeypatch.setattr(publish_journal, "publish_dir", killed)
+    with pytest.raises(KeyboardInterrupt):
+        publish_staged([Staged(staging, staged.final, staged.exists_message)], tmp_path)
+    monkeypatch.undo()
+    (journal,) = tmp_path.glob(".vcollect-publish-*.json")
+    assert f"-{pid}-" in journal.name
+    assert remove_stale_staging(staging.parent, tmp_path) == [] and staging.is_dir()
     assert list_datasets(tmp_path)["out/a-v0"]["total_episodes"] == 6
     journal.unlink(missing_ok=True)
     orphan = tmp_path / "out" / f".x-v0.staging-{pid_space()}-{pid}-{'2' * 12}"
     orphan.mkdir()
     (orphan / JOURNAL_NAME_FILE).write_text(str(tmp_path / "no-such-journal.json"), encoding="utf-8")
-    assert remove_stale_staging(orphan.parent) == [orphan], "an uncommitted staging folder was kept"
+    assert remove_stale_staging(orphan.parent, tmp_path) == [orphan], "an uncommitted staging folder was kept"

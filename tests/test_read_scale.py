@@ -12,7 +12,7 @@ import pytest
 from gymnasium import spaces
 
 from vcollect.store import EpisodeStore, load_dataset
-from vcollect.store.frame_stack import FrameStack, rebuild_episode
+from vcollect.store.write.frame_stack import FrameStack, rebuild_episode
 
 pytestmark = pytest.mark.slow
 

@@ -20,10 +20,11 @@ from hypothesis.extra.numpy import arrays
 
 from tests.envs import CountingEnv, DictObsEnv
 from tests.replay import assert_replays
-from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
-from vcollect.recorder import STAGING_NAMESPACE, DataCollector
-from vcollect.store import EpisodeStore, export_minari, list_datasets, load_dataset
+from vcollect.minari import export_minari
+from vcollect.minari.callbacks import EpisodeMetadataCallback, StepDataCallback
+from vcollect.minari.recorder import STAGING_NAMESPACE, DataCollector
+from vcollect.store import EpisodeStore, list_datasets, load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -356,7 +357,7 @@ KILLED_RECORDER = textwrap.dedent(
     """
     import sys
     import gymnasium as gym
-    from vcollect.recorder import DataCollector
+    from vcollect.minari.recorder import DataCollector
     env = DataCollector(gym.make("CartPole-v1"), root=sys.argv[1], flush_every=5, seed=0)
     env.action_space.seed(0)
     env.reset()

@@ -13,7 +13,8 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from vcollect.buffers import EpisodeSlice, VectorRingBuffer
-from vcollect.envs.steps import HeldRows
+from vcollect.buffers.ring import RingWriter
+from vcollect.held_rows import HeldRows
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 
 # ------------------------------------------------------------------------------------ configurations
@@ -524,7 +525,7 @@ def test_gather_episodes_equals_the_episode_slices_while_their_rows_are_in_the_r
             buf.add(ids, np.array([t % 2]), np.array([value]), np.array([t == steps - 1]), np.array([False]),
                     np.full((1, 4), value, np.float32))
             written[env] += 1
-        ref = buf.episode_ref(env)
+        ref = RingWriter(buf).episode_ref(env)
         assert (ref is None) == (steps + 1 > capacity)
         if ref is not None:
             ep = buf.episode(env)
@@ -533,7 +534,7 @@ def test_gather_episodes_equals_the_episode_slices_while_their_rows_are_in_the_r
     safe = [f for f in finished if written[f[0]] - f[2] <= capacity - f[1][1] - 1]
     if not safe:
         return
-    obs, acts, rew, term, trunc = buf.gather_episodes(
+    obs, acts, rew, term, trunc = RingWriter(buf).gather_episodes(
         np.array([f[0] for f in safe]), np.array([f[1][0] for f in safe]), np.array([f[1][1] for f in safe])
     )
     np.testing.assert_array_equal(obs[0], np.concatenate([f[3][0] for f in safe]))
@@ -589,9 +590,11 @@ def test_add_steps_equals_add_all_step_by_step(
                 buf.start_episodes(np.array(late), batch_of(cfg.obs_space, obs))
             done_before[late] = False
         k = data.draw(st.integers(1, capacity), label="k")
-        if not blocked.can_add_steps(k):
+        if k >= capacity:  # more steps than a ring holds at once
             event("add_steps refused: k too large")
-            assert k >= capacity
+            no_steps = np.zeros((k, num_envs), bool)
+            with pytest.raises(ValueError, match="capacity - 1"):
+                RingWriter(blocked).add_steps([], np.zeros((k, num_envs)), no_steps, no_steps, [], no_steps)
             continue
         acts = [[cfg.act_leaves(data.draw(st.integers(0, 50))) for _ in range(num_envs)] for _ in range(k)]
         rewards = np.array(data.draw(st.lists(st.integers(-9, 9), min_size=k * num_envs, max_size=k * num_envs)), np.float64)
@@ -617,7 +620,7 @@ def test_add_steps_equals_add_all_step_by_step(
                 started=started,
             )
             for e in np.flatnonzero((terms[j] | truncs[j]) & ~restarts[j]).tolist():
-                ref = stepwise.episode_ref(e)
+                ref = RingWriter(stepwise).episode_ref(e)
                 last_row, steps = (int(stepwise._last_flat[e]), int(stepwise.episode_lengths[e])) if ref is None else ref
                 expected.append((j, e, last_row, steps, float(stepwise.episode_returns[e])))
                 if keep_overflow:  # whole, however long: what the block must hand over for it
@@ -633,7 +636,7 @@ def test_add_steps_equals_add_all_step_by_step(
             for i in range(len(leaves(cfg.obs_space)))
         ]
         obs_block = [HeldRows(rows) if held else np.stack(rows) for rows in obs_rows]
-        ends = blocked.add_steps(act_block, rewards, terms, truncs, obs_block, restarts)
+        ends = RingWriter(blocked).add_steps(act_block, rewards, terms, truncs, obs_block, restarts)
         got = list(
             zip(ends.steps.tolist(), ends.env_ids.tolist(), ends.last_rows.tolist(), ends.lengths.tolist(), ends.returns.tolist())
         )
@@ -649,9 +652,9 @@ def test_add_steps_equals_add_all_step_by_step(
                 env, last_row, steps = int(ends.env_ids[i]), int(ends.last_rows[i]), int(ends.lengths[i])
                 chunks = ends.spilled.get(i)
                 if chunks is None:
-                    got_data = blocked.gather_episodes(np.array([env]), np.array([last_row]), np.array([steps]))
+                    got_data = RingWriter(blocked).gather_episodes(np.array([env]), np.array([last_row]), np.array([steps]))
                 else:
-                    got_data = blocked.gather_spilled_episode(env, last_row, steps - ends.spilled_steps(i), chunks)
+                    got_data = RingWriter(blocked).gather_spilled_episode(env, last_row, steps - ends.spilled_steps(i), chunks)
                 assert_leaves_equal(flat_data(got_data), want)
             for e in range(num_envs):  # and so is every episode still running
                 if blocked._has_episode[e] and stepwise._has_episode[e]:
@@ -687,7 +690,7 @@ def test_add_steps_refuses_an_end_without_its_restart() -> None:
     terms = np.zeros((k, 2), bool)
     terms[0, 1] = True
     with pytest.raises(ValueError, match="restart"):
-        buf.add_steps(
+        RingWriter(buf).add_steps(
             [np.zeros((k, 2), np.int64)], np.zeros((k, 2)), terms, np.zeros((k, 2), bool),
             [np.zeros((k, 2, 4), np.float32)], np.zeros((k, 2), bool),
         )
@@ -716,7 +719,7 @@ def test_add_steps_gives_spilled_steps_only_to_the_episode_they_belong_to() -> N
         o, acts, rew = obs(steps), np.zeros((steps, n), np.int64), np.ones((steps, n))
         for j in range(steps):
             stepwise.add_all(acts[j], rew[j], no[j], truncs[j], o[j], started=np.flatnonzero(restarts[j]))
-        ends = blocked.add_steps([acts], rew, no[:steps], truncs, [o], restarts)
+        ends = RingWriter(blocked).add_steps([acts], rew, no[:steps], truncs, [o], restarts)
     assert ends.env_ids.tolist() == [0] and ends.lengths.tolist() == [1] and ends.spilled == {}
-    got = blocked.gather_episodes(ends.env_ids, ends.last_rows, ends.lengths)
+    got = RingWriter(blocked).gather_episodes(ends.env_ids, ends.last_rows, ends.lengths)
     np.testing.assert_array_equal(got[0][0], np.asarray(stepwise.episode(0).observations))

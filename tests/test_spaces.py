@@ -337,7 +337,8 @@ def test_batch_contains_reports_structure_shape_dtype_and_size_problems() -> Non
 
 def test_batch_contains_accepts_other_real_dtypes_for_float_box() -> None:
     assert batch_contains(bounded_box, np.zeros((2, 4), np.float64)) is None
-    assert batch_contains(bounded_box, np.zeros((2, 4), np.int64)) is None
+    assert batch_contains(bounded_box, np.zeros((2, 4), np.int16)) is None
+    assert batch_contains(bounded_box, np.zeros((2, 4), np.int64)) is not None  # float32 would round them
     assert batch_contains(gs.Box(0, 5, (1,), dtype=np.int64), np.zeros((2, 1), np.float32)) is not None
 
 
@@ -447,3 +448,20 @@ def test_batch_check_keeps_rejecting_after_it_has_seen_valid_batches_of_the_shap
         batch = np.array(bad, np.float32)
         assert check(batch) == batch_contains(space, batch) is not None
     assert "element 1" in (check(np.array([[1.0, 0.0], [4.9, 0.0], [0.0, 0.0]], np.float32)) or "")
+
+
+def test_a_float_box_refuses_integers_its_dtype_would_round() -> None:
+    """int64 values in a float32 Box are refused (float32 holds integers exactly only up to 2**24); integer
+    dtypes the float dtype holds exactly are accepted, as gymnasium's Box.contains does with np.can_cast."""
+    import numpy as np
+    from gymnasium import spaces as gs
+
+    from vcollect.spaces import BatchCheck, batch_contains
+
+    box32, box64 = gs.Box(-1e9, 1e9, (2,), np.float32), gs.Box(-1e9, 1e9, (2,), np.float64)
+    big = np.array([[2**24 + 1, 0]], np.int64)
+    for check in (BatchCheck(box32), lambda b: batch_contains(box32, b)):
+        assert "would be rounded" in (check(big) or "")
+        assert check(np.array([[7, 0]], np.int16)) is None and check(np.array([[7, 0]], np.uint8)) is None
+        assert check(np.array([[0.5, 0]], np.float64)) is None  # floats are range-checked, as before
+    assert batch_contains(box64, np.array([[7, 0]], np.int32)) is None

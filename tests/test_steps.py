@@ -10,7 +10,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vcollect.envs.steps import HeldRows, StepBlock
+from vcollect.envs.steps import StepBlock
+from vcollect.held_rows import HeldRows
 
 
 def test_step_block_rows_keep_restarts_done_and_count():

@@ -15,18 +15,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.minari_interop as minari_interop
+import vcollect.minari.interop as minari_interop
 from tests.test_store_leftovers import read_line
 from vcollect.errors import DatasetError, DatasetExistsError, DatasetNotFoundError
-from vcollect.store import (
-    EpisodeStore,
-    combine_datasets,
-    export_minari,
-    import_minari,
-    list_datasets,
-    load_dataset,
-)
-from vcollect.store.staging import pid_space
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import EpisodeStore, combine_datasets, list_datasets, load_dataset
+from vcollect.store.layout.staging import pid_space
 
 REPO = Path(__file__).resolve().parents[1]
 OBS = spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float32)

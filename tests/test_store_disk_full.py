@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.minari_interop as minari_interop
+import vcollect.minari.interop as minari_interop
 from vcollect.errors import DatasetError, DiskFullError
-from vcollect.store import EpisodeStore, export_minari, import_minari, list_datasets, load_dataset
+from vcollect.minari import export_minari, import_minari
+from vcollect.store import EpisodeStore, list_datasets, load_dataset
 
 OBS = spaces.Box(-1e9, 1e9, shape=(3,), dtype=np.float32)
 ACT = spaces.Discrete(5)
@@ -201,7 +202,7 @@ def test_spill_file_keeps_hdf5_alive_on_dev_full(tmp_path: Path) -> None:
 
 
 def test_create_failing_removes_only_the_folders_it_made(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import vcollect.store.dataset_dir as dataset_dir
+    import vcollect.store.layout.dataset_dir as dataset_dir
 
     EpisodeStore.create("ns/kept-v0", OBS, ACT, root=tmp_path).close()
 
@@ -213,3 +214,44 @@ def test_create_failing_removes_only_the_folders_it_made(tmp_path: Path, monkeyp
         EpisodeStore.create("ns/deeper/new-v0", OBS, ACT, root=tmp_path)
     assert sorted(p.name for p in (tmp_path / "ns").iterdir()) == ["kept-v0"]  # ns/deeper/new-v0 removed
     assert list(list_datasets(tmp_path)) == ["ns/kept-v0"]
+
+
+def test_update_metadata_on_a_full_disk(small_tmpfs: Path) -> None:
+    root = small_tmpfs / "datasets"
+    store = EpisodeStore.create("d/meta-v0", OBS, ACT, root=root, metadata={"who": "me"})
+    write(store, 0, 5)
+    store.flush()
+    before = (store.path / "dataset.json").read_bytes()
+    filler = small_tmpfs / "filler"
+    fill(filler)
+    with pytest.raises(DiskFullError, match="while updating .*dataset.json.* it is unchanged"):
+        store.update_metadata({"note": "x" * 100_000})
+    assert (store.path / "dataset.json").read_bytes() == before
+    filler.unlink()
+    store.update_metadata({"note": "y"})
+    store.close()
+    assert load_dataset("d/meta-v0", root=root).metadata["note"] == "y"
+
+
+def test_update_metadata_with_injected_enospc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vcollect.store.layout.dataset_info as dataset_info
+
+    with EpisodeStore.create("d/meta-v0", OBS, ACT, root=tmp_path) as store:
+        write(store, 0, 5)
+
+        def full(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(dataset_info, "write_json_atomic", full)
+        with pytest.raises(DiskFullError, match="it is unchanged"):
+            store.update_metadata({"note": "x"})
+
+
+def test_the_cli_says_what_a_command_can_do_on_a_full_disk() -> None:
+    import argparse
+
+    from vcollect.cli.exits import flag_wording
+
+    message = "no space left ...; 20 pending episodes are kept in memory; free space and call flush() again"
+    said = flag_wording(message, argparse.Namespace())
+    assert "flush()" not in said and "run the command again" in said

@@ -12,9 +12,9 @@ import pytest
 from vcollect.envs.info_recording import stack_episode_infos
 from vcollect.errors import InfoStructureError
 from vcollect.infos import flatten_info, info_name, nest_info, stack_rows
-from vcollect.recorder import DataCollector
+from vcollect.minari.recorder import DataCollector
 from vcollect.store import EpisodeStore, load_dataset
-from vcollect.store.schema import json_default, to_json
+from vcollect.store.layout.schema import json_default, to_json
 
 
 def test_flatten_and_nest_invert_each_other_in_key_order() -> None:

@@ -17,7 +17,7 @@ import pytest
 from gymnasium import spaces
 
 from vcollect.store import EpisodeStore, list_datasets, load_dataset
-from vcollect.store.staging import STALE_AFTER_S, pid_space
+from vcollect.store.layout.staging import STALE_AFTER_S, pid_space
 
 REPO = Path(__file__).resolve().parents[1]
 OBS = spaces.Box(-1e9, 1e9, shape=(3,), dtype=np.float32)

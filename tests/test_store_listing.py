@@ -109,7 +109,7 @@ def test_folders_that_are_no_dataset_ids_are_not_listed(tmp_path: Path) -> None:
 
 def test_listing_takes_totals_from_the_manifest_without_opening_shards(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    import vcollect.store.catalog as catalog
+    import vcollect.store.layout.catalog as catalog
 
     obs, act = spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.Discrete(2)
     with EpisodeStore.create("m/many-v0", obs, act, root=tmp_path, shard_steps=3) as store:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.dataset_dir as dataset_dir
+import vcollect.store.layout.dataset_dir as dataset_dir
 from tests.test_store_leftovers import read_line
 from vcollect.cli import main
 from vcollect.errors import DatasetError, DatasetNotFoundError, InvalidDatasetIdError
@@ -64,7 +64,7 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 # the child says "mid" and waits there to be killed.
 KILLED_DELETE = """
     import os, shutil, sys
-    import vcollect.store.catalog as catalog
+    import vcollect.store.layout.catalog as catalog
 
     def half_then_wait(path, *args, **kwargs):
         shards = sorted((path / "shards").iterdir())
@@ -126,10 +126,10 @@ KILLED_OVERWRITE = """
     import sys
     import numpy as np
     from gymnasium import spaces
-    import vcollect.store.dataset_dir as dataset_dir
+    import vcollect.store.layout.dataset_dir as dataset_dir
     from vcollect.store import EpisodeStore
 
-    def wait(path):
+    def wait(path, root):
         print("mid", path.name, flush=True)
         sys.stdin.read()  # until killed
 
@@ -143,7 +143,8 @@ def test_overwrite_renames_the_old_dataset_aside_and_drops_it_only_after(tmp_pat
     make(tmp_path, "ns/x-v0", range(4))
     proc = child(KILLED_OVERWRITE, str(tmp_path))
     line = read_line(proc)
-    assert line.startswith("mid .x-v0.replaced-")
+    # swapped in one atomic step (renameat2 exchange: the old one now has the staging name) or renamed aside
+    assert line.startswith(("mid .x-v0.replaced-", "mid .x-v0.staging-"))
     kill(proc)
     assert (tmp_path / "ns" / line.split()[1] / "dataset.json").is_file()  # the old one, aside, not yet removed
     new = load_dataset("ns/x-v0", tmp_path)
@@ -285,7 +286,7 @@ def test_split_parts_carry_their_metadata_when_published(
 def test_an_overwrite_killed_between_its_renames_gives_the_old_dataset_back(tmp_path: Path) -> None:
     """The old dataset renamed aside, the new one not yet in, the process dead: the next load (or listing)
     puts the old one back, so a reader never finds neither."""
-    from vcollect.store.staging import pid_space
+    from vcollect.store.layout.staging import pid_space
 
     make(tmp_path, "ns/a-v0", range(3))
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
@@ -299,3 +300,76 @@ def test_an_overwrite_killed_between_its_renames_gives_the_old_dataset_back(tmp_
     assert sorted(p.name for p in (tmp_path / "ns").iterdir()) == ["a-v0"], "a leftover was kept"
     final.rename(final.with_name(f".a-v0.replaced-{pid_space()}-{pid}-{'c' * 12}"))
     assert [e.seed for e in load_dataset("ns/a-v0", root=tmp_path)] == [0, 1, 2]  # load alone restores it too
+
+
+KILLED_EXPORT = """
+    import os
+    import shutil
+    import sys
+    from vcollect.minari.interop import export_minari
+
+    def wait(path, *args, **kwargs):
+        print("mid", path, flush=True)
+        sys.stdin.read()  # until killed
+
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if os.path.basename(src) == "x-v0":  # the old export renamed aside: stop between the two renames
+            wait(src)
+        real_rename(src, dst)
+
+    shutil.rmtree = wait  # the old export is about to be removed: the swap is done
+    os.rename = rename
+    export_minari("ns/new-v0", "mm/x-v0", sys.argv[2], root=sys.argv[1], overwrite=True)
+"""
+
+
+def test_export_overwrite_killed_midway_leaves_minari_a_dataset(tmp_path: Path) -> None:
+    """The old export and the new one swap places in one step: killed at any point, Minari itself (no vcollect
+    operation in between) loads the old export or the new one, never none."""
+    import minari
+    from minari.dataset.minari_storage import MinariStorage
+
+    from vcollect.minari.interop import export_minari
+
+    make(tmp_path, "ns/old-v0", range(2))
+    make(tmp_path, "ns/new-v0", range(5))
+    minari_root = tmp_path / "minari"
+    export_minari("ns/old-v0", "mm/x-v0", minari_root, root=tmp_path)
+    proc = child(KILLED_EXPORT, str(tmp_path), str(minari_root))
+    line = read_line(proc)
+    assert line.startswith("mid ")
+    kill(proc)
+    assert MinariStorage.read(minari_root / "mm" / "x-v0" / "data").total_episodes == 5
+    assert minari.__name__ and (minari_root / "mm" / "x-v0" / "data" / "main_data.hdf5").is_file()
+    aside = Path(line.split(maxsplit=1)[1])
+    assert aside.parent == minari_root / "mm" and aside.name.startswith(".x-v0.")  # the old one, to be removed
+    export_minari("ns/old-v0", "mm/y-v0", minari_root, root=tmp_path)  # the next export there cleans up
+    assert hidden(minari_root / "mm") == []
+
+
+def test_a_journaled_overwrite_killed_after_its_swap_is_not_swapped_back(tmp_path: Path) -> None:
+    """After the swap the old dataset sits at the staging name; the next reader finishing the journal must
+    not publish it again."""
+    make(tmp_path, "ns/x-v0", range(2))
+    make(tmp_path, "src/a-v0", range(10, 13))
+    proc = child("""
+        import shutil
+        import sys
+        from vcollect.store import combine_datasets
+
+        def wait(path, *args, **kwargs):
+            print("mid", path, flush=True)
+            sys.stdin.read()
+
+        shutil.rmtree = wait
+        combine_datasets(["src/a-v0"], "ns/x-v0", sys.argv[1], overwrite=True)
+    """, str(tmp_path))
+    assert read_line(proc).startswith("mid ")
+    kill(proc)
+    assert seeds_of("ns/x-v0", tmp_path) == [10, 11, 12]
+    assert list(tmp_path.glob(".vcollect-publish-*")) == []
+    assert seeds_of("ns/x-v0", tmp_path) == [10, 11, 12]
+    make(tmp_path, "ns/y-v0", range(1))
+    assert hidden(tmp_path / "ns") == []

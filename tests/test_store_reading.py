@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-import vcollect.store.reader as reader_module
+import vcollect.store.read.reader as reader_module
 from vcollect.errors import CorruptDatasetError, CorruptShardError
 from vcollect.store import EpisodeStore, list_datasets, load_dataset
 

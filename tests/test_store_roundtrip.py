@@ -13,7 +13,6 @@ import pytest
 from gymnasium import spaces
 
 from tests.replay import assert_replays
-from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.errors import (
     DatasetError,
     DatasetExistsError,
@@ -22,6 +21,7 @@ from vcollect.errors import (
     InvalidDatasetIdError,
     SpaceMismatchError,
 )
+from vcollect.minari.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 from vcollect.store import (
     EpisodeStore,

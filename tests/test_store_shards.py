@@ -13,7 +13,7 @@ from gymnasium import spaces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import vcollect.store.reader as reader_module
+import vcollect.store.read.reader as reader_module
 from vcollect.errors import CorruptShardError, DatasetError, SpaceMismatchError
 from vcollect.store import (
     EpisodeStore,

@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from vcollect.errors import CorruptShardError
 from vcollect.store import EpisodeStore, load_dataset
-from vcollect.store.manifest import read_manifest
+from vcollect.store.layout.manifest import read_manifest
 
 OBS = spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float64)
 ACT = spaces.Discrete(7)
@@ -153,7 +153,7 @@ def test_a_shard_committed_without_its_manifest_line_still_loads(tmp_path: Path,
     # the manifest module's own os, with a write that fails (the shard writer's os.write stays real)
     manifest_os = types.SimpleNamespace(**{name: getattr(os, name) for name in dir(os) if not name.startswith("__")})
     manifest_os.write = full_disk
-    monkeypatch.setattr("vcollect.store.manifest.os", manifest_os)
+    monkeypatch.setattr("vcollect.store.layout.manifest.os", manifest_os)
     with pytest.warns(RuntimeWarning, match="could not be recorded in the manifest"):
         store.flush()
     monkeypatch.undo()

@@ -49,7 +49,7 @@ def test_subproc_step_reset_of_every_env_skips_the_pipes(closing, monkeypatch, s
     fast.reset(seeds=0)
     twin.reset(seeds=0)
     sent: list[int] = []
-    monkeypatch.setattr(fast, "_send_to", lambda w, message: sent.append(w))
+    monkeypatch.setattr(fast._pool, "send", lambda w, message: sent.append(w))
     rng = np.random.default_rng(0)
     restarts = 0
     for t in range(80):
@@ -68,27 +68,28 @@ def test_subproc_step_reset_of_every_env_skips_the_pipes(closing, monkeypatch, s
     assert sent == [] and restarts >= 4
 
 
-@pytest.mark.parametrize("interrupted", ["_await_done", "_recv_from"])
+@pytest.mark.parametrize("interrupted", ["_await_done", "recv"])
 def test_subproc_interrupted_fast_step_reset_is_finished_by_the_next_call(closing, monkeypatch, interrupted):
     # Ctrl-C while waiting for a worker's answer (or for its pickled reply): the workers still do the step,
     # and the next call reads and drops those answers before writing the shared rows again.
     envs = make(closing, "subproc", [functools.partial(CountingEnv, 100)] * 4)
     assert isinstance(envs, SubprocVectorEnv)
     envs.reset()
-    original = getattr(envs, interrupted)
+    pool = envs._pool
+    original = getattr(pool, interrupted)
 
     def interrupt_once(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(envs, interrupted, original)
+        monkeypatch.setattr(pool, interrupted, original)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(envs, interrupted, interrupt_once)
+    monkeypatch.setattr(pool, interrupted, interrupt_once)
     with pytest.raises(KeyboardInterrupt):
         envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
-    assert any(envs._owed)
+    assert any(pool.owed)
     obs, *_, infos = envs.step(np.zeros(4, np.int64))
     assert obs.ravel().tolist() == [2, 2, 2, 2] and infos == [{"t": 2}] * 4
-    assert not any(envs._owed)
-    monkeypatch.setattr(envs, interrupted, interrupt_once)
+    assert not any(pool.owed)
+    monkeypatch.setattr(pool, interrupted, interrupt_once)
     with pytest.raises(KeyboardInterrupt):
         envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
     got = envs.step_reset(np.zeros(4, np.int64), reset_seeds=[1, 2, 3, 4])
@@ -100,13 +101,13 @@ def test_subproc_subset_only_messages_the_workers_holding_those_envs(closing, mo
     assert isinstance(envs, SubprocVectorEnv)
     envs.reset()
     sent: list[int] = []
-    original = envs._send_to
+    original = envs._pool.send
 
     def spy(w: int, message: bytes) -> None:
         sent.append(w)
         original(w, message)
 
-    monkeypatch.setattr(envs, "_send_to", spy)
+    monkeypatch.setattr(envs._pool, "send", spy)
     envs.step(np.zeros(2, np.int64), env_ids=[1, 2])  # groups: [0, 1, 2] on worker 0, [3, 4] on worker 1
     assert sent == [0]
     envs.reset(env_ids=[4])
@@ -121,8 +122,8 @@ def test_subproc_subset_only_messages_the_workers_holding_those_envs(closing, mo
 def test_subproc_puts_several_envs_in_one_worker(closing):
     envs = SubprocVectorEnv([CountingEnv] * 5, num_workers=2)
     closing.append(envs)
-    assert len({p.pid for p in envs._procs}) == 2
-    assert envs._worker_of.tolist() == [0, 0, 0, 1, 1]
+    assert len({p.pid for p in envs._pool.procs}) == 2
+    assert envs._pool.worker_of.tolist() == [0, 0, 0, 1, 1]
     default = SubprocVectorEnv([CountingEnv] * 3)
     closing.append(default)
     assert default.num_workers == min(3, os.cpu_count() or 1)
@@ -164,9 +165,9 @@ def test_workers_exit_when_the_parent_is_gone(closing):
     envs = SubprocVectorEnv([CountingEnv] * 2, num_workers=2)
     closing.append(envs)
     envs.reset()
-    for writer in envs._pipes[0::2]:  # each worker's command pipe: what a parent that died leaves behind
+    for writer in envs._pool.pipes[0::2]:  # each worker's command pipe: what a parent that died leaves behind
         writer.close()
-    for proc in envs._procs:
+    for proc in envs._pool.procs:
         proc.join(5)
         assert proc.exitcode == 0
 

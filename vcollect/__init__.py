@@ -6,7 +6,6 @@ from typing import Any
 
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
-from vcollect.callbacks import EpisodeMetadataCallback, StepDataCallback
 from vcollect.collector import Collector
 from vcollect.envs import (
     DummyVectorEnv,
@@ -40,9 +39,19 @@ from vcollect.errors import (
     VCollectError,
 )
 from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
-from vcollect.minari_buffers import EpisodeBuffer, StepData, create_dataset_from_buffers
+from vcollect.minari import (
+    DataCollector,
+    EpisodeBuffer,
+    EpisodeMetadataCallback,
+    StepData,
+    StepDataCallback,
+    create_dataset_from_buffers,
+    export_minari,
+    get_normalized_score,
+    import_minari,
+    reference_scores,
+)
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
-from vcollect.recorder import DataCollector
 from vcollect.stats import CollectStats, SummaryStats
 from vcollect.store import (
     Dataset,
@@ -53,9 +62,7 @@ from vcollect.store import (
     create_namespace,
     delete_dataset,
     delete_namespace,
-    export_minari,
     get_namespace_metadata,
-    import_minari,
     list_datasets,
     list_local_datasets,
     list_local_namespaces,
@@ -64,7 +71,6 @@ from vcollect.store import (
     update_namespace,
     update_namespace_metadata,
 )
-from vcollect.store.reference_scores import get_normalized_score, reference_scores
 from vcollect.store.sink import EpisodeSink
 
 __version__ = "0.1.0"

@@ -156,7 +156,7 @@ class PolicyActor:
     def _act(self, obs: Any, env_ids: np.ndarray) -> Any:
         policy = self.policy
         assert policy is not None
-        state = take_state_rows(self.state, env_ids, self.num_envs)
+        state = None if self.state is None else take_state_rows(self.state, env_ids, self.num_envs)
         if self.wants_infos:
             assert isinstance(policy, SupportsInfos)
             kept = self._infos

@@ -17,18 +17,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Literal, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from vcollect.buffers import VectorRingBuffer
-from vcollect.collector import CollectCall, Collector
+from vcollect.collector import Collector
+from vcollect.collector_options import CollectorOptions
 from vcollect.envs import AsyncResetResult, AsyncStepResult
-from vcollect.hooks import EpisodeRolloutHook, StepHook
 from vcollect.loops import StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.spaces import allocate, flatten_batch, unflatten_batch
+from vcollect.step_context import CollectCall, StepContext
 from vcollect.store.sink import EpisodeSink
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AsyncCollector"]
 
@@ -43,6 +48,19 @@ class ReceivesAny(Protocol):
     def recv_any(self, timeout: float | None = None) -> _Received:
         """The steps and resets that finished (either may be None), waiting up to timeout for some."""
         ...
+
+
+@dataclass
+class AsyncWaits:
+    """How an AsyncCollector waits, shared with its loop (either may be changed between calls).
+
+    Args:
+        wait_num: stepping envs to wait for before acting again.
+        timeout: seconds to wait for any step or reset (None: no limit).
+    """
+
+    wait_num: int
+    timeout: float | None
 
 
 RESET_POLL_S = 0.002
@@ -71,36 +89,39 @@ class AsyncCollector(Collector):
         buffer: VectorRingBuffer | None = None,
         store: EpisodeSink | None = None,
         *,
-        seed: int | None = None,
         wait_num: int | None = None,
         timeout: float | None = None,
-        exploration_noise: bool = False,
-        validate: bool = True,
-        record_infos: bool = False,
-        seed_every_reset: bool = True,
-        stage_blocks: bool = True,
-        unfinished: Literal["drop", "truncate"] = "drop",
-        check_finite: bool = False,
-        on_step_hook: StepHook | None = None,
-        on_episode_done_hook: EpisodeRolloutHook | None = None,
+        **options: Unpack[CollectorOptions],
     ) -> None:
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
-        self.wait_num = 1 if wait_num is None else wait_num
-        self.timeout = timeout
-        super().__init__(
-            policy, envs, buffer, store, seed=seed, exploration_noise=exploration_noise, validate=validate,
-            record_infos=record_infos, seed_every_reset=seed_every_reset, stage_blocks=stage_blocks,
-            unfinished=unfinished, check_finite=check_finite, on_step_hook=on_step_hook,
-            on_episode_done_hook=on_episode_done_hook,
-        )
+        self._waits = AsyncWaits(1 if wait_num is None else wait_num, timeout)
+        super().__init__(policy, envs, buffer, store, **options)
         if wait_num is not None and not (isinstance(wait_num, int) and 1 <= wait_num <= self.num_envs):
             raise ValueError(f"wait_num must be an int in 1..{self.num_envs} (the number of envs), got {wait_num!r}")
+
+    @property
+    def wait_num(self) -> int:
+        """How many stepping envs to wait for before acting again."""
+        return self._waits.wait_num
+
+    @wait_num.setter
+    def wait_num(self, value: int) -> None:
+        self._waits.wait_num = value
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds to wait for any step or reset to finish (None: no limit); may be changed between calls."""
+        return self._waits.timeout
+
+    @timeout.setter
+    def timeout(self, value: float | None) -> None:
+        self._waits.timeout = value
 
     def _make_loop(self, stage_blocks: bool) -> StepLoop:
         if self.capabilities.steps_all_envs:
             return super()._make_loop(stage_blocks)
-        return AsyncLoop(self)
+        return AsyncLoop(self.context, self._waits)
 
     def reset(
         self,
@@ -121,34 +142,39 @@ class AsyncCollector(Collector):
 class AsyncLoop(SubsetLoop):
     """The AsyncCollector's step loop: dispatch steps to idle envs, record whichever come back first."""
 
-    def __init__(self, collector: AsyncCollector) -> None:
-        super().__init__(collector)
-        self.ac = collector
-        n = collector.num_envs
+    def __init__(self, context: StepContext, waits: AsyncWaits) -> None:
+        if context.restarter is not None:
+            raise TypeError(
+                f"AsyncCollector does not restart envs, and this {type(context.envs).__name__} was built to restart "
+                "failed ones (max_restarts > 0): collect with Collector, or build the envs with max_restarts=0"
+            )
+        super().__init__(context)
+        self.waits = waits
+        n = context.num_envs
         self._stepping = np.zeros(n, dtype=bool)
         self._resetting = np.zeros(n, dtype=bool)
-        self._sent_actions = allocate(collector.action_space, (n,))  # the action each stepping env was sent
+        self._sent_actions = allocate(context.action_space, (n,))  # the action each stepping env was sent
         self._reset_seed: list[int | None] = [None] * n  # of each reset in flight
         self._reset_options: list[dict[str, Any] | None] = [None] * n
-        caps = collector.capabilities
+        caps = context.capabilities
         self._batch = caps.recv_batch_size
         self._recv_any: Callable[[float | None], _Received] | None = None
         if caps.recv_any:
-            if not isinstance(collector.envs, ReceivesAny):
-                raise TypeError(f"{type(collector.envs).__name__} declares recv_any but has no recv_any method")
-            self._recv_any = collector.envs.recv_any
+            if not isinstance(context.envs, ReceivesAny):
+                raise TypeError(f"{type(context.envs).__name__} declares recv_any but has no recv_any method")
+            self._recv_any = context.envs.recv_any
 
     def drain(self) -> None:
         """Receive and record every step and reset in flight."""
         self._sync_flights()
         while self._stepping.any() or self._resetting.any():
-            self._fill_batch(self.c.policy is None, None)
+            self._fill_batch(self.ctx.actor.policy is None, None)
             self._take(self._receive(), None)
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
         self._sync_flights()
-        carry = self.c.ledger
-        self._restart(np.flatnonzero(self.c._needs_reset), call.reset_options)
+        carry = self.ctx.ledger
+        self._restart(np.flatnonzero(self.ctx.needs_reset), call.reset_options)
         while len(carry) < n_step or self._stepping.any():
             budget = n_step - len(carry) - int(np.count_nonzero(self._stepping))
             if budget > 0:
@@ -161,8 +187,8 @@ class AsyncLoop(SubsetLoop):
 
     def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
         self._sync_flights()
-        ends = self.c.ledger.episode_ends  # updated in place as transitions are recorded
-        self._restart(np.flatnonzero(self.c._needs_reset & (ends < quota)), call.reset_options)
+        ends = self.ctx.ledger.episode_ends  # updated in place as transitions are recorded
+        self._restart(np.flatnonzero(self.ctx.needs_reset & (ends < quota)), call.reset_options)
         while (owing := ends < quota).any() or self._stepping.any():
             ready = np.flatnonzero(owing & self._idle_mask())
             self._send_steps(ready, ready.size, call.random)
@@ -170,12 +196,12 @@ class AsyncLoop(SubsetLoop):
             finished = self._take(self._receive(), call.render)
             self._restart(finished[ends[finished] < quota[finished]], call.reset_options)
             call.bar.update(int(np.minimum(ends, quota).sum()) - call.bar.n)
-        return self.c.ledger.take_episodes(quota, call.returns, call.lens)[0]
+        return self.ctx.ledger.take_episodes(quota, call.returns, call.lens)[0]
 
     # ------------------------------------------------------------------ dispatching
 
     def _idle_mask(self) -> np.ndarray:
-        return ~(self._stepping | self._resetting | self.c._needs_reset)
+        return ~(self._stepping | self._resetting | self.ctx.needs_reset)
 
     def _idle(self) -> np.ndarray:
         return np.flatnonzero(self._idle_mask())
@@ -186,13 +212,13 @@ class AsyncLoop(SubsetLoop):
             return
         if candidates.size > limit:
             # rotate which envs go first so that no env id is favoured
-            order = np.argsort((candidates - self._next_env) % self.c.num_envs, kind="stable")[:limit]
+            order = np.argsort((candidates - self._next_env) % self.ctx.num_envs, kind="stable")[:limit]
             candidates = np.sort(candidates[order])
-            self._next_env = int(candidates[-1] + 1) % self.c.num_envs
-        actions = self.c.actor.actions(candidates, random)
-        for store, values in zip(self._sent_actions, flatten_batch(self.c.action_space, actions)):
+            self._next_env = int(candidates[-1] + 1) % self.ctx.num_envs
+        actions = self.ctx.actor.actions(candidates, random)
+        for store, values in zip(self._sent_actions, flatten_batch(self.ctx.action_space, actions)):
             store[candidates] = values
-        self.c.envs.send(actions, candidates)
+        self.ctx.envs.send(actions, candidates)
         self._stepping[candidates] = True
 
     def _restart(self, env_ids: np.ndarray, options: dict[str, Any] | None) -> None:
@@ -200,8 +226,8 @@ class AsyncLoop(SubsetLoop):
         env_ids = env_ids[~(self._stepping[env_ids] | self._resetting[env_ids])]
         if env_ids.size == 0:
             return
-        seeds = self.c._reset_seeds.take(env_ids.tolist())
-        self.c.envs.reset_async(env_ids, seeds, options)
+        seeds = self.ctx.reset_seeds.take(env_ids.tolist())
+        self.ctx.envs.reset_async(env_ids, seeds, options)
         self._resetting[env_ids] = True
         for env_id, seed in zip(env_ids.tolist(), seeds):
             self._reset_seed[env_id] = seed
@@ -213,14 +239,14 @@ class AsyncLoop(SubsetLoop):
         short = self._batch - int(np.count_nonzero(self._stepping | self._resetting))
         if self._batch <= 1 or short <= 0:
             return
-        waiting = np.flatnonzero(self.c._needs_reset & ~(self._stepping | self._resetting))[:short]
+        waiting = np.flatnonzero(self.ctx.needs_reset & ~(self._stepping | self._resetting))[:short]
         self._restart(waiting, options)
         self._send_steps(self._idle(), short - waiting.size, random)
 
     def _sync_flights(self) -> None:
         """Forget flights the backend no longer has (e.g. after it raised for a failed env)."""
-        flying = np.zeros(self.c.num_envs, dtype=bool)
-        flying[self.c.envs.in_flight] = True
+        flying = np.zeros(self.ctx.num_envs, dtype=bool)
+        flying[self.ctx.envs.in_flight] = True
         self._stepping &= flying
         self._resetting &= flying
 
@@ -229,34 +255,34 @@ class AsyncLoop(SubsetLoop):
     def _receive(self) -> _Received:
         """Finished steps and resets: those already done, else wait (up to ``timeout``) for some."""
         if self._recv_any is not None:
-            return self._recv_any(self.ac.timeout)
+            return self._recv_any(self.waits.timeout)
         resets = self._poll_resets()
         if not self._stepping.any():
             if resets is not None:
                 return None, resets
             try:
-                return None, self.c.envs.recv_reset(1, self.ac.timeout)
+                return None, self.ctx.envs.recv_reset(1, self.waits.timeout)
             except TimeoutError:
                 raise self._timeout_error() from None
         if resets is not None:  # act on the restarted envs now; take whatever steps are done too
             try:
-                return self.c.envs.recv(1, 0), resets
+                return self.ctx.envs.recv(1, 0), resets
             except TimeoutError:
                 return None, resets
-        min_ready = min(self.ac.wait_num, int(np.count_nonzero(self._stepping)))
+        min_ready = min(self.waits.wait_num, int(np.count_nonzero(self._stepping)))
         if not self._resetting.any():
             try:
-                return self.c.envs.recv(min_ready, self.ac.timeout), None
+                return self.ctx.envs.recv(min_ready, self.waits.timeout), None
             except TimeoutError:
                 raise self._timeout_error() from None
         # steps and resets in flight: wait for steps in short slices, so that a reset finishing meanwhile
         # is acted on at once (recv waits for steps only)
-        timeout = self.ac.timeout
+        timeout = self.waits.timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             wait = RESET_POLL_S if deadline is None else min(RESET_POLL_S, max(0.0, deadline - time.monotonic()))
             try:
-                return self.c.envs.recv(min_ready, wait), self._poll_resets()
+                return self.ctx.envs.recv(min_ready, wait), self._poll_resets()
             except TimeoutError:
                 resets = self._poll_resets()
                 if resets is not None:
@@ -268,14 +294,14 @@ class AsyncLoop(SubsetLoop):
         if not self._resetting.any():
             return None
         try:
-            return self.c.envs.recv_reset(1, 0)
+            return self.ctx.envs.recv_reset(1, 0)
         except TimeoutError:
             return None
 
     def _timeout_error(self) -> TimeoutError:
         return TimeoutError(
-            f"AsyncCollector: no env finished a step or reset within timeout={self.ac.timeout} s; env ids in "
-            f"flight: {self.c.envs.in_flight.tolist()}. Nothing is lost: call collect() again to continue"
+            f"AsyncCollector: no env finished a step or reset within timeout={self.waits.timeout} s; env ids in "
+            f"flight: {self.ctx.envs.in_flight.tolist()}. Nothing is lost: call collect() again to continue"
         )
 
     def _take(self, received: _Received, render: float | None) -> np.ndarray:
@@ -285,29 +311,29 @@ class AsyncLoop(SubsetLoop):
         if resets is not None:
             obs, infos, ids = resets
             self._resetting[ids] = False
-            self.c.actor.remember_infos(ids, infos)  # kept only for a policy that wants infos
+            self.ctx.actor.remember_infos(ids, infos)  # kept only for a policy that wants infos
             id_list = ids.tolist()
             seeds = [self._reset_seed[i] for i in id_list]
             options = [self._reset_options[i] for i in id_list]
             if all(o is options[0] for o in options):
-                self.c._start_episodes(ids, obs, seeds, options[0])
+                self.ctx.start_episodes(ids, obs, seeds, options[0])
             else:  # resets dispatched by calls with other reset options: start each with its own
-                space = self.c.observation_space
+                space = self.ctx.observation_space
                 flat = flatten_batch(space, obs)
                 for j in range(len(id_list)):
                     row = unflatten_batch(space, [leaf[j : j + 1] for leaf in flat])
-                    self.c._start_episodes(ids[j : j + 1], row, seeds[j : j + 1], options[j])
+                    self.ctx.start_episodes(ids[j : j + 1], row, seeds[j : j + 1], options[j])
         if steps is None:
             return np.zeros(0, dtype=np.int64)
         next_obs, rewards, terminations, truncations, infos, ids = steps
         self._stepping[ids] = False
-        if self.c.actor.wants_infos:
-            self.c.actor.remember_infos(ids, infos)
-        actions = unflatten_batch(self.c.action_space, [store[ids] for store in self._sent_actions])
-        if self.c._on_step_hook is not None:
-            next_obs, rewards = self.c._run_step_hook(ids, actions, next_obs, rewards, terminations, truncations)
+        if self.ctx.actor.wants_infos:
+            self.ctx.actor.remember_infos(ids, infos)
+        actions = unflatten_batch(self.ctx.action_space, [store[ids] for store in self._sent_actions])
+        if self.ctx.on_step_hook is not None:
+            next_obs, rewards = self.ctx.run_step_hook(ids, actions, next_obs, rewards, terminations, truncations)
         ends_r: list[float] = []
         ends_l: list[int] = []
         finished = self.record(ids, actions, next_obs, rewards, terminations, truncations, render, ends_r, ends_l)
-        self.c.ledger.push(ids, terminations | truncations, ends_r, ends_l)
+        self.ctx.ledger.push(ids, terminations | truncations, ends_r, ends_l)
         return finished

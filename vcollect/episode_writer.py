@@ -2,7 +2,7 @@
 
 A finished episode stays in its env's ring until it is written: the writer queues a handle to it (env id,
 ring row of its final observation, steps, and the seed, options and infos of its reset) and gathers the
-queued episodes from the rings in one pass (``VectorRingBuffer.gather_episodes``) when ``WRITE_BATCH`` are
+queued episodes from the rings in one pass (``RingWriter.gather_episodes``) when ``WRITE_BATCH`` are
 queued, before the rings could overwrite one of them, and always before a collect call returns.
 
 "Before the rings could overwrite": the ring answers how many rows an env may still write before an
@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vcollect.buffers import EpisodeEnds, VectorRingBuffer
+from vcollect.buffers.ring import RingWriter
 from vcollect.errors import HookOutputError
 from vcollect.spaces import flatten_batch, unflatten_batch
 from vcollect.store.sink import EpisodeSink
@@ -53,6 +54,7 @@ class EpisodeWriter:
     def __init__(self, sink: EpisodeSink, buffer: VectorRingBuffer, infos: EpisodeInfos | None = None) -> None:
         self.sink = sink
         self.buffer = buffer
+        self.ring = RingWriter(buffer)
         self._infos = infos
         n = buffer.num_envs
         self.seeds: list[int | None] = [None] * n
@@ -99,7 +101,7 @@ class EpisodeWriter:
         for i, env_id in enumerate(env_ids.tolist()):
             hooked = None if extras is None else extras[i]
             infos = None if self._infos is None else self._infos(env_id, int(buffer.episode_lengths[env_id]))
-            ref = buffer.episode_ref(env_id)
+            ref = self.ring.episode_ref(env_id)
             if ref is None:  # part of it was copied aside (longer than its ring): write it alone, now
                 self.write_queued()
                 self._write_now(env_id, infos, hooked)
@@ -109,7 +111,7 @@ class EpisodeWriter:
                 _Queued(env_id, last_row, steps, self.seeds[env_id], self.options[env_id], infos, hooked)
             )
             # the restart that may follow in this round writes one row first
-            rounds = (buffer.rows_left_after_end(steps) - 1) // 2
+            rounds = (self.ring.rows_left_after_end(steps) - 1) // 2
             if rounds < 1:
                 self.write_queued()
             else:
@@ -123,7 +125,7 @@ class EpisodeWriter:
         An env's episodes after its first restart in the block were started by the env: no seed, options."""
         steps = ends.steps
         own = ((np.cumsum(restarts, axis=0) - restarts)[steps, ends.env_ids] == 0).tolist()
-        rows = self.buffer.rows_left(ends.env_ids, ends.last_rows, ends.lengths)
+        rows = self.ring.rows_left(ends.env_ids, ends.last_rows, ends.lengths)
         seeds, options = self.seeds, self.options
         for i, (env_id, last_row, length, first, left) in enumerate(zip(
             ends.env_ids.tolist(), ends.last_rows.tolist(), ends.lengths.tolist(), own, rows.tolist()
@@ -133,7 +135,7 @@ class EpisodeWriter:
             if chunks is not None:  # its first steps were copied out of the ring: written alone, now, in order
                 self.write_queued()
                 in_ring = length - ends.spilled_steps(i)
-                obs, acts, rew, term, trunc = self.buffer.gather_spilled_episode(env_id, last_row, in_ring, chunks)
+                obs, acts, rew, term, trunc = self.ring.gather_spilled_episode(env_id, last_row, in_ring, chunks)
                 self._hand_over(obs, acts, rew, term, trunc, np.array([length], dtype=np.int64), [seed], [env_id],
                                 [opts], None, None)
                 continue
@@ -176,7 +178,7 @@ class EpisodeWriter:
         self._write_by = None
         env_ids, last_rows, steps, seeds, options, infos, extras = zip(*queue)
         lengths = np.array(steps, dtype=np.int64)
-        obs, acts, rewards, terms, truncs = self.buffer.gather_episodes(
+        obs, acts, rewards, terms, truncs = self.ring.gather_episodes(
             np.array(env_ids, dtype=np.int64), np.array(last_rows, dtype=np.int64), lengths
         )
         self._hand_over(obs, acts, rewards, terms, truncs, lengths, list(seeds), list(env_ids), list(options),

@@ -139,3 +139,21 @@ class MetadataKeyError(DatasetError, ValueError):
 
 class EpisodeIndexError(DatasetError, IndexError):
     """An episode index is out of range or not part of the dataset view it was given to."""
+
+
+class UnsafePathError(DatasetError):
+    """The store refused to rename or delete a path outside its datasets root or reached through a symbolic
+    link below the root (a crafted journal, a linked namespace folder); nothing was changed."""
+
+
+class ForeignJournalWarning(UserWarning):
+    """A publish journal at the datasets root was not written by this user's vcollect (no valid signature)
+    or is malformed; it was left alone and not replayed."""
+
+
+class EnvOutputError(EnvWorkerError):
+    """An env returned a value of the wrong type from ``step`` or ``reset`` (a list as its reward, an array as
+    its termination flag), or was built without what vcollect needs (an ``observation_space``).
+
+    Like every EnvWorkerError it names the env id and carries the traceback text of where it was found.
+    """

@@ -11,29 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
-__all__ = ["CHECKS_PER_INTERVAL", "ProgressBar", "ThrottledBar"]
+__all__ = ["CHECKS_PER_INTERVAL", "ThrottledBar"]
 
 CHECKS_PER_INTERVAL = 4
 """Clock reads aimed at per interval: the bar lags the count by at most about 1/4 of an interval more."""
 
 _MAX_STRIDE = 4096
 """The most updates between two clock reads (a step rate that drops sharply is noticed within this many)."""
-
-
-class ProgressBar(Protocol):
-    """What a step loop moves on: ``n`` (the count shown so far), ``update(n)`` and ``close()``."""
-
-    n: int
-
-    def update(self, n: int = 1) -> Any:
-        """Add n to the count."""
-        ...
-
-    def close(self) -> None:
-        """Show the final count and stop."""
-        ...
 
 
 class ThrottledBar:

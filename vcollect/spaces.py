@@ -8,6 +8,7 @@ Minari 0.5's JSON format so the same strings can be written into Minari exports.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -202,14 +203,17 @@ class _LeafCheck:
     instead of two, exact (negation and ``abs`` round nothing).
     """
 
-    __slots__ = ("name", "shape", "kinds", "describe", "_low", "_high", "_tiled", "_symmetric", "_whole_range")
+    __slots__ = ("name", "shape", "kinds", "exact", "describe", "_low", "_high", "_tiled", "_symmetric",
+                 "_whole_range")
 
     def __init__(
-        self, name: str, space: gym.Space[Any], kinds: str, low: np.ndarray, high: np.ndarray
+        self, name: str, space: gym.Space[Any], kinds: str, low: np.ndarray, high: np.ndarray,
+        exact: frozenset[np.dtype[Any]] = frozenset(),
     ) -> None:
         self.name = name
         self.shape: tuple[int, ...] = tuple(low.shape)
         self.kinds = kinds
+        self.exact = exact  # dtypes accepted beyond ``kinds``
         self.describe = str(space)
         self._low, self._high = low, high
         self._tiled: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -263,6 +267,12 @@ class _TextCheck(_LeafCheck):
         return self.rule.holds(x)
 
 
+@functools.cache
+def _integers_cast_safely_to(dtype: np.dtype[Any]) -> frozenset[np.dtype[Any]]:
+    return frozenset(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                                           np.uint64) if np.can_cast(t, dtype))
+
+
 def _compile(leaf: Leaf) -> _LeafCheck:
     space = leaf.space
     shape = leaf.shape
@@ -270,7 +280,10 @@ def _compile(leaf: Leaf) -> _LeafCheck:
         return _TextCheck(leaf.name, space)
     if isinstance(space, gs.Box):
         kind = np.dtype(space.dtype).kind
-        kinds = "fiub" if kind == "f" else ("iub" if kind in "iu" else "b")
+        if kind == "f":  # integers only where the float dtype holds every value (int64 -> float32 would round)
+            return _LeafCheck(leaf.name, space, "fb", np.array(space.low), np.array(space.high),
+                              exact=_integers_cast_safely_to(np.dtype(space.dtype)))
+        kinds = "iub" if kind in "iu" else "b"
         return _LeafCheck(leaf.name, space, kinds, np.array(space.low), np.array(space.high))
     if isinstance(space, gs.Discrete):
         start, n = int(space.start), int(space.n)
@@ -332,7 +345,8 @@ class BatchCheck:
             if high is not None:
                 if np.count_nonzero(np.abs(batch) <= high) == batch.size:
                     return None
-            elif shape and shape[1:] == leaf.shape and batch.dtype.kind in leaf.kinds and leaf.holds(batch, shape[0]):
+            elif (shape and shape[1:] == leaf.shape and (batch.dtype.kind in leaf.kinds or batch.dtype in leaf.exact)
+                  and leaf.holds(batch, shape[0])):
                 if leaf.symmetric and batch.dtype.kind == "f" and len(self._float_high) < _TILE_MAX_SIZES:
                     tiled = leaf.bounds(shape[0])[1]
                     if tiled.shape == shape:
@@ -345,7 +359,7 @@ def batch_contains(space: gym.Space[Any], batch: Any) -> str | None:
     """Check that every element of a batched nested value lies in ``space``; None if all do.
 
     Otherwise a short message naming the leaf and the first bad element. Checks structure, shape, dtype
-    kind (a float Box takes any real numbers, integer spaces take integers, Text takes numpy strings) and
+    kind (a float Box takes floats and the integer dtypes its dtype holds exactly, integer spaces take integers, Text takes numpy strings) and
     bounds/ranges (Text: length and charset). The
     per-leaf checks are compiled on first use for each space object, so keep the space unchanged.
     """
@@ -358,7 +372,8 @@ def batch_contains(space: gym.Space[Any], batch: Any) -> str | None:
     else:  # one leaf: the per-step case of most envs, checked first without building the messages
         x = batch if type(batch) is np.ndarray else np.asarray(batch)
         check, shape = checks[0], x.shape
-        if shape and shape[1:] == check.shape and x.dtype.kind in check.kinds and check.holds(x, shape[0]):
+        if (shape and shape[1:] == check.shape and (x.dtype.kind in check.kinds or x.dtype in check.exact)
+                and check.holds(x, shape[0])):
             return None
         arrays = [x]
     k = -1
@@ -371,8 +386,9 @@ def batch_contains(space: gym.Space[Any], batch: Any) -> str | None:
             k = shape[0]
         elif shape[0] != k:
             return f"{_where(check.name)}batch size {shape[0]} differs from the other leaves' {k}"
-        if x.dtype.kind not in check.kinds:
-            return f"{_where(check.name)}dtype {x.dtype} does not fit {check.describe}"
+        if x.dtype.kind not in check.kinds and x.dtype not in check.exact:
+            return (f"{_where(check.name)}dtype {x.dtype} does not fit {check.describe}"
+                    + (" (its values would be rounded: convert to the space's dtype)" if x.dtype.kind in "iu" else ""))
         if not check.holds(x, k):
             if isinstance(check, _TextCheck):
                 return f"{_where(check.name)}{check.rule.explain(x)}"

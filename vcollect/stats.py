@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
+
+
+class AbandonedEpisode(NamedTuple):
+    """An episode given up because its env's worker failed and was replaced (``max_restarts``): not stored,
+    not counted as collected.
+
+    Attributes:
+        env_id: The env id whose episode it was.
+        steps: The steps the episode had taken (recorded in the rings, never stored).
+        error: Why the worker was replaced: the env's exception, or how the process or actor died.
+    """
+
+    env_id: int
+    steps: int
+    error: str
 
 
 @dataclass(frozen=True)
@@ -38,7 +54,10 @@ class CollectStats:
     """Result of ``Collector.collect``, with Tianshou's field names.
 
     ``returns`` and ``lens`` hold whole-episode values for the episodes that completed during the
-    call, including steps those episodes took in earlier calls.
+    call, including steps those episodes took in earlier calls. ``abandoned``: the episodes given up in the
+    call because their env's worker failed and was replaced (backends built with ``max_restarts``), each
+    with its env id, steps and the error; their steps are counted in ``n_collected_steps`` (they were
+    collected, as an unfinished episode's are), the episodes are neither stored nor counted as collected.
     """
 
     n_collected_steps: int
@@ -46,6 +65,12 @@ class CollectStats:
     collect_time: float
     returns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
     lens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    abandoned: tuple[AbandonedEpisode, ...] = ()
+
+    @property
+    def n_abandoned_episodes(self) -> int:
+        """Episodes given up in the call because their env's worker failed (see ``abandoned``)."""
+        return len(self.abandoned)
 
     @property
     def collect_speed(self) -> float:
@@ -76,6 +101,7 @@ class CollectStats:
             collect_time=max(p.collect_time for p in parts) if collect_time is None else collect_time,
             returns=np.concatenate([p.returns for p in parts]),
             lens=np.concatenate([p.lens for p in parts]),
+            abandoned=tuple(a for p in parts for a in p.abandoned),
         )
 
     def __str__(self) -> str:
@@ -85,4 +111,7 @@ class CollectStats:
             f"  return: {self.returns_stat if self.returns_stat is not None else 'n/a (no episode completed)'}",
             f"  length: {self.lens_stat if self.lens_stat is not None else 'n/a (no episode completed)'}",
         ]
+        if self.abandoned:
+            envs = sorted({a.env_id for a in self.abandoned})
+            lines.append(f"  abandoned: {self.n_abandoned_episodes} episodes (env ids {envs}) whose env workers were restarted")
         return "\n".join(lines)

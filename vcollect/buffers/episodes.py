@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EpisodeEnds", "EpisodeSlice"]
+__all__ = ["EpisodeEnds", "EpisodeSlice", "SpilledChunk"]
 
 
 @dataclass
@@ -27,7 +27,7 @@ class EpisodeSlice:
 
 
 @dataclass
-class _Chunk:
+class SpilledChunk:
     """Step rows copied out of a ring before being overwritten (keep_overflow=True), in flat leaf form."""
 
     observations: list[np.ndarray]
@@ -39,9 +39,9 @@ class _Chunk:
 
 @dataclass
 class EpisodeEnds:
-    """The episodes that ended in a VectorRingBuffer.add_steps call, in order (step by step, env ids
+    """The episodes that ended in a RingWriter.add_steps call, in order (step by step, env ids
     ascending within a step): the step each ended in, its env id, the flat ring row of its final
-    observation (an :meth:`VectorRingBuffer.episode_ref` handle with ``lengths``), its steps and return."""
+    observation (an :meth:`RingWriter.episode_ref` handle with ``lengths``), its steps and return."""
 
     steps: np.ndarray
     env_ids: np.ndarray
@@ -50,10 +50,10 @@ class EpisodeEnds:
     returns: np.ndarray
     mask: np.ndarray
     """(k, num_envs) bool: which steps ended an episode."""
-    spilled: dict[int, list[_Chunk]] = field(default_factory=dict)
+    spilled: dict[int, list[SpilledChunk]] = field(default_factory=dict)
     """Episodes (by position in these arrays) whose first steps were copied out of the ring before this
     block (keep_overflow): those steps, in order; the rest, ``lengths[i] - spilled_steps(i)`` steps, is in
-    the ring. Read them with :meth:`VectorRingBuffer.gather_spilled_episode`."""
+    the ring. Read them with :meth:`RingWriter.gather_spilled_episode`."""
 
     def spilled_steps(self, i: int) -> int:
         """Steps of episode i that are no longer in the ring (0 for most)."""

@@ -25,7 +25,7 @@ from vcollect.buffers.sampling import (
     gather_transitions,
 )
 from vcollect.buffers.sum_tree import SumTree
-from vcollect.envs.steps import HeldRows
+from vcollect.held_rows import HeldRows
 
 # Added to |priority| so that no transition's probability becomes 0 (Tianshou adds float32's eps too).
 _EPS = float(np.finfo(np.float32).eps)
@@ -115,11 +115,11 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         super().add_all(actions, rewards, terminations, truncations, next_obs, started, stepped)
         self._note(np.concatenate([before, self._last_flat]))
 
-    def add_steps(self, actions: list[np.ndarray], rewards: np.ndarray, terminations: np.ndarray,
+    def _add_steps(self, actions: list[np.ndarray], rewards: np.ndarray, terminations: np.ndarray,
                   truncations: np.ndarray, next_obs: Sequence[np.ndarray | HeldRows],
                   restarts: np.ndarray) -> EpisodeEnds:
         before = self._last_flat.copy()
-        ends = super().add_steps(actions, rewards, terminations, truncations, next_obs, restarts)
+        ends = super()._add_steps(actions, rewards, terminations, truncations, next_obs, restarts)
         c = self.capacity
         base = before - before % c
         self._note((base + (before - base + np.arange(len(rewards) + 1)[:, None]) % c).reshape(-1))

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, _Chunk
-from vcollect.buffers.row_writes import HeldRows, _row_items, _scatter, _write_columns, write_extras
+from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, SpilledChunk
+from vcollect.buffers.row_writes import row_items, scatter_rows, write_columns, write_extras
 from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
 from vcollect.errors import BufferNotReadyError
+from vcollect.held_rows import HeldRows
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
-__all__ = ["EpisodeEnds", "EpisodeSlice", "VectorRingBuffer"]
+__all__ = ["EpisodeEnds", "EpisodeSlice", "RingWriter", "VectorRingBuffer"]
 
 
 class VectorRingBuffer:
@@ -109,8 +110,8 @@ class VectorRingBuffer:
         self._has_step = np.zeros((n, c), dtype=bool)
         self._obs_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._obs, self._obs_leaves)]
         self._act_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._act, self._act_leaves)]
-        self._obs_items = [_row_items(a) for a in self._obs_flat]
-        self._act_items = [_row_items(a) for a in self._act_flat]
+        self._obs_items = [row_items(a) for a in self._obs_flat]
+        self._act_items = [row_items(a) for a in self._act_flat]
         self._rew_flat = self._rew.reshape(-1)
         self._term_flat = self._term.reshape(-1)
         self._trunc_flat = self._trunc.reshape(-1)
@@ -127,7 +128,7 @@ class VectorRingBuffer:
         self._last_flat = np.zeros(n, dtype=np.intp)  # flat index of each env's latest row
         self._has_episode = np.zeros(n, dtype=bool)
         self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
-        self._overflow: dict[int, list[_Chunk]] = {}
+        self._overflow: dict[int, list[SpilledChunk]] = {}
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
         self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
@@ -159,10 +160,22 @@ class VectorRingBuffer:
         rows = self._next_flat[self._last_flat[env_ids]]
         obs = flatten_batch(self.observation_space, obs_batch) if self._obs_nested else (obs_batch,)
         for store, items, value in zip(self._obs_flat, self._obs_items, obs):
-            _scatter(store, items, rows, value)
+            scatter_rows(store, items, rows, value)
         self._has_flat[rows] = False
         self._last_flat[env_ids] = rows
         self._has_episode[env_ids] = True
+        self.episode_lengths[env_ids] = 0
+        self.episode_returns[env_ids] = 0.0
+        if self.keep_overflow:
+            self._restart_overflow(env_ids)
+
+    def abandon_episodes(self, env_ids: np.ndarray) -> None:
+        """Give up the current episodes of env_ids (their env failed and was replaced): they are no longer
+        running (``unfinished`` leaves them out) and their next ``start_episodes`` begins afresh. Their step
+        rows stay as transitions whose last next observation is the newest row, which holds no step, so no
+        sampled transition crosses into the episode that follows."""
+        env_ids = np.asarray(env_ids)
+        self._has_episode[env_ids] = False
         self.episode_lengths[env_ids] = 0
         self.episode_returns[env_ids] = 0.0
         if self.keep_overflow:
@@ -187,14 +200,14 @@ class VectorRingBuffer:
         nxt = self._next_flat[cur]
         acts = flatten_batch(self.action_space, actions) if self._act_nested else (actions,)
         for store, items, value in zip(self._act_flat, self._act_items, acts):
-            _scatter(store, items, cur, value)
+            scatter_rows(store, items, cur, value)
         self._rew_flat[cur] = rewards
         self._term_flat[cur] = terminations
         self._trunc_flat[cur] = truncations
         self._has_flat[cur] = True
         obs = flatten_batch(self.observation_space, next_obs) if self._obs_nested else (next_obs,)
         for store, items, value in zip(self._obs_flat, self._obs_items, obs):
-            _scatter(store, items, nxt, value)
+            scatter_rows(store, items, nxt, value)
         self._has_flat[nxt] = False
         self._last_flat[env_ids] = nxt
         self.episode_lengths[env_ids] += 1
@@ -232,9 +245,9 @@ class VectorRingBuffer:
         nxt = self._next_flat[cur]
         if self._act_nested:
             for store, items, value in zip(self._act_flat, self._act_items, flatten_batch(self.action_space, actions)):
-                _scatter(store, items, cur, value)
+                scatter_rows(store, items, cur, value)
         else:  # one leaf, written without the loop (this is the per-step path of all-env backends)
-            _scatter(self._act_flat[0], self._act_items[0], cur, actions)
+            scatter_rows(self._act_flat[0], self._act_items[0], cur, actions)
         self._rew_flat[cur] = rewards
         self._term_flat[cur] = terminations
         self._trunc_flat[cur] = truncations
@@ -243,9 +256,9 @@ class VectorRingBuffer:
         has[cur] = self._all_true if stepped is None else stepped
         if self._obs_nested:
             for store, items, value in zip(self._obs_flat, self._obs_items, flatten_batch(self.observation_space, next_obs)):
-                _scatter(store, items, nxt, value)
+                scatter_rows(store, items, nxt, value)
         else:
-            _scatter(self._obs_flat[0], self._obs_items[0], nxt, next_obs)
+            scatter_rows(self._obs_flat[0], self._obs_items[0], nxt, next_obs)
         has[nxt] = False
         self._last_flat = nxt
         lengths, returns = self.episode_lengths, self.episode_returns
@@ -258,15 +271,7 @@ class VectorRingBuffer:
             if self.keep_overflow:
                 self._restart_overflow(started)
 
-    def can_add_steps(self, k: int) -> bool:
-        """Whether :meth:`add_steps` takes k steps: at least one, fewer than the ring's rows."""
-        return 1 <= k <= self.steps_room()
-
-    def steps_room(self) -> int:
-        """The most steps :meth:`add_steps` takes at once (with keep_overflow it spills what must be first)."""
-        return self.capacity - 1
-
-    def add_steps(
+    def _add_steps(
         self,
         actions: list[np.ndarray],
         rewards: np.ndarray,
@@ -277,7 +282,7 @@ class VectorRingBuffer:
     ) -> EpisodeEnds:
         """Record k steps of every env at once: equal to ``add_all`` for each step j with ``started`` the env
         ids of ``restarts[j]``, in one write per array. Arguments are (k, num_envs, ...) arrays (observation
-        leaves may be HeldRows), actions and observations in flat leaf form; ``can_add_steps(k)`` must hold,
+        leaves may be HeldRows), actions and observations in flat leaf form; 1 <= k < ``capacity`` must hold,
         and an env whose step ends an episode must restart in the next step (NEXT_STEP). Returns the episodes
         that ended, whose returns are sums of their rewards (rounded as numpy's sum does, not k additions).
 
@@ -296,7 +301,7 @@ class VectorRingBuffer:
                 f"env {env} ended an episode in step {j} of {k} but does not restart in step {j + 1}: add_steps "
                 "takes NEXT_STEP steps only (an env that is done restarts in its next step); use add_all"
             )
-        prefixes: dict[int, list[_Chunk]] = {}
+        prefixes: dict[int, list[SpilledChunk]] = {}
         if self.keep_overflow:
             # the episode an env continues (not one it restarts from in row 0) plus k rows must fit its ring,
             # else the rows the block would overwrite (of that episode, whether it ends in the block or
@@ -317,32 +322,32 @@ class VectorRingBuffer:
         t = int(cols[0])
         if not np.count_nonzero(cols != t):
             for store, value in zip(self._act, actions):
-                _write_columns(store, t, value)
-            _write_columns(self._rew, t, rewards)
-            _write_columns(self._term, t, terminations)
-            _write_columns(self._trunc, t, truncations)
-            _write_columns(self._has_step, t, stepped)
+                write_columns(store, t, value)
+            write_columns(self._rew, t, rewards)
+            write_columns(self._term, t, terminations)
+            write_columns(self._trunc, t, truncations)
+            write_columns(self._has_step, t, stepped)
             for store, obs in zip(self._obs, next_obs):
-                _write_columns(store, (t + 1) % c, obs)
+                write_columns(store, (t + 1) % c, obs)
             self._has_step[:, (t + k) % c] = False
             self._last_flat[:] = base + (t + k) % c
         else:
             grid = (cols + np.arange(k + 1)[:, None]) % c + base  # (k + 1, num_envs) flat rows
             cur, nxt = grid[:-1], grid[1:]
             for store, items, value in zip(self._act_flat, self._act_items, actions):
-                _scatter(store, items, cur.reshape(-1), value.reshape(k * n, *value.shape[2:]))
+                scatter_rows(store, items, cur.reshape(-1), value.reshape(k * n, *value.shape[2:]))
             self._rew_flat[cur] = rewards
             self._term_flat[cur] = terminations
             self._trunc_flat[cur] = truncations
             self._has_flat[cur] = stepped
             for store, items, obs in zip(self._obs_flat, self._obs_items, next_obs):
-                _scatter(store, items, nxt.reshape(-1), obs.reshape(k * n, *obs.shape[2:]))
+                scatter_rows(store, items, nxt.reshape(-1), obs.reshape(k * n, *obs.shape[2:]))
             self._has_flat[grid[k]] = False
             self._last_flat[:] = grid[k]
         self._has_episode |= restarts.any(axis=0)
         ends = self._episode_pieces(k, restarts, np.where(restarts, 0.0, rewards), ended)
         steps, env_ids = ends[0], ends[1]
-        spilled: dict[int, list[_Chunk]] = {}
+        spilled: dict[int, list[SpilledChunk]] = {}
         if prefixes:  # an env's first episode end in the block is the episode that had spilled
             first_end: dict[int, int] = {}
             for i, env in enumerate(env_ids.tolist()):
@@ -408,9 +413,9 @@ class VectorRingBuffer:
             self._overflow.setdefault(env, []).append(self._copy_rows(idx))
             self._spilled[env] += steps
 
-    def _copy_rows(self, idx: np.ndarray) -> _Chunk:
+    def _copy_rows(self, idx: np.ndarray) -> SpilledChunk:
         """Copies of the step rows at flat indices idx (index arrays: reads are copies, never views)."""
-        return _Chunk(
+        return SpilledChunk(
             [a[idx] for a in self._obs_flat],
             [a[idx] for a in self._act_flat],
             self._rew_flat[idx],
@@ -487,9 +492,9 @@ class VectorRingBuffer:
         _, step_idx = self._ring_rows(env, rows)
         write_extras(self.extras, self.num_envs * self.capacity, step_idx, values, rows - 1)
 
-    def episode_ref(self, env_id: int) -> tuple[int, int] | None:
+    def _episode_ref(self, env_id: int) -> tuple[int, int] | None:
         """(flat index of the last row, steps) of env_id's current episode when all of it is in the ring, else
-        None (part of it spilled, or cut short by the ring): a handle for :meth:`gather_episodes`, valid
+        None (part of it spilled, or cut short by the ring): a handle for ``gather_episodes``, valid
         until the env has written ``capacity - steps - 1`` more rows."""
         env = self._check_env(env_id)
         steps = int(self.episode_lengths[env])
@@ -497,10 +502,10 @@ class VectorRingBuffer:
             return None
         return int(self._last_flat[env]), steps
 
-    def gather_episodes(
+    def _gather_episodes(
         self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray
     ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
-        """Copies of several episodes' rows, concatenated in order, from their :meth:`episode_ref` handles:
+        """Copies of several episodes' rows, concatenated in order, from their ``episode_ref`` handles:
         (observation leaves, action leaves, rewards, terminations, truncations), in flat leaf form.
 
         One fancy index per array for all the episodes instead of a slice (and a copy) per episode. Each
@@ -522,12 +527,12 @@ class VectorRingBuffer:
             self._trunc_flat[step_rows],
         )
 
-    def gather_spilled_episode(
-        self, env_id: int, last_row: int, steps: int, chunks: list[_Chunk]
+    def _gather_spilled_episode(
+        self, env_id: int, last_row: int, steps: int, chunks: list[SpilledChunk]
     ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
         """One episode of :class:`EpisodeEnds` whose first steps were spilled (``EpisodeEnds.spilled``): the
-        spilled steps followed by the ``steps`` still in the ring, in :meth:`gather_episodes`' form."""
-        obs, acts, rew, term, trunc = self.gather_episodes(
+        spilled steps followed by the ``steps`` still in the ring, in ``gather_episodes``' form."""
+        obs, acts, rew, term, trunc = self._gather_episodes(
             np.array([env_id]), np.array([last_row]), np.array([steps])
         )
         return (
@@ -538,16 +543,12 @@ class VectorRingBuffer:
             np.concatenate([*(ch.truncations for ch in chunks), trunc]),
         )
 
-    def rows_left(self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """For episodes given by :meth:`episode_ref` handles (env id, flat row of the final observation,
+    def _rows_left(self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """For episodes given by ``episode_ref`` handles (env id, flat row of the final observation,
         steps): how many more rows each env can write before the episode's first row is overwritten."""
         c = self.capacity
         written_since = (self._last_flat[env_ids] - last_rows) % c
         return c - 1 - steps - written_since
-
-    def rows_left_after_end(self, steps: int) -> int:
-        """:meth:`rows_left` of an episode of ``steps`` steps that ended in the env's last row."""
-        return self.capacity - 1 - steps
 
     def unfinished(self) -> np.ndarray:
         """Env ids whose current episode has at least one step and has not ended (its last step neither
@@ -596,3 +597,67 @@ class VectorRingBuffer:
     def __getitem__(self, indices: Any) -> dict[str, Any]:
         """The transitions at flat rows ``indices`` (a batch's ``indices``), as Tianshou's ``buffer[indices]``."""
         return transitions_at(self, indices)
+
+
+class RingWriter:
+    """What a collector uses of a ring beyond a user's ``add``/``sample``: blocks of steps written at once, and
+    finished episodes read back by handle while their rows are still in the ring (composed with the ring,
+    so that these stay off VectorRingBuffer's own surface).
+
+    A handle (``episode_ref``) is (flat row of the episode's final observation, steps); it stays valid until
+    the env has written ``rows_left`` more rows.
+    """
+
+    __slots__ = ("ring",)
+
+    def __init__(self, ring: VectorRingBuffer) -> None:
+        self.ring = ring
+
+    def add_steps(
+        self,
+        actions: list[np.ndarray],
+        rewards: np.ndarray,
+        terminations: np.ndarray,
+        truncations: np.ndarray,
+        next_obs: Sequence[np.ndarray | HeldRows],
+        restarts: np.ndarray,
+    ) -> EpisodeEnds:
+        """Record k steps of every env at once (1 <= k < capacity), each equal to ``add_all`` with the env ids
+        of ``restarts[j]`` started; arguments (k, num_envs, ...) in flat leaf form (observation leaves may be
+        HeldRows). An env whose step ends an episode must restart in the next step (NEXT_STEP).
+
+        Returns:
+            The episodes that ended, step by step (returns summed as numpy sums, not k additions).
+
+        Raises:
+            ValueError: k out of range, or an episode end without its restart in the next step.
+        """
+        return self.ring._add_steps(actions, rewards, terminations, truncations, next_obs, restarts)
+
+    def episode_ref(self, env_id: int) -> tuple[int, int] | None:
+        """The handle (flat row of the last row, steps) of env_id's current episode when all of it is in the
+        ring; None when part of it was spilled or cut short by the ring."""
+        return self.ring._episode_ref(env_id)
+
+    def gather_episodes(
+        self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """Fresh arrays of several episodes given by their handles, concatenated in order: (observation leaves,
+        action leaves, rewards, terminations, truncations), one fancy index per array."""
+        return self.ring._gather_episodes(env_ids, last_rows, steps)
+
+    def gather_spilled_episode(
+        self, env_id: int, last_row: int, steps: int, chunks: list[SpilledChunk]
+    ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+        """One episode whose first steps were spilled (``EpisodeEnds.spilled``): those steps, then the
+        ``steps`` still in the ring, in ``gather_episodes``' form."""
+        return self.ring._gather_spilled_episode(env_id, last_row, steps, chunks)
+
+    def rows_left(self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """For episodes given by handles: how many more rows each env can write before the episode's first
+        row is overwritten."""
+        return self.ring._rows_left(env_ids, last_rows, steps)
+
+    def rows_left_after_end(self, steps: int) -> int:
+        """``rows_left`` of an episode of ``steps`` steps that ended in its env's last row."""
+        return self.ring.capacity - 1 - steps

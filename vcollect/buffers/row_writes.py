@@ -7,10 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from vcollect.envs.steps import HeldRows
+from vcollect.held_rows import HeldRows
 
 
-def _write_columns(store: np.ndarray, start: int, values: np.ndarray | HeldRows) -> None:
+def write_columns(store: np.ndarray, start: int, values: np.ndarray | HeldRows) -> None:
     """``store[:, start + j] = values[j]`` for each of the k rows of values, columns wrapping around the
     (num_envs, capacity, ...) store's capacity (k <= capacity)."""
     capacity = store.shape[1]
@@ -28,7 +28,7 @@ def _write_columns(store: np.ndarray, start: int, values: np.ndarray | HeldRows)
         store[:, : stop - capacity] = by_env[:, split:]
 
 
-def _row_items(rows: np.ndarray) -> np.ndarray | None:
+def row_items(rows: np.ndarray) -> np.ndarray | None:
     """A 1-D view of C-contiguous ``rows`` (N, ...) holding each row as one opaque (void) item, or None where
     rows are single values or empty. numpy scatters such items several times faster than the rows of a
     2-D array, which it copies through a slower per-row loop."""
@@ -37,8 +37,8 @@ def _row_items(rows: np.ndarray) -> np.ndarray | None:
     return rows.reshape(len(rows), -1).view(np.dtype((np.void, rows[0].nbytes)))[:, 0]
 
 
-def _scatter(store: np.ndarray, items: np.ndarray | None, rows: np.ndarray, values: Any) -> None:
-    """``store[rows] = values``, through ``items`` (``_row_items(store)``) where values are C-contiguous rows
+def scatter_rows(store: np.ndarray, items: np.ndarray | None, rows: np.ndarray, values: Any) -> None:
+    """``store[rows] = values``, through ``items`` (``row_items(store)``) where values are C-contiguous rows
     of the same dtype and shape, the usual case, else numpy's general (casting, broadcasting) assignment."""
     if items is None:
         store[rows] = values

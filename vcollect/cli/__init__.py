@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _check_root(args: argparse.Namespace) -> None:
     """UsageError when the datasets root a command uses (--root, else $VCOLLECT_DATASETS_PATH) is not a folder."""
-    from vcollect.store.naming import DATASETS_PATH_ENV, resolve_root
+    from vcollect.store.layout.naming import DATASETS_PATH_ENV, resolve_root
 
     if not hasattr(args, "root"):
         return

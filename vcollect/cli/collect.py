@@ -15,7 +15,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -29,8 +29,11 @@ from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import stats_table
 from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, vector_source
 from vcollect.envs.base import TIMEOUT_HINT
-from vcollect.envs.factory import TIMEOUT_BACKENDS
+from vcollect.envs.factory import RESTART_BACKENDS, TIMEOUT_BACKENDS
 from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarning, VCollectError
+
+if TYPE_CHECKING:
+    from vcollect.store import StoreOptions
 
 
 def add_collect_parser(
@@ -110,6 +113,12 @@ def add_collect_parser(
         "envpool) cannot interrupt it, so the command ends after SECONDS without progress. Either way the "
         "exit status is 1 and the shards already committed are kept (default: wait forever)",
     )
+    collect.add_argument(
+        "--max-env-restarts", type=int, default=0, metavar="K",
+        help="replace an env worker that dies or whose env raises (subproc and ray backends) up to K times in "
+        "the run: the episode it was in is abandoned (not stored; the summary says so) and collection goes on "
+        "with exact counts; past K the run fails as with 0 (default: 0, never restart)",
+    )
     collect.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     collect.add_argument("--root", default=None, metavar="DIR", help=root_help)
     collect.set_defaults(handler=run_collect)
@@ -161,7 +170,7 @@ def _cannot_make(args: argparse.Namespace, exc: Exception) -> str:
 def run_collect(args: argparse.Namespace, console: Console) -> int:
     """``vcollect collect``: collect exactly --steps or --episodes, optionally into a dataset."""
     from vcollect.store import EpisodeStore, dataset_path, parse_dataset_id
-    from vcollect.store.writer import DATASET_FILE
+    from vcollect.store.write.writer import DATASET_FILE
 
     n_step, n_episode = _count(args)
     check_count("--num-envs", args.num_envs)
@@ -169,6 +178,18 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
     check_seed("--seed", args.seed)
     if args.timeout is not None and not args.timeout > 0:  # also NaN
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    if args.max_env_restarts < 0:
+        raise UsageError(f"--max-env-restarts must be >= 0, got {args.max_env_restarts}")
+    if args.max_env_restarts:
+        if args.backend not in RESTART_BACKENDS:
+            raise UsageError(
+                f"--max-env-restarts needs a backend that runs each env in a process it can replace "
+                f"({', '.join(sorted(RESTART_BACKENDS))}), not {args.backend!r}"
+            )
+        if args.use_async:
+            raise UsageError("--max-env-restarts is not supported with --async (AsyncCollector does not restart envs)")
+        if args.ray_workers is not None:
+            raise UsageError("--max-env-restarts is not supported with --ray-workers")
     env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")
     env_factory, env_spec = resolve_env(args.env_id, env_kwargs)
     if args.dataset is not None:
@@ -262,6 +283,14 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         raise
     collector_name = "AsyncCollector" if args.use_async else "Collector"
     console.print(stats_table(stats, args.env_id, f"{args.num_envs} x {args.backend}, {collector_name}"))
+    if stats.abandoned:
+        first = stats.abandoned[0]
+        console.print(
+            Text(
+                f"abandoned {stats.n_abandoned_episodes} episodes ({sum(a.steps for a in stats.abandoned):,} steps, not "
+                f"stored) whose env workers were restarted; the first, env {first.env_id}: {first.error.splitlines()[0]}"
+            )
+        )
     if store is not None:
         note = ""
         if cut[0] and args.unfinished == "drop":
@@ -284,13 +313,18 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
 
 
 def _make_envs(args: argparse.Namespace, env_kwargs: Mapping[str, Any]) -> Any:
-    """make_envs, with --timeout for the backends that take one (TIMEOUT_BACKENDS)."""
-    if args.timeout is None or args.backend not in TIMEOUT_BACKENDS:
+    """make_envs, with --timeout for the backends that take one (TIMEOUT_BACKENDS) and --max-env-restarts
+    (checked to be 0 or for RESTART_BACKENDS)."""
+    timeout = args.timeout if args.backend in TIMEOUT_BACKENDS else None
+    if timeout is None and not args.max_env_restarts:
         return make_envs(args.env_id, args.num_envs, args.backend, env_kwargs)
     from vcollect.envs import make_vector
 
     source = vector_source(args.env_id, args.backend, env_kwargs)
-    return make_vector(source.env, args.num_envs, backend=args.backend, env_kwargs=source.env_kwargs, timeout=args.timeout)
+    return make_vector(
+        source.env, args.num_envs, backend=args.backend, env_kwargs=source.env_kwargs, timeout=timeout,
+        max_restarts=args.max_env_restarts,
+    )
 
 
 class _Watchdog:
@@ -414,8 +448,7 @@ def run_collect_distributed(
         collector="async" if args.use_async else "sync",
         seed_every_reset=not args.seed_first_reset_only,
         unfinished=args.unfinished,
-        store_kwargs={"shard_steps": args.shard_steps, "compression": args.compression},
-        background_commits=True,  # as the local run's store: commits off the collect loop
+        store_options=_store_options(args),
     )
     try:
         stats = collector.collect(n_step=n_step, n_episode=n_episode, random=policy_factory is None)
@@ -430,7 +463,7 @@ def run_collect_distributed(
 
 def _compression_arg(text: str) -> str | int:
     """--compression's value: a codec name, or a gzip level given as digits."""
-    from vcollect.store.compression import check_compression
+    from vcollect.store.write.compression import check_compression
 
     value: str | int = int(text) if text.isdigit() else text
     try:
@@ -447,6 +480,14 @@ class _Spaces:
     single_action_space: gym.Space[Any]
 
 
+def _store_options(args: argparse.Namespace) -> StoreOptions:
+    """The StoreOptions of --shard-steps and --compression, for the local store and every Ray worker's."""
+    from vcollect.store import StoreOptions
+
+    # background commits: shards committed off the collect loop; a failed one still ends the command
+    return StoreOptions(shard_steps=args.shard_steps, compression=args.compression, background_commits=True)
+
+
 def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class: Any) -> Any:
     """The --dataset store for envs of these spaces: opened for --append, else created with the run's metadata."""
     if args.append:
@@ -454,9 +495,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
             args.dataset, args.root,
             observation_space=envs.single_observation_space,
             action_space=envs.single_action_space,
-            shard_steps=args.shard_steps,
-            compression=args.compression,
-            background_commits=True,  # commits off the collect loop; errors still end the command
+            options=_store_options(args),
         )
     metadata: dict[str, Any] = {
         "algorithm_name": args.algorithm_name or args.policy,
@@ -480,7 +519,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
     except (TypeError, ValueError):
         spec_json = None  # an env spec with unserializable kwargs: store the dataset without it
     if args.frame_stack is not None:  # a stack size the env's observations do not have is a usage error
-        from vcollect.store.frame_stack import frame_stack_of
+        from vcollect.store.write.frame_stack import frame_stack_of
 
         try:
             frame_stack_of(args.frame_stack, envs.single_observation_space)
@@ -493,10 +532,8 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         env_spec=spec_json,
         root=args.root,
         metadata=metadata,
-        shard_steps=args.shard_steps,
-        compression=args.compression,
         overwrite=args.overwrite,
-        background_commits=True,
+        options=_store_options(args),
         frame_stack=args.frame_stack,  # with --append the dataset's own layout applies
     )
 
@@ -506,8 +543,8 @@ def _remove_if_empty(args: argparse.Namespace, store: Any) -> bool:
     if store is None or args.append or store.committed_episodes:
         return False
     from vcollect.store import delete_dataset
-    from vcollect.store.dataset_dir import read_identity
-    from vcollect.store.naming import resolve_root
+    from vcollect.store.layout.dataset_dir import read_identity
+    from vcollect.store.layout.naming import resolve_root
 
     with contextlib.suppress(DatasetError, OSError):
         # only the dataset this run made: a concurrent --overwrite may have put another one in its place

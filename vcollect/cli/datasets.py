@@ -197,7 +197,7 @@ def _datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list
 def run_verify(args: argparse.Namespace, console: Console) -> int:
     """``vcollect verify ID [--replay N]``: one line per problem found; exit 0 when none, 1 otherwise."""
     from vcollect.store import load_dataset
-    from vcollect.store.replay import replay_episodes
+    from vcollect.store.read.replay import replay_episodes
 
     if args.replay < 0:
         raise UsageError(f"--replay must be a non-negative integer, got {args.replay}")
@@ -317,7 +317,7 @@ def check_replaceable(dataset_id: str, root: str | None, *, doing: str = "replac
 
     Such a dataset's files live outside the datasets root; the command leaves them alone.
     """
-    from vcollect.store.catalog import symlinked_folder
+    from vcollect.store.layout.catalog import symlinked_folder
 
     link = symlinked_folder(dataset_id, root)
     if link is not None:
@@ -331,7 +331,7 @@ def _check_new(dataset_ids: Sequence[str], root: str | None, *, overwrite: bool 
     """UsageError unless every id is well formed, distinct and not taken yet, or may be replaced: ``overwrite``
     is the command's --overwrite (None for a command without one)."""
     from vcollect.store import dataset_path, parse_dataset_id
-    from vcollect.store.writer import DATASET_FILE
+    from vcollect.store.write.writer import DATASET_FILE
 
     if len(set(dataset_ids)) != len(dataset_ids):
         raise UsageError(f"the new dataset ids must be distinct, got {list(dataset_ids)}")
@@ -366,6 +366,8 @@ def parse_sizes(text: str, total: int) -> list[int]:
 
     Percentages are rounded by largest remainder, so '50%,50%' of 7 episodes gives 4 and 3.
     """
+    from vcollect.store.read.transforms import largest_remainder_counts
+
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
         raise UsageError(f"--sizes must list episode counts or percentages, got {text!r}")
@@ -385,12 +387,7 @@ def parse_sizes(text: str, total: int) -> list[int]:
     else:
         if sum(values) > 100 + 1e-9:
             raise UsageError(f"--sizes percentages add up to {sum(values):g}%, more than 100%")
-        exact = np.asarray(values) * total / 100.0
-        counts_array = np.floor(exact).astype(np.int64)
-        target = int(round(float(exact.sum())))
-        order = np.argsort(-(exact - counts_array), kind="stable")
-        counts_array[order[: max(0, target - int(counts_array.sum()))]] += 1
-        counts = counts_array.tolist()
+        counts = largest_remainder_counts([v / 100.0 for v in values], total)
     if sum(counts) > total:
         raise UsageError(f"--sizes {text} add up to {sum(counts)} episodes, more than the {total} the dataset has")
     return counts
@@ -399,8 +396,8 @@ def parse_sizes(text: str, total: int) -> list[int]:
 def run_split(args: argparse.Namespace, console: Console) -> int:
     """``vcollect split ID --sizes 80,20 --into A B``: shuffle and copy disjoint parts into new datasets."""
     from vcollect.store import load_dataset, resolve_root, split_dataset
-    from vcollect.store.staging import discard_staging
-    from vcollect.store.transforms import Staged, publish_staged, stage_combined
+    from vcollect.store.layout.staging import discard_staging
+    from vcollect.store.read.transforms import Staged, publish_staged, stage_combined
 
     check_seed("--seed", args.seed)
     source = load_dataset(args.dataset_id, args.root)
@@ -414,7 +411,7 @@ def run_split(args: argparse.Namespace, console: Console) -> int:
     inherited = {k: v for k, v in source.metadata.items() if k not in ("dataset_id", "created_at", "format_version")}
     split_meta = {**inherited, "split_from": source.id, "split_sizes": sizes, "split_seed": args.seed}
     staged: list[Staged] = []
-    try:  # every part built aside, then all published or none (one journal: store/publish_journal.py)
+    try:  # every part built aside, then all published or none (one journal: store/layout/publish_journal.py)
         for new_id, view in zip(args.into, views):
             staged.append(stage_combined([view], new_id, args.root, metadata=split_meta, overwrite=args.overwrite))
     except BaseException:
@@ -430,7 +427,8 @@ def run_split(args: argparse.Namespace, console: Console) -> int:
 
 def run_export(args: argparse.Namespace, console: Console) -> int:
     """``vcollect export ID --format minari``: write the dataset in Minari's format."""
-    from vcollect.store import export_minari, load_dataset
+    from vcollect.minari import export_minari
+    from vcollect.store import load_dataset
 
     if args.minari_root is not None:
         check_folder("--minari-root", args.minari_root)
@@ -445,7 +443,8 @@ def run_export(args: argparse.Namespace, console: Console) -> int:
 
 def run_import_minari(args: argparse.Namespace, console: Console) -> int:
     """``vcollect import-minari PATH_OR_ID --into ID``: copy a Minari dataset into a new vcollect dataset."""
-    from vcollect.store import import_minari, parse_dataset_id
+    from vcollect.minari import import_minari
+    from vcollect.store import parse_dataset_id
 
     parse_dataset_id(args.into)
     _check_new([args.into], args.root, overwrite=args.overwrite)

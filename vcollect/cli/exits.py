@@ -27,8 +27,9 @@ def flag_wording(message: str, args: argparse.Namespace) -> str:
     """A library error's ``message`` as the command should say it: the Python parameters it tells the caller
     to pass (``root=``, ``overwrite=True``) replaced by this command's flags, or by what to do where the
     command has no such flag (``args`` holds an attribute per option of the command)."""
-    from vcollect.store.dataset_info import ROOT_HINT
-    from vcollect.store.writer import APPEND_HINT, OVERWRITE_HINT
+    from vcollect.store.layout.dataset_info import ROOT_HINT
+    from vcollect.store.write.shard_commits import FLUSH_AGAIN_HINT
+    from vcollect.store.write.writer import APPEND_HINT, OVERWRITE_HINT
 
     if hasattr(args, "overwrite") and hasattr(args, "append"):
         replace = "pass --overwrite to replace it or --append to add to it"
@@ -37,4 +38,7 @@ def flag_wording(message: str, args: argparse.Namespace) -> str:
     else:
         replace = "delete it first or pick another id"
     message = message.replace(f"{OVERWRITE_HINT} or {APPEND_HINT}", replace).replace(OVERWRITE_HINT, replace)
+    message = message.replace(
+        FLUSH_AGAIN_HINT, "free space and run the command again (episodes this run had not committed are lost)"
+    )
     return message.replace(ROOT_HINT, "pass --root DIR or set $VCOLLECT_DATASETS_PATH; 'vcollect list' shows what exists")

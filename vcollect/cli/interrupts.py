@@ -10,6 +10,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 if TYPE_CHECKING:
     from vcollect.store import EpisodeStore
@@ -107,6 +108,11 @@ class GuardedSink:
         """Buffer one finished episode in the store (the collector's route for recorded infos), whole."""
         with self.guard.critical():
             self.store.write_episode(observations, actions, rewards, terminations, truncations, **kwargs)
+
+    def record_env_spec(self, spec: EnvSpec) -> bool:
+        """Record the env spec in the store's dataset unless it has one (AcceptsEnvSpec); never cut by Ctrl-C."""
+        with self.guard.critical():
+            return self.store.record_env_spec(spec)
 
     def flush(self) -> None:
         """Commit the pending episodes as a shard; a Ctrl-C never cuts the commit."""

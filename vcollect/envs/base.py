@@ -21,14 +21,19 @@ from gymnasium.vector.utils import batch_space
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply, check_attr_name, values_or_raise
 from vcollect.envs.layout import FixedLayout
+from vcollect.envs.restarts import EnvRestart, RestartBudget
 from vcollect.envs.steps import StepResetResult
-from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
+from vcollect.errors import CollectorStateError, EnvOutputError, EnvWorkerError, ObservationError
 
 __all__ = [
     "AsyncResetResult",
     "AsyncStepResult",
     "BaseVectorEnv",
+    "EnvFailure",
     "ResetResult",
+    "env_spaces",
+    "spaces_problem",
+    "step_values_failure",
     "StepResult",
     "VectorEnv",
 ]
@@ -178,16 +183,81 @@ def timeout_message(timeout: float | None, running: Sequence[int], what: str, wh
 
 
 @dataclass
-class _Failure:
+class EnvFailure:
+    """A failed env call a backend recorded, raised by the synchronous call or recv that reaches it.
+
+    Attributes:
+        env_id: The env whose call failed.
+        kind: ``"env"`` (the env raised), ``"obs"`` (its observation did not fit the space) or ``"value"``
+            (it returned a reward or flag of the wrong type).
+        message: What went wrong, for the exception.
+        traceback_text: The formatted traceback where the failure happened ("" when there is none).
+    """
+
     env_id: int
-    kind: str  # "env": the env raised; "obs": its observation did not fit the space; "dead": worker died
+    kind: str
     message: str
     traceback_text: str
 
     def to_exception(self, note: str = "") -> Exception:
+        """The exception to raise: ObservationError for ``"obs"``, EnvOutputError for ``"value"``, else
+        EnvWorkerError; ``note`` is appended to the message."""
         if self.kind == "obs":
             return ObservationError(f"env {self.env_id}: {self.message}{note}")
+        if self.kind == "value":
+            return EnvOutputError(self.env_id, self.message + note, self.traceback_text)
         return EnvWorkerError(self.env_id, self.message + note, self.traceback_text)
+
+
+def spaces_problem(env: Any) -> str | None:
+    """What keeps a just-built env from being used (a missing or foreign observation/action space), or None."""
+    for name in ("observation_space", "action_space"):
+        space = getattr(env, name, None)
+        if not isinstance(space, gym.Space):
+            what = (
+                f"that has no {name}" if space is None
+                else f"whose {name} is a {type(space).__name__}, not a gymnasium.spaces.Space"
+            )
+            return (
+                f"the env factory built a {type(env).__name__} {what}; every env must set "
+                "observation_space and action_space in its __init__"
+            )
+    return None
+
+
+def env_spaces(env: Any, env_id: int) -> tuple[gym.Space, gym.Space]:
+    """The observation and action spaces of a just-built env.
+
+    Raises:
+        EnvOutputError: the env lacks one, or it is not a gymnasium Space (naming the env id and the type).
+    """
+    problem = spaces_problem(env)
+    if problem is not None:
+        raise EnvOutputError(env_id, problem)
+    return env.observation_space, env.action_space
+
+
+_STEP_VALUES = (("reward", np.float64, "a number"), ("terminated", np.bool_, "a bool"), ("truncated", np.bool_, "a bool"))
+
+
+def step_values_failure(env_id: int, values: tuple[Any, Any, Any], traceback_text: str) -> EnvFailure:
+    """The failure of a step whose (reward, terminated, truncated) could not be written into their rows: names
+    the first value that is not a scalar of its kind, with its type (kind ``"value"``: EnvOutputError)."""
+    for (name, dtype, kind), value in zip(_STEP_VALUES, values):
+        try:
+            np.empty((), dtype)[()] = value
+            if np.ndim(value) != 0:
+                raise ValueError("not a scalar")
+        except Exception as exc:
+            shown = repr(value)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            message = (
+                f"step returned a {name} of type {type(value).__name__} ({shown}), which is not {kind} "
+                f"({type(exc).__name__}: {exc}); fix the env's step()"
+            )
+            return EnvFailure(env_id, "value", message, traceback_text)
+    message = f"step returned values that cannot be stored: {tuple(type(v).__name__ for v in values)}"
+    return EnvFailure(env_id, "value", message, traceback_text)
 
 
 class BaseVectorEnv:
@@ -202,8 +272,9 @@ class BaseVectorEnv:
 
     ``timeout`` (seconds, None: wait forever) bounds each synchronous step or reset of an out-of-process
     backend that supports it (SubprocVectorEnv, RayVectorEnv): past it `_timed_out` raises EnvWorkerError
-    naming the env ids still running and closes the vector env. Backends that call the envs in this
-    process cannot interrupt a call that never returns and leave it None.
+    naming the env ids still running and closes the vector env. It bounds steps and resets sent
+    asynchronously too: ``recv``/``recv_reset`` raise the same way once one in flight is older than it.
+    Backends that call the envs in this process cannot interrupt a call that never returns and leave it None.
     """
 
     timeout: float | None = None
@@ -227,7 +298,7 @@ class BaseVectorEnv:
         self._flight = np.zeros(num_envs, np.int8)
         self._went_async = False  # whether send/reset_async was ever called (else nothing can be in flight)
         self._done = np.zeros(num_envs, bool)
-        self._failures: list[_Failure] = []
+        self._failures: list[EnvFailure] = []
         self._obs_rows: list[np.ndarray] = []
         self._rewards = np.zeros(num_envs, np.float64)
         self._terminations = np.zeros(num_envs, bool)
@@ -235,6 +306,15 @@ class BaseVectorEnv:
         self._infos: list[dict[str, Any]] = [{} for _ in range(num_envs)]
         self._all_ids = np.arange(num_envs)
         self._all_ids.flags.writeable = False
+        # when each env's step or reset in flight was dispatched (time.monotonic(); kept with a timeout only)
+        self._sent_at = np.zeros(num_envs, np.float64)
+        self.restarts = RestartBudget(0)
+        """Worker replacements left and made (backends built with ``max_restarts`` set their own after this)."""
+
+    def take_restarts(self) -> list[EnvRestart]:
+        """The env ids this backend replaced since the last call (vcollect.envs.restarts; always empty for a
+        backend built without ``max_restarts``)."""
+        return self.restarts.take()
 
     # -- backend hooks -------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
@@ -426,6 +506,8 @@ class BaseVectorEnv:
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         self._went_async = True
         self._flight[ids] = 1
+        if self.timeout is not None:
+            self._sent_at[ids] = time.monotonic()
         self._dispatch_step(ids, leaves)
 
     def _reset_async(self, ids: np.ndarray, seeds: Seeds, options: dict | None) -> None:
@@ -435,6 +517,8 @@ class BaseVectorEnv:
         check_reset_options(options)
         self._went_async = True
         self._flight[ids] = 2
+        if self.timeout is not None:
+            self._sent_at[ids] = time.monotonic()
         self._dispatch_reset(ids, seed_list, options)
 
     def _collect(self, ids: np.ndarray) -> None:
@@ -475,7 +559,16 @@ class BaseVectorEnv:
             n_ready = int(ready.sum())
             if n_ready >= min(min_ready, int(mine.sum())):
                 break
-            remaining = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = None if deadline is None else deadline - now
+            if self.timeout is not None:  # no step or reset in flight may take longer than the backend's timeout
+                running = (self._flight != 0) & ~self._done
+                if running.any():
+                    overdue = running & (self._sent_at + self.timeout <= now)
+                    if overdue.any():
+                        self._timed_out(np.flatnonzero(overdue).tolist(), "step or reset")
+                    left = float(self._sent_at[running].min()) + self.timeout - now
+                    remaining = left if remaining is None else min(remaining, left)
             if remaining is not None and remaining <= 0:
                 if n_ready:
                     break

@@ -29,6 +29,9 @@ class EnvCapabilities:
     ``recv_any`` (steps and resets received in one wait, AsyncCollector). ``hands_over_obs``: the
     observation arrays its ``step_into`` passes are new every step and never written to again, so a
     StepBlock may keep them instead of copying them (EnvPool's sync mode; needs ``steps_in_blocks``).
+    ``restarts_envs``: it replaces a worker that died or whose env raised inside a synchronous call and
+    reports the env ids it replaced (``take_restarts``, vcollect.envs.restarts) instead of raising, within a
+    budget (``max_restarts``); only subset-stepping backends with ``step_reset`` (the loops that handle it).
     """
 
     steps_all_envs: bool = False
@@ -39,6 +42,7 @@ class EnvCapabilities:
     recv_batch_size: int = 1
     recv_any: bool = False
     hands_over_obs: bool = False
+    restarts_envs: bool = False
 
     def __post_init__(self) -> None:
         if self.recv_batch_size < 1:
@@ -49,6 +53,8 @@ class EnvCapabilities:
             raise ValueError("hands_over_obs is about step_into's arrays: it needs steps_in_blocks")
         if self.step_reset and self.steps_all_envs:
             raise ValueError("step_reset steps a subset of envs; a steps_all_envs backend cannot offer it")
+        if self.restarts_envs and not self.step_reset:
+            raise ValueError("restarts_envs is handled by the subset loop: it needs step_reset")
 
     @property
     def loop(self) -> StepLoop:

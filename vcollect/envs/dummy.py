@@ -2,36 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from vcollect.envs.base import (
     BaseVectorEnv,
+    EnvFailure,
     EnvIds,
     ResetResult,
     Seeds,
     StepResetResult,
     StepResult,
-    _Failure,
     check_reset_options,
+    env_spaces,
     normalize_seeds,
+    step_values_failure,
 )
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 
 __all__ = ["DummyVectorEnv"]
-
-
-class _Restarts(NamedTuple):
-    """How step_reset restarts the envs that end: seed and permission per stepped env id, options."""
-
-    seeds: Sequence[int | None]
-    allowed: Sequence[bool] | None
-    options: dict | None
 
 
 class DummyVectorEnv(BaseVectorEnv):
@@ -51,22 +46,31 @@ class DummyVectorEnv(BaseVectorEnv):
         if len(env_fns) == 0:
             raise ValueError("DummyVectorEnv needs at least one env factory")
         self.envs: list[gym.Env] = [fn() for fn in env_fns]
+        try:
+            spaces = [env_spaces(env, i) for i, env in enumerate(self.envs)]
+        except BaseException:
+            for e in self.envs:
+                with contextlib.suppress(Exception):
+                    e.close()
+            raise
         first = self.envs[0]
-        for i, env in enumerate(self.envs[1:], start=1):
-            if env.observation_space != first.observation_space or env.action_space != first.action_space:
+        for i, (obs_space, act_space) in enumerate(spaces[1:], start=1):
+            if obs_space != spaces[0][0] or act_space != spaces[0][1]:
                 for e in self.envs:
                     e.close()
                 raise ValueError(
-                    f"env {i} has spaces {env.observation_space}, {env.action_space}; env 0 has "
-                    f"{first.observation_space}, {first.action_space}: all envs must share their spaces"
+                    f"env {i} has spaces {obs_space}, {act_space}; env 0 has "
+                    f"{spaces[0][0]}, {spaces[0][1]}: all envs must share their spaces"
                 )
-        super().__init__(len(self.envs), first.observation_space, first.action_space)
+        super().__init__(len(self.envs), *spaces[0])
         self.env_spec = first.spec
         self.metadata = dict(first.metadata)
         self._obs_rows = self.obs_layout.allocate(self.num_envs)
         self._reset_rows = self.obs_layout.allocate(self.num_envs)  # first observations of step_reset restarts
         self._reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self._restarted: list[int] = []
+        self._no_ids = np.zeros(0, dtype=np.int64)  # no env restarted (empty and read-only: safe to share)
+        self._no_ids.flags.writeable = False
 
     # -- the hot path: a synchronous step without the async bookkeeping -----------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
@@ -91,12 +95,12 @@ class DummyVectorEnv(BaseVectorEnv):
         leaves = self._step_reset_leaves(actions, ids, reset_seeds, options)
         allowed = None if may_reset is None else may_reset.tolist()
         self._restarted = []
-        self._run_steps(ids, leaves, _Restarts(reset_seeds, allowed, options))
+        self._run_steps(ids, leaves, True, reset_seeds, allowed, options)
         self._raise_failure()
         obs, rewards, terms, truncs, infos = self._gather_step(None if env_ids is None else ids)
+        if not self._restarted:
+            return StepResetResult(obs, rewards, terms, truncs, infos, self._no_ids, None, [])
         restarted = np.array(self._restarted, dtype=np.int64)
-        if not restarted.size:
-            return StepResetResult(obs, rewards, terms, truncs, infos, restarted, None, [])
         reset_obs = self.obs_layout.gather(self._reset_rows, restarted)
         reset_infos = [self._reset_infos[i] for i in self._restarted]
         return StepResetResult(obs, rewards, terms, truncs, infos, restarted, reset_obs, reset_infos)
@@ -110,8 +114,12 @@ class DummyVectorEnv(BaseVectorEnv):
         self._raise_failure()
         return self._gather_reset(ids)
 
-    def _run_steps(self, ids: np.ndarray, leaves: list[np.ndarray], restarts: _Restarts | None = None) -> None:
-        """Step ids in order, writing the step rows; with ``restarts``, reset each env that ends at once."""
+    def _run_steps(
+        self, ids: np.ndarray, leaves: list[np.ndarray], restart: bool = False, seeds: Sequence[int | None] = (),
+        allowed: Sequence[bool] | None = None, options: dict | None = None,
+    ) -> None:
+        """Step ids in order, writing the step rows; with ``restart``, reset each env that ends at once (with
+        the seed of its position in ids, where ``allowed`` (None: all) lets it)."""
         envs = self.envs
         infos = self._infos
         rewards, terms, truncs = self._rewards, self._terminations, self._truncations
@@ -131,7 +139,7 @@ class DummyVectorEnv(BaseVectorEnv):
             try:
                 obs, reward, terminated, truncated, info = envs[i].step(action)
             except Exception as exc:
-                self._failures.append(_Failure(i, "env", f"step raised {exc!r}", traceback.format_exc()))
+                self._failures.append(EnvFailure(i, "env", f"step raised {exc!r}", traceback.format_exc()))
                 continue
             try:
                 if flat_obs is not None:
@@ -139,16 +147,20 @@ class DummyVectorEnv(BaseVectorEnv):
                 else:
                     layout.write_row(rows, i, obs)
             except Exception as exc:
-                self._failures.append(_obs_failure(i, exc, self.single_observation_space))
+                self._failures.append(_obs_failure(i, exc, self.single_observation_space, "step", obs))
                 continue
-            rewards[i] = reward
-            terms[i] = terminated
-            truncs[i] = truncated
+            try:
+                rewards[i] = reward
+                terms[i] = terminated
+                truncs[i] = truncated
+            except Exception:
+                self._failures.append(step_values_failure(i, (reward, terminated, truncated), traceback.format_exc()))
+                continue
             infos[i] = info
-            if restarts is not None and (terminated or truncated):
+            if restart and (terms[i] or truncs[i]):
                 j = id_list.index(i)  # the env's position in this call (rare: only for envs that ended)
-                if restarts.allowed is None or restarts.allowed[j]:
-                    self._restart(i, restarts.seeds[j], restarts.options)
+                if allowed is None or allowed[j]:
+                    self._restart(i, seeds[j], options)
 
     def _restart(self, i: int, seed: int | None, options: dict | None) -> None:
         """Reset env i inside step_reset: its first observation goes to the reset rows."""
@@ -162,12 +174,12 @@ class DummyVectorEnv(BaseVectorEnv):
         try:
             obs, info = self.envs[i].reset(seed=seed, options=options)
         except Exception as exc:
-            self._failures.append(_Failure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
+            self._failures.append(EnvFailure(i, "env", f"reset raised {exc!r}", traceback.format_exc()))
             return False
         try:
             self.obs_layout.write_row(rows, i, obs)
         except Exception as exc:
-            self._failures.append(_obs_failure(i, exc, self.single_observation_space))
+            self._failures.append(_obs_failure(i, exc, self.single_observation_space, "reset", obs))
             return False
         infos[i] = info
         return True
@@ -215,5 +227,6 @@ class DummyVectorEnv(BaseVectorEnv):
             env.close()
 
 
-def _obs_failure(env_id: int, exc: Exception, space: gym.Space) -> _Failure:
-    return _Failure(env_id, "obs", f"observation does not fit {space}: {exc!r}", traceback.format_exc())
+def _obs_failure(env_id: int, exc: Exception, space: gym.Space, call: str, obs: Any) -> EnvFailure:
+    message = f"{call} returned an observation of type {type(obs).__name__} that does not fit {space}: {exc!r}"
+    return EnvFailure(env_id, "obs", message, traceback.format_exc())

@@ -13,14 +13,19 @@ from vcollect.envs.base import VectorEnv
 from vcollect.envs.dummy import DummyVectorEnv
 from vcollect.envs.envpool_adapter import EnvPoolVectorEnv
 from vcollect.envs.gymnasium_adapter import GymnasiumVectorEnv
+from vcollect.envs.restarts import check_max_restarts
 from vcollect.envs.subproc import SubprocVectorEnv
 
-__all__ = ["BACKENDS", "FROM_ENV_ID", "TIMEOUT_BACKENDS", "make_vector"]
+__all__ = ["BACKENDS", "FROM_ENV_ID", "RESTART_BACKENDS", "TIMEOUT_BACKENDS", "make_vector"]
 
 TIMEOUT_BACKENDS = frozenset({"subproc", "ray"})
 """Backends that take ``timeout=`` (seconds per synchronous step or reset): their envs run in other
 processes, which can be stopped when a call never returns. The others call the envs in this process (or
 on EnvPool's threads) and cannot interrupt a call that hangs."""
+
+RESTART_BACKENDS = frozenset({"subproc", "ray"})
+"""Backends that take ``max_restarts=`` (replace a worker process or actor that died or whose env raised;
+vcollect.envs.restarts)."""
 
 OPTIONAL_BACKENDS: dict[str, str] = {"ray": "ray", "envpool": "envpool"}
 """Backends that need an extra: backend name -> the package it imports (and the extra that installs it)."""
@@ -68,6 +73,7 @@ def make_vector(
     *,
     env_kwargs: dict[str, Any] | None = None,
     timeout: float | None = None,
+    max_restarts: int = 0,
     **kwargs: Any,
 ) -> VectorEnv:
     """Build `num_envs` copies of `env` (a registered id, or a zero-arg factory) on the named backend.
@@ -78,6 +84,9 @@ def make_vector(
     `timeout` (seconds each synchronous step or reset may take; None: wait forever) goes to the backends of
     TIMEOUT_BACKENDS (subproc, ray): past it they raise EnvWorkerError and close. The in-process backends
     cannot interrupt a hung call: a timeout for them is a ValueError rather than a promise not kept.
+    `max_restarts` (default 0) goes to the backends of RESTART_BACKENDS (subproc, ray): how many times a
+    worker that died or whose env raised is replaced before EnvWorkerError (vcollect.envs.restarts); the
+    other backends cannot replace an env and take only 0 (ValueError otherwise).
     """
     if backend in OPTIONAL_BACKENDS and backend not in BACKENDS and backend not in FROM_ENV_ID:
         extra = OPTIONAL_BACKENDS[backend]
@@ -97,6 +106,13 @@ def make_vector(
                 f"that never returns, so it takes no timeout; use {' or '.join(sorted(TIMEOUT_BACKENDS))}"
             )
         kwargs["timeout"] = timeout
+    if max_restarts != 0:
+        if backend not in RESTART_BACKENDS:
+            raise ValueError(
+                f"the {backend} backend cannot replace a failed env, so it takes no max_restarts; use "
+                f"{' or '.join(sorted(RESTART_BACKENDS))}"
+            )
+        kwargs["max_restarts"] = check_max_restarts(max_restarts)
     if backend == "envpool":
         if not isinstance(env, str):
             raise TypeError(f"the envpool backend builds envs from an envpool task id (a str), got {type(env).__name__}")

@@ -25,22 +25,25 @@ import numpy as np
 
 from vcollect.envs.base import (
     BaseVectorEnv,
+    EnvFailure,
     EnvIds,
     ResetResult,
     Seeds,
     StepResult,
-    _Failure,
     check_reset_options,
     check_timeout,
     normalize_seeds,
+    spaces_problem,
+    step_values_failure,
 )
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
-from vcollect.errors import EnvWorkerError
+from vcollect.envs.restarts import RestartBudget
+from vcollect.errors import EnvOutputError, EnvWorkerError
 
 __all__ = ["RayVectorEnv", "ensure_ray", "require_ray"]
 
-_OK, _ERR = 0, 1
+_OK, _ERR, _VALUE = 0, 1, 2  # _VALUE: the env was built without spaces
 _STEP, _RESET = 1, 2
 _CLOSE_TIMEOUT_S = 5.0
 
@@ -84,6 +87,9 @@ class _EnvActor:
             assert self.error is not None
             return self.error
         env = self.env
+        problem = spaces_problem(env)
+        if problem is not None:
+            return _VALUE, problem, ""
         try:
             spec = pickle.loads(pickle.dumps(env.spec))
         except Exception:
@@ -144,6 +150,12 @@ class RayVectorEnv(BaseVectorEnv):
     call raises EnvWorkerError naming the env ids still running, kills every actor and closes the vector
     env. None (the default) waits forever, as before: how long a call may normally take depends on the env
     and the cluster, so pick several times the slowest call you expect. Building the envs is not bounded.
+    A step or reset sent asynchronously is bounded by it too (``recv`` raises past it).
+
+    `max_restarts` (default 0): how many times an actor that died, or whose env raised in a synchronous
+    step or reset, is replaced by a new actor for the same env id (a new env, built but not reset) instead
+    of raising; the replaced env ids are listed by ``take_restarts()`` (vcollect.envs.restarts), as for
+    SubprocVectorEnv(max_restarts=). Past the budget the failure raises EnvWorkerError, saying so.
     """
 
     capabilities = EnvCapabilities(step_reset=True)
@@ -154,15 +166,23 @@ class RayVectorEnv(BaseVectorEnv):
         *,
         actor_options: dict[str, Any] | None = None,
         timeout: float | None = None,
+        max_restarts: int = 0,
     ) -> None:
         if len(env_fns) == 0:
             raise ValueError("RayVectorEnv needs at least one env factory")
         self.timeout = check_timeout(timeout)
+        budget = RestartBudget(max_restarts)
+        self.capabilities = EnvCapabilities(step_reset=True, restarts_envs=budget.max_restarts > 0)
+        self.restarts = budget
         self._ray = ensure_ray()
         self.closed = False
         actor_cls = _remote_env_actor()
         if actor_options:
             actor_cls = actor_cls.options(**actor_options)
+        self._actor_cls = actor_cls
+        self._env_fns = list(env_fns)
+        self._catching = False  # a synchronous call under way may lose actors (within the budget)
+        self._lost: dict[int, tuple[str, str]] = {}  # env id -> (how its actor died, Ray's text), in this call
         self._actors: list[Any] = [actor_cls.remote(fn) for fn in env_fns]
         self._pending: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (env id, _STEP or _RESET)
         self._pids: list[int | None] = [None] * len(env_fns)
@@ -172,6 +192,8 @@ class RayVectorEnv(BaseVectorEnv):
             for i, reply in enumerate(described):
                 if reply[0] == _ERR:
                     raise EnvWorkerError(i, reply[1], reply[2])
+                if reply[0] == _VALUE:
+                    raise EnvOutputError(i, reply[1], reply[2])
             _, obs_space, act_space, spec, metadata, _ = described[0]
             for i, reply in enumerate(described[1:], start=1):
                 if reply[1] != obs_space or reply[2] != act_space:
@@ -185,6 +207,7 @@ class RayVectorEnv(BaseVectorEnv):
             self.closed = True
             raise
         super().__init__(len(env_fns), obs_space, act_space)
+        self.restarts = budget
         self.env_spec = spec
         self.metadata = metadata
         self._obs_rows = self.obs_layout.allocate(self.num_envs)
@@ -199,6 +222,7 @@ class RayVectorEnv(BaseVectorEnv):
         refs = self._step_refs(ids, leaves)
         for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs, "step")):
             self._store(env_id, _STEP, reply)
+        self._replace_failed()
         self._raise_failure()
         return self._gather_step(None if env_ids is None else ids)
 
@@ -212,6 +236,7 @@ class RayVectorEnv(BaseVectorEnv):
         refs = [self._actors[i].reset.remote(s, options) for i, s in zip(ids.tolist(), seed_list)]
         for env_id, reply in zip(ids.tolist(), self._get_all(ids, refs, "reset")):
             self._store(env_id, _RESET, reply)
+        self._replace_failed()
         self._raise_failure()
         return self._gather_reset(ids)
 
@@ -226,6 +251,7 @@ class RayVectorEnv(BaseVectorEnv):
         """The replies of refs (one per env id); a dead actor, or no reply within self.timeout, raises
         EnvWorkerError and closes the env."""
         ray = self._ray
+        self._catching = self.restarts.max_restarts > 0 and what in ("step", "reset")
         try:
             return list(ray.get(refs, timeout=self.timeout))
         except ray.exceptions.GetTimeoutError:
@@ -235,44 +261,108 @@ class RayVectorEnv(BaseVectorEnv):
         except ray.exceptions.RayError:
             # find which one failed (and keep the others' replies)
             return [self._get_one(i, ref) for i, ref in zip(ids.tolist(), refs)]
+        finally:
+            self._catching = False
 
     def _get_one(self, env_id: int, ref: Any) -> Any:
         ray = self._ray
         try:
             return ray.get(ref)
         except ray.exceptions.RayActorError as exc:  # died, killed, or its node is gone
-            self._actor_died(env_id, exc)
+            budget = self.restarts
+            if self._catching and budget.allows(len(self._lost) + 1):
+                self._lost[env_id] = (self._death_text(env_id, exc), str(exc))
+                return (_ERR, "", "")  # not stored: replaced by _replace_failed
+            self._actor_died(env_id, exc, budget.spent_note() if self._catching else "")
         except ray.exceptions.RayError as exc:  # e.g. an info Ray could not serialise
             return _ERR, f"the Ray call failed: {exc}", ""
 
     def _store(self, env_id: int, op: int, reply: tuple[Any, ...]) -> bool:
         """Write one reply into env_id's rows; record a failure instead (returns False) if it is one."""
         if reply[0] == _ERR:
-            self._failures.append(_Failure(env_id, "env", reply[1], reply[2]))
+            if env_id not in self._lost:
+                self._failures.append(EnvFailure(env_id, "env", reply[1], reply[2]))
             return False
         try:
             self.obs_layout.write_row(self._obs_rows, env_id, reply[1])
         except Exception as exc:
             space = self.single_observation_space
-            message = f"observation does not fit {space}: {exc!r}"
-            self._failures.append(_Failure(env_id, "obs", message, traceback.format_exc()))
+            call = "step" if op == _STEP else "reset"
+            message = f"{call} returned an observation of type {type(reply[1]).__name__} that does not fit {space}: {exc!r}"
+            self._failures.append(EnvFailure(env_id, "obs", message, traceback.format_exc()))
             return False
         if op == _STEP:
-            self._rewards[env_id] = reply[2]
-            self._terminations[env_id] = reply[3]
-            self._truncations[env_id] = reply[4]
+            try:
+                self._rewards[env_id] = reply[2]
+                self._terminations[env_id] = reply[3]
+                self._truncations[env_id] = reply[4]
+            except Exception:
+                self._failures.append(step_values_failure(env_id, reply[2:5], traceback.format_exc()))
+                return False
             self._infos[env_id] = reply[5]
         else:
             self._infos[env_id] = reply[2]
         return True
 
-    def _actor_died(self, env_id: int, exc: BaseException) -> NoReturn:
+    def _replace_failed(self) -> None:
+        """After a synchronous call's replies: replace the actors it lost and those whose envs raised, while the
+        restart budget allows, zeroing their step rows (vcollect.envs.restarts); other failures stay."""
+        if self.restarts.max_restarts == 0 or not (self._lost or self._failures):
+            return
+        budget = self.restarts
+        reasons = {env_id: (text, trace) for env_id, (text, trace) in self._lost.items()}
+        self._lost = {}
+        kept = []
+        for failure in self._failures:
+            if failure.kind == "env" and budget.allows(len(reasons) + 1):
+                reasons.setdefault(failure.env_id, (f"env {failure.env_id}: {failure.message}", failure.traceback_text))
+                continue
+            if failure.kind == "env":
+                failure.message += budget.spent_note()
+            kept.append(failure)
+        self._failures = kept
+        for env_id, (text, trace) in sorted(reasons.items()):
+            self._replace(env_id)
+            budget.spend([env_id], text, trace)
+            self._rewards[env_id] = 0.0
+            self._terminations[env_id] = False
+            self._truncations[env_id] = False
+            self._infos[env_id] = {}
+
+    def _replace(self, env_id: int) -> None:
+        """Kill env_id's actor and start a new one with a new env (built, not reset).
+
+        Raises:
+            EnvWorkerError: the new actor's env could not be built, or has other spaces (the env is closed).
+        """
+        ray = self._ray
+        with contextlib.suppress(Exception):
+            ray.kill(self._actors[env_id])
+        actor = self._actor_cls.remote(self._env_fns[env_id])
+        self._actors[env_id] = actor
+        try:
+            reply = ray.get(actor.describe.remote())
+        except ray.exceptions.RayError as exc:
+            self._actor_died(env_id, exc)
+        problem = None
+        if reply[0] != _OK:
+            problem = EnvFailure(env_id, "value" if reply[0] == _VALUE else "env", reply[1], reply[2])
+        elif reply[1] != self.single_observation_space or reply[2] != self.single_action_space:
+            text = f"the actor started in place of env {env_id}'s built an env with spaces {reply[1]}, {reply[2]}"
+            problem = EnvFailure(env_id, "env", text, "")
+        if problem is not None:
+            self.close()
+            raise problem.to_exception()
+        self._pids[env_id] = reply[5]
+
+    def _death_text(self, env_id: int, exc: BaseException) -> str:
+        """How env_id's actor died, from Ray's error."""
         cause = str(exc).strip().splitlines()
         reason = next((line.strip() for line in cause if "dead because" in line or "died" in line), "")
-        message = (
-            f"the Ray actor running env {env_id} (pid {self._pids[env_id]}) died"
-            f"{': ' + reason if reason else ''}; the vector env has been closed"
-        )
+        return f"the Ray actor running env {env_id} (pid {self._pids[env_id]}) died{': ' + reason if reason else ''}"
+
+    def _actor_died(self, env_id: int, exc: BaseException, note: str = "") -> NoReturn:
+        message = f"{self._death_text(env_id, exc)}; the vector env has been closed{note}"
         if not self.closed:
             self.close()
         raise EnvWorkerError(env_id, message, str(exc))

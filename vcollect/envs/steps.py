@@ -1,6 +1,7 @@
 """What backends hand the collectors besides the plain protocol results: a step of every env
 (``AllEnvStep``), a step with restarts (``StepResetResult``) and several staged steps (``StepBlock``),
-whose observations may be arrays the backend handed over (``HeldRows``).
+whose observations may be arrays the backend handed over (``HeldRows``, from vcollect.held_rows, which the
+rings import too).
 
 They live with the env protocol because backends fill them; the collectors only read them (and write
 the actions they chose into a StepBlock).
@@ -16,31 +17,10 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import ArrayLike
 
+from vcollect.held_rows import HeldRows
 from vcollect.spaces import allocate, leaves, unflatten_batch
 
-__all__ = ["AllEnvStep", "HeldRows", "StepBlock", "StepResetResult"]
-
-
-class HeldRows:
-    """k rows of one leaf, each an array of one value per env that a backend handed over and never writes to
-    again, held by reference rather than copied into a staging block: the rings copy each row once, from
-    the backend's own array. Shaped (k, num_envs, ...) like the block slice it stands for."""
-
-    __slots__ = ("rows", "shape", "dtype")
-
-    def __init__(self, rows: Sequence[np.ndarray]) -> None:
-        if not rows:
-            raise ValueError("HeldRows needs at least one row")
-        self.rows = list(rows)
-        self.shape: tuple[int, ...] = (len(self.rows), *self.rows[0].shape)
-        self.dtype = self.rows[0].dtype
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def reshape(self, *shape: int) -> np.ndarray:
-        """The rows stacked into one array (a copy), reshaped: for writes that need them as one array."""
-        return np.stack(self.rows).reshape(*shape)
+__all__ = ["AllEnvStep", "HeldRows", "StepBlock", "StepResetResult"]  # HeldRows: vcollect.held_rows
 
 
 class StepResetResult(NamedTuple):

@@ -1,45 +1,44 @@
 """SubprocVectorEnv: envs in worker processes, several per worker, rows in shared memory.
 
-The parent side: commands are dispatched to the workers (vcollect.envs.subproc_worker) and their replies
-matched; vcollect.envs.subproc_messaging sends, waits and settles them (the base class WorkerMessaging);
-vcollect.envs.subproc_transport describes the protocol and holds the pipes and shared rows.
+The vector env the collectors see: it checks the calls, writes actions and reset plans into the shared
+rows, hands the commands to its WorkerPool (vcollect.envs.subproc_pool: the processes, their pipes,
+semaphores and waits) and turns the replies into results. vcollect.envs.subproc_transport describes the
+protocol, vcollect.envs.subproc_worker what a worker does.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
-import mmap
 import os
 import pickle
-import select
-import sys
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing.context import BaseContext
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import gymnasium as gym
 import numpy as np
 
 from vcollect.envs.base import (
+    BaseVectorEnv,
+    EnvFailure,
     EnvIds,
     ResetResult,
     Seeds,
     StepResetResult,
     StepResult,
-    _Failure,
     check_reset_options,
     check_timeout,
     normalize_seeds,
 )
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply
-from vcollect.envs.subproc_messaging import _OWE_DONE, _OWE_NOTHING, WorkerMessaging, _Command
+from vcollect.envs.restarts import RestartBudget
+from vcollect.envs.subproc_launch import exit_if_importing_main
+from vcollect.envs.subproc_pool import PendingCommand, WorkerPool
 from vcollect.envs.subproc_transport import (
     ATTR,
-    CTRL_FAST,
-    CTRL_REPLY,
     LIVENESS_POLL_S,
     NO_RESET,
     RENDER,
@@ -49,28 +48,14 @@ from vcollect.envs.subproc_transport import (
     STEP,
     STEP_RESET,
     UNSEEDED,
-    Channel,
-    Part,
-    SharedRows,
-    shared_file,
-    spin_poll,
 )
-from vcollect.envs.subproc_worker import (
-    NO_MAIN_GUARD_EXIT,
-    exit_if_importing_main,
-    factories_need_main,
-    mp_context,
-    start_worker,
-    stop_workers,
-)
-from vcollect.errors import EnvWorkerError
 
 __all__ = ["SubprocVectorEnv"]
 
 _SPIN_S = 300e-6
 
 
-class SubprocVectorEnv(WorkerMessaging):
+class SubprocVectorEnv(BaseVectorEnv):
     """Envs in `num_workers` processes (contiguous groups of env ids), observations in shared memory.
 
     Stepping or resetting a subset only messages the workers that hold those env ids, with one message
@@ -87,7 +72,17 @@ class SubprocVectorEnv(WorkerMessaging):
     None (the default) waits forever, as before: a step's normal duration depends on the env (a physics
     simulator or a game emulator can take seconds to reset), so no default would be right for every env;
     pick one several times the slowest call you expect. Building the envs and render() are not bounded.
-    The async half (send/recv) takes its own ``recv(timeout=)``.
+    The async half (send/recv) takes its own ``recv(timeout=)``, and no step or reset in flight may take
+    longer than ``timeout`` either: past it ``recv`` raises as a synchronous call does.
+
+    `max_restarts` (default 0): how many times a worker process that died, or one of whose envs raised in
+    a synchronous step, reset or step_reset, is replaced by a new process holding the same env ids (new
+    envs, built but not reset) instead of raising. The call then returns as usual; the replaced env ids are
+    listed by ``take_restarts()`` (vcollect.envs.restarts: their rows of the result mean nothing, and they
+    must be reset before they step again), and a Collector abandons their episodes and carries on. The
+    budget counts replacements over the vector env's life; past it the failure raises EnvWorkerError as
+    with 0, saying the budget is spent. A timeout, a bad observation (ObservationError) or a reward of
+    the wrong type (EnvOutputError) is not restarted; the async half (send/recv) never restarts.
 
     `import_main`: whether spawn and forkserver workers import the program's main module when they start,
     as multiprocessing does by default (they run the script again as ``__mp_main__``: seconds when it
@@ -98,7 +93,7 @@ class SubprocVectorEnv(WorkerMessaging):
     registry (an id registered under the script's ``__main__`` guard works too). Pass True if the
     factories rely on other side effects of running the script.
     (multiprocessing has no option for this: the worker is started without the main module's path in
-    its preparation data, see ``subproc_worker._install_preparation_filter``.) A script without an
+    its preparation data, see ``vcollect.envs.subproc_launch``.) A script without an
     ``if __name__ == "__main__":`` guard that workers do import gets a one-line EnvWorkerError saying so.
     """
 
@@ -113,6 +108,7 @@ class SubprocVectorEnv(WorkerMessaging):
         spin_s: float = _SPIN_S,
         import_main: bool | None = None,
         timeout: float | None = None,
+        max_restarts: int = 0,
     ) -> None:
         exit_if_importing_main()  # a worker running an unguarded script: the parent explains
         num_envs = len(env_fns)
@@ -124,123 +120,56 @@ class SubprocVectorEnv(WorkerMessaging):
             raise ValueError(f"num_workers must be in 1..{num_envs} (the number of envs), got {num_workers}")
         self.num_workers = num_workers
         self.timeout = check_timeout(timeout)
-        self.closed = False
-        self._procs: list[Any] = []
-        self._pipes: list[Any] = []  # the parent's Connection ends, kept to close them
-        self._channels: list[Channel] = []
-        self._pollers: list[select.poll] = []
-        self._buffer: mmap.mmap | None = None
-        self._rows: SharedRows | None = None
-        groups = [g.tolist() for g in np.array_split(np.arange(num_envs), num_workers)]
-        self._group_ids = [np.asarray(g, np.int64) for g in groups]
-        self._starts = np.array([g[0] for g in groups], np.int64)
-        self._worker_of = np.repeat(np.arange(num_workers), [len(g) for g in groups])
-        self._commands: list[collections.deque[_Command]] = [collections.deque() for _ in range(num_workers)]
-        self._render_results: dict[int, list[Any]] = {}
-        self._spin_s = spin_s
-        self._command_sems: list[Any] = []  # posted once per command (what the worker waits on)
-        self._done_sems: list[Any] = []  # posted by the worker when it has answered a fast command
-        self._owed = [_OWE_NOTHING] * num_workers  # answers of interrupted fast commands, read before others
-        self._rows_mode: int | None = None  # the reset_mode of every shared row (None: not one for all)
-        self._restarted_dirty = True  # some shared restarted row may be True
-
-        ctx = mp_context(context)
-        needs_main, specs = factories_need_main(env_fns)
-        if import_main is None:
-            import_main = needs_main
-        self.imports_main = import_main
-        shared_fd = shared_file()
-        try:
-            for w, group in enumerate(groups):
-                worker = start_worker(
-                    ctx, w, group, [env_fns[i] for i in group], shared_fd, num_envs, num_workers, spin_s,
-                    import_main=import_main, specs=specs,
-                )  # fmt: skip
-                self._pipes += worker.pipes
-                self._command_sems.append(worker.commands)
-                self._done_sems.append(worker.done)
-                self._channels.append(worker.channel)
-                self._pollers.append(worker.poller)
-                self._procs.append(worker.proc)
-            spaces = [self._handshake(w) for w in range(num_workers)]
-            obs_space, act_space, spec, metadata = spaces[0]
-            for w, (o, a, _, _) in enumerate(spaces[1:], start=1):
-                if o != obs_space or a != act_space:
-                    raise ValueError(
-                        f"env {groups[w][0]} has spaces {o}, {a}; env 0 has {obs_space}, {act_space}: "
-                        "all envs must share their spaces"
-                    )
-            super().__init__(num_envs, obs_space, act_space)
-            self.env_spec = spec
-            self.metadata = metadata
-            size = SharedRows.size(self.obs_layout, self.act_layout, num_envs, num_workers)
-            os.ftruncate(shared_fd, size)
-            self._buffer = mmap.mmap(shared_fd, size)
-            for w in range(num_workers):  # read before the worker waits for commands: no semaphore post
-                self._channels[w].send(pickle.dumps(size))
-        except BaseException:
-            self.closed = True
-            self._shutdown()
-            raise
-        finally:
-            os.close(shared_fd)
-        rows = SharedRows(self._buffer, self.obs_layout, self.act_layout, num_envs, num_workers)
+        budget = RestartBudget(max_restarts)
+        self.capabilities = EnvCapabilities(step_reset=True, restarts_envs=budget.max_restarts > 0)
+        self.closed = True  # until the workers are up (a failed start leaves nothing to close)
+        pool = WorkerPool(
+            env_fns, num_workers, context=context, spin_s=spin_s, import_main=import_main, timeout=self.timeout,
+            on_fatal=_closer(weakref.ref(self)), replaceable=budget.max_restarts > 0,
+        )  # fmt: skip
+        pool.death_note = budget.spent_note()
+        self._pool = pool
+        self.imports_main = pool.imports_main
+        super().__init__(num_envs, pool.observation_space, pool.action_space)
+        self.restarts = budget
+        self._restarting = budget.max_restarts > 0
+        self.env_spec = pool.env_spec
+        self.metadata = pool.metadata
+        rows = pool.rows
+        assert rows is not None
         self._rows = rows
         self._obs_rows = rows.obs
         self._act_rows = rows.act
         self._rewards = rows.rewards
         self._terminations = rows.terminations
         self._truncations = rows.truncations
-        rows.current[:] = -1
-        self._worker_sizes = [g.size for g in self._group_ids]
-        self._full_parts = self._parts(STEP, np.arange(num_envs), None)
-        self._full_step_reset_parts = self._parts(STEP_RESET, np.arange(num_envs), None)
-
-    def _handshake(self, w: int) -> tuple[gym.Space, gym.Space, Any, dict]:
-        """Wait for worker w to report its spaces (or the error that stopped it)."""
-        try:
-            message = pickle.loads(self._recv_from(w, None, spin=False))
-        except EnvWorkerError as exc:
-            if self._procs[w].exitcode == NO_MAIN_GUARD_EXIT:
-                main = getattr(sys.modules.get("__main__"), "__file__", None) or "the main module"
-                raise EnvWorkerError(
-                    int(self._group_ids[w][0]),
-                    f"worker process {w} could not start: it imports {main}, which has no "
-                    '`if __name__ == "__main__":` guard and so builds the envs again; put the code that '
-                    "starts collecting under that guard",
-                ) from None
-            raise EnvWorkerError(
-                int(self._group_ids[w][0]),
-                f"worker process {w} died while creating its envs (exit code {self._procs[w].exitcode})",
-            ) from exc
-        if message[0] == "error":
-            _, env_id, text, trace = message
-            raise EnvWorkerError(env_id, text, trace)
-        _, obs_space, act_space, spec, metadata = message
-        return obs_space, act_space, spec, metadata
+        self._render_results: dict[int, list[Any]] = {}
+        self._rows_mode: int | None = None  # the reset_mode of every shared row (None: not one for all)
+        self._restarted_dirty = True  # some shared restarted row may be True
+        self._seeds_written: list[int | None] | None = None  # the reset seeds in every shared row, as given
+        self._full_parts = pool.parts(STEP, self._all_ids, None)
+        self._full_step_reset_parts = pool.parts(STEP_RESET, self._all_ids, None)
 
     # -- the hot paths: synchronous calls while nothing else is in flight ---------------------------
-    def _begin(self, what: str) -> None:
-        """Start the deadline of a synchronous call (when there is a timeout)."""
-        if self.timeout is not None:
-            self._deadline = time.monotonic() + self.timeout
-            self._call_what = what
-
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
         """Step env_ids (all when None): one message per worker holding them; results in env_ids order."""
-        self._begin("step")
+        self._pool.begin("step")
+        self._catch_deaths()
         try:
             return self._step(actions, env_ids)
         finally:
-            self._deadline = None
+            self._pool.deadline = None
+            self._pool.catch_deaths = False
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
         """Reset env_ids (all when None): one message per worker holding them; results in env_ids order."""
-        self._begin("reset")
+        self._pool.begin("reset")
+        self._catch_deaths()
         try:
             return self._reset(env_ids, seeds, options)
         finally:
-            self._deadline = None
+            self._pool.deadline = None
+            self._pool.catch_deaths = False
 
     def step_reset(
         self,
@@ -253,23 +182,76 @@ class SubprocVectorEnv(WorkerMessaging):
     ) -> StepResetResult:
         """Step env_ids (all when None); each worker resets its envs that end right after their step, so
         an ended episode costs no second round trip. Results in env_ids order."""
-        self._begin("step")
+        pool = self._pool
+        if self.timeout is not None:
+            pool.begin("step")
+        if self._restarting:
+            self._catch_deaths()
         try:
+            if env_ids is None and may_reset is None and options is None and not self.closed and not any(pool.commands):
+                result = self._step_reset_all(actions, reset_seeds)
+                if result is not None:
+                    return result
             return self._step_reset(actions, env_ids, reset_seeds, may_reset, options)
         finally:
-            self._deadline = None
+            pool.deadline = None
+            pool.catch_deaths = False
+
+    def _catch_deaths(self) -> None:
+        """Let the synchronous call under way lose as many workers as the restart budget still allows."""
+        if self._restarting:
+            budget = self.restarts
+            self._pool.lose_budget = budget.max_restarts - budget.used
+            self._pool.catch_deaths = True
+
+    def _replace_failed(self) -> None:
+        """After a synchronous call's replies: replace the workers it lost and those whose envs raised, while
+        the restart budget allows, zeroing their env ids' step rows (vcollect.envs.restarts); the failures
+        past the budget, and the others (observations, values), stay to be raised."""
+        pool = self._pool
+        if not self._restarting or not (pool.lost or self._failures):
+            return
+        budget = self.restarts
+        reasons: dict[int, tuple[str, str]] = {w: (text, "") for w, text in pool.lost.items()}
+        kept = []
+        for failure in self._failures:
+            w = int(pool.worker_of[failure.env_id])
+            if failure.kind == "env" and (w in reasons or budget.allows(len(reasons) + 1)):
+                reasons.setdefault(w, (f"env {failure.env_id}: {failure.message}", failure.traceback_text))
+                continue
+            if failure.kind == "env":
+                failure.message += budget.spent_note()
+            kept.append(failure)
+        self._failures = kept
+        rows = self._rows
+        for w, (text, trace) in sorted(reasons.items()):
+            group = pool.group_ids[w]
+            pool.replace(w)
+            budget.spend(group.tolist(), text, trace)
+            rows.rewards[group] = 0.0
+            rows.terminations[group] = False
+            rows.truncations[group] = False
+            rows.restarted[group] = False
+            self._restarted_dirty = True
+
+    def _settled(self) -> bool:
+        """Finish what interrupted fast commands owe; whether the synchronous paths may run (open, and
+        nothing in flight: else the generic paths of BaseVectorEnv take the call)."""
+        pool = self._pool
+        if any(pool.owed):
+            pool.settle_owed()
+        return not self.closed and not any(pool.commands)
 
     def _step(self, actions: Any, env_ids: EnvIds) -> StepResult:
-        if any(self._owed):
-            self._settle_owed()
-        if self.closed or any(self._commands):
+        if not self._settled():
             return super().step(actions, env_ids)
         ids = self._ids(env_ids)
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         if env_ids is None:
             for row, leaf in zip(self._act_rows, leaves):
                 row[...] = leaf
-            infos = self._roundtrip(self._full_parts, store_infos=False)
+            infos = self._infos_of(self._pool.roundtrip(self._full_parts), None, self._pool.group_sizes)
+            self._replace_failed()
             self._raise_failure()
             return (
                 self.obs_layout.gather(self._obs_rows, None),
@@ -280,19 +262,21 @@ class SubprocVectorEnv(WorkerMessaging):
             )
         for row, leaf in zip(self._act_rows, leaves):
             row[ids] = leaf
-        self._roundtrip(self._parts(STEP, ids, None))
+        parts = self._pool.parts(STEP, ids, None)
+        self._store_infos(parts, self._pool.roundtrip(parts))
+        self._replace_failed()
         self._raise_failure()
         return self._gather_step(ids)
 
     def _reset(self, env_ids: EnvIds, seeds: Seeds, options: dict | None) -> ResetResult:
-        if any(self._owed):
-            self._settle_owed()
-        if self.closed or any(self._commands):
+        if not self._settled():
             return super().reset(env_ids, seeds, options)
         ids = self._ids(env_ids)
         seed_list = normalize_seeds(seeds, ids.size)
         check_reset_options(options)
-        self._roundtrip(self._parts(RESET, ids, (seed_list, options)))
+        parts = self._pool.parts(RESET, ids, (seed_list, options))
+        self._store_infos(parts, self._pool.roundtrip(parts))
+        self._replace_failed()
         self._raise_failure()
         return self._gather_reset(ids)
 
@@ -304,21 +288,9 @@ class SubprocVectorEnv(WorkerMessaging):
         may_reset: np.ndarray | None,
         options: dict | None,
     ) -> StepResetResult:
-        if (
-            env_ids is None
-            and may_reset is None
-            and options is None
-            and not self.closed
-            and not any(self._commands)
-        ):
-            result = self._step_reset_all(actions, reset_seeds)
-            if result is not None:
-                return result
-        if any(self._owed):
-            self._settle_owed()
         seed_list = list(reset_seeds)
         given = [s for s in seed_list if s is not None]
-        if self.closed or any(self._commands) or (given and not 0 <= min(given) <= max(given) < 2**63):
+        if not self._settled() or (given and not 0 <= min(given) <= max(given) < 2**63):
             # not in flight-free sync mode, or seeds that do not fit the shared int64 rows
             return super().step_reset(
                 actions, env_ids, reset_seeds=seed_list, may_reset=may_reset, options=options
@@ -327,7 +299,6 @@ class SubprocVectorEnv(WorkerMessaging):
         ids = self._ids(env_ids)
         leaves = self._step_reset_leaves(actions, ids, seeds, options)
         rows = self._rows
-        assert rows is not None
         seed_array = np.array(seeds, dtype=np.int64)
         if len(given) == len(seeds) and may_reset is None:
             modes: np.ndarray | int = SEEDED  # the usual case: one value for every row
@@ -338,6 +309,7 @@ class SubprocVectorEnv(WorkerMessaging):
         # one mode for every row only when every row was just written with one value
         self._rows_mode = modes if env_ids is None and isinstance(modes, int) else None
         self._restarted_dirty = True
+        self._seeds_written = None
         if env_ids is None:
             for row, leaf in zip(self._act_rows, leaves):
                 row[...] = leaf
@@ -353,9 +325,10 @@ class SubprocVectorEnv(WorkerMessaging):
         if env_ids is None and options is None:
             parts = self._full_step_reset_parts
         else:
-            parts = self._parts(STEP_RESET, ids, options)
+            parts = self._pool.parts(STEP_RESET, ids, options)
         reset_infos: dict[int, dict[str, Any]] = {}
-        infos = self._roundtrip(parts, store_infos=False, reset_infos=reset_infos)
+        infos = self._infos_of(self._pool.roundtrip(parts), reset_infos, [p[2].size for p in parts])
+        self._replace_failed()
         self._raise_failure()
         if env_ids is None:
             obs = self.obs_layout.gather(self._obs_rows, None)
@@ -378,52 +351,47 @@ class SubprocVectorEnv(WorkerMessaging):
 
     def _step_reset_all(self, actions: Any, reset_seeds: Sequence[int | None]) -> StepResetResult | None:
         """step_reset of every env with nothing in flight, each env with a seed or each without: the
-        collector's call, made without pipes (see the module docstring). None when the seeds are not one
-        int in [0, 2**63) per env, nor all None: the general path handles (or rejects) those."""
-        seeds = list(reset_seeds)
-        rows = self._rows
-        assert rows is not None
-        if any(self._owed):
-            self._settle_owed()
+        collector's call, made without pipes (see vcollect.envs.subproc_transport). None when the seeds
+        are not one int in [0, 2**63) per env, nor all None: the general path handles (or rejects) those."""
+        pool = self._pool
+        if any(pool.owed):
+            pool.settle_owed()  # before any shared row is written: a worker may still be reading them
+        seeds = reset_seeds if type(reset_seeds) is list else list(reset_seeds)
         if len(seeds) != self.num_envs:  # (one seed would broadcast to every row)
             return None
-        if seeds.count(None) == len(seeds):
-            mode = UNSEEDED
-        else:
-            mode = SEEDED
-            try:
-                rows.reset_seed[:] = seeds  # raises for None and seeds from 2**63 on
-            except (TypeError, ValueError, OverflowError):
-                return None
-            if min(cast("list[int]", seeds)) < 0:
-                return None
+        rows = self._rows
+        if seeds != self._seeds_written:  # the plan changes only when an episode ends
+            if seeds.count(None) == len(seeds):
+                mode = UNSEEDED
+            else:
+                mode = SEEDED
+                try:
+                    rows.reset_seed[:] = seeds  # raises for None and seeds from 2**63 on
+                except (TypeError, ValueError, OverflowError):
+                    self._seeds_written = None
+                    return None
+                if min(cast("list[int]", seeds)) < 0:
+                    self._seeds_written = None
+                    return None
+            if self._rows_mode != mode:
+                rows.reset_mode[...] = mode
+                self._rows_mode = mode
+            self._seeds_written = seeds.copy() if seeds is reset_seeds else seeds
         leaves = self.act_layout.batch_leaves(actions, self.num_envs)
         for row, leaf in zip(self._act_rows, leaves):
             row[...] = leaf
-        if self._rows_mode != mode:
-            rows.reset_mode[...] = mode
-            self._rows_mode = mode
         if self._restarted_dirty:
             rows.restarted[...] = False
             self._restarted_dirty = False
-        control = rows.control
-        owed = self._owed
-        for w, commands in enumerate(self._command_sems):
-            control[w, CTRL_FAST] = 1
-            owed[w] = _OWE_DONE
-            commands.release()
-        infos: list[dict[str, Any]] = []
+        replies, flags = pool.step_reset_all()
         reset_infos: dict[int, dict[str, Any]] = {}
-        flags = 0
-        for w, size in enumerate(self._worker_sizes):
-            reply = self._settle(w)
-            if reply is None:
-                infos += [{} for _ in range(size)]
-            else:
-                infos += self._unpack(reply, reset_infos)
-            flags |= int(control[w, CTRL_REPLY])
+        if any(replies):
+            infos = self._infos_of(replies, reset_infos, pool.group_sizes)
+        else:
+            infos = [{} for _ in range(self.num_envs)]
         if flags & REPLY_RESTARTED:
             self._restarted_dirty = True
+        self._replace_failed()
         self._raise_failure()
         obs = self.obs_layout.gather(self._obs_rows, None)
         step = (obs, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos)
@@ -435,25 +403,48 @@ class SubprocVectorEnv(WorkerMessaging):
             *step, restarted, reset_obs, [reset_infos.get(i, {}) for i in restarted.tolist()]
         )
 
+    def _infos_of(
+        self, replies: Sequence[bytes | None], reset_infos: dict[int, dict[str, Any]] | None, sizes: Sequence[int]
+    ) -> list[dict[str, Any]]:
+        """The step or reset infos of synchronous replies covering ``sizes`` env ids each, in order (an
+        empty reply: each of its envs' is {}); the failures they report are recorded, the infos of
+        step-and-reset restarts put in ``reset_infos`` by env id."""
+        if not any(replies):
+            return [{} for _ in range(sum(sizes))]
+        infos: list[dict[str, Any]] = []
+        for reply, size in zip(replies, sizes):
+            if not reply:
+                infos += [{} for _ in range(size)]
+                continue
+            step_infos, failures, restart_infos = pickle.loads(reply)
+            for env_id, kind, message, trace in failures:
+                self._failures.append(EnvFailure(env_id, kind, message, trace))
+            if reset_infos is not None:
+                reset_infos.update(restart_infos)
+            infos += step_infos
+        return infos
+
+    def _store_infos(self, parts: Sequence[tuple[int, bytes, np.ndarray]], replies: list[bytes]) -> None:
+        """Keep the infos of the replies to parts as their env ids' infos."""
+        groups = [group for _, _, group in parts]
+        infos = self._infos_of(replies, None, [group.size for group in groups])
+        for env_id, info in zip(np.concatenate(groups).tolist(), infos):
+            self._infos[env_id] = info
+
     # -- async half ------------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
-        if any(self._owed):
-            self._settle_owed()
+        pool = self._pool
+        if any(pool.owed):
+            pool.settle_owed()
         for row, leaf in zip(self._act_rows, action_leaves):
             row[ids] = leaf
-        self._dispatch(self._parts(STEP, ids, None), STEP)
+        pool.dispatch(pool.parts(STEP, ids, None), STEP)
 
     def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
-        self._dispatch(self._parts(RESET, ids, (seeds, options)), RESET)
+        self._pool.dispatch(self._pool.parts(RESET, ids, (seeds, options)), RESET)
 
-    def _dispatch(self, parts: list[Part], op: int) -> None:
-        for w, message, group in parts:
-            self._commands[w].append(_Command(op, group, np.ones(group.size, bool)))
-            self._send_to(w, message)
-
-    def _handle_reply(self, w: int, reply: bytes) -> None:
-        """Match a reply to the worker's oldest outstanding command and record its results."""
-        command = self._commands[w].popleft()
+    def _handle_reply(self, w: int, command: PendingCommand, reply: bytes) -> None:
+        """Record the results of worker w's reply to an async command (its oldest outstanding one)."""
         if command.op == RENDER:
             self._render_results[w] = pickle.loads(reply)
             return
@@ -465,7 +456,7 @@ class SubprocVectorEnv(WorkerMessaging):
         for env_id, kind, message, trace in failures:
             if env_id in live:
                 failed.add(env_id)
-                self._failures.append(_Failure(env_id, kind, message, trace))
+                self._failures.append(EnvFailure(env_id, kind, message, trace))
                 self._flight[env_id] = 0
         for pos, env_id in enumerate(command.ids.tolist()):
             if command.live[pos] and env_id not in failed:
@@ -473,48 +464,23 @@ class SubprocVectorEnv(WorkerMessaging):
                 self._infos[env_id] = {} if infos is None else infos[pos]
 
     def _wait(self, timeout: float | None) -> None:
-        active = [w for w in range(self.num_workers) if self._commands[w]]
-        if not active:
-            return
-        buffered = [w for w in active if self._channels[w].has_message()]
-        if not buffered:
-            poller = select.poll()
-            fd_owner: dict[int, int] = {}
-            for w in active:
-                for fd in (self._channels[w].read_fd, self._procs[w].sentinel):
-                    fd_owner[fd] = w
-                    poller.register(fd, select.POLLIN)
-            if self._spin_s > 0:
-                spin_poll(poller, self._spin_s if timeout is None else min(timeout, self._spin_s))
-            chunk = LIVENESS_POLL_S if timeout is None else min(timeout, LIVENESS_POLL_S)
-            ready = sorted({fd_owner[fd] for fd, _ in poller.poll(max(0, int(chunk * 1000)))})
-        else:
-            ready = buffered
-        for w in ready:
-            channel = self._channels[w]
-            try:
-                if not channel.has_message() and select.select([channel.read_fd], [], [], 0)[0]:
-                    channel.fill()
-                while self._commands[w] and channel.has_message():
-                    self._handle_reply(w, channel.pop())
-            except (EOFError, OSError):
-                pass
-            if self._commands[w] and not channel.has_message() and not self._procs[w].is_alive():
-                self._worker_died(w, self._commands[w][0].ids)
+        self._pool.wait(timeout, self._handle_reply)
 
     def _discard(self, ids: np.ndarray) -> None:
         super()._discard(ids)
-        for queue in self._commands:
-            for command in queue:
-                command.live &= ~np.isin(command.ids, ids)
+        self._pool.discard(ids)
+
+    def _timed_out(self, running: list[int], what: str) -> NoReturn:
+        self._pool.timed_out(running, what)
 
     # -- rest of the API ------------------------------------------------------------------------
     def render(self) -> list[Any] | None:
         """Each env's render() result (env id order), or None when every env returned None."""
         self._check_open()
+        pool = self._pool
         self._render_results = {}
         message = pickle.dumps((RENDER, (), None))
-        self._dispatch([(w, message, np.zeros(0, np.int64)) for w in range(self.num_workers)], RENDER)
+        pool.dispatch([(w, message, np.zeros(0, np.int64)) for w in range(self.num_workers)], RENDER)
         while len(self._render_results) < self.num_workers:
             self._wait(None)
         frames = [f for w in range(self.num_workers) for f in self._render_results[w]]
@@ -523,32 +489,32 @@ class SubprocVectorEnv(WorkerMessaging):
 
     def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
         """One ATTR command per worker holding some of ids; bounded by ``timeout`` like a step."""
-        if any(self._owed):
-            self._settle_owed()
-        parts = self._parts(ATTR, np.asarray(ids, np.int64), (name, write, value))
+        pool = self._pool
+        if any(pool.owed):
+            pool.settle_owed()
+        parts = pool.parts(ATTR, np.asarray(ids, np.int64), (name, write, value))
         by_id: dict[int, AttrReply] = {}
         owed: list[int] = []  # workers sent the command whose replies are not read yet
         what = "set_env_attr" if write else "get_env_attr"
-        self._begin(what)
+        pool.begin(what)
         try:
-            while any(self._commands):  # answers an interrupted call left unread (nothing is in flight)
-                if self._deadline is not None and time.monotonic() > self._deadline:
-                    self._timed_out([int(g[0]) for g, q in zip(self._group_ids, self._commands) if q], what)
+            while any(pool.commands):  # answers an interrupted call left unread (nothing is in flight)
+                if pool.deadline is not None and time.monotonic() > pool.deadline:
+                    running = [int(g[0]) for g, q in zip(pool.group_ids, pool.commands) if q]
+                    pool.timed_out(running, what)
                 self._wait(LIVENESS_POLL_S)
             for w, message, _ in parts:
-                self._send_to(w, message)
+                pool.send(w, message)
                 owed.append(w)
             for w, _, group in parts:
-                replies = pickle.loads(self._recv_from(w, group))
+                replies = pickle.loads(pool.recv(w, group))
                 owed.pop(0)
                 by_id.update(zip(group.tolist(), replies))
         except BaseException:
-            if not self.closed:  # later waits read (and drop) the replies still owed
-                for w in owed:
-                    self._commands[w].append(_Command(ATTR, np.zeros(0, np.int64), np.zeros(0, bool)))
+            pool.expect_unread(owed, ATTR)  # later waits read (and drop) the replies still owed
             raise
         finally:
-            self._deadline = None
+            pool.finish()
         return [by_id[i] for i in ids]
 
     def close(self) -> None:
@@ -556,30 +522,25 @@ class SubprocVectorEnv(WorkerMessaging):
         if self.closed:
             return
         self.closed = True
-        self._shutdown()
-
-    def _shutdown(self) -> None:
-        stop_workers(self._procs, self._channels, self._command_sems)
-        for pipe in self._pipes:
-            pipe.close()
-        for queue in self._commands:
-            queue.clear()
-        self._owed = [_OWE_NOTHING] * self.num_workers
-        self._release_buffer()
-
-    def _release_buffer(self) -> None:
-        if self._buffer is None:
-            return
-        buffer, self._buffer = self._buffer, None
+        # drop the views of the shared rows before the pool unmaps them
         self._obs_rows, self._act_rows = [], []
         self._rewards = np.zeros(self.num_envs, np.float64)
         self._terminations = np.zeros(self.num_envs, bool)
         self._truncations = np.zeros(self.num_envs, bool)
-        self._rows = None
-        # BufferError: a view is still referenced somewhere; the mapping then goes with it
-        with contextlib.suppress(BufferError):
-            buffer.close()
+        self._rows = None  # type: ignore[assignment]
+        self._pool.close()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def _closer(ref: weakref.ref[SubprocVectorEnv]) -> Callable[[], None]:
+    """What the pool calls to close its vector env (by weak reference: the env's lifetime stays its own)."""
+
+    def close() -> None:
+        envs = ref()
+        if envs is not None:
+            envs.close()
+
+    return close

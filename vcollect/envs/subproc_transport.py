@@ -25,6 +25,8 @@ Shared memory is one anonymous file (memfd) handed to the workers at start and s
 reported their spaces, so no env has to be built in the parent. A worker that dies is seen at once on
 the pipes (its reply pipe reads end-of-file) and within LIVENESS_POLL_S on a semaphore (its process is
 checked whenever a wait times out); a worker whose parent is gone sees its command pipe hang up.
+Both sides poll a short while for the other's answer before sleeping on it (Spinner), for as long as
+recent answers took: on a machine whose cores are all busy, or with slow envs, they sleep at once.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import select
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from multiprocessing import reduction
 from typing import Any
 
@@ -42,7 +45,7 @@ import numpy as np
 
 from vcollect.envs.layout import FixedLayout
 
-__all__ = ["Channel", "InheritedFd", "Part", "SharedRows", "command_parts", "shared_file", "spin_acquire", "spin_poll"]
+__all__ = ["Channel", "InheritedFd", "Part", "SharedRows", "Spinner", "command_parts", "poll_ready", "shared_file"]
 
 STEP, RESET, RENDER, CLOSE, STEP_RESET, ATTR = 0, 1, 2, 3, 4, 5  # command codes
 # ATTR: payload (name, write, value); the reply is a pickled list of env_attrs.AttrReply, one per local env
@@ -128,34 +131,59 @@ def shared_file() -> int:
         return os.dup(handle.fileno())
 
 
-def spin_poll(poller: select.poll, seconds: float) -> None:
-    """Poll without sleeping (yielding the CPU between polls) until something is readable or time is up.
+class Spinner:
+    """How long one waiting side polls for the other's answer before it sleeps, adapted to the answers.
 
-    On virtual machines waking a process whose CPU went idle is slow (tens of microseconds), more than
-    a fast env step; polling a short while first keeps a steady step loop off that path.
+    Polling (yielding the CPU between tries) keeps a steady step loop off the slow wake-up of a process
+    whose CPU went idle (tens of microseconds on virtual machines, more than a fast env step). But it
+    burns CPU: on a machine whose cores are all busy the poller takes time from the very process it
+    waits for, and an answer that takes long is not caught anyway. So a spinner polls for twice the
+    typical wait of its recent answers, at most ``limit`` seconds, and not at all while that typical
+    wait exceeds ``limit``; sleeping waits keep measuring, so polling resumes once answers come quickly.
+
+    Args:
+        limit: The longest poll, in seconds; 0 never polls.
     """
-    deadline = time.perf_counter() + seconds
-    while not poller.poll(0) and time.perf_counter() < deadline:
-        os.sched_yield()
 
+    __slots__ = ("limit", "typical", "_start")
 
-def spin_acquire(semaphore: Any, seconds: float) -> bool:
-    """Try to take semaphore without sleeping (yielding the CPU between tries) for up to seconds.
+    def __init__(self, limit: float) -> None:
+        self.limit = float(limit)
+        self.typical = self.limit / 2  # start polling; the first answers set the pace
+        self._start = 0.0
 
-    Like spin: a waiting side that polls a short while is not put to sleep, so the other side's post
-    costs no system call and this side needs no slow wake-up.
-    """
-    if semaphore.acquire(False):
-        return True
-    if seconds <= 0:
-        return False
-    deadline = time.perf_counter() + seconds
-    while True:
-        os.sched_yield()
-        if semaphore.acquire(False):
+    def wait_for(self, ready: Callable[[], bool]) -> bool:
+        """Whether ``ready()`` came true within this spinner's poll (tried at once, then between yields
+        of the CPU). False: the caller sleeps until the answer comes, then calls :meth:`slept`."""
+        if ready():
+            self.typical *= 0.75  # an answer already there: a wait of 0
             return True
-        if time.perf_counter() > deadline:
+        start = time.perf_counter()
+        self._start = start
+        typical = self.typical
+        if typical > self.limit or self.limit <= 0:
             return False
+        deadline = start + min(self.limit, 2 * typical)
+        while True:
+            os.sched_yield()
+            if ready():
+                self.typical = 0.75 * typical + 0.25 * (time.perf_counter() - start)
+                return True
+            if time.perf_counter() > deadline:
+                return False
+
+    def slept(self) -> None:
+        """The answer came after the caller slept: count the whole wait since :meth:`wait_for` began."""
+        self.typical += 0.25 * (time.perf_counter() - self._start - self.typical)
+
+
+def poll_ready(poller: select.poll) -> Callable[[], bool]:
+    """A ``ready`` test for :meth:`Spinner.wait_for`: whether ``poller`` has something readable now."""
+
+    def ready() -> bool:
+        return bool(poller.poll(0))
+
+    return ready
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Per vector step only the env's step (``step_into``: its results copied into the block's next row, or its
 observation arrays kept by reference where the backend hands them over: ``capabilities.hands_over_obs``)
-and the actions' row copy happen; the rings (``VectorRingBuffer.add_steps``: one write per array), the ledger, the
+and the actions' row copy happen; the rings (``RingWriter.add_steps``: one write per array), the ledger, the
 store queue and (random actions) the observation checks take up to a block of steps at once. A call stops
 after the same step as the per-step loop would, and every staged step is recorded before it returns, also
 when it raises. While rendering, while a step or episode-done hook is set (a hook sees each step before
@@ -13,7 +13,7 @@ it is recorded), or for a policy that wants infos (a block keeps no infos), step
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from gymnasium.spaces import Dict, Tuple
@@ -21,9 +21,7 @@ from gymnasium.spaces import Dict, Tuple
 from vcollect.envs.steps import StepBlock
 from vcollect.loops.all_envs import AllEnvLoop
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
-
-if TYPE_CHECKING:
-    from vcollect.collector import CollectCall, Collector
+from vcollect.step_context import CollectCall, StepContext
 
 __all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "HOLD_OBS_BYTES", "BlockLoop", "StagesBlocks"]
 
@@ -54,9 +52,9 @@ class StagesBlocks(Protocol):
 class BlockLoop(AllEnvLoop):
     """The step loop of backends that declare ``capabilities.steps_in_blocks`` (see the module docstring)."""
 
-    def __init__(self, collector: Collector) -> None:
-        super().__init__(collector)
-        c = collector
+    def __init__(self, context: StepContext) -> None:
+        super().__init__(context)
+        c = context
         if not isinstance(c.envs, StagesBlocks):
             raise TypeError(f"{type(c.envs).__name__} declares steps_in_blocks but has no step_into(actions, block)")
         self.stager: StagesBlocks = c.envs
@@ -69,24 +67,24 @@ class BlockLoop(AllEnvLoop):
         self._flat_obs = self.block.obs_leaf_count == 1 and not isinstance(c.observation_space, (Dict, Tuple))
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
-        if call.render is not None or self.c.hooked or self.c.actor.wants_infos:
+        if call.render is not None or self.ctx.hooked or self.ctx.actor.wants_infos:
             return super().collect_steps(n_step, call)
         self._prepare(call)
         self._run(n_step, None, call)
-        return self.c.ledger.take_steps(n_step, call.returns, call.lens)
+        return self.ctx.ledger.take_steps(n_step, call.returns, call.lens)
 
     def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
-        if call.render is not None or self.c.hooked or self.c.actor.wants_infos:
+        if call.render is not None or self.ctx.hooked or self.ctx.actor.wants_infos:
             return super().collect_episodes(quota, call)
         self._prepare(call)
         self._run(0, quota, call)
-        return self.c.ledger.take_episodes(quota, call.returns, call.lens)[0]
+        return self.ctx.ledger.take_episodes(quota, call.returns, call.lens)[0]
 
     def _run(self, goal: int, quota: np.ndarray | None, call: CollectCall) -> None:
         """Stage and record steps until the ledger holds ``goal`` transitions (quota None) or every env's
         quota of episode ends."""
-        c, block = self.c, self.block
-        ledger, all_ids, random, n = c.ledger, c._all_ids, call.random, c.num_envs
+        c, block = self.ctx, self.block
+        ledger, all_ids, random, n = c.ledger, c.all_ids, call.random, c.num_envs
         single_action = len(block.actions) == 1
         by_steps = quota is None
         held = len(ledger)
@@ -122,12 +120,12 @@ class BlockLoop(AllEnvLoop):
     def _row_for_policy(self, k: int) -> None:
         """Check row k's observations and make them the policy's next input; restarted envs' policy state is
         reset now (their seeds are cleared when the block is recorded)."""
-        c, block = self.c, self.block
+        c, block = self.ctx, self.block
         row = block.obs_leaf_row(k)  # views (a policy's block is renewed, not written over) or held arrays
         if c.validate:
             obs = row[0] if self._flat_obs else unflatten_batch(c.observation_space, row)
-            if c._obs_check(obs) is not None:
-                c._check_obs(obs, c._all_ids, "an observation")
+            if c.obs_problem(obs) is not None:
+                c.check_obs(obs, c.all_ids, "an observation")
             block.checked = k + 1
         if c.actor.keeps_state:
             restarted = block.restart_row(k).nonzero()[0]
@@ -138,7 +136,7 @@ class BlockLoop(AllEnvLoop):
     def _flush(self, random: bool) -> None:
         """Record the block's steps and empty it. Observations not checked yet are checked first: the steps
         before the first bad one are recorded, then ObservationError."""
-        c, block = self.c, self.block
+        c, block = self.ctx, self.block
         k = block.count
         if k == 0:
             return
@@ -164,25 +162,25 @@ class BlockLoop(AllEnvLoop):
             else:  # the policy may still hold views of the rows
                 block.renew()
         if bad_obs is not None and bad_rewards is not None:
-            c._check_obs(bad_obs, c._all_ids, "an observation")
+            c.check_obs(bad_obs, c.all_ids, "an observation")
             rewards, restarting = bad_rewards
-            c._check_rewards(rewards[~restarting], c._all_ids[~restarting])
+            c.check_rewards(rewards[~restarting], c.all_ids[~restarting])
 
     def _first_bad_row(self, first: int, stop: int) -> int | None:
         """The first of rows [first, stop) with an observation outside the space, None if none: the rows
         checked as one batch (held rows one by one: joining them would copy them)."""
-        c, block = self.c, self.block
-        if not block.hold_obs and c._obs_check(block.obs_rows(first, stop)) is None:
+        c, block = self.ctx, self.block
+        if not block.hold_obs and c.obs_problem(block.obs_rows(first, stop)) is None:
             return None
-        return next((j for j in range(first, stop) if c._obs_check(block.obs_row(j)) is not None), None)
+        return next((j for j in range(first, stop) if c.obs_problem(block.obs_row(j)) is not None), None)
 
     def _record_block(self, k: int, random: bool) -> None:
         """The first k steps of the block into the rings (one write per array), the ledger and the store.
         With a policy (not ``random``), restarted envs' policy state was reset step by step already."""
-        c, block = self.c, self.block
-        c._next_rounds(k)
+        c, block = self.ctx, self.block
+        c.next_rounds(k)
         restarts = block.restarts(k)
-        ends = c.buffer.add_steps(
+        ends = c.ring.add_steps(
             [leaf[:k] for leaf in block.actions],
             block.rewards[:k],
             block.terminations[:k],
@@ -195,4 +193,4 @@ class BlockLoop(AllEnvLoop):
         if c.writer is not None and ends.env_ids.size:
             c.writer.block_ended(ends, restarts)
         if restarted.size:
-            c._self_started(restarted, policy_state=random)
+            c.self_started(restarted, policy_state=random)

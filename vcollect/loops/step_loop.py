@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from vcollect.collector import CollectCall
+from vcollect.step_context import CollectCall
 
 __all__ = ["StepLoop"]
 

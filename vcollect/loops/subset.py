@@ -5,21 +5,25 @@ in rotation, so no env id is favoured). n_episode: envs step until they have fin
 idle. A backend with ``step_reset`` restarts the envs that ended within the same call (one round trip
 to a worker process instead of two); otherwise they are reset after the step. A policy that wants infos
 (PolicyActor.wants_infos) is handed each step's infos, and the reset infos of the envs that restarted.
+
+A backend that replaces failed envs (``restarts_envs``, vcollect.envs.restarts) reports them after the
+step: their rows of the step are not recorded (nor counted), their running episodes are abandoned
+(StepContext.take_replaced) and they are reset at once with the next seeds of their streams, so the call's
+counts stay exact.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
-
-if TYPE_CHECKING:
-    from vcollect.collector import CollectCall, Collector
+from vcollect.step_context import CollectCall, StepContext, take_rows
 
 __all__ = ["StepsAndResets", "SubsetLoop"]
 
@@ -44,20 +48,27 @@ class StepsAndResets(Protocol):
 class SubsetLoop:
     """The step loop of backends that step any subset of their envs (dummy, subprocess, Ray)."""
 
-    def __init__(self, collector: Collector) -> None:
-        self.c = collector
+    def __init__(self, context: StepContext) -> None:
+        self.ctx = context
         self.step_reset: StepsAndResets | None = None
-        if collector.capabilities.step_reset:
-            if not isinstance(collector.envs, StepsAndResets):
-                raise TypeError(f"{type(collector.envs).__name__} declares step_reset but has no step_reset method")
-            self.step_reset = collector.envs
+        if context.capabilities.step_reset:
+            if not isinstance(context.envs, StepsAndResets):
+                raise TypeError(f"{type(context.envs).__name__} declares step_reset but has no step_reset method")
+            self.step_reset = context.envs
         self._next_env = 0  # where the next partial batch starts
+        self.unrecorded = 0
+        """Transitions of replaced envs that steps did not record (restarts_envs); the loops subtract them."""
 
     def collect_steps(self, n_step: int, call: CollectCall) -> int:
-        c = self.c
-        all_ids = c._all_ids
-        c._reset_pending(all_ids, call.reset_options)
+        c = self.ctx
+        all_ids = c.all_ids
+        c.reset_pending(all_ids, call.reset_options)
         collected = 0
+        self.unrecorded = 0
+        if self.step_reset is not None and c.on_step_hook is None and call.render is None and not c.actor.wants_infos:
+            batches = n_step // c.num_envs
+            self._full_batches(batches, call)
+            collected = batches * c.num_envs - self.unrecorded
         while collected < n_step:
             remaining = n_step - collected
             if remaining >= c.num_envs:
@@ -65,67 +76,169 @@ class SubsetLoop:
             else:
                 ready = np.sort((self._next_env + np.arange(remaining)) % c.num_envs)
                 self._next_env = (self._next_env + remaining) % c.num_envs
+            self.unrecorded = 0
             self.step(ready, call, None)
-            collected += len(ready)
-            call.bar.update(len(ready))
+            collected += len(ready) - self.unrecorded
+            call.bar.update(len(ready) - self.unrecorded)
         return collected
 
     def collect_episodes(self, quota: np.ndarray, call: CollectCall) -> int:
-        c = self.c
-        c._reset_pending(np.flatnonzero(quota > 0), call.reset_options)
+        c = self.ctx
+        c.reset_pending(np.flatnonzero(quota > 0), call.reset_options)
         collected = 0
         while True:
             ready = np.flatnonzero(quota > 0)
             if ready.size == c.num_envs:
-                ready = c._all_ids  # the object record() recognises as "every env, in order"
+                ready = c.all_ids  # the object record() recognises as "every env, in order"
             if ready.size == 0:
                 return collected
+            self.unrecorded = 0
             finished = self.step(ready, call, quota[ready] > 1)
-            collected += len(ready)
+            collected += len(ready) - self.unrecorded
             if finished.size:
                 call.bar.update(finished.size)
                 quota[finished] -= 1
+
+    def _full_batches(self, batches: int, call: CollectCall) -> None:
+        """``batches`` steps of every env through ``step_reset``, where no hook, rendering or infos are asked
+        for: ``step`` and ``record`` in one loop, each part looked up once per call rather than per step."""
+        if batches <= 0:
+            return
+        c = self.ctx
+        assert self.step_reset is not None
+        step_reset, seeds, options = self.step_reset.step_reset, c.upcoming_all, call.reset_options
+        actor, add_all, writer, needs_reset = c.actor, c.buffer.add_all, c.writer, c.needs_reset
+        lengths, returns = c.buffer.episode_lengths, c.buffer.episode_returns
+        validate, obs_problem, all_ids, n = c.validate, c.obs_problem, c.all_ids, c.num_envs
+        random, bar, space = call.random, call.bar, c.observation_space
+        replacing = c.restarter is not None
+        for _ in range(batches):
+            actions = actor.actions(all_ids, random)
+            result = step_reset(actions, None, reset_seeds=seeds, options=options)
+            if replacing:
+                replaced, abandoned = c.take_replaced()
+                if replaced.size:  # the rest of this batch is recorded the general way
+                    self._record_step_reset(all_ids, actions, result, call, replaced, abandoned)
+                    bar.update(n - replaced.size)
+                    continue
+            obs, rewards, terms, truncs, _, restarted, reset_obs, _ = result
+            if writer is not None:
+                writer.next_rounds()
+            if validate:
+                if obs_problem(obs) is not None:
+                    c.check_obs(obs, all_ids, "an observation")
+                if not math.isfinite(float(np.add.reduce(rewards))):
+                    c.check_rewards(rewards, all_ids)
+            add_all(actions, rewards, terms, truncs, obs)
+            done = terms | truncs
+            if np.count_nonzero(done):
+                finished = all_ids[done]
+                call.returns.extend(returns[finished].tolist())
+                call.lens.extend(lengths[finished].tolist())
+                c.ended(finished)
+                needs_reset[finished] = True
+            if restarted.size:
+                c.start_episodes(restarted, reset_obs, c.reset_seeds.take(restarted.tolist()), options, remember=False)
+                if not random:  # the policy acts next on the restarted envs' first observations
+                    for leaf, first in zip(flatten_batch(space, obs), flatten_batch(space, reset_obs)):
+                        leaf[restarted] = first
+            if random:
+                actor.forget_obs()
+            else:
+                actor.remember(all_ids, obs, owned=True)
+            bar.update(n)
 
     def step(self, env_ids: np.ndarray, call: CollectCall, may_reset: np.ndarray | None) -> np.ndarray:
         """Act, step and record for ``env_ids`` (ascending); write finished episodes and restart them, except
         where ``may_reset`` (a bool per env id; None: all True) is False. Returns the finished env ids.
         A step hook sees the step first (what it leaves is recorded and acted on)."""
-        c = self.c
+        c = self.ctx
         actions = c.actor.actions(env_ids, call.random)
-        ids_arg = None if len(env_ids) == c.num_envs else env_ids
+        every = len(env_ids) == c.num_envs
+        ids_arg = None if every else env_ids
         if self.step_reset is None:
             next_obs, rewards, terms, truncs, infos = c.envs.step(actions, ids_arg)
             if c.actor.wants_infos:
                 c.actor.remember_infos(env_ids, infos)
-            if c._on_step_hook is not None:
-                next_obs, rewards = c._run_step_hook(env_ids, actions, next_obs, rewards, terms, truncs)
+            if c.on_step_hook is not None:
+                next_obs, rewards = c.run_step_hook(env_ids, actions, next_obs, rewards, terms, truncs)
             finished = self.record(env_ids, actions, next_obs, rewards, terms, truncs, call.render, call.returns,
                                    call.lens)
             restart = finished if may_reset is None else finished[may_reset[np.searchsorted(env_ids, finished)]]
             if restart.size:
-                c._reset_envs(restart, call.reset_options)
+                c.reset_envs(restart, call.reset_options)
             return finished
         result = self.step_reset.step_reset(
             actions,
             ids_arg,
-            reset_seeds=c._reset_seeds.upcoming(env_ids.tolist()),
+            reset_seeds=c.upcoming_all if every else c.reset_seeds.upcoming(env_ids.tolist()),
             may_reset=may_reset,
             options=call.reset_options,
         )
+        if c.restarter is not None:
+            replaced, abandoned = c.take_replaced()
+            if replaced.size:
+                return self._record_step_reset(env_ids, actions, result, call, replaced, abandoned)
+        return self._record_result(env_ids, ids_arg, actions, result, call)
+
+    def _record_step_reset(
+        self,
+        env_ids: np.ndarray,
+        actions: Any,
+        result: StepResetResult,
+        call: CollectCall,
+        replaced: np.ndarray,
+        abandoned: np.ndarray,
+    ) -> np.ndarray:
+        """Record a step_reset of env_ids in which the backend replaced some envs: the others' rows only;
+        the envs whose episodes were abandoned are reset at once. Returns the finished env ids."""
+        c = self.ctx
+        keep = np.flatnonzero(~np.isin(env_ids, replaced))
+        self.unrecorded += env_ids.size - keep.size
+        finished = env_ids[:0]
+        if keep.size:
+            space = c.observation_space
+            started = ~np.isin(result.reset_ids, replaced)
+            starts = np.flatnonzero(started)
+            kept = StepResetResult(
+                take_rows(space, result.obs, keep),
+                result.rewards[keep],
+                result.terminations[keep],
+                result.truncations[keep],
+                [result.infos[i] for i in keep.tolist()],
+                result.reset_ids[started],
+                None if not starts.size else take_rows(space, result.reset_obs, starts),
+                [result.reset_infos[i] for i in starts.tolist()],
+            )
+            kept_ids = env_ids[keep]
+            kept_actions = take_rows(c.action_space, actions, keep)
+            finished = self._record_result(kept_ids, kept_ids, kept_actions, kept, call)
+        else:
+            c.next_rounds()  # the restarts below write a row each
+        if abandoned.size:
+            c.reset_envs(abandoned, call.reset_options)
+        return finished
+
+    def _record_result(
+        self, env_ids: np.ndarray, ids_arg: np.ndarray | None, actions: Any, result: StepResetResult, call: CollectCall
+    ) -> np.ndarray:
+        """Record a step_reset's result for env_ids (``ids_arg`` None: every env, in order) and start the
+        episodes of the envs it restarted. Returns the finished env ids."""
+        c = self.ctx
         obs, rewards = result.obs, result.rewards
         if c.actor.wants_infos:  # the step's infos, then the restarted envs' reset infos
             c.actor.remember_infos(env_ids, result.infos)
             c.actor.remember_infos(result.reset_ids, result.reset_infos)
-        if c._on_step_hook is not None:
-            obs, rewards = c._run_step_hook(env_ids, actions, obs, rewards, result.terminations, result.truncations)
+        if c.on_step_hook is not None:
+            obs, rewards = c.run_step_hook(env_ids, actions, obs, rewards, result.terminations, result.truncations)
         finished = self.record(
             env_ids, actions, obs, rewards, result.terminations, result.truncations, call.render,
             call.returns, call.lens, remember=False,
         )
         restarted = result.reset_ids
         if restarted.size:
-            seeds = c._reset_seeds.take(restarted.tolist())
-            c._start_episodes(restarted, result.reset_obs, seeds, call.reset_options, remember=False)
+            seeds = c.reset_seeds.take(restarted.tolist())
+            c.start_episodes(restarted, result.reset_obs, seeds, call.reset_options, remember=False)
             if not call.random:
                 # The policy acts next on the restarted envs' first observations: put them in the (fresh) rows.
                 rows = restarted if ids_arg is None else np.searchsorted(env_ids, restarted)
@@ -155,14 +268,14 @@ class SubsetLoop:
         """Record one step of env_ids into the rings; queue finished episodes for the store; return their
         env ids (their returns and lengths appended to ``returns``/``lens``). ``remember=False``: the caller updates
         the latest observations itself."""
-        c = self.c
+        c = self.ctx
         writer = c.writer
         if writer is not None:
             writer.next_rounds()
         if c.validate:
-            c._check_obs(next_obs, env_ids, "an observation")
-            c._check_rewards(rewards, env_ids)
-        if env_ids is c._all_ids:  # every env, in order: one write per array
+            c.check_obs(next_obs, env_ids, "an observation")
+            c.check_rewards(rewards, env_ids)
+        if env_ids is c.all_ids:  # every env, in order: one write per array
             c.buffer.add_all(actions, rewards, terminations, truncations, next_obs)
         else:
             c.buffer.add(env_ids, actions, rewards, terminations, truncations, next_obs)
@@ -177,6 +290,6 @@ class SubsetLoop:
         finished = env_ids[done]
         returns.extend(c.buffer.episode_returns[finished].tolist())
         lens.extend(c.buffer.episode_lengths[finished].tolist())
-        c._ended(finished)
-        c._needs_reset[finished] = True
+        c.ended(finished)
+        c.needs_reset[finished] = True
         return finished

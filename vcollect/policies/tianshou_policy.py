@@ -1,7 +1,7 @@
 """TianshouPolicy: a Tianshou 2.x policy (or Algorithm, for its policy) called by vcollect's collectors.
 
 Imports torch and tianshou; ``vcollect.policies`` exposes it lazily, and the collectors wrap a Tianshou
-policy in it by themselves (vcollect.policies.tianshou_types.as_policy), with ``pass_infos=False``.
+policy in it by themselves (vcollect.policies.wrapping.as_policy), with ``pass_infos=False``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tianshou.algorithm.algorithm_base import Policy as TianshouBasePolicy
 from tianshou.data import Batch, to_numpy
 
 from vcollect.errors import ActionError
-from vcollect.policies.torch_policy import call_with_threads, check_num_threads
+from vcollect.policies.torch_threads import call_with_threads, check_num_threads
 
 __all__ = ["TianshouPolicy", "info_batch"]
 

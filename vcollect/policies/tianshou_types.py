@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["as_policy", "is_tianshou_batch", "is_tianshou_net", "is_tianshou_policy", "net_gives_std"]
+__all__ = ["is_tianshou_batch", "is_tianshou_net", "is_tianshou_policy", "net_gives_std"]
 
 
 def _classes(module: str, *names: str) -> tuple[type, ...]:
@@ -47,13 +47,3 @@ def is_tianshou_batch(obj: Any) -> bool:
     """Whether obj is a ``tianshou.data.Batch``."""
     classes = _classes("tianshou.data.batch", "Batch")
     return bool(classes) and isinstance(obj, classes)
-
-
-def as_policy(policy: Any) -> Any:
-    """What a collector calls: a Tianshou Policy or Algorithm wrapped in TianshouPolicy, anything else as
-    it is."""
-    if is_tianshou_policy(policy):
-        from vcollect.policies.tianshou_policy import TianshouPolicy
-
-        return TianshouPolicy(policy)
-    return policy

@@ -1,6 +1,6 @@
 """TorchPolicy: run a torch module on a batch of observations and map its outputs to actions.
 
-This is the only vcollect module that imports torch; ``vcollect.policies`` exposes TorchPolicy lazily.
+Imports torch; ``vcollect.policies`` exposes TorchPolicy lazily.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from gymnasium import spaces
 
 from vcollect.errors import ActionError
 from vcollect.policies.tianshou_types import is_tianshou_batch, is_tianshou_net, net_gives_std
+from vcollect.policies.torch_threads import call_with_threads, check_num_threads
 from vcollect.spaces import leaves
 
 # (module output for one action leaf, deterministic) -> batch of actions for that leaf
@@ -135,28 +136,6 @@ class TorchPolicy:
     def load_state_dict(self, weights: Mapping[str, Any], strict: bool = True) -> Any:
         """Load weights into the module (passthrough to ``module.load_state_dict``)."""
         return self.module.load_state_dict(weights, strict=strict)
-
-
-def check_num_threads(num_threads: int | None) -> int | None:
-    """A policy's ``num_threads``: a positive int or None (ValueError otherwise)."""
-    if num_threads is not None and (
-        isinstance(num_threads, bool) or int(num_threads) != num_threads or num_threads < 1
-    ):
-        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
-    return None if num_threads is None else int(num_threads)
-
-
-def call_with_threads(threads: int, fn: Callable[[Any, Any], tuple[Any, Any]], obs: Any, state: Any) -> tuple[Any, Any]:
-    """``fn(obs, state)`` with torch's intra-op thread count set to ``threads`` (see TorchPolicy), set back
-    afterwards even when it raises; nothing is changed when the count already matches."""
-    previous = torch.get_num_threads()
-    if previous == threads:
-        return fn(obs, state)
-    torch.set_num_threads(threads)
-    try:
-        return fn(obs, state)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _output_of(result: Any) -> Any:

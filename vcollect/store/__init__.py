@@ -1,18 +1,10 @@
-"""The episode store: crash-safe columnar HDF5 shards written by EpisodeStore, read as Datasets."""
+"""The episode store: crash-safe columnar HDF5 shards written by EpisodeStore (how: StoreOptions), read as Datasets."""
 
 from __future__ import annotations
 
-from vcollect.store.catalog import delete_dataset, list_datasets
-from vcollect.store.dataset_spec import DatasetSpec
-from vcollect.store.local_datasets import list_local_datasets
-from vcollect.store.minari_interop import (
-    export_minari,
-    import_minari,
-    minari_dataset_path,
-    parse_minari_dataset_id,
-    resolve_minari_root,
-)
-from vcollect.store.namespaces import (
+from vcollect.store.layout.catalog import delete_dataset, list_datasets
+from vcollect.store.layout.local_datasets import list_local_datasets
+from vcollect.store.layout.namespaces import (
     create_namespace,
     delete_namespace,
     get_namespace_metadata,
@@ -20,16 +12,19 @@ from vcollect.store.namespaces import (
     update_namespace,
     update_namespace_metadata,
 )
-from vcollect.store.naming import dataset_path, parse_dataset_id, resolve_root
-from vcollect.store.reader import Dataset, EpisodeData, load_dataset
-from vcollect.store.transforms import combine_datasets, split_dataset
-from vcollect.store.writer import EpisodeStore
+from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.read.dataset_spec import DatasetSpec
+from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
+from vcollect.store.read.transforms import combine_datasets, split_dataset
+from vcollect.store.write.options import StoreOptions
+from vcollect.store.write.writer import EpisodeStore
 
 __all__ = [
     "Dataset",
     "DatasetSpec",
     "EpisodeData",
     "EpisodeStore",
+    "StoreOptions",
     "combine_datasets",
     "create_namespace",
     "delete_namespace",
@@ -40,14 +35,9 @@ __all__ = [
     "update_namespace_metadata",
     "dataset_path",
     "delete_dataset",
-    "export_minari",
-    "import_minari",
     "list_datasets",
     "load_dataset",
-    "minari_dataset_path",
     "parse_dataset_id",
-    "parse_minari_dataset_id",
-    "resolve_minari_root",
     "resolve_root",
     "split_dataset",
 ]

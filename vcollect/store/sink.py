@@ -12,8 +12,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
-__all__ = ["EpisodeSink", "check_sink"]
+__all__ = ["AcceptsEnvSpec", "EpisodeSink", "check_sink"]
 
 
 @runtime_checkable
@@ -51,6 +52,16 @@ class EpisodeSink(Protocol):
 
     def close(self) -> None:
         """Commit what is left and release the sink."""
+        ...
+
+
+@runtime_checkable
+class AcceptsEnvSpec(Protocol):
+    """What a sink may offer besides EpisodeSink: to record the env its episodes come from. A collector
+    offers its envs' EnvSpec once, when it is built, to a sink that has this method."""
+
+    def record_env_spec(self, spec: EnvSpec) -> bool:
+        """Record ``spec`` as the env of the dataset unless one is recorded already; True when it did."""
         ...
 
 

@@ -1,0 +1,128 @@
+"""A collector's parts made from what a user passes: the vector env, the rings, the store.
+
+What a user may pass as ``envs`` (a vcollect VectorEnv, a gymnasium vector env, an EnvPool pool, one
+gymnasium.Env, a list of env factories) becomes one VectorEnv; a ring given is checked against the envs
+(or made); a store is checked against the EpisodeSink protocol and offered the envs' EnvSpec when it
+accepts one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
+
+from vcollect.buffers import VectorRingBuffer
+from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
+from vcollect.envs.base import BaseVectorEnv
+from vcollect.envs.info_recording import InfoRecordingEnv
+from vcollect.store.sink import AcceptsEnvSpec, EpisodeSink, check_sink
+
+__all__ = ["DEFAULT_BUFFER_ROWS", "as_vector_env", "checked_ring", "checked_store", "collector_envs"]
+
+DEFAULT_BUFFER_ROWS = 20_000
+"""Rows of ring buffer made when none is given, split evenly between the envs."""
+
+
+def as_vector_env(envs: Any) -> VectorEnv:
+    """Accept a VectorEnv, a gymnasium vector env, an EnvPool pool, one gymnasium.Env, or a list of env factories.
+
+    Raises:
+        TypeError: ``envs`` is none of these.
+    """
+    if isinstance(envs, VectorEnv):
+        return envs
+    if is_envpool(envs):
+        return EnvPoolVectorEnv(envs)
+    if isinstance(envs, gym.vector.VectorEnv):
+        return GymnasiumVectorEnv(envs)
+    if isinstance(envs, gym.Env):
+        env = envs
+        return DummyVectorEnv([lambda: env])
+    if isinstance(envs, Sequence) and envs and all(callable(fn) for fn in envs):
+        return DummyVectorEnv(list(envs))
+    raise TypeError(
+        "envs must be a vcollect VectorEnv (with its capabilities declared), a gymnasium vector env, a "
+        f"gymnasium.Env or a non-empty list of zero-argument env factories; got {type(envs).__name__}"
+    )
+
+
+def collector_envs(envs: Any, *, record_infos: bool, batched_recv: bool) -> VectorEnv:
+    """The vector env a collector steps: ``envs`` accepted (as_vector_env), wrapped to record infos.
+
+    Args:
+        envs: what the user passed.
+        record_infos: keep each env's infos since its reset (InfoRecordingEnv).
+        batched_recv: whether the collector keeps enough envs in flight for a backend that returns results
+            in fixed-size batches.
+
+    Raises:
+        ValueError: infos asked of a backend that steps all envs or resets by itself, or a batch-returning
+            backend given to a collector that cannot serve it.
+    """
+    vector_env = as_vector_env(envs)
+    if record_infos:
+        if vector_env.capabilities.steps_all_envs or vector_env.capabilities.autoresets:
+            raise ValueError(
+                f"record_infos needs a backend that steps and resets each env on request; "
+                f"{type(vector_env).__name__} steps all envs at once or resets them by itself"
+            )
+        vector_env = InfoRecordingEnv(vector_env)
+    batch = vector_env.capabilities.recv_batch_size
+    if batch > 1 and not batched_recv:
+        raise ValueError(
+            f"{type(vector_env).__name__} returns results {batch} at a time (async mode): "
+            "collect from it with AsyncCollector, or make it in sync mode (batch_size=num_envs)"
+        )
+    return vector_env
+
+
+def checked_ring(buffer: VectorRingBuffer | None, envs: VectorEnv) -> VectorRingBuffer:
+    """The given ring, checked against the envs (and given their spaces if it has none), or a new one of
+    DEFAULT_BUFFER_ROWS rows.
+
+    Raises:
+        TypeError: ``buffer`` is not a VectorRingBuffer.
+        ValueError: its number of rings or its spaces differ from the envs'.
+    """
+    num_envs, observation_space, action_space = envs.num_envs, envs.single_observation_space, envs.single_action_space
+    if buffer is None:
+        return VectorRingBuffer(num_envs, max(2, DEFAULT_BUFFER_ROWS // num_envs), observation_space, action_space)
+    if not isinstance(buffer, VectorRingBuffer):
+        raise TypeError(f"buffer must be a vcollect VectorRingBuffer, got {type(buffer).__name__}")
+    if buffer.num_envs != num_envs:
+        raise ValueError(
+            f"buffer has {buffer.num_envs} env rings but the collector has {num_envs} envs; "
+            "make the VectorRingBuffer with num_envs equal to envs.num_envs"
+        )
+    if not buffer.has_spaces:  # VectorRingBuffer(total_size=..., num_envs=...): the envs' spaces
+        buffer.bind_spaces(observation_space, action_space)
+    for what, ring_space, env_space in (
+        ("observation", buffer.observation_space, observation_space),
+        ("action", buffer.action_space, action_space),
+    ):
+        if ring_space != env_space:
+            raise ValueError(
+                f"buffer holds {what} space {ring_space} but the envs have {what} space {env_space}; "
+                "make the VectorRingBuffer with envs.single_observation_space / single_action_space"
+            )
+    return buffer
+
+
+def checked_store(store: EpisodeSink | None, envs: VectorEnv) -> EpisodeSink | None:
+    """The store as an EpisodeSink of the envs' spaces (check_sink), offered the envs' EnvSpec where it
+    accepts one (AcceptsEnvSpec), so that its dataset names its env and recover_environment() works."""
+    if store is None:
+        return None
+    sink = check_sink(store, envs.single_observation_space, envs.single_action_space)
+    spec = env_spec(envs)
+    if spec is not None and isinstance(sink, AcceptsEnvSpec):
+        sink.record_env_spec(spec)
+    return sink
+
+
+def env_spec(envs: VectorEnv) -> EnvSpec | None:
+    """The EnvSpec of the envs where the backend knows it (made from a registered id)."""
+    return envs.env_spec if isinstance(envs, BaseVectorEnv | InfoRecordingEnv) else None

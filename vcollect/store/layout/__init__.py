@@ -1,0 +1,1 @@
+"""A dataset's place on disk: ids and roots, dataset.json, staging, publish journals, manifests, catalog, namespaces."""

@@ -1,0 +1,142 @@
+"""Random row reads from Zstandard-compressed shard columns without HDF5's per-row cost.
+
+Sampling 256 random frames through h5py costs 30 to 60 us of HDF5 bookkeeping per row (its selection
+and chunk lookup), 8 to 15 ms a batch, over the 5 ms a training loop can wait. A compressed column's
+chunks are plain Zstandard frames at byte offsets HDF5 records, so this module reads the chunk table
+once (``Dataset.id.chunk_iter``), then slices the chunks the rows need out of the file's memory map and
+decodes them with the ``zstandard`` package, straight into the output rows: about 2.5 ms for 512 Pong
+frame stacks (benchmarks/RESULTS.md, "Session 8"). A range of rows (an episode) decodes each stretch of
+chunks that lie back to back in the file as one stream, without a call per row. Columns with any other
+filter are read through h5py as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import h5py
+import numpy as np
+import zstandard
+
+ZSTD_FILTER = 32015
+"""HDF5's registered id of the Zstandard filter (what hdf5plugin.Zstd writes)."""
+
+
+class ChunkTable:
+    """Where each chunk of one Zstandard-compressed column lies in its file (chunks of whole rows).
+
+    Holds one decoder (making one costs ~16 us, as much as decoding a frame stack), so a table is not for
+    two threads at once: OpenShardFiles reads under its lock."""
+
+    def __init__(self, dataset: h5py.Dataset) -> None:
+        chunks = dataset.chunks
+        assert chunks is not None and tuple(chunks[1:]) == tuple(dataset.shape[1:])
+        self.rows_per_chunk = int(chunks[0])
+        self.row_shape = tuple(dataset.shape[1:])
+        self.dtype = dataset.dtype
+        self.row_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
+        self.num_rows = int(dataset.shape[0])
+        count = -(-self.num_rows // self.rows_per_chunk)
+        self.offsets = np.full(count, -1, dtype=np.int64)
+        self.sizes = np.zeros(count, dtype=np.int64)
+        masks = np.zeros(count, dtype=np.int64)  # HDF5's per-chunk mask of filters not applied
+
+        def note(info: Any) -> None:
+            k = info.chunk_offset[0] // self.rows_per_chunk
+            self.offsets[k], self.sizes[k], masks[k] = info.byte_offset, info.size, info.filter_mask
+
+        dataset.id.chunk_iter(note)
+        self._decoder = zstandard.ZstdDecompressor()
+        if (self.offsets < 0).any():
+            raise ValueError(f"column {dataset.name!r} has unwritten chunks")
+        # a set filter-mask bit: HDF5 kept that chunk as it was (the filter could not shrink it); 18 bytes a
+        # chunk are kept in all (a 10 GB dataset of Pong stacks: 6 MB)
+        self.stored_raw = (masks & 1).astype(bool)
+        # breaks[k]: chunk k + 1 cannot continue a stream of frames ending with chunk k (HDF5 put something
+        # between them, or one of them is not a Zstandard frame)
+        ends = self.offsets + self.sizes
+        self.breaks = np.ones(count, dtype=bool)
+        self.breaks[:-1] = (self.offsets[1:] != ends[:-1]) | self.stored_raw[1:] | self.stored_raw[:-1]
+
+    @staticmethod
+    def applies_to(dataset: h5py.Dataset) -> bool:
+        """A chunked column of whole rows whose only filter is Zstandard."""
+        chunks = dataset.chunks
+        if chunks is None or tuple(chunks[1:]) != tuple(dataset.shape[1:]):
+            return False
+        plist = dataset.id.get_create_plist()
+        return plist.get_nfilters() == 1 and plist.get_filter(0)[0] == ZSTD_FILTER
+
+    def read_rows(self, mapped: Any, rows: np.ndarray) -> np.ndarray:
+        """``rows`` (row numbers, any order, repeats allowed) decoded from the file's memory map ``mapped``."""
+        out = np.empty((len(rows), *self.row_shape), dtype=self.dtype)
+        if not len(rows):
+            return out
+        if self.rows_per_chunk == 1:  # frame-sized rows: a chunk each, decoded straight into its output row
+            self.decode_into(mapped, rows, out, np.arange(len(rows)))
+            return out
+        # chunks of several rows (single frames of a frame stack): each chunk the rows touch decoded once into
+        # a scratch buffer, then one gather of the rows from it
+        rows_per_chunk, row_bytes = self.rows_per_chunk, self.row_bytes
+        chunk_bytes = rows_per_chunk * row_bytes
+        chunks, inverse = np.unique(rows // rows_per_chunk, return_inverse=True)
+        scratch = np.empty((len(chunks) * rows_per_chunk, row_bytes), dtype=np.uint8)
+        view = memoryview(scratch.reshape(-1))  # type: ignore[arg-type]
+        decode = self._decoder.decompress
+        starts = self.offsets[chunks]
+        stops = (starts + self.sizes[chunks]).tolist()
+        filled = np.minimum(rows_per_chunk, self.num_rows - chunks * rows_per_chunk) * row_bytes
+        for i, (k, start, stop, keep, need) in enumerate(
+                zip(chunks.tolist(), starts.tolist(), stops, self.stored_raw[chunks].tolist(), filled.tolist())):
+            raw = mapped[start:stop] if keep else decode(mapped[start:stop], max_output_size=chunk_bytes)
+            if len(raw) < need:
+                raise ValueError(f"chunk {k} decoded to {len(raw)} bytes, expected at least {need}")
+            view[i * chunk_bytes : i * chunk_bytes + need] = memoryview(raw)[:need]
+        np.take(scratch, inverse.reshape(-1) * rows_per_chunk + rows % rows_per_chunk, axis=0,
+                out=out.reshape(len(rows), -1).view(np.uint8), mode="clip")  # "raise" would buffer the output
+        return out
+
+    def read_range(self, mapped: Any, lo: int, hi: int) -> np.ndarray:
+        """Rows ``lo`` to ``hi`` (exclusive, within the column) decoded from the file's memory map ``mapped``."""
+        if self.rows_per_chunk != 1 or hi - lo < 2:
+            return self.read_rows(mapped, np.arange(lo, hi, dtype=np.int64))
+        out = np.empty((hi - lo, *self.row_shape), dtype=self.dtype)
+        view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+        cuts = (np.flatnonzero(self.breaks[lo : hi - 1]) + lo + 1).tolist()
+        decoder = self._decoder
+        for a, b in zip([lo, *cuts], [*cuts, hi]):  # a stretch of chunks back to back in the file
+            start, stop = int(self.offsets[a]), int(self.offsets[b - 1] + self.sizes[b - 1])
+            target = view[(a - lo) * self.row_bytes : (b - lo) * self.row_bytes]
+            if b - a == 1 and self.stored_raw[a]:
+                if stop - start != self.row_bytes:
+                    raise ValueError(f"chunk {a} holds {stop - start} bytes, expected {self.row_bytes}")
+                target[:] = mapped[start:stop]
+                continue
+            filled = 0
+            with decoder.stream_reader(mapped[start:stop], read_across_frames=True) as stream:
+                while filled < len(target):
+                    n = stream.readinto(target[filled:])
+                    if n == 0:
+                        break
+                    filled += n
+                extra = stream.read(1)
+            if filled != len(target) or extra:
+                raise ValueError(f"chunks {a} to {b - 1} decoded to {'more' if extra else filled} bytes, "
+                                 f"expected {len(target)}")
+        return out
+
+    def decode_into(self, mapped: Any, rows: np.ndarray, out: np.ndarray, where: np.ndarray) -> None:
+        """``out[where[i]] = row rows[i]`` for a column of one-row chunks, each decoded straight into its place
+        in ``out`` (C-contiguous, of this column's dtype and row shape)."""
+        decode = self._decoder.decompress
+        view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
+        row_bytes = self.row_bytes
+        starts = self.offsets[rows]
+        stops = (starts + self.sizes[rows]).tolist()
+        raw_rows = self.stored_raw[rows].tolist()
+        places = (np.asarray(where, dtype=np.int64) * row_bytes).tolist()
+        for row, start, stop, keep, place in zip(rows.tolist(), starts.tolist(), stops, raw_rows, places):
+            raw = mapped[start:stop] if keep else decode(mapped[start:stop], max_output_size=row_bytes)
+            if len(raw) != row_bytes:
+                raise ValueError(f"chunk {row} decoded to {len(raw)} bytes, expected {row_bytes}")
+            view[place : place + row_bytes] = raw

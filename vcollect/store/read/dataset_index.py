@@ -1,0 +1,295 @@
+"""The index a loaded dataset's views share: all shards' episode tables as one, episodes decoded, rows gathered.
+
+Episode ids are global: shards in the order given (by file name, commit time first), then row.
+``EpisodeData`` is what decoding one episode gives.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vcollect.spaces import Leaf, leaves, unflatten_batch
+from vcollect.store.layout.dataset_info import dataset_spaces
+from vcollect.store.layout.shard_format import column_path
+from vcollect.store.read.shard_reader import OpenShardFiles, StoredShard, decode_column
+from vcollect.store.write.frame_stack import FrameStack, rebuild_episode, stack_rows
+
+__all__ = ["DatasetIndex", "EpisodeData"]
+
+
+@dataclass(frozen=True, eq=False)
+class EpisodeData:
+    """One stored episode: T+1 observations, T actions/rewards/flags, infos/extras, seed and env id."""
+
+    id: int
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: dict[str, Any]
+    extras: dict[str, Any]
+    seed: int | None
+    env_id: int
+    options: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: The part of ``metadata`` set after the fact under keys its shard does not store (copies write it to
+    #: the new dataset's episode_metadata.json, as keys may differ between episodes there).
+    late_metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        """Number of steps T."""
+        return int(self.rewards.shape[0])
+
+    def __repr__(self) -> str:
+        return (
+            f"EpisodeData(id={self.id}, steps={len(self)}, seed={self.seed}, env_id={self.env_id}, "
+            f"return={float(self.rewards.sum()):.6g})"
+        )
+
+
+class DatasetIndex:
+    """Everything a Dataset view shares: shards, global episode table, spaces, open files and the sampling cache."""
+
+    def __init__(
+        self,
+        dataset_id: str,
+        path: Path,
+        info: dict[str, Any],
+        shards: list[StoredShard],
+        max_open_files: int,
+        late_metadata: dict[str, dict[int, dict[str, Any]]] | None = None,
+    ) -> None:
+        self.dataset_id = dataset_id
+        #: metadata set after the fact (episode_metadata.json): {shard file name: {row: metadata}}
+        self.late_metadata = late_metadata or {}
+        self.path = path
+        self.info = info
+        self.observation_space, self.action_space = dataset_spaces(info)
+        self.obs_leaves = leaves(self.observation_space)
+        #: frames stored once, stacks rebuilt on read (store/write/frame_stack.py); None for plain observations
+        self.frame_stack = FrameStack.from_json(info.get("frame_stack"))
+        self.act_leaves = leaves(self.action_space)
+        self.shards = shards
+        self.files = OpenShardFiles(max_open_files)
+        counts = [s.num_episodes for s in shards]
+        self.shard_of = np.repeat(np.arange(len(shards), dtype=np.int64), counts)
+        self.shard_first_episode = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        step_base = np.concatenate([[0], np.cumsum([s.num_steps for s in shards], dtype=np.int64)])
+        obs_base = np.concatenate([[0], np.cumsum([s.num_obs_rows for s in shards], dtype=np.int64)])
+
+        def cat(name: str, dtype: Any) -> np.ndarray:
+            parts = [getattr(s, name) for s in shards]
+            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+
+        self.local_obs_offset = cat("obs_offset", np.int64)
+        self.local_step_offset = cat("step_offset", np.int64)
+        self.length = cat("length", np.int64)
+        self.returns = cat("returns", np.float64)
+        self.env_id = cat("env_id", np.int64)
+        seed_dtypes = {s.seed.dtype for s in shards}
+        self.seed = cat("seed", seed_dtypes.pop() if len(seed_dtypes) == 1 else (object if seed_dtypes else np.int64))
+        self.seed_valid = cat("seed_valid", np.bool_)
+        self.global_obs_offset = self.local_obs_offset + obs_base[:-1][self.shard_of]
+        self.global_step_offset = self.local_step_offset + step_base[:-1][self.shard_of]
+        self.total_steps = int(step_base[-1])
+        self.step_base = step_base
+        self.obs_base = obs_base
+        self._cache: dict[str, np.ndarray] | None = None
+        self._cache_size: int | None = None
+        self._cache_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (e.g. into a DataLoader worker) without the sampling cache, its lock or open files: the
+        copy rebuilds them on use, so no process reads through another's file handles."""
+        state = self.__dict__.copy()
+        state["_cache"], state["_cache_lock"] = None, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._cache_lock = threading.Lock()
+
+    @property
+    def total_episodes(self) -> int:
+        return int(self.length.shape[0])
+
+    def episode(self, episode_id: int) -> EpisodeData:
+        """Decode one episode by global id."""
+        if not 0 <= episode_id < self.total_episodes:
+            raise IndexError(f"episode id {episode_id} out of range [0, {self.total_episodes})")
+        s = int(self.shard_of[episode_id])
+        shard = self.shards[s]
+        row = episode_id - int(self.shard_first_episode[s])
+        o = int(shard.obs_offset[row])
+        st = int(shard.step_offset[row])
+        steps = int(shard.length[row])
+        obs_rows, step_rows = slice(o, o + steps + 1), slice(st, st + steps)
+
+        def read(name: str, rows: slice) -> np.ndarray:
+            return self.files.read(s, shard, name, rows)
+
+        def leaf_values(prefix: str, leaf_list: list[Leaf], rows: slice) -> list[np.ndarray]:
+            return [read(column_path(prefix, leaf.name), rows).astype(leaf.dtype, copy=False) for leaf in leaf_list]
+
+        obs_values = leaf_values("observations", self.obs_leaves, obs_rows)
+        if self.frame_stack is not None:
+            obs_values = [rebuild_episode(frames, self.frame_stack) for frames in obs_values]
+        observations = unflatten_batch(self.observation_space, obs_values)
+        actions = unflatten_batch(self.action_space, leaf_values("actions", self.act_leaves, step_rows))
+        trees: dict[str, dict[str, Any]] = {}
+        for group, cols in shard.tree_columns.items():
+            tree: dict[str, Any] = {}
+            for key, col in cols.items():
+                value = decode_column(read(col.path, obs_rows if col.attrs.get("rows") == "obs" else step_rows), col.attrs)
+                node = tree
+                *parents, last = key.split("/")
+                for part in parents:
+                    node = node.setdefault(part, {})
+                node[last] = value
+            trees[group] = tree
+        options = None
+        if shard.options is not None:
+            options = json.loads(shard.options[row])
+        metadata = self.metadata_at(shard, row)
+        late = {k: metadata[k] for k in self.late_metadata.get(shard.path.name, {}).get(row, {}) if k not in shard.metadata}
+        return EpisodeData(
+            id=episode_id,
+            observations=observations,
+            actions=actions,
+            rewards=read("rewards", step_rows).astype(np.float64, copy=False),
+            terminations=read("terminations", step_rows).astype(np.bool_, copy=False),
+            truncations=read("truncations", step_rows).astype(np.bool_, copy=False),
+            infos=trees["infos"],
+            extras=trees["extras"],
+            seed=int(shard.seed[row]) if shard.seed_valid[row] else None,
+            env_id=int(shard.env_id[row]),
+            options=options,
+            metadata=metadata,
+            late_metadata=late,
+        )
+
+    def locate(self, episode_id: int) -> tuple[StoredShard, int]:
+        """(shard, row) of one episode by global id."""
+        if not 0 <= episode_id < self.total_episodes:
+            raise IndexError(f"episode id {episode_id} out of range [0, {self.total_episodes})")
+        s = int(self.shard_of[episode_id])
+        return self.shards[s], episode_id - int(self.shard_first_episode[s])
+
+    def metadata_at(self, shard: StoredShard, row: int) -> dict[str, Any]:
+        """An episode's metadata: what its shard stores, overlaid by what was set after the fact."""
+        metadata = {key: (col[row].item() if col.ndim == 1 else np.array(col[row])) for key, col in shard.metadata.items()}
+        for key, value in self.late_metadata.get(shard.path.name, {}).get(row, {}).items():
+            metadata[key] = np.asarray(value) if isinstance(value, list) else value
+        return metadata
+
+    def minari_episode_metadata(self, episode_id: int) -> dict[str, Any]:
+        """What Minari's ``get_episode_metadata`` gives for one episode: id, seed, total_steps, options and
+        the episode's metadata, without reading its steps."""
+        shard, row = self.locate(episode_id)
+        out: dict[str, Any] = {"id": episode_id, "total_steps": int(shard.length[row])}
+        if shard.seed_valid[row]:
+            out["seed"] = int(shard.seed[row])
+        if shard.options is not None:
+            options = json.loads(shard.options[row])
+            if options is not None:
+                out["options"] = options
+        return {**out, **self.metadata_at(shard, row)}
+
+    def _sampled_columns(self) -> list[tuple[str, np.dtype[Any], bool]]:
+        """(name, dtype, has observation rows) of every column sample_steps reads."""
+        cols = [(column_path("observations", leaf.name), leaf.dtype, True) for leaf in self.obs_leaves]
+        cols += [(column_path("actions", leaf.name), leaf.dtype, False) for leaf in self.act_leaves]
+        cols += [(name, np.dtype(dtype), False) for name, dtype in
+                 (("rewards", np.float64), ("terminations", np.bool_), ("truncations", np.bool_))]
+        return cols
+
+    def _row_shape(self, name: str) -> tuple[int, ...]:
+        return self.shards[0].columns[name].shape[1:] if self.shards else ()
+
+    def cache_size(self) -> int:
+        """Bytes the in-memory copy of the sampled columns of all shards takes (or would take); computed once
+        (the shards do not change), as every gather asks."""
+        if self._cache_size is None:
+            self._cache_size = self._columns_nbytes()
+        return self._cache_size
+
+    def _columns_nbytes(self) -> int:
+        nbytes = 0
+        for name, dtype, obs_rows in self._sampled_columns():
+            rows = self.total_steps + (self.total_episodes if obs_rows else 0)
+            nbytes += rows * int(np.prod(self._row_shape(name), dtype=np.int64)) * dtype.itemsize
+        return nbytes
+
+    @property
+    def cache_nbytes(self) -> int:
+        """Bytes the in-memory sampling cache holds now (0 when not built)."""
+        cache = self._cache
+        return 0 if cache is None else sum(arr.nbytes for arr in cache.values())
+
+    def cache(self, cache_bytes: int) -> dict[str, np.ndarray] | None:
+        """The sampled columns of all shards concatenated in memory, built on first use when they fit in
+        ``cache_bytes`` (else None); filled shard by shard so that few files are open at once."""
+        if self._cache is not None or self.cache_size() > cache_bytes:
+            return self._cache
+        with self._cache_lock:
+            if self._cache is None:
+                columns = self._sampled_columns()
+                cache = {
+                    name: np.empty((int((self.obs_base if obs_rows else self.step_base)[-1]), *self._row_shape(name)),
+                                   dtype=dtype)
+                    for name, dtype, obs_rows in columns
+                }
+                for s, shard in enumerate(self.shards):  # shard by shard: each file opened once
+                    for name, _, obs_rows in columns:
+                        base = self.obs_base if obs_rows else self.step_base
+                        cache[name][base[s] : base[s + 1]] = self.files.read(s, shard, name, slice(None))
+                self._cache = cache
+        return self._cache
+
+    def gather_obs(self, name: str, dtype: np.dtype[Any], rows: np.ndarray, starts: np.ndarray,
+                   cache_bytes: int) -> np.ndarray:
+        """Observations at global observation `rows` of episodes starting at `starts`, stacks rebuilt."""
+        stack = self.frame_stack
+        if stack is None:
+            return self.gather(name, dtype, self.row_groups(rows, True), cache_bytes)
+        frame_rows, padded = stack_rows(rows, starts, stack.k)
+        frames = self.gather(name, dtype, self.row_groups(frame_rows.reshape(-1), True), cache_bytes)
+        out = frames.reshape(*frame_rows.shape, *frames.shape[1:])
+        if stack.padding == "zero" and padded.any():
+            out[padded] = 0
+        return out
+
+    def row_groups(self, rows: np.ndarray, obs_rows: bool) -> RowGroups:
+        """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns."""
+        return RowGroups(rows, self.obs_base if obs_rows else self.step_base)
+
+    def gather(self, name: str, dtype: np.dtype[Any], groups: RowGroups, cache_bytes: int) -> np.ndarray:
+        """The rows of ``groups`` of one column, from the cache or else shard by shard in file order."""
+        cache = self.cache(cache_bytes)
+        if cache is not None:
+            return cache[name][groups.rows]
+        out = np.empty((len(groups.rows), *self._row_shape(name)), dtype=dtype)
+        for s, where, local in groups.parts:
+            self.files.read_into(s, self.shards[s], name, local, out, where)
+        return out
+
+
+class RowGroups:
+    """Global rows of one kind split by shard once: per shard touched, (shard, places in the batch, its rows),
+    rows ascending (file order). Several columns gathered at the same rows share one split."""
+
+    def __init__(self, rows: np.ndarray, base: np.ndarray) -> None:
+        self.rows = rows
+        order = np.argsort(rows, kind="stable")
+        ordered = rows[order]
+        which = np.searchsorted(base, ordered, side="right") - 1
+        cuts = (np.flatnonzero(which[1:] != which[:-1]) + 1).tolist()
+        self.parts = [(int(which[a]), order[a:b], ordered[a:b] - base[which[a]])
+                      for a, b in zip([0, *cuts], [*cuts, len(rows)]) if b > a]

@@ -1,0 +1,557 @@
+"""Reading datasets written by EpisodeStore, with Minari's names: load_dataset, Dataset, EpisodeData.
+
+``load_dataset`` reads every committed shard's small ``episodes/`` table and notes where each
+column lies in its file; column data are read on use, through memory maps (raw columns, and Zstandard
+chunks decoded from the map) or HDF5 (other codecs) of at most ``max_open_files`` files open at once, so
+loading is cheap, memory stays small and a dataset of any number of shards reads within a small
+file-descriptor limit. Episode ids are global: shards sorted by file name (commit time first), then row.
+``.tmp`` files (half-written shards) are ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.errors import CorruptShardError, EpisodeIndexError
+from vcollect.spaces import Leaf, leaves, unflatten_batch
+from vcollect.store.layout.dataset_info import (
+    check_metadata_update,
+    dataset_files,
+    dataset_spaces,
+    read_dataset_info,
+    update_dataset_info,
+)
+from vcollect.store.layout.episode_metadata import (
+    check_episode_metadata,
+    read_episode_metadata,
+    update_episode_metadata_file,
+)
+from vcollect.store.layout.manifest import read_manifest
+from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.layout.publish_journal import recover_publishes
+from vcollect.store.layout.shard_format import column_path
+from vcollect.store.layout.staging import remove_stale_staging
+from vcollect.store.read.dataset_index import DatasetIndex, EpisodeData
+from vcollect.store.read.dataset_spec import DatasetSpec
+from vcollect.store.read.requirements import warn_unmet_requirements
+from vcollect.store.read.shard_reader import StoredShard
+from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
+from vcollect.store.write.frame_stack import FrameStack, frame_leaves
+
+__all__ = [
+    "MAX_OPEN_FILES",
+    "SAMPLE_CACHE_BYTES",
+    "Dataset",
+    "DatasetSpec",
+    "EpisodeData",
+    "load_dataset",
+    "reload_in_place",
+    "view_of",
+]
+
+#: Default ``cache_bytes`` of :meth:`Dataset.sample_steps`: the sampled columns of all shards are copied
+#: into memory once when they total at most this many bytes; above it, rows are gathered from the files.
+SAMPLE_CACHE_BYTES = 64 * 2**20
+
+#: Most files a loaded dataset keeps open at once (each open shard map or HDF5 file holds one file
+#: descriptor); the least recently used one is closed first. Views of one dataset share them.
+MAX_OPEN_FILES = 32
+
+
+class Dataset:
+    """A dataset (or a view of some of its episodes) with Minari's API, plus fast ``sample_steps``.
+
+    Views made by ``filter_episodes``/``split_dataset`` share the loaded shards; nothing is copied.
+    """
+
+    def __init__(self, index: DatasetIndex, episode_indices: np.ndarray | None = None) -> None:
+        """Internal: use :func:`load_dataset`."""
+        self._index = index
+        if episode_indices is None:
+            episode_indices = np.arange(index.total_episodes, dtype=np.int64)
+        self._episode_indices = np.asarray(episode_indices, dtype=np.int64)
+        self._rng = np.random.default_rng()
+        self._cum_lengths: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ metadata
+
+    @property
+    def id(self) -> str:
+        """The dataset id."""
+        return self._index.dataset_id
+
+    @property
+    def path(self) -> Path:
+        """The dataset directory."""
+        return self._index.path
+
+    @property
+    def root(self) -> Path:
+        """The datasets root this dataset lies under (``path`` less the folders of its id)."""
+        return self._index.path.parents[len(self.id.split("/")) - 1]
+
+    @property
+    def frame_stack(self) -> FrameStack | None:
+        """How frame-stacked observations are stored once (store/write/frame_stack.py); None when stored whole."""
+        return self._index.frame_stack
+
+    @property
+    def observation_space(self) -> gym.Space[Any]:
+        """Observation space of every episode."""
+        return self._index.observation_space
+
+    @property
+    def action_space(self) -> gym.Space[Any]:
+        """Action space of every episode."""
+        return self._index.action_space
+
+    @property
+    def env_spec_json(self) -> str | None:
+        """The stored env spec as gymnasium's JSON string (what Minari keeps in its metadata), or None."""
+        value = self._index.info.get("env_spec")
+        return None if value is None else str(value)
+
+    @property
+    def eval_env_spec_json(self) -> str | None:
+        """The stored evaluation env spec JSON, or None."""
+        value = self._index.info.get("eval_env_spec")
+        return None if value is None else str(value)
+
+    @property
+    def env_spec(self) -> gym.envs.registration.EnvSpec | None:
+        """The env spec the data was collected with (for ``recover_environment``), or None."""
+        text = self.env_spec_json
+        return None if text is None else gym.envs.registration.EnvSpec.from_json(text)
+
+    @property
+    def eval_env_spec(self) -> gym.envs.registration.EnvSpec | None:
+        """The evaluation env spec, or None."""
+        text = self.eval_env_spec_json
+        return None if text is None else gym.envs.registration.EnvSpec.from_json(text)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """Dataset metadata from dataset.json (author, description, ...), plus dataset_id and created_at."""
+        info = self._index.info
+        return {
+            **info.get("metadata", {}),
+            "dataset_id": self.id,
+            "created_at": info.get("created_at"),
+            "format_version": info.get("format_version"),
+        }
+
+    @property
+    def combined_datasets(self) -> list[str]:
+        """Ids of the datasets this one was combined from ([] when it was not combined)."""
+        return list(self._index.info.get("metadata", {}).get("combined_datasets") or [])
+
+    @property
+    def spec(self) -> DatasetSpec:
+        """Minari's dataset spec of this view (totals of the view), plus eval_env_spec and the metadata."""
+        metadata = self.metadata
+        version = metadata.get("minari_version")
+        return DatasetSpec(
+            env_spec=self.env_spec,
+            total_episodes=self.total_episodes,
+            total_steps=self.total_steps,
+            dataset_id=self.id,
+            combined_datasets=self.combined_datasets,
+            observation_space=self.observation_space,
+            action_space=self.action_space,
+            data_path=str(self.path),
+            minari_version=None if version is None else str(version),
+            eval_env_spec=self.eval_env_spec,
+            metadata=metadata,
+        )
+
+    def update_metadata(self, metadata: Mapping[str, Any]) -> None:
+        """Add or change dataset metadata keys (author, description, ...) in dataset.json, atomically.
+
+        Minari's ``storage.update_metadata`` on the dataset. Keys that describe the stored data
+        (:data:`~vcollect.store.layout.dataset_info.PROTECTED_METADATA_KEYS`: ids, spaces, env_spec, format,
+        totals) raise MetadataKeyError and nothing changes; ``eval_env_spec`` (an EnvSpec or its JSON) sets
+        the evaluation env. This dataset and its views see the change; other loaded copies on reload.
+        """
+        values = check_metadata_update(metadata)
+        eval_spec = values.pop("eval_env_spec", None)
+        root = self.root
+        update_dataset_info(self.path, self.id, root, metadata=values, eval_env_spec=eval_spec)
+        self._index.info = read_dataset_info(self.path, self.id, root)
+
+    def _global_ids(self, episode_indices: Iterable[int] | None) -> np.ndarray:
+        """Global episode ids checked against this view (EpisodeIndexError naming the first stray one)."""
+        if episode_indices is None:
+            return self._episode_indices
+        ids = np.asarray(list(episode_indices))
+        if ids.size and ids.dtype.kind not in "iu":
+            raise TypeError(f"episode indices must be integers, got {ids.dtype}")
+        ids = ids.astype(np.int64).reshape(-1)
+        stray = ids[~np.isin(ids, self._episode_indices)]
+        if stray.size:
+            where = "dataset" if self.total_episodes == self._index.total_episodes else "view"
+            raise EpisodeIndexError(
+                f"episode {int(stray[0])} is not in this {where} of {self.id!r} ({self.total_episodes} episodes; "
+                "indices are global episode ids, see episode_indices)"
+            )
+        return ids
+
+    def get_episode_metadata(self, episode_indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
+        """Metadata of episodes by global id (all of this view's by default), as Minari's
+        ``get_episode_metadata``: id, seed, total_steps, options (when stored) and the episode's metadata.
+
+        Reads no step data. EpisodeIndexError for an id outside this view.
+        """
+        return [self._index.minari_episode_metadata(int(i)) for i in self._global_ids(episode_indices).tolist()]
+
+    def update_episode_metadata(
+        self, metadatas: Iterable[Mapping[str, Any]], episode_indices: Iterable[int] | None = None
+    ) -> None:
+        """Add or change metadata keys of episodes (all of this view's, in order, by default), after the fact.
+
+        ``metadatas`` holds one dict per episode; episodes may get different keys. Kept in
+        ``episode_metadata.json`` (see :mod:`vcollect.store.layout.episode_metadata`), replaced atomically in one
+        write for all the episodes: all of them change or, on any error, none. Values overlay what the shard
+        stores; an export to Minari writes them into the episode groups' attributes. Bad input
+        (EpisodeIndexError, MetadataKeyError, ValueError for lengths or values) changes nothing.
+        """
+        ids = self._global_ids(episode_indices)
+        metadatas = list(metadatas)
+        if len(metadatas) != ids.shape[0]:
+            raise ValueError(f"got {len(metadatas)} metadata dicts for {ids.shape[0]} episodes; give one per episode")
+        updates: dict[tuple[str, int], dict[str, Any]] = {}
+        for episode_id, metadata in zip(ids.tolist(), metadatas):
+            checked = check_episode_metadata(metadata, f"episode {episode_id}")
+            shard, row = self._index.locate(episode_id)
+            updates.setdefault((shard.path.name, row), {}).update(checked)
+        if updates:
+            self._index.late_metadata = update_episode_metadata_file(self.path, updates)
+
+    @property
+    def episode_indices(self) -> np.ndarray:
+        """Global ids of the episodes in this dataset (view), in order."""
+        return self._episode_indices
+
+    @property
+    def total_episodes(self) -> int:
+        """Number of episodes in this dataset (view)."""
+        return int(self._episode_indices.shape[0])
+
+    @property
+    def total_steps(self) -> int:
+        """Number of steps over the episodes of this dataset (view)."""
+        return int(self._index.length[self._episode_indices].sum())
+
+    @property
+    def episode_lengths(self) -> np.ndarray:
+        """Steps T of each episode of this view, aligned with ``episode_indices``."""
+        return self._index.length[self._episode_indices]
+
+    @property
+    def episode_returns(self) -> np.ndarray:
+        """Sum of rewards of each episode of this view, aligned with ``episode_indices``."""
+        return self._index.returns[self._episode_indices]
+
+    @property
+    def episode_seeded(self) -> np.ndarray:
+        """Whether each episode of this view was stored with the seed of its reset (so it replays alone),
+        aligned with ``episode_indices``."""
+        return self._index.seed_valid[self._episode_indices]
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        """The committed shard files this dataset was loaded from, in episode-id order."""
+        return [s.path for s in self._index.shards]
+
+    # ------------------------------------------------------------------ episodes
+
+    def __len__(self) -> int:
+        return self.total_episodes
+
+    def __getitem__(self, idx: int) -> EpisodeData:
+        """The idx-th episode of this view (Minari semantics: position, not global id)."""
+        return self._index.episode(int(self._episode_indices[idx]))
+
+    def __iter__(self) -> Iterator[EpisodeData]:
+        return self.iterate_episodes()
+
+    def iterate_episodes(self, episode_indices: Iterable[int] | None = None) -> Iterator[EpisodeData]:
+        """Yield episodes by global id (all of this view's by default)."""
+        ids = self._episode_indices if episode_indices is None else np.asarray(list(episode_indices), dtype=np.int64)
+        for episode_id in ids.tolist():
+            yield self._index.episode(episode_id)
+
+    def set_seed(self, seed: int | None) -> None:
+        """Seed the generator used by sample_episodes and sample_steps."""
+        self._rng = np.random.default_rng(seed)
+
+    def sample_episodes(self, n_episodes: int) -> list[EpisodeData]:
+        """``n_episodes`` distinct episodes drawn uniformly from this view (no replacement)."""
+        if n_episodes > self.total_episodes:
+            raise ValueError(f"cannot sample {n_episodes} distinct episodes from {self.total_episodes}")
+        chosen = self._rng.choice(self._episode_indices, size=n_episodes, replace=False)
+        return [self._index.episode(int(i)) for i in chosen]
+
+    def filter_episodes(self, condition: Callable[[EpisodeData], bool]) -> Dataset:
+        """A view of the episodes for which ``condition(episode)`` is true (no data copied)."""
+        keep = [i for i in self._episode_indices.tolist() if condition(self._index.episode(i))]
+        return view_of(self, np.asarray(keep, dtype=np.int64))
+
+    def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> gym.Env[Any, Any]:
+        """``gym.make`` the stored env spec (the eval env spec with ``eval_env=True``, when stored).
+
+        First warns, as Minari does, for each stored ``requirements`` entry (pip specifiers) that is not
+        installed or installed at a version outside it.
+        """
+        requirements = self._index.info.get("metadata", {}).get("requirements") or []
+        if isinstance(requirements, str):
+            requirements = [requirements]
+        warn_unmet_requirements(requirements)
+        spec = self.eval_env_spec if eval_env and self.eval_env_spec_json is not None else self.env_spec
+        if eval_env and self.eval_env_spec_json is None:
+            warnings.warn(f"dataset {self.id!r} has no eval_env_spec; using its env_spec", UserWarning, stacklevel=2)
+        if spec is None:
+            raise ValueError(f"dataset {self.id!r} has no env_spec stored; it cannot recover the environment")
+        return gym.make(spec, **kwargs)
+
+    # ------------------------------------------------------------------ transitions
+
+    def sample_steps(self, batch_size: int, *, cache_bytes: int | None = None) -> dict[str, Any]:
+        """``batch_size`` transitions drawn uniformly (with replacement) over all steps of this view.
+
+        Returns observations, actions, rewards, next_observations, terminations, truncations (nested
+        batches for Dict/Tuple spaces). Episodes are not decoded: rows are gathered directly.
+
+        ``cache_bytes`` bounds the one copy this makes beyond the batch: on the first call the sampled
+        columns of all the dataset's shards are copied into memory (kept, shared by its views, and
+        reported by :attr:`sample_cache_nbytes`) when they total at most ``cache_bytes`` bytes (default
+        :data:`SAMPLE_CACHE_BYTES`, 64 MiB); else, and with ``cache_bytes=0``, rows are read from the shard
+        files on each call. A cache already built is used whatever ``cache_bytes`` says.
+        """
+        cum = self._cumulative_lengths()
+        total = int(cum[-1]) if cum.size else 0
+        if total == 0:
+            raise ValueError(f"dataset {self.id!r} has no steps to sample")
+        return self.steps_at(self._rng.integers(0, total, size=batch_size), cache_bytes=cache_bytes)
+
+    def _cumulative_lengths(self) -> np.ndarray:
+        """Running sum of this view's episode lengths (computed once): maps step positions to episodes."""
+        if self._cum_lengths is None:
+            self._cum_lengths = np.cumsum(self._index.length[self._episode_indices])
+        return self._cum_lengths
+
+    def steps_at(self, positions: Any, *, cache_bytes: int | None = None) -> dict[str, Any]:
+        """The transitions at ``positions`` (ints in [0, steps of this view), the view's steps counted episode
+        by episode in order), as sample_steps returns them; ``cache_bytes`` as there."""
+        limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+        if limit < 0:
+            raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+        cum = self._cumulative_lengths()
+        total = int(cum[-1]) if cum.size else 0
+        u = np.asarray(positions, dtype=np.int64).reshape(-1)
+        if u.size and (int(u.min()) < 0 or int(u.max()) >= total):
+            raise IndexError(f"step positions must lie in [0, {total}) for dataset {self.id!r}")
+        idx = self._index
+        k = np.searchsorted(cum, u, side="right")
+        episodes = self._episode_indices[k]
+        within = u - (cum[k] - idx.length[episodes])
+        step_rows = idx.global_step_offset[episodes] + within
+        obs_rows = idx.global_obs_offset[episodes] + within
+        obs, next_obs, acts = [], [], []
+        n = len(u)
+        starts = idx.global_obs_offset[episodes]
+        for leaf in idx.obs_leaves:  # each observation row and the next in one gather (one pass per shard)
+            both = idx.gather_obs(column_path("observations", leaf.name), leaf.dtype,
+                                  np.concatenate([obs_rows, obs_rows + 1]), np.concatenate([starts, starts]), limit)
+            obs.append(both[:n])
+            next_obs.append(both[n:])
+        steps = idx.row_groups(step_rows, False)  # split by shard once for the five step columns
+        for leaf in idx.act_leaves:
+            acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, steps, limit))
+        return {
+            "observations": unflatten_batch(idx.observation_space, obs),
+            "actions": unflatten_batch(idx.action_space, acts),
+            "rewards": idx.gather("rewards", np.dtype(np.float64), steps, limit),
+            "next_observations": unflatten_batch(idx.observation_space, next_obs),
+            "terminations": idx.gather("terminations", np.dtype(np.bool_), steps, limit),
+            "truncations": idx.gather("truncations", np.dtype(np.bool_), steps, limit),
+        }
+
+    def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
+        """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).
+
+        All are checked against this dataset's spaces first, then committed as one shard. This object stays
+        a snapshot: load_dataset again to read them.
+
+        Args:
+            buffer: The episodes to append.
+
+        Raises:
+            ValueError: An episode does not fit the spaces (naming it); nothing is written.
+        """
+        append_episode_lists(self.path, self.id, self.root, buffer, self.observation_space, self.action_space)
+
+    def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
+        """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on
+        demand and safe in DataLoader workers (each opens its own files); see vcollect/store/read/torch_dataset.py."""
+        from vcollect.store.read.torch_dataset import TorchDataset
+
+        return TorchDataset(self, items)
+
+    @property
+    def sample_cache_nbytes(self) -> int:
+        """Bytes of the in-memory copy sample_steps made of the sampled columns (0 when it made none)."""
+        return self._index.cache_nbytes
+
+    @property
+    def open_files(self) -> int:
+        """Shard files (maps or HDF5 files) this dataset holds open now; at most ``max_open_files``."""
+        return len(self._index.files)
+
+    def close(self) -> None:
+        """Close the shard files this dataset (and its views) holds open; reading later reopens them."""
+        self._index.files.close()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def verify(self) -> list[str]:
+        """Check the dataset on disk (all of it, not only this view); one line per problem, [] when sound.
+
+        See :func:`vcollect.store.read.verify.verify_dataset`: missing, unrecorded, duplicated and altered
+        shards (SHA-256 against the manifest), corrupt shards, and episode tables that disagree with the
+        columns. Reads every shard whole.
+        """
+        from vcollect.store.read.verify import verify_dataset  # verify builds on this module
+
+        return verify_dataset(self._index.path, frame_leaves(self._index.obs_leaves, self._index.frame_stack),
+                              self._index.act_leaves)
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
+
+
+def _unchanged_summary(file: Path, entry: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The manifest line of ``file`` when the file is as committed (same size and mtime) and the line holds
+    all the reader needs (no options/metadata tables); else None (the file is opened instead)."""
+    if entry is None or entry.get("extra_tables", True):
+        return None
+    try:
+        st = file.stat()
+    except OSError:
+        return None
+    return entry if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns") else None
+
+
+def view_of(dataset: Dataset, episode_indices: np.ndarray) -> Dataset:
+    """A view of ``dataset`` holding the episodes of the given global ids, sharing its loaded shards.
+
+    For code that picks the episodes itself (``split_dataset``, ``filter_episodes``); the ids are taken
+    as they are, unchecked.
+
+    Args:
+        dataset: The dataset (or view) whose shards the view reads.
+        episode_indices: Global episode ids, in the view's order.
+
+    Returns:
+        The view (nothing is copied).
+    """
+    return Dataset(dataset._index, episode_indices)
+
+
+def reload_in_place(dataset: Dataset, added_episodes: np.ndarray | Sequence[int] = ()) -> None:
+    """Load ``dataset``'s shards from disk again into the same object and add ``added_episodes`` to it.
+
+    For writers that append to a dataset a user holds and keep Minari's promise that the object then
+    shows the new episodes (``DataCollector.add_to_dataset``). The episodes the object held keep their
+    global ids (new shards sort after the loaded ones); views made from it before keep the old snapshot.
+
+    Args:
+        dataset: The dataset (or view) to update.
+        added_episodes: Global ids of the episodes to add to it, after those it holds.
+    """
+    fresh = load_dataset(dataset.id, dataset.root)
+    dataset._index = fresh._index
+    dataset._episode_indices = np.append(dataset._episode_indices, np.asarray(added_episodes, dtype=np.int64))
+    dataset._cum_lengths = None
+
+
+def load_dataset(
+    dataset_id: str,
+    root: str | os.PathLike[str] | None = None,
+    *,
+    skip_corrupt: bool = False,
+    max_open_files: int = MAX_OPEN_FILES,
+) -> Dataset:
+    """Open a dataset for reading (a snapshot of its committed shards).
+
+    A corrupt or truncated shard raises CorruptShardError naming the file; with ``skip_corrupt=True``
+    it is left out with a warning naming it. Temporary ``.tmp`` files and anything in ``shards/`` that is
+    not a regular file are ignored. Shards recorded in the dataset's manifest and unchanged since (same
+    size and mtime) are not opened: their tables and layout come from the manifest. Reading keeps at
+    most ``max_open_files`` shard files open at once. Errors that say nothing about a shard (too many
+    open files, permission denied) are raised as they are.
+    """
+    parse_dataset_id(dataset_id)
+    root_path = resolve_root(root)
+    recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/layout/publish_journal.py)
+    path = dataset_path(dataset_id, root_path)
+    if not os.path.lexists(path) and path.parent.is_dir():
+        remove_stale_staging(path.parent, root_path)  # an overwrite killed between its two renames: the old one is back
+    info = read_dataset_info(path, dataset_id, root_path)
+    obs_space, act_space = dataset_spaces(info)
+    stack = FrameStack.from_json(info.get("frame_stack"))
+    obs_leaves, act_leaves = frame_leaves(leaves(obs_space), stack), leaves(act_space)
+    with _gc_paused():  # thousands of small parsed objects: collecting meanwhile would only slow loading
+        return _load_shards(dataset_id, path, info, obs_leaves, act_leaves, skip_corrupt, max_open_files)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_shards(
+    dataset_id: str,
+    path: Path,
+    info: dict[str, Any],
+    obs_leaves: list[Leaf],
+    act_leaves: list[Leaf],
+    skip_corrupt: bool,
+    max_open_files: int,
+) -> Dataset:
+    committed, _ = dataset_files(path)
+    manifest = read_manifest(path)
+    shards: list[StoredShard] = []
+    for file in committed:
+        summary = _unchanged_summary(file, manifest.by_shard.get(file.name))
+        try:
+            try:
+                shards.append(StoredShard(file, obs_leaves, act_leaves, summary))
+            except CorruptShardError:
+                if summary is None:
+                    raise
+                shards.append(StoredShard(file, obs_leaves, act_leaves))  # the manifest line was wrong, not the file
+        except CorruptShardError as exc:
+            if not skip_corrupt:
+                raise
+            warnings.warn(f"skipping corrupt shard {str(file)!r}: {exc}", UserWarning, stacklevel=3)
+    late_metadata = read_episode_metadata(path)
+    return Dataset(DatasetIndex(dataset_id, path, info, shards, max_open_files, late_metadata))

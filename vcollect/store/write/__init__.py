@@ -1,0 +1,1 @@
+"""Writing episodes: EpisodeStore, its checks, shards and their commits, compression, frame stacks."""
