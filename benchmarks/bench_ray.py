@@ -7,8 +7,9 @@ Rows (CartPole-v1, random actions, dummy backend with ``--envs`` envs per worker
   ``--steps`` steps, timed on the driver (Ray's per-call cost included), and the workers' steps per
   CPU-second (their own CPU time, read from /proc: what one core does when nothing else runs);
 * per call: wall time of ``collect(n_step=W)`` (one step per worker) minus the slowest worker's own
-  collect time, i.e. what Ray adds to every call; ``collect(n_episode=W)`` without and with the store,
-  where with the store every worker also commits one shard per call;
+  collect time, i.e. what Ray adds to every call; ``collect(n_episode=W)`` without and with the store
+  (whose workers commit a shard per ``shard_steps``, not per call), and with the store followed by
+  ``flush()``, where every worker commits one shard per call;
 * ``set_policy_weights`` of 1 MiB and 32 MiB (one ``ray.put``, one fetch per worker);
 * ``RayVectorEnv`` under a Collector (one actor call per env per step) against DummyVectorEnv.
 
@@ -116,9 +117,17 @@ class Distributed:
             overheads.append(stats.collect_time - max(s.collect_time for s in dc.last_worker_stats.values()))
         out["step_call_ms"] = 1e3 * statistics.median(walls)
         out["ray_overhead_ms"] = 1e3 * statistics.median(overheads)
-        # one episode per worker: with the store, every worker also commits one shard per call
+        # one episode per worker: with the store, the workers commit per shard size (not per call) ...
         walls = [dc.collect(n_episode=self.workers, random=True).collect_time for _ in range(calls)]
         out["episode_call_ms"] = 1e3 * statistics.median(walls)
+        if dc.store_id is not None:  # ... or, flushed after each call, every worker commits one shard per call
+            walls = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                dc.collect(n_episode=self.workers, random=True)
+                dc.flush()
+                walls.append(time.perf_counter() - start)
+            out["episode_call_flush_ms"] = 1e3 * statistics.median(walls)
         if weights:
             for mib in (1, 32):
                 payload = {"w": np.zeros(mib * 2**20 // 8)}
@@ -218,7 +227,8 @@ def report(results: dict[str, Any], envs: int) -> None:
         print(
             f"{workers} worker(s): collect(n_step={workers}) {row['step_call_ms']:.2f} ms, of which Ray "
             f"{row['ray_overhead_ms']:.2f} ms; collect(n_episode={workers}) {row['episode_call_ms']:.2f} ms, "
-            f"with the store {srow['episode_call_ms']:.2f} ms; set_policy_weights 1 MiB "
+            f"with the store {srow['episode_call_ms']:.2f} ms (and flush() {srow['episode_call_flush_ms']:.2f} ms); "
+            f"set_policy_weights 1 MiB "
             f"{row['weights_1mib_ms']:.1f} ms, 32 MiB {row['weights_32mib_ms']:.1f} ms"
         )
 

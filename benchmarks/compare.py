@@ -337,6 +337,11 @@ RATIOS: list[Ratio] = [
           "CLI gymnasium 64+store", "Python gymnasium 64+store", 0.9, "entry"),
     Ratio("`vcollect collect` / Python Collector+EpisodeStore, EnvPool, 8 envs, store on",
           "CLI envpool+store", "Python envpool+store", 0.9, "entry"),
+    # the command's default path (its progress bar) against the same command with --no-progress
+    Ratio("`vcollect collect` progress bar / --no-progress, dummy, 8 envs, store on",
+          "CLI dummy+store", "CLI dummy+store, --no-progress", 0.95, "entry"),
+    Ratio("`vcollect collect` progress bar / --no-progress, subproc, 8 envs, store on",
+          "CLI subproc+store", "CLI subproc+store, --no-progress", 0.95, "entry"),
     Ratio("DistributedCollector, 1 worker / Collector+EpisodeStore, gymnasium, 64 envs, store on",
           "distributed gymnasium 64+store", "Collector gymnasium 64+store", 0.9, "distributed"),
     Ratio("DistributedCollector, 1 worker / Collector+EpisodeStore, EnvPool, 8 envs, store on",
@@ -418,7 +423,8 @@ def main() -> None:
 
 GROUPS: list[tuple[str, ...]] = [
     ("raw envpool", "envpool", "envpool+RandomPolicy"),
-    ("CLI gymnasium 64+store", "Python gymnasium 64+store", "CLI envpool+store", "Python envpool+store"),
+    ("CLI gymnasium 64+store", "Python gymnasium 64+store", "CLI envpool+store", "Python envpool+store",
+     "CLI dummy+store", "CLI dummy+store, --no-progress", "CLI subproc+store", "CLI subproc+store, --no-progress"),
     ("distributed gymnasium 64+store", "Collector gymnasium 64+store"),
     ("distributed envpool+store", "Collector envpool+store"),
 ]
@@ -478,6 +484,12 @@ def measure(args: argparse.Namespace) -> None:
         "Python gymnasium 64+store": (lambda: entry_window(CLEANUP, "python", "gymnasium", 64), steps * 100),
         "CLI envpool+store": (lambda: entry_window(CLEANUP, "cli", "envpool", n), steps * 10),
         "Python envpool+store": (lambda: entry_window(CLEANUP, "python", "envpool", n), steps * 10),
+        "CLI dummy+store": (lambda: entry_window(CLEANUP, "cli", "dummy", n), steps * 5),
+        "CLI dummy+store, --no-progress": (lambda: entry_window(CLEANUP, "cli", "dummy", n, progress=False), steps * 5),
+        "CLI subproc+store": (lambda: entry_window(CLEANUP, "cli", "subproc", n), steps * 5),
+        "CLI subproc+store, --no-progress": (
+            lambda: entry_window(CLEANUP, "cli", "subproc", n, progress=False), steps * 5
+        ),
         # DistributedCollector, one worker, and the same collection in this process
         "distributed gymnasium 64+store": (lambda: distributed_window("gymnasium", 64, steps * 16), steps * 16),
         "Collector gymnasium 64+store": (lambda: store_window(64, steps * 16, backend="gymnasium"), steps * 16),

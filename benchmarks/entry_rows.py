@@ -36,9 +36,12 @@ ENTRY_SHARD_STEPS = 100_000
 _STEPS_PER_S = re.compile(r"^\W*steps/s\W+([\d,]+(?:\.\d+)?)", re.MULTILINE)
 
 
-def entry_window(cleanup: contextlib.ExitStack, kind: str, backend: str, num_envs: int) -> Window | None:
-    """One fresh process per window: ``vcollect collect`` (kind "cli") or benchmarks/entry_python.py (kind
-    "python", the direct Collector + EpisodeStore), CartPole-v1 on ``backend`` with ``num_envs`` envs,
+def entry_window(
+    cleanup: contextlib.ExitStack, kind: str, backend: str, num_envs: int, *, progress: bool = True
+) -> Window | None:
+    """One fresh process per window: ``vcollect collect`` (kind "cli"; ``progress=False`` adds --no-progress)
+    or benchmarks/entry_python.py (kind "python", the direct Collector + EpisodeStore), CartPole-v1 on
+    ``backend`` with ``num_envs`` envs,
     random actions, every episode stored in a dataset in a temporary folder, one collect call of ``steps``;
     the folder is removed when ``cleanup`` closes.
 
@@ -50,13 +53,13 @@ def entry_window(cleanup: contextlib.ExitStack, kind: str, backend: str, num_env
     start cold and make one call with ``reset_before_collect=True``, so warm-up is the same on both; the
     window sizes make that call a few seconds long. The CLI runs as ``sys.executable -m vcollect``, so
     PYTHONPATH decides which vcollect both sides run; it shows its progress bar (its default; tqdm on
-    stderr, which is captured here).
+    stderr, which is captured here) unless ``progress=False``.
     """
     if backend == "envpool" and importlib.util.find_spec("envpool") is None:
         return None
     root = tempfile.mkdtemp(prefix="vcollect-entry-")
     cleanup.callback(shutil.rmtree, root, ignore_errors=True)
-    dataset = f"bench/{kind}-{backend}-v0"
+    dataset = f"bench/{kind}-{backend}-{num_envs}{'' if progress else '-quiet'}-v0"
     seed = "0"
     # `python -m` puts its working directory first on sys.path: run in the empty temporary folder, so that
     # PYTHONPATH (made absolute) picks vcollect and not a checkout that happens to be the working directory.
@@ -75,6 +78,7 @@ def entry_window(cleanup: contextlib.ExitStack, kind: str, backend: str, num_env
                 sys.executable, "-m", "vcollect", "collect", "CartPole-v1", "--backend", backend,
                 "--num-envs", str(num_envs), "--steps", str(steps), "--seed", seed, "--dataset", dataset,
                 "--root", root, "--overwrite", "--shard-steps", str(ENTRY_SHARD_STEPS),
+                *([] if progress else ["--no-progress"]),
             ]
         else:
             command = [

@@ -15,13 +15,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tests.envs import CountingEnv, DictObsEnv, FailingEnv, SlowEnv
+from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, FailingEnv, SlowEnv
 from tests.replay import assert_replays
 from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
 from vcollect.distributed import DistributedCollector, derive_seeds
 from vcollect.envs.ray_env import RayVectorEnv
-from vcollect.errors import DatasetNotFoundError
-from vcollect.store import EpisodeStore, load_dataset
+from vcollect.errors import DatasetNotFoundError, ObservationError, UnfinishedEpisodesWarning, WorkerLostError
+from vcollect.store import EpisodeStore, StoreOptions, load_dataset
 
 CARTPOLE_OBS = gym.spaces.Box(
     np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
@@ -243,7 +243,7 @@ def test_exact_counts_across_two_workers(ray_ready: Any, tmp_path: Path) -> None
     dataset_id = counting_dataset(tmp_path)
     with DistributedCollector(
         CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=1,
-        env_kwargs={"episode_length": 5},
+        env_kwargs={"episode_length": 5}, flush_every_call=True,
     ) as dc:
         assert dc.num_envs == 4 and dc.observation_space == CountingEnv().observation_space
         stats = dc.collect(n_step=23, random=True)
@@ -327,7 +327,7 @@ def test_workers_hand_their_episode_store_itself_to_the_collector(ray_ready: Any
     dataset_id = counting_dataset(tmp_path)
     with DistributedCollector(
         CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=2,
-        env_kwargs={"episode_length": 3},
+        env_kwargs={"episode_length": 3}, flush_every_call=True,
     ) as dc:
         dc.collect(n_episode=8, random=True)
         seen = [ray_ready.get(actor.__ray_call__.remote(_worker_store)) for actor in dc.workers]
@@ -370,6 +370,7 @@ def test_weight_broadcast_changes_torch_policy_actions(ray_ready: Any, tmp_path:
         for bias, action in (([5.0, -5.0], 0), ([-5.0, 5.0], 1), ([5.0, -5.0], 0)):
             dc.set_policy_weights({"weight": torch.zeros(2, 4), "bias": torch.tensor(bias)})
             dc.collect(n_episode=2)
+            dc.flush()
             episodes = list(load_dataset("test/torch-v0", root=tmp_path))[seen:]
             seen += len(episodes)
             assert len(episodes) == 2 and {ep.env_id for ep in episodes} == {0, 1}
@@ -379,7 +380,8 @@ def test_weight_broadcast_changes_torch_policy_actions(ray_ready: Any, tmp_path:
 def test_killed_worker_raises_naming_it_and_close_works(ray_ready: Any, tmp_path: Path) -> None:
     dataset_id = counting_dataset(tmp_path)
     dc = DistributedCollector(
-        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0
+        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
+        flush_every_call=True,
     )
     try:
         assert dc.collect(n_step=20, random=True).n_collected_episodes == 4  # 5 steps per env: one episode each
@@ -409,7 +411,7 @@ def test_worker_dying_mid_collect_keeps_committed_shards(ray_ready: Any, tmp_pat
     flag = tmp_path / "fault"
     dc = DistributedCollector(
         FaultOnceEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
-        env_kwargs={"flag": str(flag), "at": 40},
+        env_kwargs={"flag": str(flag), "at": 40}, flush_every_call=True,
     )
     try:
         dc.collect(n_step=20, random=True)  # each env: 5 steps, one committed episode
@@ -467,6 +469,145 @@ def test_async_collector_in_workers(ray_ready: Any, tmp_path: Path) -> None:
         first = dc.collect(n_step=21, random=True)
         stats = dc.collect(n_episode=5, random=True)
         assert first.n_collected_steps == 21 and stats.n_collected_episodes == 5
+        dc.flush()
         ds = load_dataset(dataset_id, root=tmp_path)
         assert ds.total_episodes == first.n_collected_episodes + 5
         assert set(ds.episode_lengths.tolist()) == {5}
+
+
+# ---------------------------------------------------------------- the Collector's and the store's options
+
+
+class InfObsEnv(CountingEnv):
+    """A CountingEnv with an unbounded observation space whose step 2 of every episode observes inf."""
+
+    def __init__(self) -> None:
+        super().__init__(4)
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return (np.array([np.inf], np.float32) if self.t == 2 else obs), reward, terminated, truncated, info
+
+
+def _worker_options(worker: Any) -> dict[str, Any]:
+    """Inside a worker actor: what its collector and writer were built with (run by __ray_call__)."""
+    return {
+        "validate": worker.collector.validate,
+        "loop": type(worker.collector.loop).__name__,
+        "background": worker.writer.options.background_commits,
+        "pending": worker.writer.pending_episodes,
+    }
+
+
+def test_validate_false_reaches_the_workers(ray_ready: Any, tmp_path: Path) -> None:
+    """validate=False: a worker stores an observation outside the space, as a Collector here would; with the
+    default the worker refuses it."""
+    env = BadObsEnv()
+    new_dataset("test/bad-obs-v0", tmp_path, env.observation_space, env.action_space)
+    with DistributedCollector(BadObsEnv, None, num_workers=1, envs_per_worker=2, store="test/bad-obs-v0",
+                              root=tmp_path, seed=0, validate=False) as dc:
+        assert [ray_ready.get(a.__ray_call__.remote(_worker_options))["validate"] for a in dc.workers] == [False]
+        assert dc.collect(n_episode=2, random=True).n_collected_episodes == 2
+    observations = np.concatenate([ep.observations for ep in load_dataset("test/bad-obs-v0", root=tmp_path)])
+    assert np.any(observations == -5.0)  # stored as it came
+    with DistributedCollector(BadObsEnv, None, num_workers=1, envs_per_worker=2, seed=0) as dc, pytest.raises(
+        ObservationError, match=r"distributed worker 0 .*observation"
+    ):
+        dc.collect(n_episode=2, random=True)
+
+
+def test_check_finite_reaches_the_workers(ray_ready: Any) -> None:
+    with DistributedCollector(InfObsEnv, None, num_workers=1, envs_per_worker=2, seed=0, check_finite=True) as dc, \
+            pytest.raises(ObservationError, match=r"distributed worker 0 .*not finite .*check_finite=True"):
+        dc.collect(n_episode=2, random=True)
+
+
+def test_stage_blocks_false_reaches_the_workers(ray_ready: Any, tmp_path: Path) -> None:
+    """stage_blocks=False: a worker on a NEXT_STEP vector env records step by step (AllEnvLoop), as a Collector
+    here would; background_commits reaches its store."""
+    new_dataset("test/blocks-v0", tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2))
+    with DistributedCollector("CartPole-v1", None, num_workers=1, envs_per_worker=2, backend="gymnasium",
+                              store="test/blocks-v0", root=tmp_path, seed=0, stage_blocks=False,
+                              store_options=StoreOptions(background_commits=True)) as dc:
+        seen = ray_ready.get(dc.workers[0].__ray_call__.remote(_worker_options))
+        stats = dc.collect(n_episode=3, random=True)
+    assert seen["loop"] == "AllEnvLoop" and seen["background"] is True
+    assert load_dataset("test/blocks-v0", root=tmp_path).total_episodes >= stats.n_collected_episodes == 3
+
+
+def test_workers_commit_per_shard_size_and_on_flush(ray_ready: Any, tmp_path: Path) -> None:
+    """By default a worker commits a shard when shard_steps are pending, not after every call; flush() and
+    close() commit the rest, and then the dataset holds exactly the episodes reported."""
+    dataset_id = counting_dataset(tmp_path)
+    with DistributedCollector(
+        CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=4,
+        env_kwargs={"episode_length": 5}, store_kwargs={"shard_steps": 300},
+    ) as dc:
+        assert dc.flush_every_call is False
+        first = dc.collect(n_step=20, random=True)  # 10 steps per worker: 2 episodes each, under 300 steps
+        views = [ray_ready.get(a.__ray_call__.remote(_worker_options)) for a in dc.workers]
+        assert [v["pending"] for v in views] == [2, 2] and not any(v["background"] for v in views)
+        assert load_dataset(dataset_id, root=tmp_path).total_episodes == 0  # nothing committed by the call
+        dc.flush()
+        assert load_dataset(dataset_id, root=tmp_path).total_episodes == first.n_collected_episodes == 4
+        second = dc.collect(n_step=2000, random=True)  # 1000 steps per worker: shards of 300+ steps committed
+        during = load_dataset(dataset_id, root=tmp_path).total_episodes
+        assert 4 < during < 4 + second.n_collected_episodes  # some shards committed in the call, the rest held
+        third = dc.collect(n_episode=6, random=True)
+    stored = load_dataset(dataset_id, root=tmp_path)
+    reported = [first, second, third]
+    assert stored.total_episodes == sum(s.n_collected_episodes for s in reported)
+    assert stored.total_steps == sum(s.n_collected_steps for s in reported)
+    with pytest.raises(ValueError, match="flush_every_call=False cannot be used with max_worker_restarts"):
+        DistributedCollector(CountingEnv, None, num_workers=1, envs_per_worker=1, max_worker_restarts=1,
+                             flush_every_call=False)
+
+
+
+def test_a_worker_dying_mid_call_reports_its_committed_episodes_once(ray_ready: Any, tmp_path: Path) -> None:
+    """Workers committing per shard size: a worker dies mid-call after committing a shard that starts with
+    the episodes an earlier call reported (held, not yet committed); those are not reported again, so the
+    error's stats and the earlier calls' reports together are exactly what is stored."""
+    dataset_id = counting_dataset(tmp_path)
+    flag = tmp_path / "fault"
+    dc = DistributedCollector(
+        FaultOnceEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
+        env_kwargs={"flag": str(flag), "at": 600}, store_kwargs={"shard_steps": 30},
+    )
+    try:
+        first = dc.collect(n_step=20, random=True)  # 2 episodes per worker, held: under 30 steps
+        with pytest.raises(WorkerLostError, match="died during collect") as info:
+            dc.collect(n_step=4000, random=True)  # one env dies at its 600th step, after commits mid-call
+    finally:
+        dc.close()
+    dead = [w["pid"] for w in dc.worker_info].index(int(flag.read_text().split()[0]))
+    reported = first.n_collected_episodes + info.value.stats.n_collected_episodes
+    stored = load_dataset(dataset_id, root=tmp_path)
+    assert stored.total_episodes == reported
+    dead_stored = sum(1 for ep in stored if ep.env_id // 2 == dead)
+    assert dead_stored > 2  # its first call's 2 episodes, committed in the call it died in, and more
+    assert dc.last_worker_stats[dead].n_collected_episodes == dead_stored - 2
+
+
+def test_a_worker_killed_holding_uncommitted_episodes_is_warned_about_at_close(
+    ray_ready: Any, tmp_path: Path
+) -> None:
+    dataset_id = counting_dataset(tmp_path)
+    dc = DistributedCollector(CountingEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path,
+                              seed=0)
+    try:
+        assert dc.collect(n_step=20, random=True).n_collected_episodes == 4  # 2 per worker, held uncommitted
+        killed = dc.workers[1]
+        ray_ready.kill(killed)
+        deadline = time.monotonic() + 30
+        while True:  # bounded wait until the killed actor no longer answers
+            try:
+                ray_ready.get(killed.__ray_ready__.remote(), timeout=5)
+            except ray_ready.exceptions.RayActorError:
+                break
+            assert time.monotonic() < deadline, "the killed worker still answers after 30 s"
+    finally:
+        with pytest.warns(UnfinishedEpisodesWarning, match=r"workers 1 \(2 episodes, 10 steps\) died holding"):
+            dc.close()
+    assert sorted(ep.env_id for ep in load_dataset(dataset_id, root=tmp_path)) == [0, 1]  # worker 0's, committed

@@ -270,15 +270,18 @@ CLI_CASES = [
 ]
 
 
+@pytest.mark.parametrize("progress", [True, False], ids=["progress-bar", "no-progress"])
 @pytest.mark.parametrize(("backend", "count", "seeds"), CLI_CASES)
-def test_cli_collect_into_a_dataset(backend: str, count: list[str], seeds: str, tmp_path: Path) -> None:
+def test_cli_collect_into_a_dataset(backend: str, count: list[str], seeds: str, progress: bool, tmp_path: Path) -> None:
     """``vcollect collect --dataset`` in a real subprocess, its collect call's report recorded (tests.entry_spy):
-    the dataset on disk holds exactly the reported episodes, each whole and replayable. (gymnasium: the
+    the dataset on disk holds exactly the reported episodes, each whole and replayable; with the command's
+    default flags (its progress bar shown, ending at the count) and with --no-progress. (gymnasium: the
     stored seeds depend on the vector env the CLI builds, which test_cli_collector_takes_the_python_route
     checks; here only: every seed replays.)"""
     stats_file = tmp_path / "calls.jsonl"
+    flags = [] if progress else ["--no-progress"]
     result = run_cli(tmp_path, "collect", "CartPole-v1", "--num-envs", str(NUM_ENVS), "--backend", backend, *count,
-                     "--seed", "0", "--dataset", "cli/inv-v0", "--no-progress", stats_file=stats_file)
+                     "--seed", "0", "--dataset", "cli/inv-v0", *flags, stats_file=stats_file)
     assert result.returncode == 0, result.stderr
     calls = read_calls(str(stats_file))
     assert len(calls) == 1, calls
@@ -288,6 +291,10 @@ def test_cli_collect_into_a_dataset(backend: str, count: list[str], seeds: str, 
     assert printed(result.stdout, "steps") == f"{call['n_collected_steps']:,}"
     kind, n = count[-2], int(count[-1])
     assert call["n_collected_episodes" if kind == "--episodes" else "n_collected_steps"] == n
+    if progress:
+        assert f"{n}/{n}" in result.stderr, result.stderr  # the bar was shown and ends at the count
+    else:
+        assert f"{n}/{n}" not in result.stderr, result.stderr
     episodes = list(load_dataset("cli/inv-v0", root=tmp_path))
     check_episodes(episodes, range(NUM_ENVS), seeds)
     reported = [Reported(call["lens"], call["returns"], call["n_collected_episodes"], call["n_collected_steps"])]
@@ -299,11 +306,12 @@ def test_cli_collect_into_a_dataset(backend: str, count: list[str], seeds: str, 
 RAY_CALLS: list[tuple[str, int]] = [("n_step", 30), ("n_episode", 5), ("n_step", 21), ("n_episode", 3)]
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
-def test_distributed_collector_workers(kind: str, ray_local: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kind", "flush_every_call"), [("sync", True), ("async", True), ("sync", False)])
+def test_distributed_collector_workers(kind: str, flush_every_call: bool, ray_local: Any, tmp_path: Path) -> None:
     """DistributedCollector, 2 Ray workers x 2 dummy envs (Collector or AsyncCollector in each), appending to
-    one real dataset: after every call the dataset holds exactly the episodes reported so far; each worker's
-    stored episodes (by its global env ids) are the ones its stats reported, over all calls."""
+    one real dataset: after every call (flush_every_call), or after every call and a flush() (the workers
+    commit per shard size), the dataset holds exactly the episodes reported so far; each worker's stored
+    episodes (by its global env ids) are the ones its stats reported, over all calls."""
     from vcollect.distributed import DistributedCollector
 
     env = gym.make("CartPole-v1")
@@ -312,9 +320,11 @@ def test_distributed_collector_workers(kind: str, ray_local: Any, tmp_path: Path
     per_worker: dict[int, list[Reported]] = {0: [], 1: []}
     total = 0
     with DistributedCollector("CartPole-v1", None, num_workers=2, envs_per_worker=2, store="ray/inv-v0",
-                              root=tmp_path, seed=5, collector=kind) as dc:
+                              root=tmp_path, seed=5, collector=kind, flush_every_call=flush_every_call) as dc:
         for count, n in RAY_CALLS:
             stats = dc.collect(**{count: n}, random=True)
+            if not flush_every_call:
+                dc.flush()
             assert (stats.n_collected_steps if count == "n_step" else stats.n_collected_episodes) == n
             for w, worker_stats in dc.last_worker_stats.items():
                 per_worker[w].append(Reported.of(worker_stats))
@@ -418,11 +428,13 @@ def count_batched_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return batches
 
 
+@pytest.mark.parametrize("progress", [True, False], ids=["progress-bar", "no-progress"])
 @pytest.mark.parametrize("backend", ["dummy", "gymnasium", "envpool"])
-def test_cli_collector_takes_the_python_route(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_collector_takes_the_python_route(backend: str, progress: bool, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """``vcollect collect --dataset`` (vcollect.cli.main, in process) builds the collector Python builds for the
     backend: same vector env, capabilities and step loop, and an EpisodeSink that takes every episode through
-    EpisodeStore.write_episodes."""
+    EpisodeStore.write_episodes; with its default flags (progress bar) as with --no-progress."""
     from vcollect.cli import main as cli_main
 
     built: list[tuple[Collector, tuple[Any, ...], dict[str, Any]]] = []
@@ -436,7 +448,7 @@ def test_cli_collector_takes_the_python_route(backend: str, tmp_path: Path, monk
     monkeypatch.setattr(Collector, "__init__", spied_init)
     batches = count_batched_writes(monkeypatch)
     argv = ["collect", "CartPole-v1", "--num-envs", str(NUM_ENVS), "--backend", backend, "--episodes", "6",
-            "--seed", "0", "--dataset", "route/cli-v0", "--root", str(tmp_path), "--no-progress"]
+            "--seed", "0", "--dataset", "route/cli-v0", "--root", str(tmp_path), *([] if progress else ["--no-progress"])]
     error: BaseException | None = None
     status = None
     try:

@@ -42,6 +42,7 @@ from vcollect.ledger import TransitionLedger
 from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.policies.wrapping import as_policy
+from vcollect.progress import ThrottledBar
 from vcollect.stats import CollectStats
 from vcollect.step_context import CollectCall, ProgressBar, StepContext
 from vcollect.store.sink import EpisodeSink
@@ -353,7 +354,9 @@ class Collector:
             )
         self.actor.begin_call()
         start = time.perf_counter()
-        bar: ProgressBar = tqdm(total=int(target), unit="step" if n_step is not None else "ep") if progress else _NoBar()
+        bar: ProgressBar = _NoBar()
+        if progress:
+            bar = ThrottledBar(tqdm(total=int(target), unit="step" if n_step is not None else "ep"))
         call = CollectCall(random, render, reset_options, bar)
         try:
             if n_step is not None:

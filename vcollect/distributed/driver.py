@@ -5,8 +5,10 @@ own policy (``policy_fn(observation_space, action_space)``, called inside the wo
 its own ring buffers and, with a ``store``, its own episode sink: an EpisodeStore appending shards to the
 dataset on a filesystem all nodes share (``transport="shared_fs"``), or a RemoteSink sending episodes
 through Ray's object store to one writer actor on the driver's node (``transport="object_store"``). A
-``collect`` call is one actor call per worker with that worker's exact quota. Weights are put in the
-object store once per ``set_policy_weights`` and fetched by every worker (and by replacements).
+``collect`` call is one actor call per worker with that worker's exact quota. A worker's sink commits a
+shard whenever the store's ``shard_steps``/``shard_bytes`` are pending, and on ``flush``, ``reset`` and
+``close`` (``flush_every_call``: after every call too). Weights are put in the object store once per
+``set_policy_weights`` and fetched by every worker (and by replacements).
 
 With ``max_worker_restarts``, a worker that dies is replaced by a new actor (same index and env ids, a
 new seed); what it had committed counts (read back from its shards), the rest of its quota is collected
@@ -87,12 +89,18 @@ class DistributedCollector:
     ``SeedSequence(seed).spawn``. ``max_worker_restarts``: how many times each worker may be replaced after
     its actor dies (0: a death raises, naming the worker; the collector can then only be closed).
     ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset``,
-    ``exploration_noise`` (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's) and ``unfinished``
-    go to it. Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
+    ``exploration_noise`` (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's), ``unfinished``,
+    ``validate``, ``stage_blocks`` and ``check_finite`` go to it, as they do to a Collector in this process.
+    Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
     the actor's ``.options(...)`` (default ``num_cpus=1``); ``env_kwargs``/``backend_kwargs`` go to
     make_vector. ``store_options`` (a :class:`~vcollect.store.StoreOptions`: shard size, compression,
     background commits) go to every worker's EpisodeStore.open, with ``store_kwargs`` (its fields by name)
-    overriding them; each writer's env_id_offset is the worker's, set here. Setup (and a
+    overriding them; each writer's env_id_offset is the worker's, set here. ``flush_every_call``: commit
+    every worker's episodes before its ``collect`` replies, so the dataset holds exactly the episodes
+    reported after every call; False commits a shard per ``shard_steps``/``shard_bytes`` and the rest on
+    :meth:`flush`, :meth:`reset` and :meth:`close` (the dataset holds exactly the episodes reported after
+    those). None (the default): True when ``max_worker_restarts`` > 0 (a replaced worker's uncommitted
+    episodes, counted by earlier calls, could not be collected again), else False. Setup (and a
     replacement's) waits at most ``startup_timeout`` seconds for the actors to be placed.
     ``worker_timeout``: seconds ``collect`` waits for the next worker reply (None: no limit); past it the
     workers still running are killed and handled as dead ones (replaced while restarts last, else
@@ -115,6 +123,10 @@ class DistributedCollector:
         seed_every_reset: bool = True,
         exploration_noise: bool = False,
         unfinished: str = "drop",
+        validate: bool = True,
+        stage_blocks: bool = True,
+        check_finite: bool = False,
+        flush_every_call: bool | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
         backend_kwargs: Mapping[str, Any] | None = None,
         store_kwargs: Mapping[str, Any] | None = None,
@@ -143,6 +155,13 @@ class DistributedCollector:
         if store_options is not None and store_options.env_id_offset:
             raise ValueError("store_options cannot set env_id_offset: each worker's writer gets its own global offset")
         options = merge_store_options(store_options, dict(store_kwargs or {}), "DistributedCollector's store_kwargs")
+        if flush_every_call is None:
+            flush_every_call = max_worker_restarts > 0
+        elif not flush_every_call and max_worker_restarts > 0:
+            raise ValueError(
+                "flush_every_call=False cannot be used with max_worker_restarts > 0: a replaced worker's "
+                "uncommitted episodes were counted by earlier calls and could not be collected again"
+            )
         self._closed = True  # until the workers exist
         self._ray = ensure_ray()
         self.num_workers = int(num_workers)
@@ -162,6 +181,9 @@ class DistributedCollector:
         self._known: list[set[str]] = [set() for _ in range(self.num_workers)]
         self._carry = [np.zeros(self.envs_per_worker, dtype=np.int64) for _ in range(self.num_workers)]
         self._owed = [0] * self.num_workers  # per worker: counted steps lost with a worker replaced between calls
+        # per worker: (episodes, steps) its writer held uncommitted at its last reply, counted by earlier calls
+        self._pending = [(0, 0)] * self.num_workers
+        self.flush_every_call = bool(flush_every_call)
         self._weights: Any = None
         self._actor_cls = remote_worker().options(**{"num_cpus": 1, **dict(worker_options or {})})
         self._startup_timeout = float(startup_timeout)
@@ -178,6 +200,8 @@ class DistributedCollector:
             store_id=None if use_sink else store, root=None if use_sink else self.root,
             store_options=options, seed_every_reset=seed_every_reset,
             exploration_noise=bool(exploration_noise), unfinished=unfinished, max_in_flight=int(max_in_flight),
+            validate=bool(validate), stage_blocks=bool(stage_blocks), check_finite=bool(check_finite),
+            flush_every_call=self.flush_every_call,
         )
         try:
             if use_sink:
@@ -215,8 +239,8 @@ class DistributedCollector:
         """Collect exactly n_step transitions or exactly n_episode episodes over all workers.
 
         The total is split into per-worker quotas (n // W or one more; the extra ones rotate over the
-        workers from call to call); each worker collects its quota like Collector.collect and commits its
-        episodes before replying. A worker that dies with restarts left is replaced: its episodes committed
+        workers from call to call); each worker collects its quota like Collector.collect (and with
+        ``flush_every_call`` commits its episodes before replying). A worker that dies with restarts left is replaced: its episodes committed
         in the call count, the rest of its quota goes to the replacement, and so do the steps of its
         unfinished episodes that earlier calls counted but it never stored; the totals stay exact. A
         worker that fails otherwise, or dies with none left, does not stop the others: they finish their
@@ -279,6 +303,7 @@ class DistributedCollector:
             remaining[w] = 0
             self._carry[w] = reply.carry
             self._known[w] = set(reply.shards)
+            self._pending[w] = (reply.pending_episodes, reply.pending_steps)
         elapsed = time.perf_counter() - start
         for w in failed & owed_parts.keys():  # not collected again in this call: still owed, not yet settled
             self._owed[w] += owed_now[w]
@@ -301,6 +326,17 @@ class DistributedCollector:
             raise first
         return stats
 
+    def flush(self) -> None:
+        """Commit every episode the workers' writers hold; after it the dataset holds exactly the episodes
+        the calls reported (nothing to do without a store, or with ``flush_every_call``)."""
+        self._check_usable()
+        if self.store_id is None or self.flush_every_call:
+            return
+        shards = self._call("flush", {w: () for w in range(self.num_workers)}, "flush")
+        for w, names in shards.items():
+            self._known[w] = set(names)
+            self._pending[w] = (0, 0)
+
     def set_policy_weights(self, weights: Any) -> None:
         """Put ``weights`` (e.g. a torch state_dict) in the object store once and load them into every
         worker's policy (``policy.load_state_dict``); returns when all workers have them. The reference is
@@ -321,6 +357,7 @@ class DistributedCollector:
         shards = self._call("reset", {w: (seeds[w],) for w in range(self.num_workers)}, "reset")
         for w, names in shards.items():
             self._known[w] = set(names)
+            self._pending[w] = (0, 0)
         self._carry = [np.zeros(self.envs_per_worker, dtype=np.int64) for _ in range(self.num_workers)]
 
     def close(self) -> None:
@@ -356,7 +393,8 @@ class DistributedCollector:
 
     def _warn_lost_carry(self, workers: list[int]) -> None:
         """UnfinishedEpisodesWarning naming the workers whose counted steps no call will store: those of the
-        unfinished episodes of the ``workers`` that could not close, and those owed by replaced ones."""
+        unfinished episodes of the ``workers`` that could not close, and those owed by replaced ones; and the
+        episodes those workers had written but not committed."""
         unclosed = set(workers)
         lost = {w: self._owed[w] + (int(self._carry[w].sum()) if w in unclosed else 0)
                 for w in range(self.num_workers)}
@@ -366,6 +404,15 @@ class DistributedCollector:
                 "workers " + ", ".join(f"{w} ({n} steps)" for w, n in lost.items()) + " died after their last "
                 "collect: the steps of their unfinished episodes, counted by earlier calls, were not stored "
                 "(close before a worker dies, or collect(n_episode=...) to end on whole episodes)",
+                UnfinishedEpisodesWarning,
+                stacklevel=3,
+            )
+        uncommitted = {w: self._pending[w] for w in sorted(unclosed) if self._pending[w][0]}
+        if uncommitted:
+            warnings.warn(
+                "workers " + ", ".join(f"{w} ({e} episodes, {s} steps)" for w, (e, s) in uncommitted.items())
+                + " died holding finished episodes, counted by earlier calls, that were not committed yet "
+                "(flush() after a collect, or flush_every_call=True, to commit them as each call ends)",
                 UnfinishedEpisodesWarning,
                 stacklevel=3,
             )
@@ -421,7 +468,10 @@ class DistributedCollector:
             names = writer_shards(self._dataset_dir(), writer)
         new = sorted(n for n in names if n not in self._known[w])
         carry, self._carry[w] = self._carry[w], np.zeros(self.envs_per_worker, dtype=np.int64)  # accounted here
-        return committed_in_call(self._dataset_dir(), new, carry)
+        (episodes, steps) = self._pending[w]
+        stats, found, found_steps = committed_in_call(self._dataset_dir(), new, carry, episodes)
+        self._pending[w] = (episodes - found, steps - found_steps)  # the rest died uncommitted with the worker
+        return stats
 
     def _dataset_dir(self) -> Path:
         assert self.store_id is not None
@@ -442,6 +492,7 @@ class DistributedCollector:
             self.worker_seeds[w] = replacement_seed(self.seed, w, self.restarts[w])
             self._workers[w] = self._actor_cls.remote(w)
             self._known[w], self._carry[w] = set(), np.zeros(self.envs_per_worker, dtype=np.int64)
+            self._pending[w] = (0, 0)
             self._info[w] = {}
             try:
                 self._info[w] = self._call("setup", {w: (self._spec(w),)}, "setup", timeout=self._startup_timeout)[w]

@@ -26,12 +26,17 @@ def writer_shards(dataset: Path, writer: str) -> list[str]:
     return sorted(p.name for p in (dataset / SHARDS_DIR).glob(f"*-{writer}-*{SHARD_SUFFIX}"))
 
 
-def committed_in_call(dataset: Path, shard_names: Iterable[str], carry: np.ndarray) -> CollectStats:
-    """The stats the call owes to these shards (committed during the call, in commit order).
+def committed_in_call(
+    dataset: Path, shard_names: Iterable[str], carry: np.ndarray, pending: int = 0
+) -> tuple[CollectStats, int, int]:
+    """The stats the call owes to these shards (committed during the call, in commit order), and the episodes
+    and steps of the ``pending`` ones found in them.
 
-    ``carry[e]``: steps local env e's unfinished episode had when the call began, counted by an earlier call.
-    They are taken off the shards' steps for every env: either that episode is in a shard here (its first
-    for the env) and its carried steps are not new, or it died unstored with the worker and its carried
+    ``pending``: episodes the writer held uncommitted when the call began, counted by earlier calls; a writer
+    commits in order, so they are the shards' first episodes (as many as were committed) and are not counted
+    again. ``carry[e]``: steps local env e's unfinished episode had when the call began, counted by an earlier
+    call. They are taken off the shards' steps for every env: either that episode is in a shard here (its
+    first for the env) and its carried steps are not new, or it died unstored with the worker and its carried
     steps must be collected again, so the steps owed can be negative. Episodes count once each.
     """
     lengths: list[int] = []
@@ -40,11 +45,14 @@ def committed_in_call(dataset: Path, shard_names: Iterable[str], carry: np.ndarr
         summary = shard_summary(dataset / SHARDS_DIR / name)
         lengths += summary["length"]
         returns += summary["return"]
-    lens = np.asarray(lengths, dtype=np.int64)
-    return CollectStats(
+    found = min(int(pending), len(lengths))
+    old = np.asarray(lengths[:found], dtype=np.int64)
+    lens = np.asarray(lengths[found:], dtype=np.int64)
+    stats = CollectStats(
         n_collected_steps=int(lens.sum()) - int(np.asarray(carry, dtype=np.int64).sum()),
         n_collected_episodes=int(lens.size),
         collect_time=0.0,
-        returns=np.asarray(returns, dtype=np.float64),
+        returns=np.asarray(returns[found:], dtype=np.float64),
         lens=lens,
     )
+    return stats, found, int(old.sum())

@@ -104,9 +104,9 @@ def writer_actor() -> Any:
 class RemoteSink:
     """A worker's EpisodeSink that forwards every batch to the ShardWriterActor under its key.
 
-    ``flush`` returns once the writer has committed everything sent before it, so a worker's collect
-    returns only when its episodes are in the dataset (as with its own EpisodeStore). ``stalls`` counts the
-    times a write waited for the writer (back-pressure).
+    ``flush`` returns once the writer has committed everything sent before it, so a worker that flushes
+    after each collect replies only when its episodes are in the dataset (as with its own EpisodeStore).
+    ``stalls`` counts the times a write waited for the writer (back-pressure).
     """
 
     def __init__(
@@ -122,6 +122,8 @@ class RemoteSink:
         self._in_flight: list[Any] = []
         self._shards: list[str] = []
         self._committed = 0
+        self._sent_episodes = 0  # since the last flush
+        self._sent_steps = 0
         self._closed = False
 
     @property
@@ -153,6 +155,8 @@ class RemoteSink:
         args = (observations, actions, rewards, terminations, truncations, np.asarray(lengths))
         kwargs = {"seeds": list(seeds), "env_ids": list(env_ids), "options": options, "infos": infos}
         self._in_flight.append(self._actor.write.remote(self.writer_name, args, kwargs))
+        self._sent_episodes += len(args[5])
+        self._sent_steps += int(np.sum(args[5]))
 
     def flush(self) -> None:
         """Wait for every batch sent, then have the writer commit them as one shard."""
@@ -162,6 +166,7 @@ class RemoteSink:
         refs, self._in_flight = self._in_flight, []
         ray.get(refs, timeout=_SINK_TIMEOUT_S)
         self._shards, self._committed = ray.get(self._actor.flush.remote(self.writer_name), timeout=_SINK_TIMEOUT_S)
+        self._sent_episodes = self._sent_steps = 0
 
     def close(self) -> None:
         """Commit what is left and close this key at the writer; idempotent."""
@@ -175,3 +180,14 @@ class RemoteSink:
     def committed_episodes(self) -> int:
         """Episodes the writer has committed for this sink, as of the last flush."""
         return self._committed
+
+    @property
+    def pending_episodes(self) -> int:
+        """Episodes sent since the last flush: in none of ``shards_written`` (the writer may have committed
+        some of them since, as the first episodes of its next shards)."""
+        return self._sent_episodes
+
+    @property
+    def pending_steps(self) -> int:
+        """Steps of the episodes sent since the last flush."""
+        return self._sent_steps

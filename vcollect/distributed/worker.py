@@ -60,11 +60,14 @@ def collector_class(kind: str) -> type:
 @dataclass(frozen=True)
 class WorkerReply(CollectStats):
     """A worker's CollectStats plus what the driver needs if the worker dies later: each local env's steps
-    already collected in its unfinished episode (counted by this or an earlier call, stored by none yet) and
-    the names of the shards its writer has committed."""
+    already collected in its unfinished episode (counted by this or an earlier call, stored by none yet),
+    the names of the shards its writer has committed, and the episodes (and their steps) its writer holds
+    in none of those shards yet: they are the first ones its next shards commit."""
 
     carry: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     shards: tuple[str, ...] = ()
+    pending_episodes: int = 0
+    pending_steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class WorkerSpec:
     sink_key: str = ""  # this worker generation's writer name at the sink actor
     max_in_flight: int = 4
     weights: Any = None  # an ObjectRef of the last set_policy_weights (given to a replacement worker)
+    validate: bool = True
+    stage_blocks: bool = True
+    check_finite: bool = False
+    flush_every_call: bool = True  # False: the sink commits per shard size, and on flush/reset/close
 
 
 @dataclass(frozen=True)
@@ -141,8 +148,13 @@ class CollectorWorker:
         return self._guard(self._setup, spec)
 
     def collect(self, n_step: int | None, n_episode: int | None, random: bool) -> tuple[bool, Any]:
-        """Collect this worker's quota, commit its episodes as a shard, reply with its CollectStats."""
+        """Collect this worker's quota (with ``flush_every_call``, commit its episodes as a shard), reply with
+        its CollectStats."""
         return self._guard(self._collect, n_step, n_episode, random)
+
+    def flush(self) -> tuple[bool, Any]:
+        """Commit every episode the writer holds; reply its writer's shard names."""
+        return self._guard(self._flush)
 
     def set_weights(self, weights: Any) -> tuple[bool, Any]:
         """policy.load_state_dict(weights) (Ray hands the object-store value in, not the reference)."""
@@ -161,6 +173,7 @@ class CollectorWorker:
         from vcollect.envs import make_vector
 
         self.offset = spec.env_id_offset
+        self.flush_every_call = spec.flush_every_call
         cls = collector_class(spec.collector)
         envs = make_vector(spec.env, spec.num_envs, spec.backend, env_kwargs=spec.env_kwargs, **spec.backend_kwargs)
         try:
@@ -174,7 +187,8 @@ class CollectorWorker:
                 policy.load_state_dict(require_ray().get(spec.weights))
             self.collector = cls(
                 policy, envs, store=self.writer, seed=spec.seed, seed_every_reset=spec.seed_every_reset,
-                exploration_noise=spec.exploration_noise, unfinished=spec.unfinished,
+                exploration_noise=spec.exploration_noise, unfinished=spec.unfinished, validate=spec.validate,
+                stage_blocks=spec.stage_blocks, check_finite=spec.check_finite,
             )
         except BaseException:
             envs.close()
@@ -196,15 +210,32 @@ class CollectorWorker:
             n_step=n_step, n_episode=n_episode, random=random, reset_before_collect=not self.started
         )
         self.started = True
-        if self.writer is not None:
+        if self.writer is not None and self.flush_every_call:
             self.writer.flush()
         buffer = self.collector.buffer
         carry = np.zeros(buffer.num_envs, dtype=np.int64)
         unfinished = buffer.unfinished()
         carry[unfinished] = buffer.episode_lengths[unfinished]
-        shards = () if self.writer is None else tuple(p.name for p in self.writer.shards_written)
+        shards, episodes, steps = self._written()
         return WorkerReply(stats.n_collected_steps, stats.n_collected_episodes, stats.collect_time, stats.returns,
-                           stats.lens, carry=carry, shards=shards)
+                           stats.lens, carry=carry, shards=shards, pending_episodes=episodes, pending_steps=steps)
+
+    def _written(self) -> tuple[tuple[str, ...], int, int]:
+        """(committed shard names, episodes and steps held in none of them), read as one consistent snapshot:
+        a background commit that settles between the reads is read again."""
+        if self.writer is None:
+            return (), 0, 0
+        while True:
+            shards = self.writer.shards_written
+            episodes, steps = self.writer.pending_episodes, self.writer.pending_steps
+            if len(self.writer.shards_written) == len(shards):
+                return tuple(p.name for p in shards), int(episodes), int(steps)
+
+    def _flush(self) -> tuple[str, ...]:
+        if self.writer is None:
+            return ()
+        self.writer.flush()
+        return tuple(p.name for p in self.writer.shards_written)
 
     def _set_weights(self, weights: Any) -> None:
         policy = self.collector.policy
