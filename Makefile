@@ -14,10 +14,12 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # Dev install: every extra the test suite exercises; torch pinned by requirements-dev.txt.
+# --no-compile: Python compiles the modules the tests import when they first import them, instead of pip
+# compiling all ~19k files of torch, jax, ray and the rest up front (over a minute of one core).
 $(VENV)/.installed-dev: pyproject.toml requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c requirements-dev.txt -r requirements-dev.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-compile -c requirements-dev.txt -r requirements-dev.txt -e '.[dev]'
 	touch $(VENV)/.installed $@
 
 # The demo writes under the default datasets root ($VCOLLECT_DATASETS_PATH if set, else
@@ -35,8 +37,9 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy vcollect
 
+# One pytest-xdist worker per core; the Ray tests share one worker and its one local Ray (tests/conftest.py).
 unit: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=20
 
 test: lint typecheck unit
 

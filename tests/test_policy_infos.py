@@ -1,9 +1,9 @@
 """Infos reach the policies that ask for them (SupportsInfos, TianshouPolicy(pass_infos=True)), and no other.
 
-``TargetEnv`` says in each info dict (its reset's and every step's) which action it wants next and pays
-reward 1 only for that action, so a policy that copies ``info["target"]`` earns a return equal to the
-episode length exactly when it was handed the right env's latest info every step: the step's, or after a
-reset or an autoreset the reset's. Its observation says nothing about the target.
+``TargetEnv`` (tests/info_envs.py) says in each info dict (its reset's and every step's) which action it
+wants next and pays reward 1 only for that action, so a policy that copies ``info["target"]`` earns a
+return equal to the episode length exactly when it was handed the right env's latest info every step: the
+step's, or after a reset or an autoreset the reset's. Its observation says nothing about the target.
 """
 
 from __future__ import annotations
@@ -26,41 +26,13 @@ tianshou = pytest.importorskip("tianshou")
 from tianshou.algorithm.algorithm_base import Policy as TianshouBasePolicy  # noqa: E402
 from tianshou.data import Batch  # noqa: E402
 
+from tests import info_envs  # noqa: E402
+from tests.info_envs import NUM_TARGETS, TargetEnv  # noqa: E402
 from vcollect import AsyncCollector, Collector, make_vector  # noqa: E402
 from vcollect.envs import DummyVectorEnv, GymnasiumVectorEnv  # noqa: E402
 from vcollect.infos import split_vector_infos  # noqa: E402
 from vcollect.policies import EpsilonGreedy, SupportsInfos, TianshouPolicy  # noqa: E402
 from vcollect.policies.tianshou_policy import info_batch  # noqa: E402
-
-NUM_TARGETS = 5
-
-
-class TargetEnv(gym.Env):
-    """Wants action ``info["target"]`` of its latest info (drawn from the reset seed); episodes of 2-6 steps.
-
-    ``info["fresh"]`` is 1 in a reset's info, 0 in a step's; ``info["t"]`` counts the episode's steps."""
-
-    def __init__(self) -> None:
-        self.observation_space = gym.spaces.Box(0.0, 100.0, shape=(1,), dtype=np.float32)
-        self.action_space = gym.spaces.Discrete(NUM_TARGETS)
-        self._t = 0
-        self._length = 0
-        self._target = 0
-
-    def _info(self, fresh: int) -> dict[str, Any]:
-        self._target = int(self.np_random.integers(NUM_TARGETS))
-        return {"target": self._target, "fresh": fresh, "t": self._t}
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
-        super().reset(seed=seed)
-        self._t = 0
-        self._length = int(self.np_random.integers(2, 7))
-        return np.zeros(1, np.float32), self._info(1)
-
-    def step(self, action: Any) -> Any:
-        reward = 1.0 if int(action) == self._target else 0.0
-        self._t += 1
-        return np.full(1, self._t, np.float32), reward, self._t >= self._length, False, self._info(0)
 
 
 class TargetPolicy(TianshouBasePolicy):
@@ -130,7 +102,8 @@ def test_a_tianshou_policy_reading_batch_info_gets_each_envs_latest_info(collect
 def test_ray_actors_hand_the_policy_their_infos(collector_cls: Any, ray_local: Any) -> None:
     from vcollect.envs.ray_env import RayVectorEnv
 
-    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    for module in (sys.modules[__name__], info_envs):  # workers cannot import these files
+        ray_local.cloudpickle.register_pickle_by_value(module)
     policy = TargetPolicy()
     with collector_cls(TianshouPolicy(policy, pass_infos=True), RayVectorEnv([TargetEnv] * 2, timeout=60.0),
                        seed=0) as collector:
@@ -150,7 +123,8 @@ def test_distributed_workers_hand_their_policy_its_infos(collector: str, ray_loc
     from vcollect.distributed import DistributedCollector
     from vcollect.store import EpisodeStore, load_dataset
 
-    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this file
+    for module in (sys.modules[__name__], info_envs):  # workers cannot import these files
+        ray_local.cloudpickle.register_pickle_by_value(module)
     env = TargetEnv()
     EpisodeStore.create("infos/target-v0", env.observation_space, env.action_space, root=tmp_path).close()
     with DistributedCollector(TargetEnv, copier_for, num_workers=2, envs_per_worker=2, collector=collector,
