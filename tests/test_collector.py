@@ -14,18 +14,15 @@ from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, DyingEnv, FailingEnv
 from tests.replay import assert_replays
 from tests.sinks import ListStore
 from vcollect import (
-    ActionError,
     Collector,
-    CollectorStateError,
     DummyVectorEnv,
-    EnvWorkerError,
-    ObservationError,
     RandomPolicy,
     SubprocVectorEnv,
     VectorRingBuffer,
     make_vector,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
 from vcollect.policies import EpsilonGreedy
 from vcollect.spaces import flatten_batch
 from vcollect.spaces import leaves as leaves_of
@@ -637,7 +634,8 @@ def test_unfinished_episodes_at_close_are_dropped_with_a_warning_or_stored_trunc
     so the store holds every collected step."""
     import warnings
 
-    from vcollect import AsyncCollector, UnfinishedEpisodesWarning
+    from vcollect import AsyncCollector
+    from vcollect.errors import UnfinishedEpisodesWarning
 
     cls = Collector if collector_class == "Collector" else AsyncCollector
     dropped = ListStore()
@@ -667,7 +665,7 @@ def test_unfinished_episodes_at_close_are_dropped_with_a_warning_or_stored_trunc
 def test_unfinished_episodes_at_a_reset_follow_the_same_choice_and_without_a_store_nothing_is_said() -> None:
     import warnings
 
-    from vcollect import UnfinishedEpisodesWarning
+    from vcollect.errors import UnfinishedEpisodesWarning
 
     kept = ListStore()
     with Collector(None, counting_fns(2, length=10), store=kept, seed=0, unfinished="truncate") as collector:

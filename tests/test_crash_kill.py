@@ -25,7 +25,6 @@ import pytest
 from gymnasium import spaces
 
 from vcollect import (
-    DatasetNotFoundError,
     EpisodeStore,
     combine_datasets,
     export_minari,
@@ -33,6 +32,7 @@ from vcollect import (
     list_datasets,
     load_dataset,
 )
+from vcollect.errors import DatasetNotFoundError
 
 pytestmark = pytest.mark.slow
 

@@ -17,10 +17,10 @@ import pytest
 
 from tests.envs import CountingEnv, DictObsEnv, FailingEnv, SlowEnv
 from tests.replay import assert_replays
-from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
+from vcollect import Collector, DummyVectorEnv, make_vector
 from vcollect.distributed import DistributedCollector, derive_seeds
 from vcollect.envs.ray_env import RayVectorEnv
-from vcollect.errors import DatasetNotFoundError
+from vcollect.errors import CollectorStateError, DatasetNotFoundError, EnvWorkerError
 from vcollect.store import EpisodeStore, load_dataset
 
 CARTPOLE_OBS = gym.spaces.Box(

@@ -15,18 +15,12 @@ from tests.envs import CountingEnv, DictObsEnv, FailingEnv
 from tests.sinks import ListStore, StoredEpisode
 from tests.test_async_collector import Alternating, replay
 from tests.test_capabilities import assert_declares
-from vcollect import (
-    Collector,
-    CollectorStateError,
-    DummyVectorEnv,
-    EnvWorkerError,
-    ObservationError,
-    make_vector,
-)
+from vcollect import Collector, DummyVectorEnv, make_vector
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
 from vcollect.envs import EnvCapabilities, GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
+from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
 from vcollect.loops import AllEnvLoop, BlockLoop
 from vcollect.loops.blocks import BLOCK_BYTES
 
