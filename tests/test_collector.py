@@ -609,7 +609,7 @@ def test_queued_writes_from_a_small_ring_store_what_a_ring_holding_everything_st
         with store, Collector(None, fns, buffer=buffer, store=store, seed=4) as collector:
             collector.collect(n_episode=90, random=True, reset_before_collect=True)
             collector.collect(n_step=37, random=True, reset_options={"start": 50.0})
-            assert collector.writer is not None and collector.writer.queued == 0  # all stored by the call's end
+            assert collector._writer is not None and collector._writer.queued == 0  # all stored by the call's end
             collector.collect(n_episode=9, random=True)
         datasets.append(load_dataset(name, root=tmp_path))
     batched_ds, single_ds = datasets

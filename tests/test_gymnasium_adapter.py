@@ -330,14 +330,14 @@ def collect_in_calls(
         buffer = VectorRingBuffer(5, capacity, envs.single_observation_space, envs.single_action_space, keep_overflow=True)
     random = policy is None
     with Collector(policy, envs, buffer=buffer, store=store, seed=1, stage_blocks=blocks) as collector:
-        assert isinstance(collector.loop, BlockLoop if blocks else AllEnvLoop)
+        assert isinstance(collector._loop, BlockLoop if blocks else AllEnvLoop)
         collector.reset(seed=4)
         stats = [collector.collect(n_step=n, random=random) for n in (3, 70, 7, 400, 1, 200)]
         stats.append(collector.collect(n_episode=9, random=random))
         stats.append(collector.collect(n_step=130, random=random))
         stats += [collector.collect(n_episode=n, random=random) for n in (1, 23, 2)]
         stats.append(collector.collect(n_step=11, random=random))
-        loop = collector.loop
+        loop = collector._loop
         block_size = loop.block.size if isinstance(loop, BlockLoop) else None
         return stats, store.episodes, collector.pending_transitions, len(collector.buffer), block_size
 

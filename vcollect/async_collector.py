@@ -134,8 +134,8 @@ class AsyncCollector(Collector):
         """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env
         (and, by default, the buffer and the counters: Collector.reset)."""
         self._check_open()
-        if isinstance(self.loop, AsyncLoop):
-            self.loop.drain()
+        if isinstance(self._loop, AsyncLoop):
+            self._loop.drain()
         super().reset(seed, reset_buffer=reset_buffer, reset_stats=reset_stats, options=options)
 
 

@@ -125,22 +125,22 @@ class Collector:
         self.action_space = vector_env.single_action_space
         self.buffer = checked_ring(buffer, vector_env)
         self.store = checked_store(store, vector_env)
-        self.writer: EpisodeWriter | None = None
+        self._writer: EpisodeWriter | None = None
         if self.store is not None:
             self.buffer.keep_whole_episodes()  # a stored episode is whole, however long
             infos = vector_env.episode_infos if isinstance(vector_env, InfoRecordingEnv) else None
-            self.writer = EpisodeWriter(self.store, self.buffer, infos)
+            self._writer = EpisodeWriter(self.store, self.buffer, infos)
         self.seed_every_reset = settings.seed_every_reset
         self.record_infos = settings.record_infos
         self.exploration_noise = settings.exploration_noise
         self.validate = settings.validate
-        self.actor = PolicyActor(
+        self._actor = PolicyActor(
             policy, self.buffer, self.observation_space, self.action_space,
             exploration_noise=settings.exploration_noise, validate=settings.validate,
         )
-        self.ledger = TransitionLedger(self.num_envs)
+        self._ledger = TransitionLedger(self.num_envs)
         self.context = StepContext(
-            vector_env, self.buffer, self.actor, self.ledger, self.writer,
+            vector_env, self.buffer, self._actor, self._ledger, self._writer,
             validate=settings.validate, check_finite=settings.check_finite,
         )
         self.context.on_step_hook = settings.on_step_hook
@@ -149,7 +149,7 @@ class Collector:
         self._was_reset = False
         self._closed = False
         self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
-        self.loop: StepLoop = self._make_loop(settings.stage_blocks)
+        self._loop: StepLoop = self._make_loop(settings.stage_blocks)
 
     def _make_loop(self, stage_blocks: bool) -> StepLoop:
         """The step loop the backend's capabilities call for (AsyncCollector chooses its own)."""
@@ -164,7 +164,7 @@ class Collector:
         """(Re)make the generator, the per-env reset seed streams and the random actions from ``seed``."""
         self._rng = np.random.default_rng(seed)
         self.context.reseed(int(self._rng.integers(0, 2**63)), self.seed_every_reset)
-        self.actor.reseed(int(self._rng.integers(0, 2**63)))
+        self._actor.reseed(int(self._rng.integers(0, 2**63)))
 
     # ------------------------------------------------------------------ hooks (Tianshou's names)
 
@@ -192,7 +192,7 @@ class Collector:
     @property
     def pending_transitions(self) -> int:
         """Transitions already recorded (and stored) that the next collect() call will report first."""
-        return len(self.ledger)
+        return len(self._ledger)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -226,7 +226,7 @@ class Collector:
             self.buffer.reset()
         if reset_stats:
             self.reset_stat()
-        self.actor.clear()
+        self._actor.clear()
         self.context.reset_envs(self.context.all_ids, options)
         self._was_reset = True
 
@@ -309,15 +309,15 @@ class Collector:
                 "collect() called before any reset: call collector.reset() first or pass "
                 "reset_before_collect=True"
             )
-        self.actor.begin_call()
+        self._actor.begin_call()
         start = time.perf_counter()
         bar: ProgressBar = tqdm(total=int(target), unit="step" if n_step is not None else "ep") if progress else _NoBar()
         call = CollectCall(random, render, reset_options, bar)
         try:
             if n_step is not None:
-                steps = self.loop.collect_steps(int(n_step), call)
+                steps = self._loop.collect_steps(int(n_step), call)
             else:
-                steps = self.loop.collect_episodes(self._episode_quota(int(target)), call)
+                steps = self._loop.collect_episodes(self._episode_quota(int(target)), call)
         finally:
             try:
                 bar.close()
