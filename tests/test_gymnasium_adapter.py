@@ -18,6 +18,7 @@ from tests.test_capabilities import assert_declares
 from vcollect import Collector, DummyVectorEnv, make_vector
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers.ring import RingWriter
 from vcollect.envs import EnvCapabilities, GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
 from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
@@ -423,7 +424,7 @@ def test_bad_observation_in_a_block_keeps_every_step_before_it(random: bool) -> 
         collector.reset(seed=1)
         with pytest.raises(ObservationError, match="outside the observation space"):
             collector.collect(n_step=10_000, random=random)
-        np.testing.assert_array_equal(collector.buffer.last_obs(np.arange(4)), envs.batches[38])
+        np.testing.assert_array_equal(RingWriter(collector.buffer).last_obs(np.arange(4)), envs.batches[38])
         restarting = np.concatenate([np.zeros((1, 4), bool), np.array(envs.done[:38])])
         assert collector.pending_transitions == int((~restarting).sum())
 

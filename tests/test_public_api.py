@@ -9,6 +9,8 @@ import re
 import warnings
 from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
 import vcollect
@@ -110,3 +112,90 @@ def test_every_error_is_in_vcollect_errors_and_in_readme_table_with_its_bases() 
         assert table[name] == [base.__name__ for base in cls.__bases__], name
         if name != "VCollectError" and not issubclass(cls, Warning):
             assert issubclass(cls, vcollect.errors.VCollectError), name
+
+
+def public(obj: object) -> set[str]:
+    return {name for name in dir(obj) if not name.startswith("_")}
+
+
+DATASET_MEMBERS = {
+    # Minari's MinariDataset names
+    "action_space", "env_spec", "episode_indices", "eval_env_spec", "filter_episodes", "id", "iterate_episodes",
+    "observation_space", "recover_environment", "sample_episodes", "set_seed", "spec", "total_episodes",
+    "total_steps", "update_dataset_from_buffer",
+    # Minari's storage-level calls, on the dataset
+    "get_episode_metadata", "metadata", "update_episode_metadata", "update_metadata",
+    # vcollect's own
+    "as_torch_dataset", "close", "episode_lengths", "episode_returns", "episode_seeded", "path", "sample_steps",
+    "steps_at", "verify",
+}
+RING_MEMBERS = {
+    "action_space", "add", "add_all", "bind_spaces", "capacity", "episode", "episode_lengths", "episode_returns",
+    "extras", "has_spaces", "keep_overflow", "num_envs", "observation_space", "reset", "sample", "start_episodes",
+    "unfinished",
+}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> vcollect.Dataset:
+    from tests.small_datasets import make_dataset
+
+    root = tmp_path_factory.mktemp("surface")
+    make_dataset(root, "surface/data-v0", [3, 4, 5])
+    return vcollect.load_dataset("surface/data-v0", root=root)
+
+
+def test_dataset_members_are_what_a_user_calls(dataset: vcollect.Dataset) -> None:
+    assert public(dataset) == DATASET_MEMBERS
+
+
+@pytest.mark.parametrize(
+    "name", ["env_spec_json", "eval_env_spec_json", "frame_stack", "open_files", "root", "sample_cache_nbytes",
+             "shard_paths"],
+)
+def test_dataset_members_moved_to_stored_dataset_still_work_with_a_warning(dataset: vcollect.Dataset, name: str) -> None:
+    from vcollect.store.read.reader import StoredDataset
+
+    want = getattr(StoredDataset(dataset), name)
+    with pytest.warns(DeprecationWarning, match=rf"Dataset\.{name} is deprecated.*StoredDataset\(dataset\)\.{name}"):
+        got = getattr(dataset, name)
+    assert got == want
+
+
+def test_dataset_combined_datasets_still_works_with_a_warning(dataset: vcollect.Dataset) -> None:
+    with pytest.warns(DeprecationWarning, match=r"dataset\.spec\.combined_datasets"):
+        assert dataset.combined_datasets == dataset.spec.combined_datasets == []  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="no attribute 'no_such_member'"):
+        dataset.no_such_member  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_ring_members_are_what_a_user_calls() -> None:
+    ring = vcollect.VectorRingBuffer(2, 5, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2))
+    assert public(ring) == RING_MEMBERS
+    assert public(vcollect.VectorRingBuffer(total_size=10, num_envs=2)) <= RING_MEMBERS  # storage comes with spaces
+
+
+def test_ring_members_moved_to_ring_writer_still_work_with_a_warning() -> None:
+    from vcollect.buffers.ring import RingWriter
+
+    def ring() -> vcollect.VectorRingBuffer:
+        made = vcollect.VectorRingBuffer(2, 3, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2))
+        made.start_episodes(np.arange(2), np.zeros((2, 2)))
+        for step in range(4):
+            made.add(np.arange(2), np.zeros(2, np.int64), np.ones(2), np.zeros(2, bool), np.zeros(2, bool),
+                     np.full((2, 2), step / 4))
+        return made
+
+    old, new = ring(), ring()
+    for name, args in [("episode_truncated_in_ring", (0,)), ("last_obs", (np.arange(2),))]:
+        with pytest.warns(DeprecationWarning, match=rf"VectorRingBuffer\.{name} is deprecated.*RingWriter\(ring\)\.{name}"):
+            got = getattr(old, name)(*args)
+        np.testing.assert_array_equal(got, getattr(RingWriter(new), name)(*args))
+    with pytest.warns(DeprecationWarning, match="keep_whole_episodes"):
+        old.keep_whole_episodes()
+    RingWriter(new).keep_whole_episodes()
+    assert old.keep_overflow and new.keep_overflow
+    with pytest.warns(DeprecationWarning, match="set_episode_extras"):
+        old.set_episode_extras(0, {"x": np.arange(2.0)})
+    RingWriter(new).set_episode_extras(0, {"x": np.arange(2.0)})
+    np.testing.assert_array_equal(old.extras["x"], new.extras["x"])

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from vcollect.acting import PolicyActor
 from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers.ring import RingWriter
 from vcollect.collector_options import CollectorOptions, CollectorSettings
 from vcollect.collector_parts import (
     DEFAULT_BUFFER_ROWS,
@@ -70,7 +71,7 @@ class Collector:
     policy that asks for them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last.
     With a ``store`` (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every
     completed episode is written whole, with the seed of its reset and its env id; a ``buffer`` given with
-    a store is switched to keep episodes longer than its rings whole (``keep_whole_episodes``). ``seed``
+    a store is switched to keep episodes longer than its rings whole (as ``keep_overflow=True`` does). ``seed``
     seeds the generator behind every reset's seed (one stream per env id) and the actions of
     ``collect(random=True)``. The dummy, subprocess and Ray backends seed every reset the collector asks
     for, so for the same seed (and policy) they give bit-identical data, equal to each other. The gymnasium
@@ -127,7 +128,7 @@ class Collector:
         self.store = checked_store(store, vector_env)
         self._writer: EpisodeWriter | None = None
         if self.store is not None:
-            self.buffer.keep_whole_episodes()  # a stored episode is whole, however long
+            RingWriter(self.buffer).keep_whole_episodes()  # a stored episode is whole, however long
             infos = vector_env.episode_infos if isinstance(vector_env, InfoRecordingEnv) else None
             self._writer = EpisodeWriter(self.store, self.buffer, infos)
         self.seed_every_reset = settings.seed_every_reset

@@ -12,6 +12,7 @@ microseconds.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,10 @@ from vcollect.held_rows import HeldRows
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
 __all__ = ["EpisodeEnds", "EpisodeSlice", "RingWriter", "VectorRingBuffer"]
+
+#: Members that left VectorRingBuffer for RingWriter (what a collector uses of a ring). They still work on a
+#: ring for one release, with a DeprecationWarning naming the new spelling.
+_MOVED_TO_RING_WRITER = frozenset({"episode_truncated_in_ring", "keep_whole_episodes", "last_obs", "set_episode_extras"})
 
 
 class VectorRingBuffer:
@@ -84,7 +89,16 @@ class VectorRingBuffer:
     if not TYPE_CHECKING:  # at run time only, so that mypy still checks every attribute of the class
 
         def __getattr__(self, name: str) -> Any:
-            """Reached only for attributes not set: the storage of a ring still waiting for its spaces."""
+            """Reached only for attributes not set: the storage of a ring still waiting for its spaces, and
+            the members that moved to RingWriter."""
+            if name in _MOVED_TO_RING_WRITER:
+                warnings.warn(
+                    f"VectorRingBuffer.{name} is deprecated: it is collector plumbing, now "
+                    f"vcollect.buffers.ring.RingWriter(ring).{name}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(RingWriter(self), name)
             if name.startswith("_") and not name.startswith("__") and self.__dict__.get("observation_space", 0) is None:
                 raise BufferNotReadyError(
                     "this VectorRingBuffer was made without spaces: give it to a Collector (which sets its "
@@ -130,7 +144,7 @@ class VectorRingBuffer:
         self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
         self._overflow: dict[int, list[SpilledChunk]] = {}
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
-        self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (set_episode_extras)
+        self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (RingWriter.set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
         self.reset()
 
@@ -449,7 +463,7 @@ class VectorRingBuffer:
         """The current (or just finished) episode of ``env_id``: views when contiguous, else copies.
 
         With keep_overflow=True it is the whole episode (spilled chunks + ring part); otherwise only the
-        part still in the ring (see :meth:`episode_truncated_in_ring`).
+        part still in the ring (see :meth:`RingWriter.episode_truncated_in_ring`).
         """
         env = self._check_env(env_id)
         steps_in_ring = int(self.episode_lengths[env] - self._spilled[env])
@@ -472,7 +486,7 @@ class VectorRingBuffer:
             trunc,
         )
 
-    def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
+    def _set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
         """Write per-step arrays (an episode-done hook's) at the step rows of env_id's latest episode still in
         its ring: ``extras[name]``, a flat column beside the ring's rows, made on first use."""
         env = self._check_env(env_id)
@@ -547,7 +561,7 @@ class VectorRingBuffer:
         ended = self._term_flat[last_step] | self._trunc_flat[last_step]
         return np.flatnonzero(self._has_episode & (self.episode_lengths > 0) & ~ended)
 
-    def keep_whole_episodes(self) -> None:
+    def _keep_whole_episodes(self) -> None:
         """From now on copy aside the rows of an episode longer than its ring before overwriting them
         (``keep_overflow``), so :meth:`episode` is always whole: what a collector writing to a store needs."""
         if self.keep_overflow:
@@ -556,12 +570,12 @@ class VectorRingBuffer:
         c = self.capacity
         self._headroom = int((c - 1 - (self.episode_lengths - self._spilled)).min())
 
-    def episode_truncated_in_ring(self, env_id: int) -> bool:
+    def _episode_truncated_in_ring(self, env_id: int) -> bool:
         """Whether :meth:`episode` lacks the start of the env's episode (too long, keep_overflow=False)."""
         env = self._check_env(env_id)
         return int(self.episode_lengths[env] - self._spilled[env]) + 1 > self.capacity
 
-    def last_obs(self, env_ids: np.ndarray) -> Any:
+    def _last_obs(self, env_ids: np.ndarray) -> Any:
         """A copy of the latest observation of each env id, batched."""
         env_ids = np.asarray(env_ids)
         if not self._has_episode[env_ids].all():
@@ -588,9 +602,10 @@ class VectorRingBuffer:
 
 
 class RingWriter:
-    """What a collector uses of a ring beyond a user's ``add``/``sample``: blocks of steps written at once, and
-    finished episodes read back by handle while their rows are still in the ring (composed with the ring,
-    so that these stay off VectorRingBuffer's own surface).
+    """What a collector uses of a ring beyond a user's ``add``/``sample``: blocks of steps written at once,
+    finished episodes read back by handle while their rows are still in the ring, whole episodes kept for a
+    store, the latest observations and an episode-done hook's per-step arrays (composed with the ring, so
+    that these stay off VectorRingBuffer's own surface).
 
     A handle (``episode_ref``) is (flat row of the episode's final observation, steps); it stays valid until
     the env has written ``rows_left`` more rows.
@@ -649,3 +664,30 @@ class RingWriter:
     def rows_left_after_end(self, steps: int) -> int:
         """``rows_left`` of an episode of ``steps`` steps that ended in its env's last row."""
         return self.ring.capacity - 1 - steps
+
+    def keep_whole_episodes(self) -> None:
+        """From now on copy aside the rows of an episode longer than its ring before overwriting them (the
+        ring's ``keep_overflow``), so that every episode read from it is whole: what a store needs."""
+        self.ring._keep_whole_episodes()
+
+    def episode_truncated_in_ring(self, env_id: int) -> bool:
+        """Whether the ring lacks the start of env_id's current episode (too long, and not kept whole).
+
+        Raises:
+            IndexError: ``env_id`` is out of range.
+            ValueError: the env has no episode.
+        """
+        return self.ring._episode_truncated_in_ring(env_id)
+
+    def last_obs(self, env_ids: np.ndarray) -> Any:
+        """A copy of the latest observation of each env id, batched.
+
+        Raises:
+            ValueError: some env id has no episode.
+        """
+        return self.ring._last_obs(env_ids)
+
+    def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
+        """Write per-step arrays (an episode-done hook's) at the step rows of env_id's latest episode still in
+        its ring, as ``extras[name]`` columns beside the ring's rows, made on first use."""
+        self.ring._set_episode_extras(env_id, values)

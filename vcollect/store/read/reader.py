@@ -16,7 +16,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -47,7 +47,7 @@ from vcollect.store.read.shard_reader import StoredShard
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 
-__all__ = ["MAX_OPEN_FILES", "SAMPLE_CACHE_BYTES", "Dataset", "DatasetSpec", "EpisodeData", "load_dataset"]
+__all__ = ["MAX_OPEN_FILES", "SAMPLE_CACHE_BYTES", "Dataset", "DatasetSpec", "EpisodeData", "StoredDataset", "load_dataset"]
 
 #: Default ``cache_bytes`` of :meth:`Dataset.sample_steps`: the sampled columns of all shards are copied
 #: into memory once when they total at most this many bytes; above it, rows are gathered from the files.
@@ -56,6 +56,12 @@ SAMPLE_CACHE_BYTES = 64 * 2**20
 #: Most files a loaded dataset keeps open at once (each open shard map or HDF5 file holds one file
 #: descriptor); the least recently used one is closed first. Views of one dataset share them.
 MAX_OPEN_FILES = 32
+
+#: Members that left Dataset for StoredDataset (how the dataset lies on disk and in memory). They still work
+#: on a Dataset for one release, with a DeprecationWarning naming the new spelling.
+_MOVED_TO_STORED = frozenset(
+    {"env_spec_json", "eval_env_spec_json", "frame_stack", "open_files", "root", "sample_cache_nbytes", "shard_paths"}
+)
 
 
 class Dataset:
@@ -86,14 +92,9 @@ class Dataset:
         return self._index.path
 
     @property
-    def root(self) -> Path:
+    def _root(self) -> Path:
         """The datasets root this dataset lies under (``path`` less the folders of its id)."""
         return self._index.path.parents[len(self.id.split("/")) - 1]
-
-    @property
-    def frame_stack(self) -> FrameStack | None:
-        """How frame-stacked observations are stored once (store/write/frame_stack.py); None when stored whole."""
-        return self._index.frame_stack
 
     @property
     def observation_space(self) -> gym.Space[Any]:
@@ -105,28 +106,21 @@ class Dataset:
         """Action space of every episode."""
         return self._index.action_space
 
-    @property
-    def env_spec_json(self) -> str | None:
-        """The stored env spec as gymnasium's JSON string (what Minari keeps in its metadata), or None."""
-        value = self._index.info.get("env_spec")
-        return None if value is None else str(value)
-
-    @property
-    def eval_env_spec_json(self) -> str | None:
-        """The stored evaluation env spec JSON, or None."""
-        value = self._index.info.get("eval_env_spec")
+    def _spec_json(self, key: Literal["env_spec", "eval_env_spec"]) -> str | None:
+        """The stored env spec (or eval env spec) as gymnasium's JSON string, or None."""
+        value = self._index.info.get(key)
         return None if value is None else str(value)
 
     @property
     def env_spec(self) -> gym.envs.registration.EnvSpec | None:
         """The env spec the data was collected with (for ``recover_environment``), or None."""
-        text = self.env_spec_json
+        text = self._spec_json("env_spec")
         return None if text is None else gym.envs.registration.EnvSpec.from_json(text)
 
     @property
     def eval_env_spec(self) -> gym.envs.registration.EnvSpec | None:
         """The evaluation env spec, or None."""
-        text = self.eval_env_spec_json
+        text = self._spec_json("eval_env_spec")
         return None if text is None else gym.envs.registration.EnvSpec.from_json(text)
 
     @property
@@ -141,11 +135,6 @@ class Dataset:
         }
 
     @property
-    def combined_datasets(self) -> list[str]:
-        """Ids of the datasets this one was combined from ([] when it was not combined)."""
-        return list(self._index.info.get("metadata", {}).get("combined_datasets") or [])
-
-    @property
     def spec(self) -> DatasetSpec:
         """Minari's dataset spec of this view (totals of the view), plus eval_env_spec and the metadata."""
         metadata = self.metadata
@@ -155,7 +144,7 @@ class Dataset:
             total_episodes=self.total_episodes,
             total_steps=self.total_steps,
             dataset_id=self.id,
-            combined_datasets=self.combined_datasets,
+            combined_datasets=list(self._index.info.get("metadata", {}).get("combined_datasets") or []),
             observation_space=self.observation_space,
             action_space=self.action_space,
             data_path=str(self.path),
@@ -174,7 +163,7 @@ class Dataset:
         """
         values = check_metadata_update(metadata)
         eval_spec = values.pop("eval_env_spec", None)
-        root = self.root
+        root = self._root
         update_dataset_info(self.path, self.id, root, metadata=values, eval_env_spec=eval_spec)
         self._index.info = read_dataset_info(self.path, self.id, root)
 
@@ -257,11 +246,6 @@ class Dataset:
         aligned with ``episode_indices``."""
         return self._index.seed_valid[self._episode_indices]
 
-    @property
-    def shard_paths(self) -> list[Path]:
-        """The committed shard files this dataset was loaded from, in episode-id order."""
-        return [s.path for s in self._index.shards]
-
     # ------------------------------------------------------------------ episodes
 
     def __len__(self) -> int:
@@ -309,8 +293,9 @@ class Dataset:
         if isinstance(requirements, str):
             requirements = [requirements]
         warn_unmet_requirements(requirements)
-        spec = self.eval_env_spec if eval_env and self.eval_env_spec_json is not None else self.env_spec
-        if eval_env and self.eval_env_spec_json is None:
+        has_eval_spec = self._spec_json("eval_env_spec") is not None
+        spec = self.eval_env_spec if eval_env and has_eval_spec else self.env_spec
+        if eval_env and not has_eval_spec:
             warnings.warn(f"dataset {self.id!r} has no eval_env_spec; using its env_spec", UserWarning, stacklevel=2)
         if spec is None:
             raise ValueError(f"dataset {self.id!r} has no env_spec stored; it cannot recover the environment")
@@ -319,16 +304,24 @@ class Dataset:
     # ------------------------------------------------------------------ transitions
 
     def sample_steps(self, batch_size: int, *, cache_bytes: int | None = None) -> dict[str, Any]:
-        """``batch_size`` transitions drawn uniformly (with replacement) over all steps of this view.
+        """Draw ``batch_size`` transitions uniformly (with replacement) over all steps of this view.
 
-        Returns observations, actions, rewards, next_observations, terminations, truncations (nested
-        batches for Dict/Tuple spaces). Episodes are not decoded: rows are gathered directly.
+        Episodes are not decoded: rows are gathered from the shards directly. On the first call the sampled
+        columns of all the dataset's shards are copied into memory (kept, shared by its views, reported by
+        ``StoredDataset(dataset).sample_cache_nbytes``) when they total at most ``cache_bytes``; else rows are
+        read from the shard files on each call. A cache already built is used whatever ``cache_bytes`` says.
 
-        ``cache_bytes`` bounds the one copy this makes beyond the batch: on the first call the sampled
-        columns of all the dataset's shards are copied into memory (kept, shared by its views, and
-        reported by :attr:`sample_cache_nbytes`) when they total at most ``cache_bytes`` bytes (default
-        :data:`SAMPLE_CACHE_BYTES`, 64 MiB); else, and with ``cache_bytes=0``, rows are read from the shard
-        files on each call. A cache already built is used whatever ``cache_bytes`` says.
+        Args:
+            batch_size: How many transitions to draw.
+            cache_bytes: The most bytes that in-memory copy may take (default :data:`SAMPLE_CACHE_BYTES`,
+                64 MiB; 0 never copies).
+
+        Returns:
+            ``observations``, ``actions``, ``rewards``, ``next_observations``, ``terminations`` and
+            ``truncations``, one row per transition (nested batches for Dict/Tuple spaces).
+
+        Raises:
+            ValueError: The view has no steps, or ``cache_bytes`` is negative.
         """
         cum = self._cumulative_lengths()
         total = int(cum[-1]) if cum.size else 0
@@ -391,7 +384,7 @@ class Dataset:
         Raises:
             ValueError: An episode does not fit the spaces (naming it); nothing is written.
         """
-        append_episode_lists(self.path, self.id, self.root, buffer, self.observation_space, self.action_space)
+        append_episode_lists(self.path, self.id, self._root, buffer, self.observation_space, self.action_space)
 
     def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
         """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on
@@ -399,16 +392,6 @@ class Dataset:
         from vcollect.store.read.torch_dataset import TorchDataset
 
         return TorchDataset(self, items)
-
-    @property
-    def sample_cache_nbytes(self) -> int:
-        """Bytes of the in-memory copy sample_steps made of the sampled columns (0 when it made none)."""
-        return self._index.cache_nbytes
-
-    @property
-    def open_files(self) -> int:
-        """Shard files (maps or HDF5 files) this dataset holds open now; at most ``max_open_files``."""
-        return len(self._index.files)
 
     def close(self) -> None:
         """Close the shard files this dataset (and its views) holds open; reading later reopens them."""
@@ -434,6 +417,70 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
+
+    if not TYPE_CHECKING:  # at run time only, so that mypy flags any use of the deprecated names
+
+        def __getattr__(self, name: str) -> Any:
+            """Reached only for attributes not set: the members that moved to StoredDataset or to ``spec``."""
+            if name == "combined_datasets":
+                warnings.warn("Dataset.combined_datasets is deprecated: use dataset.spec.combined_datasets",
+                              DeprecationWarning, stacklevel=2)
+                return self.spec.combined_datasets
+            if name in _MOVED_TO_STORED:
+                warnings.warn(
+                    f"Dataset.{name} is deprecated: use vcollect.store.read.reader.StoredDataset(dataset).{name}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(StoredDataset(self), name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class StoredDataset:
+    """How a loaded Dataset lies on disk and in memory: its root, shard files, open files, sample cache, frame
+    stacking and stored env specs' JSON text. What vcollect's own modules (export, combine, the command line)
+    and resource checks read beyond a user's API, composed with the dataset (or view) it is given.
+    """
+
+    __slots__ = ("_dataset",)
+
+    def __init__(self, dataset: Dataset) -> None:
+        self._dataset = dataset
+
+    @property
+    def root(self) -> Path:
+        """The datasets root the dataset lies under (its ``path`` less the folders of its id)."""
+        return self._dataset._root
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        """The committed shard files the dataset was loaded from, in episode-id order."""
+        return [s.path for s in self._dataset._index.shards]
+
+    @property
+    def open_files(self) -> int:
+        """Shard files (maps or HDF5 files) the dataset holds open now; at most ``max_open_files``."""
+        return len(self._dataset._index.files)
+
+    @property
+    def sample_cache_nbytes(self) -> int:
+        """Bytes of the in-memory copy ``sample_steps`` made of the sampled columns (0 when it made none)."""
+        return self._dataset._index.cache_nbytes
+
+    @property
+    def frame_stack(self) -> FrameStack | None:
+        """How frame-stacked observations are stored once; None when stored whole."""
+        return self._dataset._index.frame_stack
+
+    @property
+    def env_spec_json(self) -> str | None:
+        """The stored env spec as gymnasium's JSON string (what Minari keeps in its metadata), or None."""
+        return self._dataset._spec_json("env_spec")
+
+    @property
+    def eval_env_spec_json(self) -> str | None:
+        """The stored evaluation env spec as gymnasium's JSON string, or None."""
+        return self._dataset._spec_json("eval_env_spec")
 
 
 def _unchanged_summary(file: Path, entry: Mapping[str, Any] | None) -> Mapping[str, Any] | None:

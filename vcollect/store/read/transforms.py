@@ -17,7 +17,7 @@ from vcollect.store.layout.episode_metadata import write_late_metadata_by_positi
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.publish_journal import publish_together
 from vcollect.store.layout.staging import discard_staging, new_staging_dir
-from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
+from vcollect.store.read.reader import Dataset, EpisodeData, StoredDataset, load_dataset
 from vcollect.store.write.writer import EpisodeStore
 
 __all__ = ["Staged", "combine_datasets", "copy_episodes", "publish_staged", "split_dataset", "stage_combined"]
@@ -188,8 +188,9 @@ def stage_combined(
                 raise SpaceMismatchError(
                     f"cannot combine {first.id!r} and {other.id!r}: {what} spaces differ ({a} vs {b})"
                 )
-    env_spec = combined_env_spec([d.env_spec_json for d in loaded], [d.id for d in loaded])
-    eval_specs = {d.eval_env_spec_json for d in loaded}
+    stored = [StoredDataset(d) for d in loaded]
+    env_spec = combined_env_spec([s.env_spec_json for s in stored], [d.id for d in loaded])
+    eval_specs = {s.eval_env_spec_json for s in stored}
     final = dataset_path(new_dataset_id, root)
     exists = f"dataset {new_dataset_id!r} already exists at {str(final)!r}; delete it first or pick another id"
     if (final / DATASET_FILE).exists() and not overwrite:
@@ -205,7 +206,7 @@ def stage_combined(
             eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
             metadata={"combined_datasets": [d.id for d in loaded], **(metadata or {})},
             # frames stay stored once when every source stores them so (the copies are checked again)
-            frame_stack=stacks.pop() if len(stacks := {d.frame_stack for d in loaded}) == 1 else None,
+            frame_stack=stacks.pop() if len(stacks := {s.frame_stack for s in stored}) == 1 else None,
         ).close()
         late: dict[int, dict[str, Any]] = {}
         copied = 0
