@@ -225,9 +225,9 @@ def test_episode_longer_than_the_ring_reaches_the_store_whole() -> None:
 @pytest.mark.parametrize("record_infos", [False, True])
 def test_a_ring_passed_in_without_keep_overflow_still_stores_whole_episodes(collector_class: str,
                                                                              record_infos: bool) -> None:
-    """Regression: a user's 25-row ring and 30-step episodes used to store 24 steps starting at
-    observation 6, with a seed claiming to replay them. The collector makes any ring it writes from keep
-    episodes whole."""
+    """A user's 25-row ring and 30-step episodes store all 30 steps from the first observation (not the
+    last 24 the ring holds, with a seed claiming to replay them): the collector makes any ring it writes
+    from keep episodes whole."""
     from vcollect import AsyncCollector
 
     cls = Collector if collector_class == "Collector" else AsyncCollector

@@ -1,4 +1,4 @@
-"""Frame stacks stored once (issue 18): the index arithmetic and the write-time check against a reference."""
+"""Frame stacks stored once: the index arithmetic and the write-time check against a reference."""
 
 from __future__ import annotations
 
