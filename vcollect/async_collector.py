@@ -78,6 +78,19 @@ class AsyncCollector(Collector):
     does. Backends that return results in fixed-size batches (EnvPool's async mode,
     ``capabilities.recv_batch_size``) get at least that many envs in flight whenever the collector waits;
     steps added for that are reported by the next call.
+
+    Args:
+        policy: As Collector's.
+        envs: As Collector's.
+        buffer: As Collector's.
+        store: As Collector's.
+        wait_num: Stepping envs to wait for before acting again (None: 1).
+        timeout: Seconds to wait for any step or reset to finish (None: no limit).
+        **options: The Collector's keyword options.
+
+    Raises:
+        ValueError: ``wait_num`` outside 1..num_envs or ``timeout`` not positive, and as Collector's.
+        TypeError: As Collector's.
     """
 
     handles_batched_recv = True

@@ -102,6 +102,19 @@ class Collector:
 
     ``collect_step`` / ``collect_episode`` / ``collect_time``: running totals of what the collect calls
     reported since construction or the last ``reset_stat()`` (as Tianshou's Collector keeps them).
+
+    Args:
+        policy: Called as ``policy(obs_batch, state) -> (actions, state)``; a Tianshou policy or Algorithm;
+            or None for a collector that only collects with ``random=True``.
+        envs: A ``VectorEnv``, a gymnasium vector env, one ``gymnasium.Env``, or a list of env factories.
+        buffer: The rings to record into (a ``VectorRingBuffer`` with one ring per env); None makes one.
+        store: Where every completed episode is written (an ``EpisodeSink`` of the envs' spaces).
+        **options: The keyword options above (vcollect.collector_options.CollectorSettings).
+
+    Raises:
+        TypeError: An option no collector takes, ``buffer`` not a VectorRingBuffer, or ``store`` not a whole
+            EpisodeSink.
+        ValueError: ``buffer`` or ``store`` of other env counts or spaces than the envs', or a bad option value.
     """
 
     #: whether this class keeps enough envs in flight for backends that return results in fixed-size batches
@@ -170,11 +183,19 @@ class Collector:
     # ------------------------------------------------------------------ hooks (Tianshou's names)
 
     def set_on_step_hook(self, hook: StepHook | None) -> None:
-        """Call ``hook(rollout)`` on every step from now on (None: no step hook)."""
+        """Call ``hook(rollout)`` on every step from now on.
+
+        Args:
+            hook: The step hook; None removes it.
+        """
         self.context.on_step_hook = hook
 
     def set_on_episode_done_hook(self, hook: EpisodeRolloutHook | None) -> None:
-        """Call ``hook(episode)`` on every finished episode from now on (None: no episode hook)."""
+        """Call ``hook(episode)`` on every finished episode from now on.
+
+        Args:
+            hook: The episode-done hook; None removes it.
+        """
         self.context.on_episode_done_hook = hook
 
     def get_on_step_hook(self) -> StepHook | None:
@@ -208,9 +229,18 @@ class Collector:
         """Reset every env (each with a seed from the generator) and, by default, the buffer and the
         ``collect_*`` counters, as Tianshou's ``reset(reset_buffer, reset_stats)`` does.
 
-        ``seed`` re-seeds the collector's generator first. Unfinished episodes are discarded (or stored
-        truncated: ``unfinished``). Unlike Tianshou's, the first positional argument is ``seed``: a bool
-        there (Tianshou's ``reset(False)``) is refused rather than taken as a seed.
+        Unfinished episodes are discarded (or stored truncated: ``unfinished``).
+
+        Args:
+            seed: Re-seeds the collector's generator first (None: keep it). Unlike Tianshou's, the first
+                positional argument is the seed.
+            reset_buffer: Empty the buffer too.
+            reset_stats: Zero ``collect_step``, ``collect_episode`` and ``collect_time`` too.
+            options: Passed to every env's reset.
+
+        Raises:
+            TypeError: ``seed`` is a bool (Tianshou's ``reset(False)``), refused rather than taken as a seed.
+            CollectorStateError: The collector is closed.
         """
         if isinstance(seed, bool):
             raise TypeError(
@@ -232,13 +262,23 @@ class Collector:
         self._was_reset = True
 
     def reset_env(self, seed: int | None = None, *, options: dict[str, Any] | None = None) -> None:
-        """Reset every env, keeping the buffer and the counters (Tianshou's ``reset_env``)."""
+        """Reset every env, keeping the buffer and the counters (Tianshou's ``reset_env``).
+
+        Args:
+            seed: Re-seeds the collector's generator first (None: keep it).
+            options: Passed to every env's reset.
+        """
         self.reset(seed, reset_buffer=False, reset_stats=False, options=options)
 
     def reset_buffer(self, keep_statistics: bool = False) -> None:
-        """Empty the buffer (Tianshou's ``reset_buffer``). A ring holds the start of each running episode, so
-        after the first reset the envs are reset too (their running episodes settled as at any reset).
-        ``keep_statistics`` is accepted as Tianshou's is; the rings keep no statistics to keep."""
+        """Empty the buffer (Tianshou's ``reset_buffer``).
+
+        A ring holds the start of each running episode, so after the first reset the envs are reset too
+        (their running episodes settled as at any reset).
+
+        Args:
+            keep_statistics: Accepted as Tianshou's is; the rings keep no statistics to keep.
+        """
         if self._was_reset:
             self.reset(reset_buffer=True, reset_stats=False)
         else:
@@ -284,16 +324,28 @@ class Collector:
     ) -> CollectStats:
         """Collect exactly ``n_step`` transitions or exactly ``n_episode`` whole episodes.
 
-        ``n_step``: the last batch steps only as many envs as still needed; unfinished episodes
-        carry over to the next call. ``n_episode``: each env gets a quota (n // N or one more, the
-        extra ones given to randomly chosen envs), every episode started in the call is finished
-        and kept, and envs that met their quota idle. ``random=True`` samples actions from the
-        action space instead of calling the policy. ``render=t`` renders and sleeps t seconds
-        after each step. ``reset_options`` go to every env reset in this call.
+        Args:
+            n_step: Transitions to collect; the last batch steps only as many envs as still needed, and
+                unfinished episodes carry over to the next call.
+            n_episode: Whole episodes to collect; each env gets a quota (n // N or one more, the extra ones
+                given to randomly chosen envs), every episode started in the call is finished and kept, and
+                envs that met their quota idle.
+            random: Sample actions from the action space instead of calling the policy.
+            reset_before_collect: Reset the envs and the counters first but keep the buffer, as Tianshou
+                2.0.1 does (``reset(reset_buffer=False)``): a replay loop that resets before each collect
+                keeps training on all its data (``reset()`` or ``reset_buffer()`` empty it).
+            progress: Show a progress bar.
+            render: Render and sleep this many seconds after each step.
+            reset_options: Passed to every env reset in this call.
 
-        ``reset_before_collect=True`` resets the envs and the counters but keeps the buffer, as Tianshou
-        2.0.1 does (``reset(reset_buffer=False)``): a replay loop that resets before each collect keeps
-        training on all its data (``reset()`` or ``reset_buffer()`` empty it).
+        Returns:
+            What the call collected: counts, time, speed and the returns and lengths of its episodes.
+
+        Raises:
+            ValueError: Not exactly one of ``n_step`` / ``n_episode``, a count that is not a positive
+                integer, or no policy without ``random=True``.
+            CollectorStateError: The collector is closed, or was never reset (and
+                ``reset_before_collect`` is False).
         """
         self._check_open()
         if (n_step is None) == (n_episode is None):

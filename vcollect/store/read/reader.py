@@ -156,10 +156,16 @@ class Dataset:
     def update_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Add or change dataset metadata keys (author, description, ...) in dataset.json, atomically.
 
-        Minari's ``storage.update_metadata`` on the dataset. Keys that describe the stored data
-        (:data:`~vcollect.store.layout.dataset_info.PROTECTED_METADATA_KEYS`: ids, spaces, env_spec, format,
-        totals) raise MetadataKeyError and nothing changes; ``eval_env_spec`` (an EnvSpec or its JSON) sets
-        the evaluation env. This dataset and its views see the change; other loaded copies on reload.
+        Minari's ``storage.update_metadata`` on the dataset. This dataset and its views see the change; other
+        loaded copies on reload.
+
+        Args:
+            metadata: The keys to set; ``eval_env_spec`` (an EnvSpec or its JSON) sets the evaluation env.
+
+        Raises:
+            MetadataKeyError: A key describes the stored data
+                (:data:`~vcollect.store.layout.dataset_info.PROTECTED_METADATA_KEYS`: ids, spaces, env_spec,
+                format, totals); nothing changes.
         """
         values = check_metadata_update(metadata)
         eval_spec = values.pop("eval_env_spec", None)
@@ -185,23 +191,37 @@ class Dataset:
         return ids
 
     def get_episode_metadata(self, episode_indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
-        """Metadata of episodes by global id (all of this view's by default), as Minari's
-        ``get_episode_metadata``: id, seed, total_steps, options (when stored) and the episode's metadata.
+        """Metadata of episodes by global id, as Minari's ``get_episode_metadata``. Reads no step data.
 
-        Reads no step data. EpisodeIndexError for an id outside this view.
+        Args:
+            episode_indices: Global episode ids (None: all of this view's).
+
+        Returns:
+            One dict per episode: id, seed, total_steps, options (when stored) and the episode's metadata.
+
+        Raises:
+            EpisodeIndexError: An id is not in this view.
+            TypeError: The ids are not integers.
         """
         return [self._index.minari_episode_metadata(int(i)) for i in self._global_ids(episode_indices).tolist()]
 
     def update_episode_metadata(
         self, metadatas: Iterable[Mapping[str, Any]], episode_indices: Iterable[int] | None = None
     ) -> None:
-        """Add or change metadata keys of episodes (all of this view's, in order, by default), after the fact.
+        """Add or change metadata keys of episodes, after the fact.
 
-        ``metadatas`` holds one dict per episode; episodes may get different keys. Kept in
-        ``episode_metadata.json`` (see :mod:`vcollect.store.layout.episode_metadata`), replaced atomically in one
-        write for all the episodes: all of them change or, on any error, none. Values overlay what the shard
-        stores; an export to Minari writes them into the episode groups' attributes. Bad input
-        (EpisodeIndexError, MetadataKeyError, ValueError for lengths or values) changes nothing.
+        Kept in ``episode_metadata.json`` (see :mod:`vcollect.store.layout.episode_metadata`), replaced
+        atomically in one write for all the episodes: all of them change or, on any error, none. Values
+        overlay what the shard stores; an export to Minari writes them into the episode groups' attributes.
+
+        Args:
+            metadatas: One dict per episode; episodes may get different keys.
+            episode_indices: Global ids of those episodes (None: all of this view's, in order).
+
+        Raises:
+            EpisodeIndexError: An id is not in this view; nothing changes.
+            MetadataKeyError: A key may not be set; nothing changes.
+            ValueError: Not one dict per episode, or a value that cannot be stored; nothing changes.
         """
         ids = self._global_ids(episode_indices)
         metadatas = list(metadatas)
@@ -259,24 +279,52 @@ class Dataset:
         return self.iterate_episodes()
 
     def iterate_episodes(self, episode_indices: Iterable[int] | None = None) -> Iterator[EpisodeData]:
-        """Yield episodes by global id (all of this view's by default)."""
+        """Yield episodes by global id.
+
+        Args:
+            episode_indices: Global episode ids (None: all of this view's, in order).
+
+        Yields:
+            Each episode, read on demand.
+        """
         ids = self._episode_indices if episode_indices is None else np.asarray(list(episode_indices), dtype=np.int64)
         for episode_id in ids.tolist():
             yield self._index.episode(episode_id)
 
     def set_seed(self, seed: int | None) -> None:
-        """Seed the generator used by sample_episodes and sample_steps."""
+        """Seed the generator used by sample_episodes and sample_steps.
+
+        Args:
+            seed: The seed (None: fresh OS entropy).
+        """
         self._rng = np.random.default_rng(seed)
 
     def sample_episodes(self, n_episodes: int) -> list[EpisodeData]:
-        """``n_episodes`` distinct episodes drawn uniformly from this view (no replacement)."""
+        """Draw distinct episodes uniformly from this view (no replacement).
+
+        Args:
+            n_episodes: How many.
+
+        Returns:
+            The episodes, in the order drawn.
+
+        Raises:
+            ValueError: The view holds fewer than ``n_episodes``.
+        """
         if n_episodes > self.total_episodes:
             raise ValueError(f"cannot sample {n_episodes} distinct episodes from {self.total_episodes}")
         chosen = self._rng.choice(self._episode_indices, size=n_episodes, replace=False)
         return [self._index.episode(int(i)) for i in chosen]
 
     def filter_episodes(self, condition: Callable[[EpisodeData], bool]) -> Dataset:
-        """A view of the episodes for which ``condition(episode)`` is true (no data copied)."""
+        """A view of the episodes that meet a condition (no data copied).
+
+        Args:
+            condition: Called on each episode of this view.
+
+        Returns:
+            The view of the episodes for which ``condition(episode)`` is true.
+        """
         keep = [i for i in self._episode_indices.tolist() if condition(self._index.episode(i))]
         return self._view(np.asarray(keep, dtype=np.int64))
 
@@ -284,10 +332,21 @@ class Dataset:
         return Dataset(self._index, episode_indices)
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> gym.Env[Any, Any]:
-        """``gym.make`` the stored env spec (the eval env spec with ``eval_env=True``, when stored).
+        """Make the env the data came from, with ``gym.make`` of the stored env spec.
 
         First warns, as Minari does, for each stored ``requirements`` entry (pip specifiers) that is not
-        installed or installed at a version outside it.
+        installed or installed at a version outside it. The spec's entry point may import any module: recover
+        environments of datasets you trust.
+
+        Args:
+            eval_env: Make the evaluation env spec instead, when one is stored (else warn and use env_spec).
+            **kwargs: Passed to ``gym.make``.
+
+        Returns:
+            The env.
+
+        Raises:
+            ValueError: The dataset stores no env spec.
         """
         requirements = self._index.info.get("metadata", {}).get("requirements") or []
         if isinstance(requirements, str):
@@ -336,8 +395,19 @@ class Dataset:
         return self._cum_lengths
 
     def steps_at(self, positions: Any, *, cache_bytes: int | None = None) -> dict[str, Any]:
-        """The transitions at ``positions`` (ints in [0, steps of this view), the view's steps counted episode
-        by episode in order), as sample_steps returns them; ``cache_bytes`` as there."""
+        """The transitions at given step positions of this view, as sample_steps returns them.
+
+        Args:
+            positions: Ints in [0, steps of this view), the view's steps counted episode by episode in order.
+            cache_bytes: As sample_steps'.
+
+        Returns:
+            The transitions, in the order of ``positions``.
+
+        Raises:
+            IndexError: A position is out of range.
+            ValueError: ``cache_bytes`` is negative.
+        """
         limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         if limit < 0:
             raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
@@ -387,8 +457,15 @@ class Dataset:
         append_episode_lists(self.path, self.id, self._root, buffer, self.observation_space, self.action_space)
 
     def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
-        """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on
-        demand and safe in DataLoader workers (each opens its own files); see vcollect/store/read/torch_dataset.py."""
+        """This view as a map-style ``torch.utils.data.Dataset``, read on demand and safe in DataLoader workers
+        (each opens its own files).
+
+        Args:
+            items: What one item is: a transition, or a whole episode.
+
+        Returns:
+            The torch dataset (vcollect/store/read/torch_dataset.py).
+        """
         from vcollect.store.read.torch_dataset import TorchDataset
 
         return TorchDataset(self, items)
@@ -504,12 +581,25 @@ def load_dataset(
 ) -> Dataset:
     """Open a dataset for reading (a snapshot of its committed shards).
 
-    A corrupt or truncated shard raises CorruptShardError naming the file; with ``skip_corrupt=True``
-    it is left out with a warning naming it. Temporary ``.tmp`` files and anything in ``shards/`` that is
-    not a regular file are ignored. Shards recorded in the dataset's manifest and unchanged since (same
-    size and mtime) are not opened: their tables and layout come from the manifest. Reading keeps at
-    most ``max_open_files`` shard files open at once. Errors that say nothing about a shard (too many
-    open files, permission denied) are raised as they are.
+    Temporary ``.tmp`` files and anything in ``shards/`` that is not a regular file are ignored. Shards
+    recorded in the dataset's manifest and unchanged since (same size and mtime) are not opened: their tables
+    and layout come from the manifest. Errors that say nothing about a shard (too many open files,
+    permission denied) are raised as they are.
+
+    Args:
+        dataset_id: ``namespace/name-vN``.
+        root: The datasets root (None: ``$VCOLLECT_DATASETS_PATH``, else ``~/.vcollect/datasets``).
+        skip_corrupt: Leave a corrupt or truncated shard out, with a warning naming it.
+        max_open_files: The most shard files reading keeps open at once.
+
+    Returns:
+        The dataset.
+
+    Raises:
+        InvalidDatasetIdError: A malformed id.
+        DatasetNotFoundError: No such dataset under the root.
+        CorruptDatasetError: Its dataset.json is unreadable or malformed.
+        CorruptShardError: A shard cannot be read (naming the file), unless ``skip_corrupt``.
     """
     parse_dataset_id(dataset_id)
     root_path = resolve_root(root)
