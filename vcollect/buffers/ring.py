@@ -43,6 +43,21 @@ class VectorRingBuffer:
     ``VectorReplayBuffer(total_size, buffer_num)``) is made without spaces, which the Collector it is given
     to sets; ``sample`` draws with the generator seeded by ``seed``. A ring of c rows holds c - 1 - (episodes
     in it) transitions: each episode's final observation has its own row instead of a copy in every row.
+
+    Args:
+        num_envs: How many rings (one per env id).
+        capacity: Rows per ring; or give ``total_size`` instead.
+        observation_space: The envs' single observation space (None: set later, by a Collector or
+            ``bind_spaces``; give both spaces or neither).
+        action_space: The envs' single action space.
+        keep_overflow: Copy aside the rows of an episode longer than its ring before overwriting them, so
+            that :meth:`episode` is always whole.
+        total_size: Rows over all rings, as Tianshou's ``total_size`` (capacity: its ceiling over num_envs).
+        seed: Seeds the generator ``sample`` draws with.
+
+    Raises:
+        ValueError: ``num_envs < 1``, a capacity under 2, both or neither of ``capacity`` and ``total_size``,
+            or one space without the other.
     """
 
     def __init__(
@@ -78,8 +93,18 @@ class VectorRingBuffer:
         return self.observation_space is not None
 
     def bind_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
-        """Give a ring made without spaces its envs' spaces and allocate its rows (a Collector calls this
-        with its envs' single spaces, as Tianshou's collector shapes a VectorReplayBuffer on first add)."""
+        """Give a ring made without spaces its envs' spaces and allocate its rows.
+
+        A Collector calls this with its envs' single spaces, as Tianshou's collector shapes a
+        VectorReplayBuffer on first add.
+
+        Args:
+            observation_space: The envs' single observation space.
+            action_space: The envs' single action space.
+
+        Raises:
+            ValueError: The ring has its spaces already.
+        """
         if self.has_spaces:
             raise ValueError("this ring already has its spaces; make a new VectorRingBuffer for other spaces")
         self.observation_space = observation_space
@@ -169,7 +194,12 @@ class VectorRingBuffer:
 
     # ---------------------------------------------------------------------------------------- writing
     def start_episodes(self, env_ids: np.ndarray, obs_batch: Any) -> None:
-        """Write the first observation of a new episode for each env id (the row after its last row)."""
+        """Write the first observation of a new episode for each env id (the row after its last row).
+
+        Args:
+            env_ids: Distinct env ids.
+            obs_batch: Their first observations, batched in ``env_ids`` order.
+        """
         env_ids = np.asarray(env_ids)
         rows = self._next_flat[self._last_flat[env_ids]]
         obs = flatten_batch(self.observation_space, obs_batch) if self._obs_nested else (obs_batch,)
@@ -192,7 +222,16 @@ class VectorRingBuffer:
         truncations: Any,
         next_obs: Any,
     ) -> None:
-        """Record one step for each env id: action/reward/flags in its current row, next_obs in the next."""
+        """Record one step for each env id: action/reward/flags in its current row, next_obs in the next.
+
+        Args:
+            env_ids: Distinct env ids, each with a started episode.
+            actions: The actions taken, batched in ``env_ids`` order.
+            rewards: The rewards that followed.
+            terminations: Whether each episode terminated.
+            truncations: Whether each episode was truncated.
+            next_obs: The observations that followed, batched.
+        """
         env_ids = np.asarray(env_ids)
         if self.keep_overflow:
             if self._headroom <= 0:
@@ -233,6 +272,15 @@ class VectorRingBuffer:
         Equal to ``add`` for the other envs followed by ``start_episodes(started, ...)``, with one write per
         array: both put the observation in the row after each env's last row. This is the step of a
         backend that steps every env and restarts ended ones itself on their next step.
+
+        Args:
+            actions: Every env's action, batched in env id order.
+            rewards: Every env's reward.
+            terminations: Every env's termination flag.
+            truncations: Every env's truncation flag.
+            next_obs: Every env's next observation (a restarting env's first one), batched.
+            started: Ascending env ids that begin a new episode with this row (None: none).
+            stepped: The bool mask of the other envs, where the caller has it.
         """
         if started is not None and started.size == 0:
             started = stepped = None
@@ -460,10 +508,20 @@ class VectorRingBuffer:
         return idx, idx[:-1]
 
     def episode(self, env_id: int) -> EpisodeSlice:
-        """The current (or just finished) episode of ``env_id``: views when contiguous, else copies.
+        """The current (or just finished) episode of an env: views when contiguous, else copies.
 
         With keep_overflow=True it is the whole episode (spilled chunks + ring part); otherwise only the
         part still in the ring (see :meth:`RingWriter.episode_truncated_in_ring`).
+
+        Args:
+            env_id: The env.
+
+        Returns:
+            Its observations (T+1), actions, rewards, terminations and truncations (T).
+
+        Raises:
+            IndexError: ``env_id`` is out of range.
+            ValueError: The env has no episode.
         """
         env = self._check_env(env_id)
         steps_in_ring = int(self.episode_lengths[env] - self._spilled[env])
@@ -588,11 +646,22 @@ class VectorRingBuffer:
         self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1,
         n_step: int | None = None, gamma: float | None = None,
     ) -> dict[str, Any]:
-        """``batch_size`` transitions drawn uniformly (with replacement) from those stored, with the ring's own
-        seeded generator unless ``rng`` is given (``batch_size=0``: every stored one, each env's in order, as
-        Tianshou's ``sample(0)``): the dict :func:`~vcollect.buffers.sampling.gather_transitions`
-        describes, observations stacked ``stack_num`` deep (Tianshou's ``stack_num``), with n-step returns
-        when ``n_step`` and ``gamma`` are given (Tianshou's ``compute_nstep_return``)."""
+        """Draw transitions uniformly (with replacement) from those stored.
+
+        Args:
+            batch_size: How many (0: every stored one, each env's in order, as Tianshou's ``sample(0)``).
+            rng: The generator to draw with (None: the ring's own, seeded by ``seed``).
+            stack_num: Stack observations this deep (Tianshou's ``stack_num``).
+            n_step: With ``gamma``, add n-step returns (Tianshou's ``compute_nstep_return``).
+            gamma: The discount of the n-step returns.
+
+        Returns:
+            The dict :func:`~vcollect.buffers.sampling.gather_transitions` describes: ``indices``,
+            ``observations``, ``actions``, ``rewards``, ``next_observations``, flags, ...
+
+        Raises:
+            ValueError: Nothing is stored, or bad ``stack_num`` / ``n_step`` / ``gamma``.
+        """
         rows = sample_rows(self, batch_size, self._rng if rng is None else rng)
         return gather_transitions(self, rows, stack_num, n_step, gamma)
 

@@ -119,15 +119,28 @@ def combine_datasets(
     metadata: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Dataset:
-    """Copy the episodes of several datasets (objects or ids under ``root``) into a new dataset.
+    """Copy the episodes of several datasets into a new dataset.
 
-    All must have equal observation and action spaces (SpaceMismatchError otherwise). The env spec is
-    kept as Minari keeps it (:func:`combined_env_spec`); the eval env spec when all datasets share it. The new dataset's metadata lists the ``combined_datasets``, plus
-    ``metadata`` when given. Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras
-    and metadata. The new dataset is built under a hidden name and appears under ``new_dataset_id`` with one
-    rename when complete: killed part-way, nothing is left under the id (the next combine removes the rest).
-    DatasetExistsError when the id exists, unless ``overwrite`` (the old dataset is replaced as one journaled
-    step: a kill leaves the old one or the new one, never neither).
+    The env spec is kept as Minari keeps it (:func:`combined_env_spec`); the eval env spec when all datasets
+    share it. Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras and metadata.
+    The new dataset is built under a hidden name and appears under ``new_dataset_id`` with one rename when
+    complete: killed part-way, nothing is left under the id (the next combine removes the rest).
+
+    Args:
+        datasets: Dataset objects, or ids under ``root``.
+        new_dataset_id: The id of the new dataset.
+        root: The datasets root of ids and of the new dataset (None: the default root).
+        metadata: Metadata of the new dataset, beside the ``combined_datasets`` it lists.
+        overwrite: Replace a dataset already there, as one journaled step (a kill leaves the old one or the
+            new one, never neither).
+
+    Returns:
+        The new dataset, loaded.
+
+    Raises:
+        SpaceMismatchError: The datasets' observation or action spaces differ.
+        EnvSpecMismatchError: They were collected from different envs.
+        DatasetExistsError: ``new_dataset_id`` exists and ``overwrite`` is False.
     """
     staged = stage_combined(datasets, new_dataset_id, root, metadata=metadata, overwrite=overwrite)
     publish_staged([staged], root, overwrite=overwrite)
