@@ -91,6 +91,7 @@ def test_a_thousand_shards_read_whole_with_128_file_descriptors(tmp_path: Path) 
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
         import numpy as np
         from vcollect.store import load_dataset
+        from vcollect.store.read.reader import StoredDataset
 
         n = int(sys.argv[2])
         ds = load_dataset("m/many-v0", root=sys.argv[1])
