@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect import EpisodeStore, load_dataset
+from vcollect.store.read.reader import StoredDataset
 from vcollect.store.write.frame_stack import FrameStack, rebuild_episode
 
 EPISODE_STEPS = 1_000
@@ -129,7 +130,7 @@ def sample_latency(dataset_id: str, root: Path, samples: int) -> dict[str, float
         data.sample_steps(256)
         cpu.append(time.thread_time() - start_cpu)
         wall.append(time.perf_counter() - start)
-    assert data.sample_cache_nbytes == 0, "the sample cache was built: make the dataset larger than it"
+    assert StoredDataset(data).sample_cache_nbytes == 0, "the sample cache was built: make the dataset larger than it"
     return {"p50_ms": float(np.percentile(wall, 50) * 1e3), "p99_ms": float(np.percentile(wall, 99) * 1e3),
             "cpu_p50_ms": float(np.percentile(cpu, 50) * 1e3), "cpu_p99_ms": float(np.percentile(cpu, 99) * 1e3)}
 

@@ -167,7 +167,7 @@ def random_policy(envs: Any) -> object:
 
 
 # ---------------------------------------------------------------------------------------------------
-# issue 4: async collection on uneven envs, gymnasium vector envs, EnvPool, each against its own baseline.
+# Async collection on uneven envs, gymnasium vector envs, EnvPool, each against its own baseline.
 
 
 def slow_env_window(collector_cls: str, num_envs: int = 8) -> Window:

@@ -34,7 +34,7 @@ def record_calls(path: str) -> None:
             "lens": [int(n) for n in stats.lens],
             "pending_transitions": int(self.pending_transitions),
             "num_envs": int(self.num_envs),
-            "loop": type(self.loop).__name__,
+            "loop": type(self._loop).__name__,
         }
         with open(path, "a", encoding="utf-8") as file:
             file.write(json.dumps(line) + "\n")

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 from tests.envs import CountingEnv, DyingEnv, FailingEnv, SlowEnv
 from tests.replay import assert_replays
 from tests.sinks import ListStore, StoredEpisode
-from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, SubprocVectorEnv
+from vcollect import Collector, DummyVectorEnv, SubprocVectorEnv
 from vcollect.async_collector import AsyncCollector
+from vcollect.errors import CollectorStateError, EnvWorkerError
 from vcollect.ledger import TransitionLedger
 
 

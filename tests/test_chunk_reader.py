@@ -21,6 +21,7 @@ from vcollect import EpisodeStore, load_dataset
 from vcollect.errors import CorruptShardError
 from vcollect.store.read.chunk_reader import ChunkTable
 from vcollect.store.read.dataset_index import RowGroups
+from vcollect.store.read.reader import StoredDataset
 
 ROWS = 150
 RAW_ROWS = (0, 1, 40, 41, 42, 99, ROWS - 1)  # chunks written as they are, HDF5's filter mask saying so
@@ -136,7 +137,7 @@ def test_sampling_many_shards_opens_no_hdf5_file_again(tmp_path: Path) -> None:
             store.write_episode(obs, np.zeros(20, np.int64), np.full(20, float(e)), np.r_[np.zeros(19, bool), True],
                                 np.zeros(20, bool), seed=None, env_id=0)
     data = load_dataset("c/many-v0", root=tmp_path, max_open_files=4)
-    assert len(data.shard_paths) == 6
+    assert len(StoredDataset(data).shard_paths) == 6
     first = data.sample_steps(64, cache_bytes=0)  # reads the chunk tables
     batch = data.sample_steps(64, cache_bytes=0)
     assert all(kind == "map" for _, kind in data._index.files._open), "an HDF5 file was reopened to sample"
@@ -156,10 +157,10 @@ def test_a_damaged_chunk_read_by_an_episode_names_the_shard(tmp_path: Path) -> N
     t = data._index.files._tables[(0, "observations")]
     assert isinstance(t, ChunkTable)
     data.close()
-    with open(data.shard_paths[0], "r+b") as f:
+    with open(StoredDataset(data).shard_paths[0], "r+b") as f:
         f.seek(int(t.offsets[7]) + int(t.sizes[7]) // 2)
         f.write(b"\xff" * 16)
-    with pytest.raises(CorruptShardError, match=data.shard_paths[0].name):
+    with pytest.raises(CorruptShardError, match=StoredDataset(data).shard_paths[0].name):
         load_dataset("c/bad-v0", root=tmp_path)[0]
 
 

@@ -144,7 +144,7 @@ def test_collect_exact_episodes_on_every_backend_into_datasets(tmp_path: Path, c
         assert written in " ".join(result.stdout.split())
         if backend not in ("dummy", "subproc"):
             # Backends that step every env at once also store the surplus episodes of the last vector step
-            # (issue 4: kept, and counted by a later collect call).
+            # (kept, and counted by a later collect call).
             assert dataset.total_episodes >= 13
             continue
         assert dataset.total_episodes == 13

@@ -14,18 +14,15 @@ from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, DyingEnv, FailingEnv
 from tests.replay import assert_replays
 from tests.sinks import ListStore
 from vcollect import (
-    ActionError,
     Collector,
-    CollectorStateError,
     DummyVectorEnv,
-    EnvWorkerError,
-    ObservationError,
     RandomPolicy,
     SubprocVectorEnv,
     VectorRingBuffer,
     make_vector,
 )
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.errors import ActionError, CollectorStateError, EnvWorkerError, ObservationError
 from vcollect.policies import EpsilonGreedy
 from vcollect.spaces import flatten_batch
 from vcollect.spaces import leaves as leaves_of
@@ -228,9 +225,9 @@ def test_episode_longer_than_the_ring_reaches_the_store_whole() -> None:
 @pytest.mark.parametrize("record_infos", [False, True])
 def test_a_ring_passed_in_without_keep_overflow_still_stores_whole_episodes(collector_class: str,
                                                                              record_infos: bool) -> None:
-    """Regression: a user's 25-row ring and 30-step episodes used to store 24 steps starting at
-    observation 6, with a seed claiming to replay them. The collector makes any ring it writes from keep
-    episodes whole."""
+    """A user's 25-row ring and 30-step episodes store all 30 steps from the first observation (not the
+    last 24 the ring holds, with a seed claiming to replay them): the collector makes any ring it writes
+    from keep episodes whole."""
     from vcollect import AsyncCollector
 
     cls = Collector if collector_class == "Collector" else AsyncCollector
@@ -612,7 +609,7 @@ def test_queued_writes_from_a_small_ring_store_what_a_ring_holding_everything_st
         with store, Collector(None, fns, buffer=buffer, store=store, seed=4) as collector:
             collector.collect(n_episode=90, random=True, reset_before_collect=True)
             collector.collect(n_step=37, random=True, reset_options={"start": 50.0})
-            assert collector.writer is not None and collector.writer.queued == 0  # all stored by the call's end
+            assert collector._writer is not None and collector._writer.queued == 0  # all stored by the call's end
             collector.collect(n_episode=9, random=True)
         datasets.append(load_dataset(name, root=tmp_path))
     batched_ds, single_ds = datasets
@@ -637,7 +634,8 @@ def test_unfinished_episodes_at_close_are_dropped_with_a_warning_or_stored_trunc
     so the store holds every collected step."""
     import warnings
 
-    from vcollect import AsyncCollector, UnfinishedEpisodesWarning
+    from vcollect import AsyncCollector
+    from vcollect.errors import UnfinishedEpisodesWarning
 
     cls = Collector if collector_class == "Collector" else AsyncCollector
     dropped = ListStore()
@@ -667,7 +665,7 @@ def test_unfinished_episodes_at_close_are_dropped_with_a_warning_or_stored_trunc
 def test_unfinished_episodes_at_a_reset_follow_the_same_choice_and_without_a_store_nothing_is_said() -> None:
     import warnings
 
-    from vcollect import UnfinishedEpisodesWarning
+    from vcollect.errors import UnfinishedEpisodesWarning
 
     kept = ListStore()
     with Collector(None, counting_fns(2, length=10), store=kept, seed=0, unfinished="truncate") as collector:

@@ -48,7 +48,7 @@ def test_counters_are_the_sums_of_the_collect_stats(backend: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reset_before_collect_keeps_the_buffer(backend: str) -> None:
     """Tianshou's collect(reset_before_collect=True) calls reset(reset_buffer=False): a replay loop that resets
-    before each collect keeps its data. vcollect emptied the buffer here before #16."""
+    before each collect keeps its data."""
     with make(backend) as collector:
         first = collector.collect(n_episode=4, random=True, reset_before_collect=True)
         held = len(collector.buffer)

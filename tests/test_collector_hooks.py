@@ -64,7 +64,7 @@ def test_monte_carlo_returns_are_stored_per_step_in_the_store_and_the_ring(backe
     envs_probe.close()
     with make(backend, store=store, on_episode_done_hook=EpisodeRolloutHookMCReturn(gamma)) as collector:
         if backend == "blocks":
-            assert isinstance(collector.loop, BlockLoop)  # the block loop, stepping row by row while hooked
+            assert isinstance(collector._loop, BlockLoop)  # the block loop, stepping row by row while hooked
         stats = collector.collect(n_episode=6, random=True, reset_before_collect=True)
         extras = collector.buffer.extras["mc_return_to_go"].reshape(collector.num_envs, -1)
         full = collector.buffer.extras["full_episode_mc_return"].reshape(collector.num_envs, -1)
@@ -142,7 +142,7 @@ def test_counts_stay_exact_with_both_hooks_on(backend: str, request_kind: str) -
             total_steps += stats.n_collected_steps
             total_episodes += stats.n_collected_episodes
         assert steps_seen[0] == total_steps + collector.pending_transitions
-        held_ends = int(collector.ledger.episode_ends.sum())
+        held_ends = int(collector._ledger.episode_ends.sum())
         assert episodes_seen[0] == total_episodes + held_ends
 
 

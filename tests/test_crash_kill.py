@@ -25,7 +25,6 @@ import pytest
 from gymnasium import spaces
 
 from vcollect import (
-    DatasetNotFoundError,
     EpisodeStore,
     combine_datasets,
     export_minari,
@@ -33,6 +32,8 @@ from vcollect import (
     list_datasets,
     load_dataset,
 )
+from vcollect.errors import DatasetNotFoundError
+from vcollect.store.read.reader import StoredDataset
 
 pytestmark = pytest.mark.slow
 
@@ -201,7 +202,7 @@ def test_kill_cli_collect(tmp_path: Path, round_: int) -> None:
     time.sleep(rng.uniform(0, 0.1))
     assert child.kill() == -signal.SIGKILL, child.stderr()
     ds = load_dataset("ns/cli-v0", root=root)
-    assert len(ds.shard_paths) >= committed
+    assert len(StoredDataset(ds).shard_paths) >= committed
     check_whole("ns/cli-v0", root, committed)  # each shard holds >= 1 whole episode
 
 

@@ -17,10 +17,17 @@ import pytest
 
 from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, FailingEnv, SlowEnv
 from tests.replay import assert_replays
-from vcollect import Collector, CollectorStateError, DummyVectorEnv, EnvWorkerError, make_vector
+from vcollect import Collector, DummyVectorEnv, make_vector
 from vcollect.distributed import DistributedCollector, derive_seeds
 from vcollect.envs.ray_env import RayVectorEnv
-from vcollect.errors import DatasetNotFoundError, ObservationError, UnfinishedEpisodesWarning, WorkerLostError
+from vcollect.errors import (
+    CollectorStateError,
+    DatasetNotFoundError,
+    EnvWorkerError,
+    ObservationError,
+    UnfinishedEpisodesWarning,
+    WorkerLostError,
+)
 from vcollect.store import EpisodeStore, StoreOptions, load_dataset
 
 CARTPOLE_OBS = gym.spaces.Box(

@@ -410,7 +410,7 @@ def env_route(collector: Collector) -> tuple[Any, ...]:
     envs = collector.envs
     inner = getattr(envs, "env", None)
     inner_type = type(inner.unwrapped) if isinstance(inner, gym.vector.VectorEnv) else None
-    return type(envs), inner_type, envs.capabilities, type(collector.loop)
+    return type(envs), inner_type, envs.capabilities, type(collector._loop)
 
 
 def count_batched_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:

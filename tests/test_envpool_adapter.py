@@ -49,7 +49,7 @@ def test_sync_mode_collector_exact_counts_and_real_transitions() -> None:
     assert envs.seed == 7 and not envs.is_async and envs.capabilities.recv_batch_size == 1
     store = ListStore()
     with Collector(None, envs, store=store, seed=0) as collector:
-        assert isinstance(collector.loop, BlockLoop)
+        assert isinstance(collector._loop, BlockLoop)
         collector.reset()
         stats = [collector.collect(n_step=n, random=True) for n in (3, 250, 13)]
         assert [s.n_collected_steps for s in stats] == [3, 250, 13]
@@ -102,7 +102,7 @@ def test_sync_mode_staged_blocks_record_what_the_per_step_path_records() -> None
     for blocks in (True, False):
         store = ListStore()
         with Collector(None, pool(), store=store, seed=0, stage_blocks=blocks) as collector:
-            assert isinstance(collector.loop, BlockLoop if blocks else AllEnvLoop)
+            assert isinstance(collector._loop, BlockLoop if blocks else AllEnvLoop)
             collector.reset()
             stats = [collector.collect(n_step=n, random=True) for n in (5, 3000, 1, 1700)]
             stats += [collector.collect(n_episode=n, random=True) for n in (3, 50)]
@@ -146,15 +146,15 @@ def test_staged_blocks_with_a_policy_record_what_the_per_step_path_records(monke
     per-step loop's episodes. CartPole's observations are small enough to be copied (HOLD_OBS_BYTES);
     they are held here with the threshold at zero."""
     with Collector(None, pool()) as small:
-        assert isinstance(small.loop, BlockLoop) and not small.loop.block.hold_obs
+        assert isinstance(small._loop, BlockLoop) and not small._loop.block.hold_obs
     monkeypatch.setattr(block_loop, "HOLD_OBS_BYTES", 0)
     runs = []
     for blocks in (True, False):
         store = ListStore()
         with Collector(upright, pool(), store=store, seed=0, stage_blocks=blocks) as collector:
-            assert isinstance(collector.loop, BlockLoop if blocks else AllEnvLoop)
+            assert isinstance(collector._loop, BlockLoop if blocks else AllEnvLoop)
             if blocks:
-                assert collector.loop.block.hold_obs
+                assert collector._loop.block.hold_obs
             collector.reset()
             stats = collector.collect(n_step=3000)
             runs.append((stats.n_collected_steps, store.episodes))

@@ -1,4 +1,4 @@
-"""Frame stacks stored once (issue 18): the index arithmetic and the write-time check against a reference."""
+"""Frame stacks stored once: the index arithmetic and the write-time check against a reference."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from vcollect.errors import ObservationError
 from vcollect.store import EpisodeStore, load_dataset
+from vcollect.store.read.reader import StoredDataset
 from vcollect.store.write.frame_stack import FrameStack, newest_frames, rebuild, rebuild_episode
 
 
@@ -151,9 +152,9 @@ def test_copies_verify_torch_and_minari_export(tmp_path: Path, monkeypatch: pyte
     with EpisodeStore.create("fs/src-v0", space, gym.spaces.Discrete(3), root=tmp_path, frame_stack=4) as store:
         _write(store, eps, rng)
     ds = load_dataset("fs/src-v0", root=tmp_path)
-    assert ds.verify() == [] and ds.frame_stack is not None and ds.frame_stack.k == 4
+    assert ds.verify() == [] and StoredDataset(ds).frame_stack is not None and StoredDataset(ds).frame_stack.k == 4
     both = combine_datasets([ds, ds], "fs/both-v0", root=tmp_path)
-    assert both.frame_stack == ds.frame_stack
+    assert StoredDataset(both).frame_stack == StoredDataset(ds).frame_stack
     assert [np.array_equal(e.observations, r) for e, r in zip(both.iterate_episodes(), eps + eps)] == [True] * 6
     items = ds.as_torch_dataset("transitions")
     first = items[0]
@@ -233,7 +234,7 @@ def test_cli_frame_stack(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
             "--episodes", "4", "--dataset", "fs/cli-v0", "--root", str(tmp_path), "--seed", "0"]
     assert main([*args, "--frame-stack", "4"]) == 0
     data = load_dataset("fs/cli-v0", root=tmp_path)
-    assert data.frame_stack == FrameStack(4) and data.total_episodes == 4
+    assert StoredDataset(data).frame_stack == FrameStack(4) and data.total_episodes == 4
     expected = reference_stacks(np.arange(7, dtype=np.float32)[:, None], 4, "reset")
     for episode in data.iterate_episodes():
         assert np.array_equal(episode.observations, expected)

@@ -15,18 +15,13 @@ from tests.envs import CountingEnv, DictObsEnv, FailingEnv
 from tests.sinks import ListStore, StoredEpisode
 from tests.test_async_collector import Alternating, replay
 from tests.test_capabilities import assert_declares
-from vcollect import (
-    Collector,
-    CollectorStateError,
-    DummyVectorEnv,
-    EnvWorkerError,
-    ObservationError,
-    make_vector,
-)
+from vcollect import Collector, DummyVectorEnv, make_vector
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers.ring import RingWriter
 from vcollect.envs import EnvCapabilities, GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
+from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
 from vcollect.loops import AllEnvLoop, BlockLoop
 from vcollect.loops.blocks import BLOCK_BYTES
 
@@ -336,14 +331,14 @@ def collect_in_calls(
         buffer = VectorRingBuffer(5, capacity, envs.single_observation_space, envs.single_action_space, keep_overflow=True)
     random = policy is None
     with Collector(policy, envs, buffer=buffer, store=store, seed=1, stage_blocks=blocks) as collector:
-        assert isinstance(collector.loop, BlockLoop if blocks else AllEnvLoop)
+        assert isinstance(collector._loop, BlockLoop if blocks else AllEnvLoop)
         collector.reset(seed=4)
         stats = [collector.collect(n_step=n, random=random) for n in (3, 70, 7, 400, 1, 200)]
         stats.append(collector.collect(n_episode=9, random=random))
         stats.append(collector.collect(n_step=130, random=random))
         stats += [collector.collect(n_episode=n, random=random) for n in (1, 23, 2)]
         stats.append(collector.collect(n_step=11, random=random))
-        loop = collector.loop
+        loop = collector._loop
         block_size = loop.block.size if isinstance(loop, BlockLoop) else None
         return stats, store.episodes, collector.pending_transitions, len(collector.buffer), block_size
 
@@ -429,7 +424,7 @@ def test_bad_observation_in_a_block_keeps_every_step_before_it(random: bool) -> 
         collector.reset(seed=1)
         with pytest.raises(ObservationError, match="outside the observation space"):
             collector.collect(n_step=10_000, random=random)
-        np.testing.assert_array_equal(collector.buffer.last_obs(np.arange(4)), envs.batches[38])
+        np.testing.assert_array_equal(RingWriter(collector.buffer).last_obs(np.arange(4)), envs.batches[38])
         restarting = np.concatenate([np.zeros((1, 4), bool), np.array(envs.done[:38])])
         assert collector.pending_transitions == int((~restarting).sum())
 

@@ -23,6 +23,7 @@ from vcollect import Collector, make_vector
 from vcollect.errors import DatasetError, DiskFullError
 from vcollect.minari import export_minari, import_minari
 from vcollect.store import EpisodeStore, load_dataset
+from vcollect.store.read.reader import StoredDataset
 
 FORMATS = ["hdf5", "arrow", "parquet"]
 
@@ -128,7 +129,7 @@ def test_real_minari_reads_every_format_and_the_import_gives_everything_back(
         assert [m.get("options") for m in their_meta] == [e.options for e in ds]
 
     back = import_minari(f"fmt/cart-{data_format}-v0", f"back/{data_format}-v0", tmp_path)
-    assert back.observation_space == ds.observation_space and back.env_spec_json == ds.env_spec_json
+    assert back.observation_space == ds.observation_space and StoredDataset(back).env_spec_json == StoredDataset(ds).env_spec_json
     assert back.metadata["author"] == ["Ada"]
     for a, b in zip(ds, back):
         assert (a.seed, a.options, a.metadata) == (b.seed, b.options, b.metadata)

@@ -23,6 +23,7 @@ from vcollect.errors import (
 )
 from vcollect.minari import export_minari, import_minari, parse_minari_dataset_id, resolve_minari_root
 from vcollect.store import EpisodeStore, load_dataset
+from vcollect.store.read.reader import StoredDataset
 
 
 @pytest.fixture()
@@ -223,7 +224,7 @@ def test_export_import_round_trip_keeps_everything(tmp_path: Path, minari_root: 
     export_minari(ds, "cart/random-v0")
     back = import_minari("cart/random-v0", "back/random-v0", tmp_path / "vc")
     assert back.observation_space == ds.observation_space and back.action_space == ds.action_space
-    assert back.env_spec_json == ds.env_spec_json
+    assert StoredDataset(back).env_spec_json == StoredDataset(ds).env_spec_json
     assert back.metadata["author"] == ["Ada"] and back.metadata["custom"] == [1, 2]
     assert back.metadata["minari_dataset_id"] == "cart/random-v0"
     for a, b in zip(ds, back):
@@ -398,7 +399,7 @@ def test_import_with_stored_spaces_never_makes_the_env(
     for trust in (False, True):
         back = import_minari("cart/spaces-v0", f"back/spaces-v{int(trust)}", tmp_path / "vc", trust_env_spec=trust)
         assert back.observation_space == ds.observation_space and back.action_space == ds.action_space
-        assert back.env_spec_json == ds.env_spec_json and back.total_steps == ds.total_steps
+        assert StoredDataset(back).env_spec_json == StoredDataset(ds).env_spec_json and back.total_steps == ds.total_steps
 
 
 def test_import_without_spaces_or_env_spec_names_the_file(tmp_path: Path, minari_root: Path) -> None:

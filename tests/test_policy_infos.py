@@ -204,7 +204,7 @@ def test_policies_not_asking_for_infos_get_none(kind: str) -> None:
         with Collector(policy, backend(kind), seed=0) as collector:
             collector.reset()
             collector.collect(n_step=30)
-            assert not collector.actor.wants_infos
+            assert not collector._actor.wants_infos
     assert unwrapped.seen and all(not list(info.keys()) for info in unwrapped.seen + wrapped.seen)
     assert declared.calls >= 10
 
@@ -212,10 +212,10 @@ def test_policies_not_asking_for_infos_get_none(kind: str) -> None:
 def test_a_policy_that_wants_no_infos_keeps_no_infos() -> None:
     """Without wants_infos the actor keeps nothing (the default list stays as made)."""
     with Collector(TianshouPolicy(TargetPolicy()), DummyVectorEnv([TargetEnv] * 2), seed=0) as collector:
-        made = collector.actor._infos
+        made = collector._actor._infos
         collector.reset()
         collector.collect(n_step=10)
-        assert collector.actor._infos is made and made == [{}, {}]
+        assert collector._actor._infos is made and made == [{}, {}]
 
 
 def test_envpool_infos_reach_the_policy_in_env_id_order() -> None:

@@ -7,7 +7,9 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from vcollect import DataCollector, InvalidDatasetIdError, load_dataset
+from vcollect import DataCollector, load_dataset
+from vcollect.errors import InvalidDatasetIdError
+from vcollect.store.read.reader import StoredDataset
 
 
 def play(env: DataCollector, episodes: int) -> None:
@@ -27,7 +29,7 @@ def test_max_buffer_steps_is_flush_steps(tmp_path: Path) -> None:
     assert env.flush_steps == 50
     play(env, 8)  # about 180 steps: committed in several shards along the way, not only at the end
     staging = load_dataset(env.staging_id, root=tmp_path)
-    assert staging.total_steps >= 50 and len(staging.shard_paths) >= 2
+    assert staging.total_steps >= 50 and len(StoredDataset(staging).shard_paths) >= 2
     with pytest.warns(UserWarning, match="not saved by create_dataset"):
         env.close()
 

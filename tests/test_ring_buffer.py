@@ -155,14 +155,14 @@ def check_against_reference(
         np.testing.assert_array_equal(ep.terminations, np.array([r.step[2] for r in steps], bool))  # type: ignore[index]
         np.testing.assert_array_equal(ep.truncations, np.array([r.step[3] for r in steps], bool))  # type: ignore[index]
         assert ep.rewards.dtype == np.float64 and ep.terminations.dtype == bool
-        assert buf.episode_truncated_in_ring(env) == truncated
+        assert RingWriter(buf).episode_truncated_in_ring(env) == truncated
         whole = renv.rows[renv.start :]
         assert buf.episode_lengths[env] == len(whole) - 1
         expected_return = 0.0
         for r in whole[:-1]:
             expected_return += r.step[1]  # type: ignore[index]
         assert buf.episode_returns[env] == expected_return
-        last = flatten_batch(cfg.obs_space, buf.last_obs(np.array([env])))
+        last = flatten_batch(cfg.obs_space, RingWriter(buf).last_obs(np.array([env])))
         assert key([a[0] for a in last]) == key(renv.rows[-1].obs)
 
     if not transitions:
@@ -418,11 +418,11 @@ def test_keep_overflow_returns_whole_long_episode_and_drops_it_on_restart() -> N
         np.testing.assert_array_equal(ep.observations[:, 0], np.arange(n + 1, dtype=np.float32))
         np.testing.assert_array_equal(ep.rewards, np.arange(1, n + 1, dtype=np.float64))
         np.testing.assert_array_equal(ep.terminations, np.arange(1, n + 1) == n)
-        assert not buf.episode_truncated_in_ring(env)
+        assert not RingWriter(buf).episode_truncated_in_ring(env)
         cut = short.episode(env)
         np.testing.assert_array_equal(cut.observations[:, 0], np.arange(n + 1 - cap, n + 1, dtype=np.float32))
         np.testing.assert_array_equal(cut.rewards, np.arange(n + 2 - cap, n + 1, dtype=np.float64))
-        assert short.episode_truncated_in_ring(env)
+        assert RingWriter(short).episode_truncated_in_ring(env)
         assert buf.episode_lengths[env] == short.episode_lengths[env] == n
         assert buf.episode_returns[env] == short.episode_returns[env] == sum(range(1, n + 1))
     assert set(buf._overflow) == {0, 1}
@@ -440,7 +440,7 @@ def test_errors_for_envs_without_episode_and_empty_buffer() -> None:
     with pytest.raises(IndexError):
         buf.episode(5)
     with pytest.raises(ValueError, match="no episode"):
-        buf.last_obs(np.array([0]))
+        RingWriter(buf).last_obs(np.array([0]))
     with pytest.raises(ValueError, match="no transitions"):
         buf.sample(3, np.random.default_rng(0))
     buf.start_episodes(np.array([1]), np.ones((1, 4), np.float32))

@@ -14,6 +14,7 @@ import pytest
 from gymnasium import spaces
 
 from vcollect.store import EpisodeStore, list_datasets, load_dataset
+from vcollect.store.read.reader import StoredDataset
 
 REPO = Path(__file__).resolve().parents[1]
 OBS = spaces.Box(-1e9, 1e9, shape=(3,), dtype=np.float32)
@@ -91,7 +92,7 @@ def test_two_processes_append_to_one_dataset_concurrently(tmp_path: Path) -> Non
         assert out.split()[:2] == ["done", str(n)]
     ds = load_dataset("proc/shared-v0", root=tmp_path)
     assert ds.total_episodes == 2 * n
-    shard_names = [p.name for p in ds.shard_paths]
+    shard_names = [p.name for p in StoredDataset(ds).shard_paths]
     assert len(set(shard_names)) == len(shard_names) == sum(int(out.split()[2]) for out, _ in outs)
     assert len({name.split("-")[1] for name in shard_names}) == 2  # two distinct writer names
     per_writer: dict[int, list[int]] = {0: [], 1: []}

@@ -23,6 +23,7 @@ from gymnasium import spaces
 import vcollect.store.read.reader as reader_module
 from vcollect.errors import CorruptDatasetError, CorruptShardError
 from vcollect.store import EpisodeStore, list_datasets, load_dataset
+from vcollect.store.read.reader import StoredDataset
 
 OBS = spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float64)
 ACT = spaces.Discrete(7)
@@ -98,6 +99,7 @@ def test_a_thousand_shards_read_whole_with_128_file_descriptors(tmp_path: Path) 
         resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
         import numpy as np
         from vcollect.store import load_dataset
+        from vcollect.store.read.reader import StoredDataset
 
         n = int(sys.argv[2])
         ds = load_dataset("m/many-v0", root=sys.argv[1])
@@ -108,7 +110,7 @@ def test_a_thousand_shards_read_whole_with_128_file_descriptors(tmp_path: Path) 
             assert len(ep) == steps and ep.observations[:, 0].tolist() == [ep.id] * (steps + 1)
             assert ep.rewards.tolist() == [ep.id * 1000.0 + r for r in range(steps)]
             seen += 1
-        assert seen == 2 * n and 0 < ds.open_files <= 32, (seen, ds.open_files)
+        assert seen == 2 * n and 0 < StoredDataset(ds).open_files <= 32, (seen, StoredDataset(ds).open_files)
         np.testing.assert_array_equal(ds.episode_returns[1::2], [(2 * s + 1) * 2000.0 + 1 for s in range(n)])
         for cache_bytes in (0, None):  # rows read from the files, then from the in-memory copy
             batch = ds.sample_steps(20_000, cache_bytes=cache_bytes)
@@ -116,10 +118,10 @@ def test_a_thousand_shards_read_whole_with_128_file_descriptors(tmp_path: Path) 
             assert np.all(row < 1 + code % 2) and len(np.unique(code)) > n
             np.testing.assert_array_equal(batch["next_observations"][:, 1], row + 1)
             np.testing.assert_array_equal(batch["rewards"], code * 1000.0 + row)
-            assert ds.open_files <= 32
-        assert ds.sample_cache_nbytes > 0
+            assert StoredDataset(ds).open_files <= 32
+        assert StoredDataset(ds).sample_cache_nbytes > 0
         ds.close()
-        assert ds.open_files == 0 and len(ds[5]) == 2  # reopens on use
+        assert StoredDataset(ds).open_files == 0 and len(ds[5]) == 2  # reopens on use
         print("read", seen)
         """,
         str(tmp_path), str(n),
@@ -132,13 +134,13 @@ def test_lru_keeps_at_most_max_open_files(tmp_path: Path) -> None:
     make_many_shards(tmp_path, 12)
     ds = load_dataset("m/many-v0", root=tmp_path, max_open_files=3)
     for ep in ds:
-        assert ds.open_files <= 3
+        assert StoredDataset(ds).open_files <= 3
         np.testing.assert_array_equal(ep.observations[:, 0], ep.id)
-    assert ds.open_files == 3
+    assert StoredDataset(ds).open_files == 3
     view = ds.filter_episodes(lambda ep: ep.id >= 20)  # views share the open files
     batch = view.sample_steps(500, cache_bytes=0)
     assert set(batch["observations"][:, 0].tolist()) == {20, 21, 22, 23}
-    assert ds.open_files == 3 and ds.sample_cache_nbytes == 0
+    assert StoredDataset(ds).open_files == 3 and StoredDataset(ds).sample_cache_nbytes == 0
     with pytest.raises(ValueError, match="capacity"):
         load_dataset("m/many-v0", root=tmp_path, max_open_files=0)
 
@@ -149,18 +151,18 @@ def test_compressed_shards_read_through_a_bounded_set_of_hdf5_files(tmp_path: Pa
         for code, steps in enumerate(lengths):
             store.write_episode(**episode(code, steps), seed=code, env_id=0, infos={"t": np.arange(steps + 1)})
     ds = load_dataset("m/gz-v0", root=tmp_path, max_open_files=2)
-    assert len(ds.shard_paths) == 4
+    assert len(StoredDataset(ds).shard_paths) == 4
     for ep in ds:
         want = episode(ep.id, lengths[ep.id])
         np.testing.assert_array_equal(ep.observations, want["observations"])
         np.testing.assert_array_equal(ep.rewards, want["rewards"])
         np.testing.assert_array_equal(ep.infos["t"], np.arange(lengths[ep.id] + 1))
-        assert ds.open_files <= 2
+        assert StoredDataset(ds).open_files <= 2
     batch = ds.sample_steps(300, cache_bytes=0)
     code, row = batch["observations"][:, 0].astype(int), batch["observations"][:, 1]
     np.testing.assert_array_equal(batch["rewards"], code * 1000.0 + row)
     np.testing.assert_array_equal(batch["actions"], (code + row) % 7)
-    assert set(code.tolist()) == {0, 1, 2, 3, 4, 5} and ds.open_files <= 2 and ds.sample_cache_nbytes == 0
+    assert set(code.tolist()) == {0, 1, 2, 3, 4, 5} and StoredDataset(ds).open_files <= 2 and StoredDataset(ds).sample_cache_nbytes == 0
 
 
 def test_too_many_open_files_is_not_a_corrupt_shard(tmp_path: Path) -> None:
@@ -247,13 +249,13 @@ def test_sample_steps_copies_at_most_cache_bytes(tmp_path: Path, monkeypatch: py
     ds = load_dataset("p/cache-v0", root=tmp_path)
     ds.set_seed(3)
     uncached = ds.sample_steps(200, cache_bytes=size - 1)
-    assert ds.sample_cache_nbytes == 0
+    assert StoredDataset(ds).sample_cache_nbytes == 0
     monkeypatch.setattr(reader_module, "SAMPLE_CACHE_BYTES", size - 1)
     ds.sample_steps(10)  # the default bound is SAMPLE_CACHE_BYTES
-    assert ds.sample_cache_nbytes == 0
+    assert StoredDataset(ds).sample_cache_nbytes == 0
     ds.set_seed(3)
     cached = ds.sample_steps(200, cache_bytes=size)
-    assert ds.sample_cache_nbytes == size
+    assert StoredDataset(ds).sample_cache_nbytes == size
     for key in uncached:
         np.testing.assert_array_equal(cached[key], uncached[key])
         assert cached[key].dtype == uncached[key].dtype
@@ -285,9 +287,10 @@ def test_fifos_and_directories_named_like_shards_are_ignored(tmp_path: Path) -> 
         import sys
         from vcollect.errors import CorruptDatasetError
         from vcollect.store import list_datasets, load_dataset
+        from vcollect.store.read.reader import StoredDataset
 
         ds = load_dataset("f/x-v0", root=sys.argv[1])
-        print([p.name for p in ds.shard_paths] == [sys.argv[2]], ds.total_episodes)
+        print([p.name for p in StoredDataset(ds).shard_paths] == [sys.argv[2]], ds.total_episodes)
         listing = list_datasets(sys.argv[1])
         print(sorted(listing), listing["f/x-v0"]["num_shards"], "not a regular file" in listing["f/y-v0"]["broken"])
         try:

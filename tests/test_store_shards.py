@@ -22,6 +22,7 @@ from vcollect.store import (
     load_dataset,
     split_dataset,
 )
+from vcollect.store.read.reader import StoredDataset
 
 # Observation (episode code, row): every row of every episode is unique and says where it came from.
 OBS = spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float64)
@@ -83,8 +84,8 @@ def test_offsets_and_global_ids_match_reference(plan: list[tuple[int, bool]], sh
                     store.flush()
         ds = load_dataset("p/offsets-v0", root=root)
         assert ds.total_episodes == len(plan) and ds.total_steps == sum(lengths)
-        assert len(ds.shard_paths) == len(ref_shards)
-        for path, codes in zip(ds.shard_paths, ref_shards):
+        assert len(StoredDataset(ds).shard_paths) == len(ref_shards)
+        for path, codes in zip(StoredDataset(ds).shard_paths, ref_shards):
             with h5py.File(path) as f:
                 shard_lengths = [lengths[c] for c in codes]
                 np.testing.assert_array_equal(f["episodes/length"][()], shard_lengths)
@@ -254,7 +255,7 @@ def test_corrupt_shard_error_and_skip(tmp_path: Path, damage: str) -> None:
         load_dataset("d/x-v0", root=tmp_path)
     with pytest.warns(UserWarning, match=bad.name):
         ds = load_dataset("d/x-v0", root=tmp_path, skip_corrupt=True)
-    assert ds.total_episodes == 4 and ds.shard_paths == [shards[0], shards[2]]
+    assert ds.total_episodes == 4 and StoredDataset(ds).shard_paths == [shards[0], shards[2]]
     for got, code in zip(ds, [0, 1, 4, 5]):
         check_episode(got, code, 3 if code % 2 == 0 else 5)
     listing = list_datasets(tmp_path)["d/x-v0"]
@@ -279,7 +280,7 @@ def test_tmp_files_ignored_by_readers_and_reported(tmp_path: Path) -> None:
     half = shards[0].parent / "99999999999999999999-wdead-000000.h5.tmp"
     half.write_bytes(shards[0].read_bytes()[:1000])
     ds = load_dataset("d/x-v0", root=tmp_path)
-    assert ds.total_episodes == 4 and ds.shard_paths == shards
+    assert ds.total_episodes == 4 and StoredDataset(ds).shard_paths == shards
     listing = list_datasets(tmp_path)["d/x-v0"]
     assert listing["temporary_files"] == [str(half)]
     assert listing["total_episodes"] == 4 and listing["total_steps"] == 16 and listing["num_shards"] == 2

@@ -17,6 +17,7 @@ from gymnasium import spaces
 from vcollect.errors import CorruptShardError, DamagedDatasetError
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.layout.manifest import read_manifest
+from vcollect.store.read.reader import StoredDataset
 
 OBS = spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float64)
 ACT = spaces.Discrete(7)
@@ -80,7 +81,7 @@ def test_load_reads_recorded_shards_from_the_manifest_without_opening_them(
     assert [(ep.id, ep.seed, ep.observations.tolist(), ep.rewards.tolist()) for ep in ds] == want
     assert ds.sample_steps(50)["rewards"].shape == (50,)
     monkeypatch.undo()
-    shard = ds.shard_paths[2]
+    shard = StoredDataset(ds).shard_paths[2]
     with h5py.File(shard, "r+") as f:  # changed since commit: its mtime and size no longer match
         f["episodes/env_id"][...] = [7]
     monkeypatch.setattr(h5py, "File", no_hdf5)

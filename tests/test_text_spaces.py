@@ -18,6 +18,7 @@ from vcollect import Collector, RandomPolicy, make_vector
 from vcollect.errors import ActionError, ObservationError
 from vcollect.spaces import BatchCheck, batch_contains, leaves
 from vcollect.store import EpisodeStore, load_dataset
+from vcollect.store.read.reader import StoredDataset
 from vcollect.text_leaves import TextRule
 
 SMALL = spaces.Text(5, min_length=2, charset="ab€")
@@ -136,7 +137,7 @@ def test_ray_backend_collects_text(tmp_path: Path, ray_local: Any) -> None:
 
 def test_text_columns_are_utf8_strings_on_disk_and_sample_back(tmp_path: Path) -> None:
     ds = collect_text(tmp_path, "dummy")
-    (shard,) = ds.shard_paths
+    (shard,) = StoredDataset(ds).shard_paths
     with h5py.File(shard, "r") as f:
         column = f["observations/word"]
         assert h5py.check_string_dtype(column.dtype).encoding == "utf-8"

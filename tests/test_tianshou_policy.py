@@ -147,7 +147,7 @@ def test_recurrent_tianshou_policy_keeps_each_envs_hidden_state_and_resets_it_pe
     ) as collector:
         collector.reset()
         collector.collect(n_episode=4)  # two per env
-        assert {k: tuple(v.shape) for k, v in collector.actor.state.items()} == {"hidden": (2, 1, 16), "cell": (2, 1, 16)}
+        assert {k: tuple(v.shape) for k, v in collector._actor.state.items()} == {"hidden": (2, 1, 16), "cell": (2, 1, 16)}
     for env_id, env_seeds in enumerate(seeds):
         ts = tianshou_episodes(tianshou_run(dqn_policy(recurrent=True), [seeded("CartPole-v1", env_seeds)], n_episode=2))
         mine = [e for e in store.episodes if e.env_id == env_id]

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 
 from vcollect import Collector, EpisodeStore, load_dataset
 from vcollect.envs import make_vector
+from vcollect.store.read.reader import StoredDataset
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_dataloader_workers_read_with_their_own_files(start: str, stored: Path) 
     dataset = load_dataset("t/cartpole-v0", root=stored)
     items = dataset.as_torch_dataset()
     dataset.sample_steps(8, cache_bytes=0)  # the parent now holds open files a forked worker inherits
-    assert dataset.open_files > 0
+    assert StoredDataset(dataset).open_files > 0
     loader = DataLoader(PidItems(items), batch_size=64, num_workers=2, shuffle=False,
                         multiprocessing_context=multiprocessing.get_context(start), timeout=120)
     batches = list(loader)

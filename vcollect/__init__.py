@@ -1,45 +1,21 @@
-"""vcollect: collect RL experience at the speed of the environments, into datasets nothing loses."""
+"""vcollect: collect RL experience at the speed of the environments, into datasets nothing loses.
+
+The top level holds what a user needs to collect, store and read experience. The exceptions are in
+:mod:`vcollect.errors`; backend adapters and capabilities in :mod:`vcollect.envs`; the sink protocol, the
+dataset spec and the rest of the store's API in :mod:`vcollect.store`.
+"""
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import Any
 
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
 from vcollect.collector import Collector
-from vcollect.envs import (
-    DummyVectorEnv,
-    EnvCapabilities,
-    EnvPoolVectorEnv,
-    GymnasiumVectorEnv,
-    SubprocVectorEnv,
-    VectorEnv,
-    make_vector,
-)
-from vcollect.errors import (
-    ActionError,
-    BufferNotReadyError,
-    CollectorStateError,
-    CorruptShardError,
-    DatasetError,
-    DatasetExistsError,
-    DatasetNotFoundError,
-    EnvWorkerError,
-    EpisodeIndexError,
-    EpisodesLostWarning,
-    HookOutputError,
-    InfoStructureError,
-    InvalidDatasetIdError,
-    MetadataKeyError,
-    NamespaceExistsError,
-    NamespaceNotEmptyError,
-    NamespaceNotFoundError,
-    ObservationError,
-    SpaceMismatchError,
-    UnfinishedEpisodesWarning,
-    VCollectError,
-)
-from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
+from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
+from vcollect.hooks import EpisodeRolloutHookMCReturn
 from vcollect.minari import (
     DataCollector,
     EpisodeBuffer,
@@ -53,10 +29,9 @@ from vcollect.minari import (
     reference_scores,
 )
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
-from vcollect.stats import CollectStats, SummaryStats
+from vcollect.stats import CollectStats
 from vcollect.store import (
     Dataset,
-    DatasetSpec,
     EpisodeData,
     EpisodeStore,
     combine_datasets,
@@ -69,88 +44,119 @@ from vcollect.store import (
     list_local_namespaces,
     load_dataset,
     split_dataset,
-    update_namespace,
     update_namespace_metadata,
 )
-from vcollect.store.sink import EpisodeSink
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActionError",
     "AsyncCollector",
-    "EnvPoolVectorEnv",
-    "GymnasiumVectorEnv",
-    "DataCollector",
-    "Dataset",
-    "EpisodeData",
-    "EpisodeMetadataCallback",
-    "EpisodeStore",
-    "EpsilonGreedy",
-    "StepDataCallback",
-    "combine_datasets",
-    "delete_dataset",
-    "export_minari",
-    "import_minari",
-    "list_datasets",
-    "load_dataset",
-    "split_dataset",
-    "DatasetSpec",
-    "EpisodeIndexError",
-    "MetadataKeyError",
-    "NamespaceExistsError",
-    "NamespaceNotEmptyError",
-    "NamespaceNotFoundError",
-    "create_namespace",
-    "delete_namespace",
-    "get_namespace_metadata",
-    "list_local_datasets",
-    "list_local_namespaces",
-    "update_namespace",
-    "update_namespace_metadata",
-    "EpisodeBuffer",
-    "StepData",
-    "create_dataset_from_buffers",
-    "get_normalized_score",
-    "reference_scores",
     "CollectStats",
     "Collector",
-    "CollectorStateError",
-    "CorruptShardError",
-    "DatasetError",
-    "DatasetExistsError",
-    "DatasetNotFoundError",
+    "DataCollector",
+    "Dataset",
     "DummyVectorEnv",
-    "EnvCapabilities",
-    "EnvWorkerError",
-    "EpisodeSink",
+    "EpisodeBuffer",
+    "EpisodeData",
+    "EpisodeMetadataCallback",
     "EpisodeRolloutHookMCReturn",
-    "HookOutputError",
-    "InfoStructureError",
-    "StepRollout",
-    "UnfinishedEpisodesWarning",
-    "EpisodesLostWarning",
-    "InvalidDatasetIdError",
-    "ObservationError",
+    "EpisodeStore",
+    "EpsilonGreedy",
     "Policy",
+    "PrioritizedVectorRingBuffer",
     "RandomPolicy",
-    "SpaceMismatchError",
+    "StepData",
+    "StepDataCallback",
     "SubprocVectorEnv",
-    "SummaryStats",
     "TorchPolicy",
-    "VCollectError",
     "VectorEnv",
     "VectorRingBuffer",
-    "PrioritizedVectorRingBuffer",
-    "BufferNotReadyError",
+    "combine_datasets",
+    "create_dataset_from_buffers",
+    "create_namespace",
+    "delete_dataset",
+    "delete_namespace",
+    "export_minari",
+    "get_namespace_metadata",
+    "get_normalized_score",
+    "import_minari",
+    "list_datasets",
+    "list_local_datasets",
+    "list_local_namespaces",
+    "load_dataset",
     "make_vector",
+    "reference_scores",
+    "split_dataset",
+    "update_namespace_metadata",
 ]
+
+#: Names that left the top level, and the module each is imported from now. They still import from
+#: ``vcollect`` for one release, with a DeprecationWarning naming that module.
+_MOVED = {
+    **dict.fromkeys(
+        [
+            "ActionError",
+            "BufferNotReadyError",
+            "CollectorStateError",
+            "CorruptShardError",
+            "DatasetError",
+            "DatasetExistsError",
+            "DatasetNotFoundError",
+            "EnvWorkerError",
+            "EpisodeIndexError",
+            "HookOutputError",
+            "InfoStructureError",
+            "InvalidDatasetIdError",
+            "MetadataKeyError",
+            "NamespaceExistsError",
+            "NamespaceNotEmptyError",
+            "NamespaceNotFoundError",
+            "ObservationError",
+            "SpaceMismatchError",
+            "UnfinishedEpisodesWarning",
+            "VCollectError",
+        ],
+        "vcollect.errors",
+    ),
+    "DatasetSpec": "vcollect.store",
+    "EnvCapabilities": "vcollect.envs",
+    "EnvPoolVectorEnv": "vcollect.envs",
+    "EpisodeSink": "vcollect.store",
+    "GymnasiumVectorEnv": "vcollect.envs",
+    "StepRollout": "vcollect.hooks",
+    "SummaryStats": "vcollect.stats",
+    "update_namespace": "vcollect.store",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """Import TorchPolicy (and torch) only when it is asked for."""
+    """Load ``TorchPolicy`` (and torch) on first use; serve the names moved out of the top level with a warning.
+
+    Args:
+        name: The attribute asked for.
+
+    Returns:
+        ``TorchPolicy``, or the object a moved name refers to.
+
+    Raises:
+        AttributeError: ``name`` is neither of these.
+    """
     if name == "TorchPolicy":
         from vcollect.policies import TorchPolicy
 
         return TorchPolicy
-    raise AttributeError(f"module 'vcollect' has no attribute {name!r}")
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vcollect' has no attribute {name!r}")
+    warnings.warn(
+        f"vcollect.{name} is deprecated and will be removed from the top level: import it from {module} "
+        f"(from {module} import {name})",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``) and the module's own attributes; the moved names are left out."""
+    return sorted({*__all__, *globals()})

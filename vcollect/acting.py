@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers.ring import RingWriter
 from vcollect.errors import ActionError
 from vcollect.policies import Policy, RandomPolicy, SupportsInfos
 from vcollect.policy_state import put_state_rows, take_state_rows
@@ -43,6 +44,7 @@ class PolicyActor:
     ) -> None:
         self.policy = policy
         self.buffer = buffer
+        self._ring = RingWriter(buffer)
         self.num_envs = buffer.num_envs
         self.observation_space = observation_space
         self.action_space = action_space
@@ -145,7 +147,7 @@ class PolicyActor:
     def _current_obs(self, env_ids: np.ndarray) -> Any:
         cache = self._obs
         if cache is None:
-            return self.buffer.last_obs(env_ids)
+            return self._ring.last_obs(env_ids)
         if len(env_ids) == self.num_envs:
             self._obs_owned = False
             return unflatten_batch(self.observation_space, cache)

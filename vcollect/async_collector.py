@@ -78,6 +78,19 @@ class AsyncCollector(Collector):
     does. Backends that return results in fixed-size batches (EnvPool's async mode,
     ``capabilities.recv_batch_size``) get at least that many envs in flight whenever the collector waits;
     steps added for that are reported by the next call.
+
+    Args:
+        policy: As Collector's.
+        envs: As Collector's.
+        buffer: As Collector's.
+        store: As Collector's.
+        wait_num: Stepping envs to wait for before acting again (None: 1).
+        timeout: Seconds to wait for any step or reset to finish (None: no limit).
+        **options: The Collector's keyword options.
+
+    Raises:
+        ValueError: ``wait_num`` outside 1..num_envs or ``timeout`` not positive, and as Collector's.
+        TypeError: As Collector's.
     """
 
     handles_batched_recv = True
@@ -134,8 +147,8 @@ class AsyncCollector(Collector):
         """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env
         (and, by default, the buffer and the counters: Collector.reset)."""
         self._check_open()
-        if isinstance(self.loop, AsyncLoop):
-            self.loop.drain()
+        if isinstance(self._loop, AsyncLoop):
+            self._loop.drain()
         super().reset(seed, reset_buffer=reset_buffer, reset_stats=reset_stats, options=options)
 
 

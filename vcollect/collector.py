@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from vcollect.acting import PolicyActor
 from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers.ring import RingWriter
 from vcollect.collector_options import CollectorOptions, CollectorSettings
 from vcollect.collector_parts import (
     DEFAULT_BUFFER_ROWS,
@@ -74,7 +75,7 @@ class Collector:
     policy that asks for them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last.
     With a ``store`` (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every
     completed episode is written whole, with the seed of its reset and its env id; a ``buffer`` given with
-    a store is switched to keep episodes longer than its rings whole (``keep_whole_episodes``). ``seed``
+    a store is switched to keep episodes longer than its rings whole (as ``keep_overflow=True`` does). ``seed``
     seeds the generator behind every reset's seed (one stream per env id) and the actions of
     ``collect(random=True)``. The dummy, subprocess and Ray backends seed every reset the collector asks
     for, so for the same seed (and policy) they give bit-identical data, equal to each other. The gymnasium
@@ -105,6 +106,19 @@ class Collector:
 
     ``collect_step`` / ``collect_episode`` / ``collect_time``: running totals of what the collect calls
     reported since construction or the last ``reset_stat()`` (as Tianshou's Collector keeps them).
+
+    Args:
+        policy: Called as ``policy(obs_batch, state) -> (actions, state)``; a Tianshou policy or Algorithm;
+            or None for a collector that only collects with ``random=True``.
+        envs: A ``VectorEnv``, a gymnasium vector env, one ``gymnasium.Env``, or a list of env factories.
+        buffer: The rings to record into (a ``VectorRingBuffer`` with one ring per env); None makes one.
+        store: Where every completed episode is written (an ``EpisodeSink`` of the envs' spaces).
+        **options: The keyword options above (vcollect.collector_options.CollectorSettings).
+
+    Raises:
+        TypeError: An option no collector takes, ``buffer`` not a VectorRingBuffer, or ``store`` not a whole
+            EpisodeSink.
+        ValueError: ``buffer`` or ``store`` of other env counts or spaces than the envs', or a bad option value.
     """
 
     #: whether this class keeps enough envs in flight for backends that return results in fixed-size batches
@@ -129,22 +143,22 @@ class Collector:
         self.action_space = vector_env.single_action_space
         self.buffer = checked_ring(buffer, vector_env)
         self.store = checked_store(store, vector_env)
-        self.writer: EpisodeWriter | None = None
+        self._writer: EpisodeWriter | None = None
         if self.store is not None:
-            self.buffer.keep_whole_episodes()  # a stored episode is whole, however long
+            RingWriter(self.buffer).keep_whole_episodes()  # a stored episode is whole, however long
             infos = vector_env.episode_infos if isinstance(vector_env, InfoRecordingEnv) else None
-            self.writer = EpisodeWriter(self.store, self.buffer, infos)
+            self._writer = EpisodeWriter(self.store, self.buffer, infos)
         self.seed_every_reset = settings.seed_every_reset
         self.record_infos = settings.record_infos
         self.exploration_noise = settings.exploration_noise
         self.validate = settings.validate
-        self.actor = PolicyActor(
+        self._actor = PolicyActor(
             policy, self.buffer, self.observation_space, self.action_space,
             exploration_noise=settings.exploration_noise, validate=settings.validate,
         )
-        self.ledger = TransitionLedger(self.num_envs)
+        self._ledger = TransitionLedger(self.num_envs)
         self.context = StepContext(
-            vector_env, self.buffer, self.actor, self.ledger, self.writer,
+            vector_env, self.buffer, self._actor, self._ledger, self._writer,
             validate=settings.validate, check_finite=settings.check_finite,
         )
         self.context.on_step_hook = settings.on_step_hook
@@ -153,9 +167,9 @@ class Collector:
         self._was_reset = False
         self._closed = False
         self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
-        self.loop: StepLoop = self._make_loop(settings.stage_blocks)
+        self._loop: StepLoop = self._make_loop(settings.stage_blocks)
         self._made_in: int | None = None
-        if self.writer is not None:  # hands its queued episodes to the store if never closed (vcollect.exit_commits)
+        if self._writer is not None:  # hands its queued episodes to the store if never closed (vcollect.exit_commits)
             self._made_in = os.getpid()
             register_exit_close(self, ExitStage.COLLECTOR)
 
@@ -172,16 +186,24 @@ class Collector:
         """(Re)make the generator, the per-env reset seed streams and the random actions from ``seed``."""
         self._rng = np.random.default_rng(seed)
         self.context.reseed(int(self._rng.integers(0, 2**63)), self.seed_every_reset)
-        self.actor.reseed(int(self._rng.integers(0, 2**63)))
+        self._actor.reseed(int(self._rng.integers(0, 2**63)))
 
     # ------------------------------------------------------------------ hooks (Tianshou's names)
 
     def set_on_step_hook(self, hook: StepHook | None) -> None:
-        """Call ``hook(rollout)`` on every step from now on (None: no step hook)."""
+        """Call ``hook(rollout)`` on every step from now on.
+
+        Args:
+            hook: The step hook; None removes it.
+        """
         self.context.on_step_hook = hook
 
     def set_on_episode_done_hook(self, hook: EpisodeRolloutHook | None) -> None:
-        """Call ``hook(episode)`` on every finished episode from now on (None: no episode hook)."""
+        """Call ``hook(episode)`` on every finished episode from now on.
+
+        Args:
+            hook: The episode-done hook; None removes it.
+        """
         self.context.on_episode_done_hook = hook
 
     def get_on_step_hook(self) -> StepHook | None:
@@ -200,7 +222,7 @@ class Collector:
     @property
     def pending_transitions(self) -> int:
         """Transitions already recorded (and stored) that the next collect() call will report first."""
-        return len(self.ledger)
+        return len(self._ledger)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -215,9 +237,18 @@ class Collector:
         """Reset every env (each with a seed from the generator) and, by default, the buffer and the
         ``collect_*`` counters, as Tianshou's ``reset(reset_buffer, reset_stats)`` does.
 
-        ``seed`` re-seeds the collector's generator first. Unfinished episodes are discarded (or stored
-        truncated: ``unfinished``). Unlike Tianshou's, the first positional argument is ``seed``: a bool
-        there (Tianshou's ``reset(False)``) is refused rather than taken as a seed.
+        Unfinished episodes are discarded (or stored truncated: ``unfinished``).
+
+        Args:
+            seed: Re-seeds the collector's generator first (None: keep it). Unlike Tianshou's, the first
+                positional argument is the seed.
+            reset_buffer: Empty the buffer too.
+            reset_stats: Zero ``collect_step``, ``collect_episode`` and ``collect_time`` too.
+            options: Passed to every env's reset.
+
+        Raises:
+            TypeError: ``seed`` is a bool (Tianshou's ``reset(False)``), refused rather than taken as a seed.
+            CollectorStateError: The collector is closed.
         """
         if isinstance(seed, bool):
             raise TypeError(
@@ -234,18 +265,28 @@ class Collector:
             self.buffer.reset()
         if reset_stats:
             self.reset_stat()
-        self.actor.clear()
+        self._actor.clear()
         self.context.reset_envs(self.context.all_ids, options)
         self._was_reset = True
 
     def reset_env(self, seed: int | None = None, *, options: dict[str, Any] | None = None) -> None:
-        """Reset every env, keeping the buffer and the counters (Tianshou's ``reset_env``)."""
+        """Reset every env, keeping the buffer and the counters (Tianshou's ``reset_env``).
+
+        Args:
+            seed: Re-seeds the collector's generator first (None: keep it).
+            options: Passed to every env's reset.
+        """
         self.reset(seed, reset_buffer=False, reset_stats=False, options=options)
 
     def reset_buffer(self, keep_statistics: bool = False) -> None:
-        """Empty the buffer (Tianshou's ``reset_buffer``). A ring holds the start of each running episode, so
-        after the first reset the envs are reset too (their running episodes settled as at any reset).
-        ``keep_statistics`` is accepted as Tianshou's is; the rings keep no statistics to keep."""
+        """Empty the buffer (Tianshou's ``reset_buffer``).
+
+        A ring holds the start of each running episode, so after the first reset the envs are reset too
+        (their running episodes settled as at any reset).
+
+        Args:
+            keep_statistics: Accepted as Tianshou's is; the rings keep no statistics to keep.
+        """
         if self._was_reset:
             self.reset(reset_buffer=True, reset_stats=False)
         else:
@@ -293,12 +334,12 @@ class Collector:
         Args:
             why: How the collector was left, for the warning.
         """
-        if self._closed or self.writer is None or os.getpid() != self._made_in:
+        if self._closed or self._writer is None or os.getpid() != self._made_in:
             return
         try:
             self._close(f"close ({why})", close_envs=False)  # the envs may serve another collector
         except Exception as exc:
-            episodes, steps = self.writer.queued, self.writer.queued_steps
+            episodes, steps = self._writer.queued, self._writer.queued_steps
             lost = (f"{episodes} finished episodes ({steps} steps) queued for its store could not be handed over "
                     "and are lost" if episodes else "its store could not commit the episodes it was handed (the "
                     "store says so when it is closed)")
@@ -326,16 +367,28 @@ class Collector:
     ) -> CollectStats:
         """Collect exactly ``n_step`` transitions or exactly ``n_episode`` whole episodes.
 
-        ``n_step``: the last batch steps only as many envs as still needed; unfinished episodes
-        carry over to the next call. ``n_episode``: each env gets a quota (n // N or one more, the
-        extra ones given to randomly chosen envs), every episode started in the call is finished
-        and kept, and envs that met their quota idle. ``random=True`` samples actions from the
-        action space instead of calling the policy. ``render=t`` renders and sleeps t seconds
-        after each step. ``reset_options`` go to every env reset in this call.
+        Args:
+            n_step: Transitions to collect; the last batch steps only as many envs as still needed, and
+                unfinished episodes carry over to the next call.
+            n_episode: Whole episodes to collect; each env gets a quota (n // N or one more, the extra ones
+                given to randomly chosen envs), every episode started in the call is finished and kept, and
+                envs that met their quota idle.
+            random: Sample actions from the action space instead of calling the policy.
+            reset_before_collect: Reset the envs and the counters first but keep the buffer, as Tianshou
+                2.0.1 does (``reset(reset_buffer=False)``): a replay loop that resets before each collect
+                keeps training on all its data (``reset()`` or ``reset_buffer()`` empty it).
+            progress: Show a progress bar.
+            render: Render and sleep this many seconds after each step.
+            reset_options: Passed to every env reset in this call.
 
-        ``reset_before_collect=True`` resets the envs and the counters but keeps the buffer, as Tianshou
-        2.0.1 does (``reset(reset_buffer=False)``): a replay loop that resets before each collect keeps
-        training on all its data (``reset()`` or ``reset_buffer()`` empty it).
+        Returns:
+            What the call collected: counts, time, speed and the returns and lengths of its episodes.
+
+        Raises:
+            ValueError: Not exactly one of ``n_step`` / ``n_episode``, a count that is not a positive
+                integer, or no policy without ``random=True``.
+            CollectorStateError: The collector is closed, or was never reset (and
+                ``reset_before_collect`` is False).
         """
         self._check_open()
         if (n_step is None) == (n_episode is None):
@@ -352,7 +405,7 @@ class Collector:
                 "collect() called before any reset: call collector.reset() first or pass "
                 "reset_before_collect=True"
             )
-        self.actor.begin_call()
+        self._actor.begin_call()
         start = time.perf_counter()
         bar: ProgressBar = _NoBar()
         if progress:
@@ -360,9 +413,9 @@ class Collector:
         call = CollectCall(random, render, reset_options, bar)
         try:
             if n_step is not None:
-                steps = self.loop.collect_steps(int(n_step), call)
+                steps = self._loop.collect_steps(int(n_step), call)
             else:
-                steps = self.loop.collect_episodes(self._episode_quota(int(target)), call)
+                steps = self._loop.collect_episodes(self._episode_quota(int(target)), call)
         finally:
             try:
                 bar.close()

@@ -208,12 +208,12 @@ class EpisodeWriter:
     def _write_now(
         self, env_id: int, infos: Mapping[str, Any] | None, extras: Mapping[str, np.ndarray] | None
     ) -> None:
-        """Hand over env_id's just finished episode alone (the ring keeps it whole: keep_whole_episodes)."""
+        """Hand over env_id's just finished episode alone (the ring keeps it whole: RingWriter.keep_whole_episodes)."""
         buffer = self.buffer
-        if buffer.episode_truncated_in_ring(env_id):
+        if self.ring.episode_truncated_in_ring(env_id):
             raise RuntimeError(
                 f"env {env_id}'s episode is longer than its ring and its start was not kept: the collector "
-                "must call keep_whole_episodes() on a ring it writes to a store"
+                "must call RingWriter(ring).keep_whole_episodes() on a ring it writes to a store"
             )
         episode = buffer.episode(env_id)
         self._hand_over(

@@ -1,8 +1,47 @@
-"""The exceptions vcollect raises, so callers can catch exactly what went wrong."""
+"""The exceptions and warnings vcollect raises, so callers can catch exactly what went wrong.
+
+Every error derives from :class:`VCollectError` and, where Python or Minari raise a built-in type for the
+same fault, from that type too (``ValueError``, ``IndexError``, ``FileNotFoundError``, ...). README.md's
+"Errors" table lists each one, when it is raised and its base classes.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+__all__ = [
+    "ActionError",
+    "BufferNotReadyError",
+    "CodecUnavailableError",
+    "CollectorStateError",
+    "CorruptDatasetError",
+    "CorruptShardError",
+    "DamagedDatasetError",
+    "DatasetError",
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "DiskFullError",
+    "EnvAttributeError",
+    "EnvOutputError",
+    "EnvSpecMismatchError",
+    "EnvWorkerError",
+    "EpisodeIndexError",
+    "EpisodesLostWarning",
+    "ForeignJournalWarning",
+    "HookOutputError",
+    "InfoStructureError",
+    "InvalidDatasetIdError",
+    "MetadataKeyError",
+    "NamespaceExistsError",
+    "NamespaceNotEmptyError",
+    "NamespaceNotFoundError",
+    "ObservationError",
+    "SpaceMismatchError",
+    "UnfinishedEpisodesWarning",
+    "UnsafePathError",
+    "VCollectError",
+    "WorkerLostError",
+]
 
 
 class VCollectError(Exception):

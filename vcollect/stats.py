@@ -7,6 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+__all__ = ["CollectStats", "SummaryStats"]
+
 
 class AbandonedEpisode(NamedTuple):
     """An episode given up because its env's worker failed and was replaced (``max_restarts``): not stored,

@@ -305,7 +305,7 @@ class StepContext:
         if out is None:
             return {}
         extras = check_episode_extras(out, len(episode.rewards), env_id)
-        self.buffer.set_episode_extras(env_id, extras)
+        self.ring.set_episode_extras(env_id, extras)
         return extras
 
     def next_rounds(self, rounds: int = 1) -> None:

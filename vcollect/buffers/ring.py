@@ -12,6 +12,7 @@ microseconds.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,10 @@ from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
 __all__ = ["EpisodeEnds", "EpisodeSlice", "RingWriter", "VectorRingBuffer"]
 
+#: Members that left VectorRingBuffer for RingWriter (what a collector uses of a ring). They still work on a
+#: ring for one release, with a DeprecationWarning naming the new spelling.
+_MOVED_TO_RING_WRITER = frozenset({"episode_truncated_in_ring", "keep_whole_episodes", "last_obs", "set_episode_extras"})
+
 
 class VectorRingBuffer:
     """Rings of ``capacity`` rows for ``num_envs`` envs holding observations once, episodes contiguous.
@@ -38,6 +43,21 @@ class VectorRingBuffer:
     ``VectorReplayBuffer(total_size, buffer_num)``) is made without spaces, which the Collector it is given
     to sets; ``sample`` draws with the generator seeded by ``seed``. A ring of c rows holds c - 1 - (episodes
     in it) transitions: each episode's final observation has its own row instead of a copy in every row.
+
+    Args:
+        num_envs: How many rings (one per env id).
+        capacity: Rows per ring; or give ``total_size`` instead.
+        observation_space: The envs' single observation space (None: set later, by a Collector or
+            ``bind_spaces``; give both spaces or neither).
+        action_space: The envs' single action space.
+        keep_overflow: Copy aside the rows of an episode longer than its ring before overwriting them, so
+            that :meth:`episode` is always whole.
+        total_size: Rows over all rings, as Tianshou's ``total_size`` (capacity: its ceiling over num_envs).
+        seed: Seeds the generator ``sample`` draws with.
+
+    Raises:
+        ValueError: ``num_envs < 1``, a capacity under 2, both or neither of ``capacity`` and ``total_size``,
+            or one space without the other.
     """
 
     def __init__(
@@ -73,8 +93,18 @@ class VectorRingBuffer:
         return self.observation_space is not None
 
     def bind_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
-        """Give a ring made without spaces its envs' spaces and allocate its rows (a Collector calls this
-        with its envs' single spaces, as Tianshou's collector shapes a VectorReplayBuffer on first add)."""
+        """Give a ring made without spaces its envs' spaces and allocate its rows.
+
+        A Collector calls this with its envs' single spaces, as Tianshou's collector shapes a
+        VectorReplayBuffer on first add.
+
+        Args:
+            observation_space: The envs' single observation space.
+            action_space: The envs' single action space.
+
+        Raises:
+            ValueError: The ring has its spaces already.
+        """
         if self.has_spaces:
             raise ValueError("this ring already has its spaces; make a new VectorRingBuffer for other spaces")
         self.observation_space = observation_space
@@ -84,7 +114,16 @@ class VectorRingBuffer:
     if not TYPE_CHECKING:  # at run time only, so that mypy still checks every attribute of the class
 
         def __getattr__(self, name: str) -> Any:
-            """Reached only for attributes not set: the storage of a ring still waiting for its spaces."""
+            """Reached only for attributes not set: the storage of a ring still waiting for its spaces, and
+            the members that moved to RingWriter."""
+            if name in _MOVED_TO_RING_WRITER:
+                warnings.warn(
+                    f"VectorRingBuffer.{name} is deprecated: it is collector plumbing, now "
+                    f"vcollect.buffers.ring.RingWriter(ring).{name}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(RingWriter(self), name)
             if name.startswith("_") and not name.startswith("__") and self.__dict__.get("observation_space", 0) is None:
                 raise BufferNotReadyError(
                     "this VectorRingBuffer was made without spaces: give it to a Collector (which sets its "
@@ -130,7 +169,7 @@ class VectorRingBuffer:
         self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
         self._overflow: dict[int, list[SpilledChunk]] = {}
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
-        self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (set_episode_extras)
+        self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (RingWriter.set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
         self.reset()
 
@@ -155,7 +194,12 @@ class VectorRingBuffer:
 
     # ---------------------------------------------------------------------------------------- writing
     def start_episodes(self, env_ids: np.ndarray, obs_batch: Any) -> None:
-        """Write the first observation of a new episode for each env id (the row after its last row)."""
+        """Write the first observation of a new episode for each env id (the row after its last row).
+
+        Args:
+            env_ids: Distinct env ids.
+            obs_batch: Their first observations, batched in ``env_ids`` order.
+        """
         env_ids = np.asarray(env_ids)
         rows = self._next_flat[self._last_flat[env_ids]]
         obs = flatten_batch(self.observation_space, obs_batch) if self._obs_nested else (obs_batch,)
@@ -190,7 +234,16 @@ class VectorRingBuffer:
         truncations: Any,
         next_obs: Any,
     ) -> None:
-        """Record one step for each env id: action/reward/flags in its current row, next_obs in the next."""
+        """Record one step for each env id: action/reward/flags in its current row, next_obs in the next.
+
+        Args:
+            env_ids: Distinct env ids, each with a started episode.
+            actions: The actions taken, batched in ``env_ids`` order.
+            rewards: The rewards that followed.
+            terminations: Whether each episode terminated.
+            truncations: Whether each episode was truncated.
+            next_obs: The observations that followed, batched.
+        """
         env_ids = np.asarray(env_ids)
         if self.keep_overflow:
             if self._headroom <= 0:
@@ -231,6 +284,15 @@ class VectorRingBuffer:
         Equal to ``add`` for the other envs followed by ``start_episodes(started, ...)``, with one write per
         array: both put the observation in the row after each env's last row. This is the step of a
         backend that steps every env and restarts ended ones itself on their next step.
+
+        Args:
+            actions: Every env's action, batched in env id order.
+            rewards: Every env's reward.
+            terminations: Every env's termination flag.
+            truncations: Every env's truncation flag.
+            next_obs: Every env's next observation (a restarting env's first one), batched.
+            started: Ascending env ids that begin a new episode with this row (None: none).
+            stepped: The bool mask of the other envs, where the caller has it.
         """
         if started is not None and started.size == 0:
             started = stepped = None
@@ -458,10 +520,20 @@ class VectorRingBuffer:
         return idx, idx[:-1]
 
     def episode(self, env_id: int) -> EpisodeSlice:
-        """The current (or just finished) episode of ``env_id``: views when contiguous, else copies.
+        """The current (or just finished) episode of an env: views when contiguous, else copies.
 
         With keep_overflow=True it is the whole episode (spilled chunks + ring part); otherwise only the
-        part still in the ring (see :meth:`episode_truncated_in_ring`).
+        part still in the ring (see :meth:`RingWriter.episode_truncated_in_ring`).
+
+        Args:
+            env_id: The env.
+
+        Returns:
+            Its observations (T+1), actions, rewards, terminations and truncations (T).
+
+        Raises:
+            IndexError: ``env_id`` is out of range.
+            ValueError: The env has no episode.
         """
         env = self._check_env(env_id)
         steps_in_ring = int(self.episode_lengths[env] - self._spilled[env])
@@ -484,7 +556,7 @@ class VectorRingBuffer:
             trunc,
         )
 
-    def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
+    def _set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
         """Write per-step arrays (an episode-done hook's) at the step rows of env_id's latest episode still in
         its ring: ``extras[name]``, a flat column beside the ring's rows, made on first use."""
         env = self._check_env(env_id)
@@ -559,7 +631,7 @@ class VectorRingBuffer:
         ended = self._term_flat[last_step] | self._trunc_flat[last_step]
         return np.flatnonzero(self._has_episode & (self.episode_lengths > 0) & ~ended)
 
-    def keep_whole_episodes(self) -> None:
+    def _keep_whole_episodes(self) -> None:
         """From now on copy aside the rows of an episode longer than its ring before overwriting them
         (``keep_overflow``), so :meth:`episode` is always whole: what a collector writing to a store needs."""
         if self.keep_overflow:
@@ -568,12 +640,12 @@ class VectorRingBuffer:
         c = self.capacity
         self._headroom = int((c - 1 - (self.episode_lengths - self._spilled)).min())
 
-    def episode_truncated_in_ring(self, env_id: int) -> bool:
+    def _episode_truncated_in_ring(self, env_id: int) -> bool:
         """Whether :meth:`episode` lacks the start of the env's episode (too long, keep_overflow=False)."""
         env = self._check_env(env_id)
         return int(self.episode_lengths[env] - self._spilled[env]) + 1 > self.capacity
 
-    def last_obs(self, env_ids: np.ndarray) -> Any:
+    def _last_obs(self, env_ids: np.ndarray) -> Any:
         """A copy of the latest observation of each env id, batched."""
         env_ids = np.asarray(env_ids)
         if not self._has_episode[env_ids].all():
@@ -586,11 +658,22 @@ class VectorRingBuffer:
         self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1,
         n_step: int | None = None, gamma: float | None = None,
     ) -> dict[str, Any]:
-        """``batch_size`` transitions drawn uniformly (with replacement) from those stored, with the ring's own
-        seeded generator unless ``rng`` is given (``batch_size=0``: every stored one, each env's in order, as
-        Tianshou's ``sample(0)``): the dict :func:`~vcollect.buffers.sampling.gather_transitions`
-        describes, observations stacked ``stack_num`` deep (Tianshou's ``stack_num``), with n-step returns
-        when ``n_step`` and ``gamma`` are given (Tianshou's ``compute_nstep_return``)."""
+        """Draw transitions uniformly (with replacement) from those stored.
+
+        Args:
+            batch_size: How many (0: every stored one, each env's in order, as Tianshou's ``sample(0)``).
+            rng: The generator to draw with (None: the ring's own, seeded by ``seed``).
+            stack_num: Stack observations this deep (Tianshou's ``stack_num``).
+            n_step: With ``gamma``, add n-step returns (Tianshou's ``compute_nstep_return``).
+            gamma: The discount of the n-step returns.
+
+        Returns:
+            The dict :func:`~vcollect.buffers.sampling.gather_transitions` describes: ``indices``,
+            ``observations``, ``actions``, ``rewards``, ``next_observations``, flags, ...
+
+        Raises:
+            ValueError: Nothing is stored, or bad ``stack_num`` / ``n_step`` / ``gamma``.
+        """
         rows = sample_rows(self, batch_size, self._rng if rng is None else rng)
         return gather_transitions(self, rows, stack_num, n_step, gamma)
 
@@ -600,9 +683,10 @@ class VectorRingBuffer:
 
 
 class RingWriter:
-    """What a collector uses of a ring beyond a user's ``add``/``sample``: blocks of steps written at once, and
-    finished episodes read back by handle while their rows are still in the ring (composed with the ring,
-    so that these stay off VectorRingBuffer's own surface).
+    """What a collector uses of a ring beyond a user's ``add``/``sample``: blocks of steps written at once,
+    finished episodes read back by handle while their rows are still in the ring, whole episodes kept for a
+    store, the latest observations and an episode-done hook's per-step arrays (composed with the ring, so
+    that these stay off VectorRingBuffer's own surface).
 
     A handle (``episode_ref``) is (flat row of the episode's final observation, steps); it stays valid until
     the env has written ``rows_left`` more rows.
@@ -661,3 +745,30 @@ class RingWriter:
     def rows_left_after_end(self, steps: int) -> int:
         """``rows_left`` of an episode of ``steps`` steps that ended in its env's last row."""
         return self.ring.capacity - 1 - steps
+
+    def keep_whole_episodes(self) -> None:
+        """From now on copy aside the rows of an episode longer than its ring before overwriting them (the
+        ring's ``keep_overflow``), so that every episode read from it is whole: what a store needs."""
+        self.ring._keep_whole_episodes()
+
+    def episode_truncated_in_ring(self, env_id: int) -> bool:
+        """Whether the ring lacks the start of env_id's current episode (too long, and not kept whole).
+
+        Raises:
+            IndexError: ``env_id`` is out of range.
+            ValueError: the env has no episode.
+        """
+        return self.ring._episode_truncated_in_ring(env_id)
+
+    def last_obs(self, env_ids: np.ndarray) -> Any:
+        """A copy of the latest observation of each env id, batched.
+
+        Raises:
+            ValueError: some env id has no episode.
+        """
+        return self.ring._last_obs(env_ids)
+
+    def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
+        """Write per-step arrays (an episode-done hook's) at the step rows of env_id's latest episode still in
+        its ring, as ``extras[name]`` columns beside the ring's rows, made on first use."""
+        self.ring._set_episode_extras(env_id, values)

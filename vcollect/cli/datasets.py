@@ -198,6 +198,7 @@ def _datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list
 def run_verify(args: argparse.Namespace, console: Console) -> int:
     """``vcollect verify ID [--replay N]``: one line per problem found; exit 0 when none, 1 otherwise."""
     from vcollect.store import load_dataset
+    from vcollect.store.read.reader import StoredDataset
     from vcollect.store.read.replay import replay_episodes
 
     if args.replay < 0:
@@ -214,7 +215,7 @@ def run_verify(args: argparse.Namespace, console: Console) -> int:
         problems += failures
     for problem in problems:
         console.print(Text(problem), soft_wrap=True)
-    checked = f"{len(dataset.shard_paths):,} shards, {dataset.total_episodes:,} episodes"
+    checked = f"{len(StoredDataset(dataset).shard_paths):,} shards, {dataset.total_episodes:,} episodes"
     if args.replay:
         checked += f", {replayed:,} replayed"
     console.print(Text(f"{args.dataset_id}: {checked}: {len(problems)} problems" if problems
@@ -225,6 +226,7 @@ def run_verify(args: argparse.Namespace, console: Console) -> int:
 def run_show(args: argparse.Namespace, console: Console) -> int:
     """``vcollect show ID``: metadata, spaces, counts, return/length statistics (and --plot)."""
     from vcollect.store import load_dataset
+    from vcollect.store.read.reader import StoredDataset
 
     if args.plot is not None:
         check_output_file("--plot", args.plot)
@@ -236,12 +238,13 @@ def run_show(args: argparse.Namespace, console: Console) -> int:
     table = Table(title=f"dataset {args.dataset_id}", show_header=False)
     table.add_column("field")
     table.add_column("value", overflow="fold")
-    size = sum(p.stat().st_size for p in dataset.shard_paths)
+    shards = StoredDataset(dataset).shard_paths
+    size = sum(p.stat().st_size for p in shards)
     rows: list[tuple[str, str]] = [
         ("path", str(dataset.path)),
         ("episodes", f"{dataset.total_episodes:,}"),
         ("steps", f"{dataset.total_steps:,}"),
-        ("shards", f"{len(dataset.shard_paths):,} ({human_size(size)})"),
+        ("shards", f"{len(shards):,} ({human_size(size)})"),
         ("observation space", str(dataset.observation_space)),
         ("action space", str(dataset.action_space)),
         ("env spec", dataset.env_spec.id if dataset.env_spec is not None else "-"),

@@ -264,7 +264,7 @@ class BaseVectorEnv:
     """Row storage, argument checks and async bookkeeping shared by the vcollect backends.
 
     Every backend declares its ``capabilities`` (a class attribute, or set before this ``__init__`` where
-    they depend on the instance); the old single flags (``steps_all_envs`` ...) are read from them.
+    they depend on the instance); the single flags (``steps_all_envs`` ...) are read from them.
 
     Subclasses provide `_dispatch_step`, `_dispatch_reset`, `_wait(timeout)` (process replies, blocking at
     most `timeout` seconds) and `_discard(ids)`, and fill the row arrays `_obs_rows`, `_rewards`,

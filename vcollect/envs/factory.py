@@ -76,17 +76,32 @@ def make_vector(
     max_restarts: int = 0,
     **kwargs: Any,
 ) -> VectorEnv:
-    """Build `num_envs` copies of `env` (a registered id, or a zero-arg factory) on the named backend.
+    """Build ``num_envs`` copies of ``env`` on the named backend.
 
-    `env_kwargs` go to gymnasium.make (or to the factory); other keyword arguments go to the backend.
-    `backend="gymnasium"` wraps gymnasium.make_vec (its vector entry point when the env has one; see
-    GymnasiumVectorEnv.make); `backend="envpool"` needs an envpool task id (see EnvPoolVectorEnv.make).
-    `timeout` (seconds each synchronous step or reset may take; None: wait forever) goes to the backends of
-    TIMEOUT_BACKENDS (subproc, ray): past it they raise EnvWorkerError and close. The in-process backends
-    cannot interrupt a hung call: a timeout for them is a ValueError rather than a promise not kept.
-    `max_restarts` (default 0) goes to the backends of RESTART_BACKENDS (subproc, ray): how many times a
-    worker that died or whose env raised is replaced before EnvWorkerError (vcollect.envs.restarts); the
-    other backends cannot replace an env and take only 0 (ValueError otherwise).
+    ``backend="gymnasium"`` wraps gymnasium.make_vec (its vector entry point when the env has one; see
+    GymnasiumVectorEnv.make); ``backend="envpool"`` needs an envpool task id (see EnvPoolVectorEnv.make).
+
+    Args:
+        env: A registered env id, or a zero-argument factory returning a ``gymnasium.Env``.
+        num_envs: How many envs to run.
+        backend: One of ``BACKENDS`` (built from factories) or ``FROM_ENV_ID`` (built from an env id):
+            ``"dummy"``, ``"subproc"``, ``"gymnasium"``, and with their extras ``"ray"`` and ``"envpool"``.
+        env_kwargs: Keyword arguments for ``gymnasium.make`` (or for the factory).
+        timeout: Seconds each synchronous step or reset may take (None: wait forever); only the backends of
+            ``TIMEOUT_BACKENDS`` (subproc, ray) take one, and past it they raise EnvWorkerError and close.
+        max_restarts: How many times the subproc and ray backends (``RESTART_BACKENDS``) replace a worker that
+            died or whose env raised before EnvWorkerError (vcollect.envs.restarts); default 0. The other
+            backends cannot replace an env and take only 0.
+        **kwargs: Passed to the backend.
+
+    Returns:
+        The vector env.
+
+    Raises:
+        ImportError: The backend needs an extra that is not installed (the message names it).
+        ValueError: An unknown backend, ``num_envs < 1``, or a timeout for an in-process backend (which
+            cannot interrupt a hung call).
+        TypeError: ``backend="envpool"`` with an env that is not a task id.
     """
     if backend in OPTIONAL_BACKENDS and backend not in BACKENDS and backend not in FROM_ENV_ID:
         extra = OPTIONAL_BACKENDS[backend]

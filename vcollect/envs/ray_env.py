@@ -148,7 +148,7 @@ class RayVectorEnv(BaseVectorEnv):
 
     `timeout`: seconds each synchronous step or reset may take (``ray.get`` with that timeout); past it the
     call raises EnvWorkerError naming the env ids still running, kills every actor and closes the vector
-    env. None (the default) waits forever, as before: how long a call may normally take depends on the env
+    env. None (the default) waits forever: how long a call may normally take depends on the env
     and the cluster, so pick several times the slowest call you expect. Building the envs is not bounded.
     A step or reset sent asynchronously is bounded by it too (``recv`` raises past it).
 

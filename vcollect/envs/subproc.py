@@ -69,7 +69,7 @@ class SubprocVectorEnv(BaseVectorEnv):
     `timeout`: seconds each synchronous call (step, reset, step_reset) may take; past it the call raises
     EnvWorkerError naming the env ids still running, kills their worker processes and closes the vector
     env, as a dead worker does (the collected data so far stays valid; a hung env cannot be resumed).
-    None (the default) waits forever, as before: a step's normal duration depends on the env (a physics
+    None (the default) waits forever: a step's normal duration depends on the env (a physics
     simulator or a game emulator can take seconds to reset), so no default would be right for every env;
     pick one several times the slowest call you expect. Building the envs and render() are not bounded.
     The async half (send/recv) takes its own ``recv(timeout=)``, and no step or reset in flight may take

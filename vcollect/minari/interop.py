@@ -48,7 +48,7 @@ from vcollect.store.layout.dataset_info import DATASET_FILE
 from vcollect.store.layout.namespaces import copy_namespace_metadata, root_above
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.staging import discard_staging, fsync_tree, new_staging_dir, publish_dir
-from vcollect.store.read.reader import Dataset, load_dataset
+from vcollect.store.read.reader import Dataset, StoredDataset, load_dataset
 from vcollect.store.write.writer import EpisodeStore
 
 __all__ = [
@@ -178,15 +178,16 @@ def _export_metadata(dataset: Dataset, minari_dataset_id: str) -> dict[str, Any]
         "observation_space": json.dumps(space_to_dict(dataset.observation_space)),
         "action_space": json.dumps(space_to_dict(dataset.action_space)),
     }
-    if dataset.env_spec_json is not None:
-        meta["env_spec"] = dataset.env_spec_json
+    stored = StoredDataset(dataset)
+    if stored.env_spec_json is not None:
+        meta["env_spec"] = stored.env_spec_json
     descriptive: dict[str, Any] = {"dataset_id": minari_dataset_id}
     for key in _DESCRIPTIVE_KEYS:
         if ours.get(key) is not None:
             descriptive[key] = _as_list(ours[key]) if key in ("author", "author_email") else ours[key]
     descriptive["minari_version"] = _minari_version()
-    if dataset.eval_env_spec_json is not None:
-        descriptive["eval_env_spec"] = dataset.eval_env_spec_json
+    if stored.eval_env_spec_json is not None:
+        descriptive["eval_env_spec"] = stored.eval_env_spec_json
     for key in _SCORE_KEYS:
         if ours.get(key) is not None:
             descriptive[key] = ours[key]
@@ -236,7 +237,7 @@ def export_minari(
         metadata["data_format"] = data_format  # which storage minari.load_dataset opens
         _write_metadata_with_size(data_dir, metadata)
         # every namespace level gets a namespace_metadata.json, with the same-named vcollect namespace's metadata
-        copy_namespace_metadata(source.root, minari_root_path, namespace)
+        copy_namespace_metadata(StoredDataset(source).root, minari_root_path, namespace)
         fsync_tree(tmp)
         publish_dir(tmp, final, root=minari_root_path, marker=_DATA_DIR, overwrite=overwrite, exists_message=(
             f"Minari dataset {minari_dataset_id!r} already exists at {str(final)!r}; pass overwrite=True to replace it"

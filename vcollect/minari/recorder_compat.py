@@ -88,7 +88,7 @@ def save_to_disk(collector: Any, path: str | os.PathLike[str], dataset_metadata:
         dataset_metadata: Metadata to store with it.
 
     Returns:
-        The Dataset, loaded (``dataset.id`` and ``dataset.root`` say how to load it again).
+        The Dataset, loaded (its ``id`` and ``StoredDataset(dataset).root`` say how to load it again).
 
     Raises:
         InvalidDatasetIdError: The folder's name is not an id's (``name-vN``); nothing is written.

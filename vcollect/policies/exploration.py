@@ -18,6 +18,15 @@ class EpsilonGreedy:
     For a Discrete action space this is epsilon-greedy exploration. Calls, ``reset_state`` and weights
     pass through to the wrapped policy, so the collector applies noise only when asked to; so do infos,
     for a wrapped policy that wants them (``wants_infos`` is the wrapped policy's).
+
+    Args:
+        policy: The policy to wrap.
+        action_space: The space random actions are drawn from.
+        epsilon: The probability of replacing each action.
+        seed: Seeds the choice and the random actions.
+
+    Raises:
+        ValueError: ``epsilon`` outside [0, 1].
     """
 
     def __init__(
@@ -57,7 +66,15 @@ class EpsilonGreedy:
         return vouches and getattr(policy, "action_space", None) == self.action_space
 
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
-        """Return a copy of ``actions`` where each row is, with probability epsilon, a random action."""
+        """Replace each action, with probability epsilon, by a random one.
+
+        Args:
+            actions: The wrapped policy's actions, batched.
+            obs: The observations they were chosen for (unused).
+
+        Returns:
+            ``actions`` when none is replaced, else a copy with the replaced rows.
+        """
         k = batch_size_of(actions)
         replace = self._rng.random(k) < self.epsilon
         if not replace.any():
@@ -65,7 +82,15 @@ class EpsilonGreedy:
         return _replace_rows(actions, self._random.sample(k), replace)
 
     def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
-        """Pass through to the wrapped policy's ``reset_state`` (state unchanged if it has none)."""
+        """Pass through to the wrapped policy's ``reset_state``.
+
+        Args:
+            state: The policy state.
+            env_ids: The env ids that reset.
+
+        Returns:
+            The wrapped policy's new state (``state`` unchanged if it has no ``reset_state``).
+        """
         reset = getattr(self.policy, "reset_state", None)
         return state if reset is None else reset(state, env_ids)
 
@@ -74,7 +99,14 @@ class EpsilonGreedy:
         return self.policy.state_dict()  # type: ignore[attr-defined]
 
     def load_state_dict(self, weights: Any) -> Any:
-        """Load weights into the wrapped policy."""
+        """Load weights into the wrapped policy.
+
+        Args:
+            weights: What the wrapped policy's ``state_dict`` returns.
+
+        Returns:
+            What the wrapped policy's ``load_state_dict`` returns.
+        """
         return self.policy.load_state_dict(weights)  # type: ignore[attr-defined]
 
 

@@ -52,6 +52,10 @@ class RandomPolicy:
     Deterministic for a given ``seed``. Supports Box, Discrete, MultiDiscrete, MultiBinary, Text and
     Dict/Tuple of them; actions come in batched nested form with the space's dtypes (Discrete: int64). Its actions
     lie in ``action_space`` by construction (``actions_in_space``), so a collector need not check them.
+
+    Args:
+        action_space: The space to sample from.
+        seed: Seeds the generator.
     """
 
     actions_in_space = True
@@ -66,11 +70,26 @@ class RandomPolicy:
         self._sample = sampler if nested else _blocked(sampler)
 
     def __call__(self, obs: Any, state: Any = None) -> tuple[Any, None]:
-        """Return one random action per row of ``obs`` and no state."""
+        """Return one random action per row of ``obs`` and no state.
+
+        Args:
+            obs: A batch of observations (only its size is read).
+            state: Ignored.
+
+        Returns:
+            The actions, batched, and None.
+        """
         return self._sample(batch_size_of(obs)), None
 
     def sample(self, batch_size: int) -> Any:
-        """Return ``batch_size`` random actions in batched nested form."""
+        """Draw random actions.
+
+        Args:
+            batch_size: How many.
+
+        Returns:
+            The actions, in batched nested form.
+        """
         return self._sample(batch_size)
 
 

@@ -42,20 +42,26 @@ class TorchPolicy:
     dict), and their Gaussian actors give ``(loc, std)``, taken as ``(mean, log(std))``. To run a whole
     Tianshou policy (its action mapping and exploration noise), use TianshouPolicy instead.
 
-    ``num_threads`` (CPU only): torch's intra-op thread count while the policy runs (its forward pass
-    and the action mapping); default 1. The small networks and batches of collection (one row per env)
-    usually run several times faster on one thread than on torch's default of one per core: waking the
-    other threads costs more than the matrix products, and they compete with the env worker processes
-    for the cores (benchmarks/RESULTS.md, "TorchPolicy thread count": a 4-64-64-2 MLP on 8 envs, 1.6x
-    to 10x). Pass a larger number for large networks or batches (a convnet on the in-process backend
-    with idle cores may gain from a second thread), or None to run at whatever torch is set to.
-    How: ``torch.set_num_threads`` only around each call, set back afterwards (even when the module
-    raises), and skipped when the count already matches: about 0.2 us a call, against 20 us or more for
-    the smallest forward pass. So the program's own setting, e.g. for training, is what it chose before
-    and after every call; only torch code run by other threads during a policy call could see the
-    policy's count (torch's setting is process-wide), which is where num_threads=None is the choice.
-    (``torch.set_num_threads(1)`` in the program, or OMP_NUM_THREADS=1, is as fast but changes torch
-    for the whole program, which a policy should not do behind its back.) Ignored on other devices.
+    ``num_threads`` defaults to 1 because the small networks and batches of collection (one row per env)
+    usually run several times faster on one thread than on one per core (benchmarks/RESULTS.md, "TorchPolicy
+    thread count": 1.6x to 10x for a 4-64-64-2 MLP on 8 envs). It is set with ``torch.set_num_threads`` only
+    around each call and set back afterwards, so the program's own setting holds outside policy calls.
+
+    Args:
+        module: The torch module mapping observations to action outputs.
+        action_space: The envs' single action space.
+        device: Where observations are sent and the module runs.
+        deterministic: Take the argmax / mean action rather than sampling.
+        recurrent: Call ``module(obs, hidden) -> (out, hidden)`` and keep the hidden state per env.
+        squash: Tanh-squash Box outputs into the bounds instead of clipping them.
+        hidden_batch_dim: The batch axis of the module's hidden state (None: 1, as torch's GRU/LSTM keep
+            it; 0 for Tianshou's networks).
+        num_threads: Torch's intra-op thread count while the policy runs, CPU only (None: leave torch's).
+        returns_state: Whether the module returns ``(output, state)`` also when not recurrent (None: True
+            for Tianshou's networks).
+
+    Raises:
+        ValueError: ``num_threads`` is not a positive int or None.
     """
 
     def __init__(

@@ -16,6 +16,7 @@ from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
 from vcollect.store.read.transforms import combine_datasets, split_dataset
+from vcollect.store.sink import EpisodeSink
 from vcollect.store.write.options import StoreOptions
 from vcollect.store.write.writer import EpisodeStore
 
@@ -23,21 +24,22 @@ __all__ = [
     "Dataset",
     "DatasetSpec",
     "EpisodeData",
+    "EpisodeSink",
     "EpisodeStore",
     "StoreOptions",
     "combine_datasets",
     "create_namespace",
-    "delete_namespace",
-    "get_namespace_metadata",
-    "list_local_datasets",
-    "list_local_namespaces",
-    "update_namespace",
-    "update_namespace_metadata",
     "dataset_path",
     "delete_dataset",
+    "delete_namespace",
+    "get_namespace_metadata",
     "list_datasets",
+    "list_local_datasets",
+    "list_local_namespaces",
     "load_dataset",
     "parse_dataset_id",
     "resolve_root",
     "split_dataset",
+    "update_namespace",
+    "update_namespace_metadata",
 ]

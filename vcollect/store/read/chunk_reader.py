@@ -5,7 +5,7 @@ and chunk lookup), 8 to 15 ms a batch, over the 5 ms a training loop can wait. A
 chunks are plain Zstandard frames at byte offsets HDF5 records, so this module reads the chunk table
 once (``Dataset.id.chunk_iter``), then slices the chunks the rows need out of the file's memory map and
 decodes them with the ``zstandard`` package, straight into the output rows: about 2.5 ms for 512 Pong
-frame stacks (benchmarks/RESULTS.md, "Session 8"). A range of rows (an episode) decodes each stretch of
+frame stacks (benchmarks/RESULTS.md). A range of rows (an episode) decodes each stretch of
 chunks that lie back to back in the file as one stream, without a call per row. Gzip (deflate) columns are
 read the same way, one chunk at a time with ``zlib``. Columns with any other filter are read through h5py.
 

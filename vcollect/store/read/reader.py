@@ -16,7 +16,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -55,6 +55,7 @@ __all__ = [
     "Dataset",
     "DatasetSpec",
     "EpisodeData",
+    "StoredDataset",
     "default_max_open_files",
     "load_dataset",
     "reload_in_place",
@@ -73,6 +74,12 @@ MAX_OPEN_FILES = 256
 
 #: Problems a DamagedDatasetError's message or the skip warning lists (its ``problems`` holds them all).
 _LISTED_PROBLEMS = 10
+
+#: Members that left Dataset for StoredDataset (how the dataset lies on disk and in memory). They still work
+#: on a Dataset for one release, with a DeprecationWarning naming the new spelling.
+_MOVED_TO_STORED = frozenset(
+    {"env_spec_json", "eval_env_spec_json", "frame_stack", "open_files", "root", "sample_cache_nbytes", "shard_paths"}
+)
 
 
 class Dataset:
@@ -103,14 +110,9 @@ class Dataset:
         return self._index.path
 
     @property
-    def root(self) -> Path:
+    def _root(self) -> Path:
         """The datasets root this dataset lies under (``path`` less the folders of its id)."""
         return self._index.path.parents[len(self.id.split("/")) - 1]
-
-    @property
-    def frame_stack(self) -> FrameStack | None:
-        """How frame-stacked observations are stored once (store/write/frame_stack.py); None when stored whole."""
-        return self._index.frame_stack
 
     @property
     def observation_space(self) -> gym.Space[Any]:
@@ -122,28 +124,21 @@ class Dataset:
         """Action space of every episode."""
         return self._index.action_space
 
-    @property
-    def env_spec_json(self) -> str | None:
-        """The stored env spec as gymnasium's JSON string (what Minari keeps in its metadata), or None."""
-        value = self._index.info.get("env_spec")
-        return None if value is None else str(value)
-
-    @property
-    def eval_env_spec_json(self) -> str | None:
-        """The stored evaluation env spec JSON, or None."""
-        value = self._index.info.get("eval_env_spec")
+    def _spec_json(self, key: Literal["env_spec", "eval_env_spec"]) -> str | None:
+        """The stored env spec (or eval env spec) as gymnasium's JSON string, or None."""
+        value = self._index.info.get(key)
         return None if value is None else str(value)
 
     @property
     def env_spec(self) -> gym.envs.registration.EnvSpec | None:
         """The env spec the data was collected with (for ``recover_environment``), or None."""
-        text = self.env_spec_json
+        text = self._spec_json("env_spec")
         return None if text is None else gym.envs.registration.EnvSpec.from_json(text)
 
     @property
     def eval_env_spec(self) -> gym.envs.registration.EnvSpec | None:
         """The evaluation env spec, or None."""
-        text = self.eval_env_spec_json
+        text = self._spec_json("eval_env_spec")
         return None if text is None else gym.envs.registration.EnvSpec.from_json(text)
 
     @property
@@ -158,11 +153,6 @@ class Dataset:
         }
 
     @property
-    def combined_datasets(self) -> list[str]:
-        """Ids of the datasets this one was combined from ([] when it was not combined)."""
-        return list(self._index.info.get("metadata", {}).get("combined_datasets") or [])
-
-    @property
     def spec(self) -> DatasetSpec:
         """Minari's dataset spec of this view (totals of the view), plus eval_env_spec and the metadata."""
         metadata = self.metadata
@@ -172,7 +162,7 @@ class Dataset:
             total_episodes=self.total_episodes,
             total_steps=self.total_steps,
             dataset_id=self.id,
-            combined_datasets=self.combined_datasets,
+            combined_datasets=list(self._index.info.get("metadata", {}).get("combined_datasets") or []),
             observation_space=self.observation_space,
             action_space=self.action_space,
             data_path=str(self.path),
@@ -184,14 +174,20 @@ class Dataset:
     def update_metadata(self, metadata: Mapping[str, Any]) -> None:
         """Add or change dataset metadata keys (author, description, ...) in dataset.json, atomically.
 
-        Minari's ``storage.update_metadata`` on the dataset. Keys that describe the stored data
-        (:data:`~vcollect.store.layout.dataset_info.PROTECTED_METADATA_KEYS`: ids, spaces, env_spec, format,
-        totals) raise MetadataKeyError and nothing changes; ``eval_env_spec`` (an EnvSpec or its JSON) sets
-        the evaluation env. This dataset and its views see the change; other loaded copies on reload.
+        Minari's ``storage.update_metadata`` on the dataset. This dataset and its views see the change; other
+        loaded copies on reload.
+
+        Args:
+            metadata: The keys to set; ``eval_env_spec`` (an EnvSpec or its JSON) sets the evaluation env.
+
+        Raises:
+            MetadataKeyError: A key describes the stored data
+                (:data:`~vcollect.store.layout.dataset_info.PROTECTED_METADATA_KEYS`: ids, spaces, env_spec,
+                format, totals); nothing changes.
         """
         values = check_metadata_update(metadata)
         eval_spec = values.pop("eval_env_spec", None)
-        root = self.root
+        root = self._root
         update_dataset_info(self.path, self.id, root, metadata=values, eval_env_spec=eval_spec)
         self._index.info = read_dataset_info(self.path, self.id, root)
 
@@ -213,23 +209,37 @@ class Dataset:
         return ids
 
     def get_episode_metadata(self, episode_indices: Iterable[int] | None = None) -> list[dict[str, Any]]:
-        """Metadata of episodes by global id (all of this view's by default), as Minari's
-        ``get_episode_metadata``: id, seed, total_steps, options (when stored) and the episode's metadata.
+        """Metadata of episodes by global id, as Minari's ``get_episode_metadata``. Reads no step data.
 
-        Reads no step data. EpisodeIndexError for an id outside this view.
+        Args:
+            episode_indices: Global episode ids (None: all of this view's).
+
+        Returns:
+            One dict per episode: id, seed, total_steps, options (when stored) and the episode's metadata.
+
+        Raises:
+            EpisodeIndexError: An id is not in this view.
+            TypeError: The ids are not integers.
         """
         return [self._index.minari_episode_metadata(int(i)) for i in self._global_ids(episode_indices).tolist()]
 
     def update_episode_metadata(
         self, metadatas: Iterable[Mapping[str, Any]], episode_indices: Iterable[int] | None = None
     ) -> None:
-        """Add or change metadata keys of episodes (all of this view's, in order, by default), after the fact.
+        """Add or change metadata keys of episodes, after the fact.
 
-        ``metadatas`` holds one dict per episode; episodes may get different keys. Kept in
-        ``episode_metadata.json`` (see :mod:`vcollect.store.layout.episode_metadata`), replaced atomically in one
-        write for all the episodes: all of them change or, on any error, none. Values overlay what the shard
-        stores; an export to Minari writes them into the episode groups' attributes. Bad input
-        (EpisodeIndexError, MetadataKeyError, ValueError for lengths or values) changes nothing.
+        Kept in ``episode_metadata.json`` (see :mod:`vcollect.store.layout.episode_metadata`), replaced
+        atomically in one write for all the episodes: all of them change or, on any error, none. Values
+        overlay what the shard stores; an export to Minari writes them into the episode groups' attributes.
+
+        Args:
+            metadatas: One dict per episode; episodes may get different keys.
+            episode_indices: Global ids of those episodes (None: all of this view's, in order).
+
+        Raises:
+            EpisodeIndexError: An id is not in this view; nothing changes.
+            MetadataKeyError: A key may not be set; nothing changes.
+            ValueError: Not one dict per episode, or a value that cannot be stored; nothing changes.
         """
         ids = self._global_ids(episode_indices)
         metadatas = list(metadatas)
@@ -274,11 +284,6 @@ class Dataset:
         aligned with ``episode_indices``."""
         return self._index.seed_valid[self._episode_indices]
 
-    @property
-    def shard_paths(self) -> list[Path]:
-        """The committed shard files this dataset was loaded from, in episode-id order."""
-        return [s.path for s in self._index.shards]
-
     # ------------------------------------------------------------------ episodes
 
     def __len__(self) -> int:
@@ -292,39 +297,79 @@ class Dataset:
         return self.iterate_episodes()
 
     def iterate_episodes(self, episode_indices: Iterable[int] | None = None) -> Iterator[EpisodeData]:
-        """Yield episodes by global id (all of this view's by default)."""
+        """Yield episodes by global id.
+
+        Args:
+            episode_indices: Global episode ids (None: all of this view's, in order).
+
+        Yields:
+            Each episode, read on demand.
+        """
         ids = self._episode_indices if episode_indices is None else np.asarray(list(episode_indices), dtype=np.int64)
         for episode_id in ids.tolist():
             yield self._index.episode(episode_id)
 
     def set_seed(self, seed: int | None) -> None:
-        """Seed the generator used by sample_episodes and sample_steps."""
+        """Seed the generator used by sample_episodes and sample_steps.
+
+        Args:
+            seed: The seed (None: fresh OS entropy).
+        """
         self._rng = np.random.default_rng(seed)
 
     def sample_episodes(self, n_episodes: int) -> list[EpisodeData]:
-        """``n_episodes`` distinct episodes drawn uniformly from this view (no replacement)."""
+        """Draw distinct episodes uniformly from this view (no replacement).
+
+        Args:
+            n_episodes: How many.
+
+        Returns:
+            The episodes, in the order drawn.
+
+        Raises:
+            ValueError: The view holds fewer than ``n_episodes``.
+        """
         if n_episodes > self.total_episodes:
             raise ValueError(f"cannot sample {n_episodes} distinct episodes from {self.total_episodes}")
         chosen = self._rng.choice(self._episode_indices, size=n_episodes, replace=False)
         return [self._index.episode(int(i)) for i in chosen]
 
     def filter_episodes(self, condition: Callable[[EpisodeData], bool]) -> Dataset:
-        """A view of the episodes for which ``condition(episode)`` is true (no data copied)."""
+        """A view of the episodes that meet a condition (no data copied).
+
+        Args:
+            condition: Called on each episode of this view.
+
+        Returns:
+            The view of the episodes for which ``condition(episode)`` is true.
+        """
         keep = [i for i in self._episode_indices.tolist() if condition(self._index.episode(i))]
         return view_of(self, np.asarray(keep, dtype=np.int64))
 
     def recover_environment(self, eval_env: bool = False, **kwargs: Any) -> gym.Env[Any, Any]:
-        """``gym.make`` the stored env spec (the eval env spec with ``eval_env=True``, when stored).
+        """Make the env the data came from, with ``gym.make`` of the stored env spec.
 
         First warns, as Minari does, for each stored ``requirements`` entry (pip specifiers) that is not
-        installed or installed at a version outside it.
+        installed or installed at a version outside it. The spec's entry point may import any module: recover
+        environments of datasets you trust.
+
+        Args:
+            eval_env: Make the evaluation env spec instead, when one is stored (else warn and use env_spec).
+            **kwargs: Passed to ``gym.make``.
+
+        Returns:
+            The env.
+
+        Raises:
+            ValueError: The dataset stores no env spec.
         """
         requirements = self._index.info.get("metadata", {}).get("requirements") or []
         if isinstance(requirements, str):
             requirements = [requirements]
         warn_unmet_requirements(requirements)
-        spec = self.eval_env_spec if eval_env and self.eval_env_spec_json is not None else self.env_spec
-        if eval_env and self.eval_env_spec_json is None:
+        has_eval_spec = self._spec_json("eval_env_spec") is not None
+        spec = self.eval_env_spec if eval_env and has_eval_spec else self.env_spec
+        if eval_env and not has_eval_spec:
             warnings.warn(f"dataset {self.id!r} has no eval_env_spec; using its env_spec", UserWarning, stacklevel=2)
         if spec is None:
             raise ValueError(f"dataset {self.id!r} has no env_spec stored; it cannot recover the environment")
@@ -333,16 +378,24 @@ class Dataset:
     # ------------------------------------------------------------------ transitions
 
     def sample_steps(self, batch_size: int, *, cache_bytes: int | None = None) -> dict[str, Any]:
-        """``batch_size`` transitions drawn uniformly (with replacement) over all steps of this view.
+        """Draw ``batch_size`` transitions uniformly (with replacement) over all steps of this view.
 
-        Returns observations, actions, rewards, next_observations, terminations, truncations (nested
-        batches for Dict/Tuple spaces). Episodes are not decoded: rows are gathered directly.
+        Episodes are not decoded: rows are gathered from the shards directly. On the first call the sampled
+        columns of all the dataset's shards are copied into memory (kept, shared by its views, reported by
+        ``StoredDataset(dataset).sample_cache_nbytes``) when they total at most ``cache_bytes``; else rows are
+        read from the shard files on each call. A cache already built is used whatever ``cache_bytes`` says.
 
-        ``cache_bytes`` bounds the one copy this makes beyond the batch: on the first call the sampled
-        columns of all the dataset's shards are copied into memory (kept, shared by its views, and
-        reported by :attr:`sample_cache_nbytes`) when they total at most ``cache_bytes`` bytes (default
-        :data:`SAMPLE_CACHE_BYTES`, 64 MiB); else, and with ``cache_bytes=0``, rows are read from the shard
-        files on each call. A cache already built is used whatever ``cache_bytes`` says.
+        Args:
+            batch_size: How many transitions to draw.
+            cache_bytes: The most bytes that in-memory copy may take (default :data:`SAMPLE_CACHE_BYTES`,
+                64 MiB; 0 never copies).
+
+        Returns:
+            ``observations``, ``actions``, ``rewards``, ``next_observations``, ``terminations`` and
+            ``truncations``, one row per transition (nested batches for Dict/Tuple spaces).
+
+        Raises:
+            ValueError: The view has no steps, or ``cache_bytes`` is negative.
         """
         cum = self._cumulative_lengths()
         total = int(cum[-1]) if cum.size else 0
@@ -357,8 +410,19 @@ class Dataset:
         return self._cum_lengths
 
     def steps_at(self, positions: Any, *, cache_bytes: int | None = None) -> dict[str, Any]:
-        """The transitions at ``positions`` (ints in [0, steps of this view), the view's steps counted episode
-        by episode in order), as sample_steps returns them; ``cache_bytes`` as there."""
+        """The transitions at given step positions of this view, as sample_steps returns them.
+
+        Args:
+            positions: Ints in [0, steps of this view), the view's steps counted episode by episode in order.
+            cache_bytes: As sample_steps'.
+
+        Returns:
+            The transitions, in the order of ``positions``.
+
+        Raises:
+            IndexError: A position is out of range.
+            ValueError: ``cache_bytes`` is negative.
+        """
         limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         if limit < 0:
             raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
@@ -407,7 +471,7 @@ class Dataset:
         Raises:
             ValueError: An episode does not fit the spaces (naming it); nothing is written.
         """
-        written = append_episode_lists(self.path, self.id, self.root, buffer, self.observation_space,
+        written = append_episode_lists(self.path, self.id, self._root, buffer, self.observation_space,
                                        self.action_space)
         index = self._index
         stored_obs = frame_leaves(index.obs_leaves, index.frame_stack)
@@ -422,21 +486,18 @@ class Dataset:
         self._cum_lengths = None
 
     def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
-        """This view as a map-style ``torch.utils.data.Dataset`` of transitions or whole episodes, read on
-        demand and safe in DataLoader workers (each opens its own files); see vcollect/store/read/torch_dataset.py."""
+        """This view as a map-style ``torch.utils.data.Dataset``, read on demand and safe in DataLoader workers
+        (each opens its own files).
+
+        Args:
+            items: What one item is: a transition, or a whole episode.
+
+        Returns:
+            The torch dataset (vcollect/store/read/torch_dataset.py).
+        """
         from vcollect.store.read.torch_dataset import TorchDataset
 
         return TorchDataset(self, items)
-
-    @property
-    def sample_cache_nbytes(self) -> int:
-        """Bytes of the in-memory copy sample_steps made of the sampled columns (0 when it made none)."""
-        return self._index.cache_nbytes
-
-    @property
-    def open_files(self) -> int:
-        """Shard files (maps or HDF5 files) this dataset holds open now; at most ``max_open_files``."""
-        return len(self._index.files)
 
     def close(self) -> None:
         """Close the shard files this dataset (and its views) holds open; reading later reopens them."""
@@ -463,6 +524,70 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({self.id!r}, episodes={self.total_episodes}, steps={self.total_steps})"
+
+    if not TYPE_CHECKING:  # at run time only, so that mypy flags any use of the deprecated names
+
+        def __getattr__(self, name: str) -> Any:
+            """Reached only for attributes not set: the members that moved to StoredDataset or to ``spec``."""
+            if name == "combined_datasets":
+                warnings.warn("Dataset.combined_datasets is deprecated: use dataset.spec.combined_datasets",
+                              DeprecationWarning, stacklevel=2)
+                return self.spec.combined_datasets
+            if name in _MOVED_TO_STORED:
+                warnings.warn(
+                    f"Dataset.{name} is deprecated: use vcollect.store.read.reader.StoredDataset(dataset).{name}",
+                    DeprecationWarning,
+                    stacklevel=2,
+                )
+                return getattr(StoredDataset(self), name)
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class StoredDataset:
+    """How a loaded Dataset lies on disk and in memory: its root, shard files, open files, sample cache, frame
+    stacking and stored env specs' JSON text. What vcollect's own modules (export, combine, the command line)
+    and resource checks read beyond a user's API, composed with the dataset (or view) it is given.
+    """
+
+    __slots__ = ("_dataset",)
+
+    def __init__(self, dataset: Dataset) -> None:
+        self._dataset = dataset
+
+    @property
+    def root(self) -> Path:
+        """The datasets root the dataset lies under (its ``path`` less the folders of its id)."""
+        return self._dataset._root
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        """The committed shard files the dataset was loaded from, in episode-id order."""
+        return [s.path for s in self._dataset._index.shards]
+
+    @property
+    def open_files(self) -> int:
+        """Shard files (maps or HDF5 files) the dataset holds open now; at most ``max_open_files``."""
+        return len(self._dataset._index.files)
+
+    @property
+    def sample_cache_nbytes(self) -> int:
+        """Bytes of the in-memory copy ``sample_steps`` made of the sampled columns (0 when it made none)."""
+        return self._dataset._index.cache_nbytes
+
+    @property
+    def frame_stack(self) -> FrameStack | None:
+        """How frame-stacked observations are stored once; None when stored whole."""
+        return self._dataset._index.frame_stack
+
+    @property
+    def env_spec_json(self) -> str | None:
+        """The stored env spec as gymnasium's JSON string (what Minari keeps in its metadata), or None."""
+        return self._dataset._spec_json("env_spec")
+
+    @property
+    def eval_env_spec_json(self) -> str | None:
+        """The stored evaluation env spec as gymnasium's JSON string, or None."""
+        return self._dataset._spec_json("eval_env_spec")
 
 
 def default_max_open_files() -> int:
@@ -509,7 +634,7 @@ def reload_in_place(dataset: Dataset, added_episodes: np.ndarray | Sequence[int]
         dataset: The dataset (or view) to update.
         added_episodes: Global ids of the episodes to add to it, after those it holds.
     """
-    fresh = load_dataset(dataset.id, dataset.root)
+    fresh = load_dataset(dataset.id, dataset._root)
     dataset._index = fresh._index
     dataset._episode_indices = np.append(dataset._episode_indices, np.asarray(added_episodes, dtype=np.int64))
     dataset._cum_lengths = None

@@ -17,7 +17,7 @@ from vcollect.store.layout.episode_metadata import write_late_metadata_by_positi
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.publish_journal import publish_together
 from vcollect.store.layout.staging import discard_staging, new_staging_dir
-from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset, view_of
+from vcollect.store.read.reader import Dataset, EpisodeData, StoredDataset, load_dataset, view_of
 from vcollect.store.write.writer import EpisodeStore
 
 __all__ = ["Staged", "combine_datasets", "copy_episodes", "publish_staged", "split_dataset", "stage_combined"]
@@ -119,15 +119,28 @@ def combine_datasets(
     metadata: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Dataset:
-    """Copy the episodes of several datasets (objects or ids under ``root``) into a new dataset.
+    """Copy the episodes of several datasets into a new dataset.
 
-    All must have equal observation and action spaces (SpaceMismatchError otherwise). The env spec is
-    kept as Minari keeps it (:func:`combined_env_spec`); the eval env spec when all datasets share it. The new dataset's metadata lists the ``combined_datasets``, plus
-    ``metadata`` when given. Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras
-    and metadata. The new dataset is built under a hidden name and appears under ``new_dataset_id`` with one
-    rename when complete: killed part-way, nothing is left under the id (the next combine removes the rest).
-    DatasetExistsError when the id exists, unless ``overwrite`` (the old dataset is replaced as one journaled
-    step: a kill leaves the old one or the new one, never neither).
+    The env spec is kept as Minari keeps it (:func:`combined_env_spec`); the eval env spec when all datasets
+    share it. Episodes keep their order (dataset by dataset), seeds, env ids, infos, extras and metadata.
+    The new dataset is built under a hidden name and appears under ``new_dataset_id`` with one rename when
+    complete: killed part-way, nothing is left under the id (the next combine removes the rest).
+
+    Args:
+        datasets: Dataset objects, or ids under ``root``.
+        new_dataset_id: The id of the new dataset.
+        root: The datasets root of ids and of the new dataset (None: the default root).
+        metadata: Metadata of the new dataset, beside the ``combined_datasets`` it lists.
+        overwrite: Replace a dataset already there, as one journaled step (a kill leaves the old one or the
+            new one, never neither).
+
+    Returns:
+        The new dataset, loaded.
+
+    Raises:
+        SpaceMismatchError: The datasets' observation or action spaces differ.
+        EnvSpecMismatchError: They were collected from different envs.
+        DatasetExistsError: ``new_dataset_id`` exists and ``overwrite`` is False.
     """
     staged = stage_combined(datasets, new_dataset_id, root, metadata=metadata, overwrite=overwrite)
     publish_staged([staged], root, overwrite=overwrite)
@@ -188,8 +201,9 @@ def stage_combined(
                 raise SpaceMismatchError(
                     f"cannot combine {first.id!r} and {other.id!r}: {what} spaces differ ({a} vs {b})"
                 )
-    env_spec = combined_env_spec([d.env_spec_json for d in loaded], [d.id for d in loaded])
-    eval_specs = {d.eval_env_spec_json for d in loaded}
+    stored = [StoredDataset(d) for d in loaded]
+    env_spec = combined_env_spec([s.env_spec_json for s in stored], [d.id for d in loaded])
+    eval_specs = {s.eval_env_spec_json for s in stored}
     final = dataset_path(new_dataset_id, root)
     exists = f"dataset {new_dataset_id!r} already exists at {str(final)!r}; delete it first or pick another id"
     if (final / DATASET_FILE).exists() and not overwrite:
@@ -205,7 +219,7 @@ def stage_combined(
             eval_env_spec=eval_specs.pop() if len(eval_specs) == 1 else None,
             metadata={"combined_datasets": [d.id for d in loaded], **(metadata or {})},
             # frames stay stored once when every source stores them so (the copies are checked again)
-            frame_stack=stacks.pop() if len(stacks := {d.frame_stack for d in loaded}) == 1 else None,
+            frame_stack=stacks.pop() if len(stacks := {s.frame_stack for s in stored}) == 1 else None,
         ).close()
         late: dict[int, dict[str, Any]] = {}
         copied = 0
