@@ -17,7 +17,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vcollect import Collector, EpisodesLostWarning, EpisodeStore, load_dataset, make_vector
+from vcollect import Collector, EpisodeStore, load_dataset, make_vector
+from vcollect.errors import EpisodesLostWarning
 
 REPO = Path(__file__).resolve().parents[1]
 DEADLINE_S = 120

@@ -213,7 +213,7 @@ class StepContext:
         for env_id in running.tolist():
             self.abandoned.append(AbandonedEpisode(env_id, int(self.buffer.episode_lengths[env_id]), errors[env_id]))
         if running.size:
-            self.buffer.abandon_episodes(running)
+            self.ring.abandon_episodes(running)
         self.needs_reset[replaced] = True
         return replaced, running
 

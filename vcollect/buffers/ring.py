@@ -213,7 +213,7 @@ class VectorRingBuffer:
         if self.keep_overflow:
             self._restart_overflow(env_ids)
 
-    def abandon_episodes(self, env_ids: np.ndarray) -> None:
+    def _abandon_episodes(self, env_ids: np.ndarray) -> None:
         """Give up the current episodes of env_ids (their env failed and was replaced): they are no longer
         running (``unfinished`` leaves them out) and their next ``start_episodes`` begins afresh. Their step
         rows stay as transitions whose last next observation is the newest row, which holds no step, so no
@@ -717,6 +717,16 @@ class RingWriter:
             ValueError: k out of range, or an episode end without its restart in the next step.
         """
         return self.ring._add_steps(actions, rewards, terminations, truncations, next_obs, restarts)
+
+    def abandon_episodes(self, env_ids: np.ndarray) -> None:
+        """Give up the current episodes of ``env_ids`` (their env failed and was replaced): they are no longer
+        running and are never stored; their next ``start_episodes`` begins afresh, and no sampled transition
+        crosses into the episode that follows.
+
+        Args:
+            env_ids: The env ids whose episodes are abandoned.
+        """
+        self.ring._abandon_episodes(env_ids)
 
     def episode_ref(self, env_id: int) -> tuple[int, int] | None:
         """The handle (flat row of the last row, steps) of env_id's current episode when all of it is in the
