@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -23,8 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vcollect import Collector, EpisodeStore, make_vector
+from vcollect import stats as stats_module
 from vcollect.cli import main
 from vcollect.envs.factory import BACKENDS
+from vcollect.stats import CollectStats
 from vcollect.store import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -295,6 +297,34 @@ def test_guarded_sink_forwards_the_whole_protocol_and_holds_ctrl_c_until_a_write
         sink.close()
     assert [name for name, _ in store.calls][-2:] == ["flush", "close"]
     assert guard.interrupted
+
+
+def test_collect_summarises_episodes_in_bounded_memory(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI keeps no per-episode return or length for its summary, only their running moments (folded
+    in every FOLD_EVERY episodes); the summary is numpy's over the stored episodes."""
+    monkeypatch.setattr(stats_module, "FOLD_EVERY", 16)
+    seen: list[CollectStats] = []
+    collect = Collector.collect
+
+    def spy(self: Collector, *args: Any, **kwargs: Any) -> CollectStats:
+        stats = collect(self, *args, **kwargs)
+        seen.append(stats)
+        return stats
+
+    monkeypatch.setattr(Collector, "collect", spy)
+    result = cli("collect", "CartPole-v1", "--num-envs", "4", "--episodes", "150", "--seed", "0",
+                 "--dataset", "cli/summary-v0", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    (stats,) = seen
+    data = load_dataset("cli/summary-v0", root=tmp_path)
+    assert data.total_episodes == stats.n_collected_episodes == 150
+    assert stats.returns.size == stats.lens.size == 0  # no array of one value per episode
+    for summary, values in ((stats.returns_stat, data.episode_returns), (stats.lens_stat, data.episode_lengths)):
+        assert summary is not None
+        assert (summary.mean, summary.std) == pytest.approx((values.mean(), values.std()), rel=1e-12)
+        assert (summary.min, summary.max) == (values.min(), values.max())
+    assert float(table_value(result.stdout, "return std")) == pytest.approx(data.episode_returns.std(), abs=0.006)
+    assert float(table_value(result.stdout, "length max")) == data.episode_lengths.max()
 
 
 def test_collect_steps_without_dataset_only_evaluates(tmp_path: Path, cli: Cli) -> None:

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from tests.envs import CountingEnv
 from vcollect import AsyncCollector, Collector, DummyVectorEnv, VectorRingBuffer
+from vcollect import stats as stats_module
+from vcollect.stats import CollectStats, EpisodeValues
 
 BACKENDS = ["dummy", "blocks", "async"]
 
@@ -86,3 +89,47 @@ def test_reset_buffer_false_keeps_the_buffer_and_true_empties_it() -> None:
         assert len(collector.buffer) == 0
         with pytest.raises(TypeError, match="first argument of vcollect's reset is the seed"):
             collector.reset(False)  # Tianshou's positional reset_buffer
+
+
+def cartpole(backend: str) -> Collector:
+    fns = [lambda: gym.make("CartPole-v1") for _ in range(3)]
+    envs: Any = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.NEXT_STEP) if backend == "blocks" else DummyVectorEnv(fns)
+    kind: type[Collector] = AsyncCollector if backend == "async" else Collector
+    return kind(None, envs, seed=1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_episode_stats_not_kept_are_summarised_in_bounded_memory(backend: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """collect(keep_episode_stats=False) keeps no per-episode array, only running moments folded in every
+    FOLD_EVERY episodes; its summary is numpy's over the episodes the same call keeps by default."""
+    monkeypatch.setattr(stats_module, "FOLD_EVERY", 8)
+    most_held = [0]
+    extend = EpisodeValues.extend
+
+    def spy(self: EpisodeValues, values: Any) -> None:
+        extend(self, values)
+        if not self.keep:
+            most_held[0] = max(most_held[0], self.held)
+
+    monkeypatch.setattr(EpisodeValues, "extend", spy)
+    with cartpole(backend) as kept_collector, cartpole(backend) as summarised_collector:
+        kept = kept_collector.collect(n_episode=100, random=True, reset_before_collect=True)
+        summarised = summarised_collector.collect(n_episode=100, random=True, reset_before_collect=True,
+                                                  keep_episode_stats=False)
+        assert summarised_collector.collect_episode == 100
+    assert kept.returns.size == kept.lens.size == 100 and kept.returns_moments is None
+    assert summarised.returns.size == summarised.lens.size == 0  # no array of one value per episode
+    assert most_held[0] < 8  # after every report of finished episodes, fewer than FOLD_EVERY held as they are
+    assert (summarised.n_collected_episodes, summarised.n_collected_steps) == (100, kept.n_collected_steps)
+    assert summarised.returns_moments is not None and summarised.returns_moments.count == 100
+    for summary, values in ((summarised.returns_stat, kept.returns), (summarised.lens_stat, kept.lens)):
+        assert summary is not None
+        assert (summary.mean, summary.std) == pytest.approx((values.mean(), values.std()), rel=1e-12)
+        assert (summary.min, summary.max) == (values.min(), values.max())
+
+    merged = CollectStats.merge([kept, summarised])  # a part without arrays: the merge keeps moments only
+    both = np.concatenate([kept.returns, kept.returns])
+    assert merged.n_collected_episodes == 200 and merged.returns.size == 0
+    assert merged.returns_stat is not None
+    assert (merged.returns_stat.mean, merged.returns_stat.std) == pytest.approx((both.mean(), both.std()), rel=1e-12)
+    assert CollectStats.merge([kept, kept]).returns.size == 200  # arrays everywhere: kept, as before

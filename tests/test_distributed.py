@@ -314,6 +314,26 @@ def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp
         assert_replays(env, ep)
 
 
+@pytest.mark.parametrize("transport", ["shared_fs", "object_store"])
+def test_the_env_spec_is_recorded_with_either_transport(ray_ready: Any, tmp_path: Path, transport: str) -> None:
+    """The workers' collectors offer their envs' spec to their sink (AcceptsEnvSpec): an EpisodeStore of
+    their own, or a RemoteSink forwarding it to the writer actor; the dataset, created without one, then
+    names its env, so recover_environment() makes it."""
+    new_dataset("test/spec-v0", tmp_path, CARTPOLE_OBS, gym.spaces.Discrete(2))
+    with DistributedCollector(
+        "CartPole-v1", None, num_workers=2, envs_per_worker=2, store="test/spec-v0", root=tmp_path, seed=5,
+        transport=transport,
+    ) as dc:
+        dc.collect(n_episode=4, random=True)
+    data = load_dataset("test/spec-v0", root=tmp_path)
+    assert data.total_episodes == 4
+    assert data.env_spec is not None and data.env_spec.id == "CartPole-v1"
+    env = data.recover_environment()
+    assert env.spec is not None and env.spec.id == "CartPole-v1"
+    for episode in data:
+        assert_replays(env, episode)
+
+
 def _worker_store(worker: Any) -> dict[str, Any]:
     """What a worker actor's collector writes to (run inside the actor by __ray_call__)."""
     from vcollect.store.sink import EpisodeSink

@@ -44,7 +44,7 @@ from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.policies.wrapping import as_policy
 from vcollect.progress import ThrottledBar
-from vcollect.stats import CollectStats
+from vcollect.stats import CollectStats, EpisodeValues
 from vcollect.step_context import CollectCall, ProgressBar, StepContext
 from vcollect.store.sink import EpisodeSink
 
@@ -364,6 +364,7 @@ class Collector:
         progress: bool = False,
         render: float | None = None,
         reset_options: dict[str, Any] | None = None,
+        keep_episode_stats: bool = True,
     ) -> CollectStats:
         """Collect exactly ``n_step`` transitions or exactly ``n_episode`` whole episodes.
 
@@ -380,6 +381,9 @@ class Collector:
             progress: Show a progress bar.
             render: Render and sleep this many seconds after each step.
             reset_options: Passed to every env reset in this call.
+            keep_episode_stats: Keep every episode's return and length (``returns``/``lens``). False keeps
+                only their count, mean, M2, minimum and maximum (``returns_moments``/``lens_moments``, read by
+                ``returns_stat``/``lens_stat``), in bounded memory however many episodes the call collects.
 
         Returns:
             What the call collected: counts, time, speed and the returns and lengths of its episodes.
@@ -410,7 +414,8 @@ class Collector:
         bar: ProgressBar = _NoBar()
         if progress:
             bar = ThrottledBar(tqdm(total=int(target), unit="step" if n_step is not None else "ep"))
-        call = CollectCall(random, render, reset_options, bar)
+        call = CollectCall(random, render, reset_options, bar, EpisodeValues(keep_episode_stats),
+                           EpisodeValues(keep_episode_stats))
         try:
             if n_step is not None:
                 steps = self._loop.collect_steps(int(n_step), call)
@@ -429,9 +434,11 @@ class Collector:
             n_collected_steps=steps,
             n_collected_episodes=len(call.returns),
             collect_time=elapsed,
-            returns=np.asarray(call.returns, dtype=np.float64),
-            lens=np.asarray(call.lens, dtype=np.int64),
+            returns=call.returns.array(np.float64),
+            lens=call.lens.array(np.int64),
             abandoned=self.context.take_abandoned(),
+            returns_moments=None if keep_episode_stats else call.returns.moments(),
+            lens_moments=None if keep_episode_stats else call.lens.moments(),
         )
 
     def _episode_quota(self, n_episode: int) -> np.ndarray:

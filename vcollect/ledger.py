@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vcollect.stats import Extendable
+
 __all__ = ["TransitionLedger"]
 
 
@@ -126,7 +128,7 @@ class TransitionLedger:
             self._lens = [np.concatenate(self._lens)] if self._lens else [np.zeros(0, np.int64)]
         return self._ids[0], self._ended[0], self._returns[0], self._lens[0]
 
-    def _keep(self, taken: np.ndarray, returns_out: list[float], lens_out: list[int]) -> int:
+    def _keep(self, taken: np.ndarray, returns_out: Extendable, lens_out: Extendable) -> int:
         """Report the transitions marked in ``taken`` (episode ends into the lists), keep the others."""
         ids, ended, rets, lens = self._joined()
         taken_ends = taken[ended]
@@ -140,7 +142,7 @@ class TransitionLedger:
         self._count -= n_taken
         return n_taken
 
-    def take_steps(self, n: int, returns_out: list[float], lens_out: list[int]) -> int:
+    def take_steps(self, n: int, returns_out: Extendable, lens_out: Extendable) -> int:
         """Report the oldest min(n, len) transitions; returns how many."""
         if self._count == 0 or n <= 0:
             return 0
@@ -150,7 +152,7 @@ class TransitionLedger:
         taken[: min(n, self._count)] = True
         return self._keep(taken, returns_out, lens_out)
 
-    def _take_all_but_rows(self, n: int, returns_out: list[float], lens_out: list[int]) -> int:
+    def _take_all_but_rows(self, n: int, returns_out: Extendable, lens_out: Extendable) -> int:
         """take_steps where the transitions kept all come from the last push_rows() steps (the usual case:
         a collect call leaves less than one step over). Only those steps are turned into env ids."""
         keep, first, held = max(self._count - n, 0), len(self._row_counts), 0
@@ -176,7 +178,7 @@ class TransitionLedger:
         self._count = keep
         return taken
 
-    def take_episodes(self, quota: np.ndarray, returns_out: list[float], lens_out: list[int]) -> tuple[int, int]:
+    def take_episodes(self, quota: np.ndarray, returns_out: Extendable, lens_out: Extendable) -> tuple[int, int]:
         """Report, for each env, its transitions up to and including its ``quota[env]``-th episode end.
 
         ``quota`` is decreased by the episodes reported. Returns (transitions, episodes) reported.

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["CollectStats", "SummaryStats"]
+__all__ = ["CollectStats", "EpisodeValues", "Extendable", "Moments", "SummaryStats"]
+
+FOLD_EVERY = 4096
+"""EpisodeValues that keep no arrays fold their values into their Moments once this many are held."""
 
 
 class AbandonedEpisode(NamedTuple):
@@ -52,11 +57,121 @@ class SummaryStats:
 
 
 @dataclass(frozen=True)
+class Moments:
+    """Count, mean, sum of squared deviations from the mean (M2), minimum and maximum of a set of numbers:
+    what their SummaryStats needs, in constant space, and mergeable (Chan, Golub and LeVeque's pairwise
+    update), so that numbers seen in batches are summarised without keeping them.
+
+    Attributes:
+        count: How many numbers.
+        mean: Their mean (0 when there are none).
+        m2: The sum of their squared deviations from the mean (population variance = m2 / count).
+        min: The smallest (inf when there are none).
+        max: The largest (-inf when there are none).
+    """
+
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    min: float = math.inf
+    max: float = -math.inf
+
+    @classmethod
+    def of(cls, values: np.ndarray | Iterable[float]) -> Moments:
+        """The moments of ``values`` (computed with numpy, in one pass over the array)."""
+        array = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
+        if array.size == 0:
+            return cls()
+        mean = float(array.mean())
+        return cls(int(array.size), mean, float(np.square(array - mean).sum()), float(array.min()), float(array.max()))
+
+    def combine(self, other: Moments) -> Moments:
+        """The moments of both sets of numbers together."""
+        if other.count == 0:
+            return self
+        if self.count == 0:
+            return other
+        count = self.count + other.count
+        delta = other.mean - self.mean
+        return Moments(
+            count=count,
+            mean=self.mean + delta * other.count / count,
+            m2=self.m2 + other.m2 + delta * delta * self.count * other.count / count,
+            min=min(self.min, other.min),
+            max=max(self.max, other.max),
+        )
+
+    def summary(self) -> SummaryStats | None:
+        """Mean, population standard deviation, minimum and maximum; None when there are no numbers."""
+        if self.count == 0:
+            return None
+        return SummaryStats(mean=self.mean, std=math.sqrt(max(self.m2, 0.0) / self.count), min=self.min, max=self.max)
+
+
+class Extendable(Protocol):
+    """Where the returns or lengths of finished episodes are reported: a list, or EpisodeValues."""
+
+    def extend(self, values: Iterable[Any], /) -> None:
+        """Add ``values`` (numbers) at the end."""
+        ...
+
+
+class EpisodeValues:
+    """The returns (or lengths) of the episodes a collect call finishes, reported as they finish.
+
+    With ``keep=True`` every value is kept, for ``CollectStats.returns``/``lens``; with ``keep=False`` only
+    their Moments are, folded in every FOLD_EVERY values, so that a call of any length holds a bounded
+    amount of them.
+
+    Args:
+        keep: Keep every value (True) or only their moments (False).
+    """
+
+    def __init__(self, keep: bool = True) -> None:
+        self.keep = bool(keep)
+        self._held: list[float] = []
+        self._folded = Moments()
+
+    def extend(self, values: Iterable[float], /) -> None:
+        """Add the values of finished episodes, in the order they finished."""
+        self._held.extend(values)
+        if not self.keep and len(self._held) >= FOLD_EVERY:
+            self._fold()
+
+    def __len__(self) -> int:
+        """How many values were reported."""
+        return self._folded.count + len(self._held)
+
+    @property
+    def held(self) -> int:
+        """How many values are held as they are (all of them where kept; fewer than FOLD_EVERY otherwise)."""
+        return len(self._held)
+
+    def array(self, dtype: type[np.generic]) -> np.ndarray:
+        """Every value, in order, as a ``dtype`` array; empty when the values are not kept."""
+        return np.asarray(self._held if self.keep else [], dtype=dtype)
+
+    def moments(self) -> Moments:
+        """The moments of every value reported."""
+        if self.keep:
+            return Moments.of(self._held)
+        self._fold()
+        return self._folded
+
+    def _fold(self) -> None:
+        self._folded = self._folded.combine(Moments.of(self._held))
+        self._held = []
+
+
+@dataclass(frozen=True)
 class CollectStats:
     """Result of ``Collector.collect``, with Tianshou's field names.
 
     ``returns`` and ``lens`` hold whole-episode values for the episodes that completed during the
-    call, including steps those episodes took in earlier calls. ``abandoned``: the episodes given up in the
+    call, including steps those episodes took in earlier calls. A call that keeps no per-episode values
+    (``collect(keep_episode_stats=False)``, as the CLI collects) leaves them empty and sets
+    ``returns_moments``/``lens_moments`` instead: their count, mean, M2, minimum and maximum, from which
+    ``returns_stat``/``lens_stat`` are read. ``abandoned``: the episodes given up in the
     call because their env's worker failed and was replaced (backends built with ``max_restarts``), each
     with its env id, steps and the error; their steps are counted in ``n_collected_steps`` (they were
     collected, as an unfinished episode's are), the episodes are neither stored nor counted as collected.
@@ -68,6 +183,8 @@ class CollectStats:
     returns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
     lens: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     abandoned: tuple[AbandonedEpisode, ...] = ()
+    returns_moments: Moments | None = None
+    lens_moments: Moments | None = None
 
     @property
     def n_abandoned_episodes(self) -> int:
@@ -82,28 +199,44 @@ class CollectStats:
     @property
     def returns_stat(self) -> SummaryStats | None:
         """Statistics of the completed episodes' returns; None when none completed."""
+        if self.returns_moments is not None:
+            return self.returns_moments.summary()
         return SummaryStats.from_sequence(self.returns)
 
     @property
     def lens_stat(self) -> SummaryStats | None:
         """Statistics of the completed episodes' lengths; None when none completed."""
+        if self.lens_moments is not None:
+            return self.lens_moments.summary()
         return SummaryStats.from_sequence(self.lens)
 
     @classmethod
     def merge(cls, parts: list[CollectStats], collect_time: float | None = None) -> CollectStats:
         """Combine the stats of several collectors (e.g. distributed workers) into one.
 
-        ``collect_time`` defaults to the longest part's time, as parts run concurrently.
+        ``collect_time`` defaults to the longest part's time, as parts run concurrently. Where a part kept
+        no per-episode values (it has moments), the merged stats keep none either: their moments combine
+        every part's.
         """
         if not parts:
             return cls(0, 0, 0.0 if collect_time is None else collect_time)
+        returns, lens = np.concatenate([p.returns for p in parts]), np.concatenate([p.lens for p in parts])
+        returns_moments = lens_moments = None
+        if any(p.returns_moments is not None or p.lens_moments is not None for p in parts):
+            returns_moments, lens_moments = Moments(), Moments()
+            for p in parts:
+                returns_moments = returns_moments.combine(p.returns_moments or Moments.of(p.returns))
+                lens_moments = lens_moments.combine(p.lens_moments or Moments.of(p.lens))
+            returns, lens = returns[:0], lens[:0]
         return cls(
             n_collected_steps=sum(p.n_collected_steps for p in parts),
             n_collected_episodes=sum(p.n_collected_episodes for p in parts),
             collect_time=max(p.collect_time for p in parts) if collect_time is None else collect_time,
-            returns=np.concatenate([p.returns for p in parts]),
-            lens=np.concatenate([p.lens for p in parts]),
+            returns=returns,
+            lens=lens,
             abandoned=tuple(a for p in parts for a in p.abandoned),
+            returns_moments=returns_moments,
+            lens_moments=lens_moments,
         )
 
     def __str__(self) -> str:

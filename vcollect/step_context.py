@@ -29,7 +29,7 @@ from vcollect.hooks import EpisodeRolloutHook, StepHook, StepRollout, check_epis
 from vcollect.ledger import TransitionLedger
 from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
-from vcollect.stats import AbandonedEpisode
+from vcollect.stats import AbandonedEpisode, EpisodeValues
 
 __all__ = ["CollectCall", "ProgressBar", "StepContext", "observation_check", "take_rows"]
 
@@ -57,14 +57,16 @@ class CollectCall:
         render: seconds to sleep after rendering each step (None: no rendering).
         reset_options: options of every env reset in the call.
         bar: the call's progress bar.
+        returns: where the returns of the episodes the call finishes are reported (kept, or only their moments).
+        lens: where their lengths are reported.
     """
 
     random: bool
     render: float | None
     reset_options: dict[str, Any] | None
     bar: ProgressBar
-    returns: list[float] = field(default_factory=list)
-    lens: list[int] = field(default_factory=list)
+    returns: EpisodeValues = field(default_factory=EpisodeValues)
+    lens: EpisodeValues = field(default_factory=EpisodeValues)
 
 
 class StepContext:

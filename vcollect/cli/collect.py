@@ -262,6 +262,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                     random=policy is None,
                     reset_before_collect=True,
                     progress=not args.no_progress,
+                    keep_episode_stats=False,  # the summary needs only their moments, however long the run
                 )
             finally:
                 if watchdog is not None:

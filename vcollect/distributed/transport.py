@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import EnvSpec
 
 from vcollect.envs.ray_env import require_ray
 from vcollect.errors import CollectorStateError
@@ -39,6 +40,7 @@ class ShardWriterActor:
         self._pending: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
         self._held_steps: dict[str, int] = {}
         self._dropped: set[str] = set()
+        self._spec_offered = False
 
     def open(self, env_id_offset: int) -> str:
         """Open a writer storing global env ids (local + env_id_offset); returns its key (its writer name)."""
@@ -49,6 +51,15 @@ class ShardWriterActor:
         self._stores[store.writer_name] = store
         self._pending[store.writer_name] = []
         return store.writer_name
+
+    def record_env_spec(self, key: str, spec: EnvSpec) -> bool:
+        """Record ``spec`` in the dataset through the key's writer unless the dataset has an env spec
+        (EpisodeStore.record_env_spec); True when it did. Only the first offer reaches the dataset: every
+        worker runs the same env."""
+        if self._spec_offered:
+            return False
+        self._spec_offered = True
+        return bool(self._stores[key].record_env_spec(spec))
 
     def node_and_pid(self) -> tuple[str, int]:
         """(Ray node id, process id) of this actor: where the dataset is written."""
@@ -106,6 +117,8 @@ class RemoteSink:
 
     ``flush`` returns once the writer has committed everything sent before it, so a worker that flushes
     after each collect replies only when its episodes are in the dataset (as with its own EpisodeStore).
+    ``record_env_spec`` (AcceptsEnvSpec) has the writer record the collector's env spec in a dataset that has
+    none, as a worker's own EpisodeStore would.
     ``stalls`` counts the times a write waited for the writer (back-pressure).
     """
 
@@ -125,6 +138,17 @@ class RemoteSink:
         self._sent_episodes = 0  # since the last flush
         self._sent_steps = 0
         self._closed = False
+
+    def record_env_spec(self, spec: EnvSpec) -> bool:
+        """Have the writer record ``spec`` as the dataset's env spec unless it has one; True when it did.
+
+        Raises:
+            CollectorStateError: The sink is closed.
+        """
+        if self._closed:
+            raise CollectorStateError(f"RemoteSink {self.writer_name} is closed")
+        ref = self._actor.record_env_spec.remote(self.writer_name, spec)
+        return bool(require_ray().get(ref, timeout=_SINK_TIMEOUT_S))
 
     @property
     def shards_written(self) -> list[Path]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
+from vcollect.stats import Extendable
 from vcollect.step_context import CollectCall, StepContext, take_rows
 
 __all__ = ["StepsAndResets", "SubsetLoop"]
@@ -260,8 +261,8 @@ class SubsetLoop:
         terminations: np.ndarray,
         truncations: np.ndarray,
         render: float | None,
-        returns: list[float],
-        lens: list[int],
+        returns: Extendable,
+        lens: Extendable,
         *,
         remember: bool = True,
     ) -> np.ndarray:
