@@ -3,14 +3,20 @@ instead of committing into whatever is at the path now."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from gymnasium import spaces
 
+import vcollect.store.layout.dataset_dir as dataset_dir
+import vcollect.store.write.shard as shard_module
+import vcollect.store.write.shard_commits as shard_commits
 from vcollect.errors import DatasetError
 from vcollect.store import EpisodeStore, combine_datasets, delete_dataset, load_dataset
 
@@ -82,3 +88,93 @@ def test_metadata_updates_and_own_move_are_not_a_replacement(tmp_path: Path) -> 
     store.close()
     assert seeds("d/y-v0", tmp_path) == [1, 2]
     assert load_dataset("d/y-v0", tmp_path).metadata["author"] == "someone"
+
+
+def overwrite_with(tmp_path: Path, seed: int) -> None:
+    """Replace d/x-v0 with a new dataset holding one episode of ``seed``, as another process would."""
+    with EpisodeStore.create("d/x-v0", OBS, ACT, root=tmp_path, overwrite=True) as new:
+        write(new, seed)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_overwrite_between_the_check_and_the_shard_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         background: bool) -> None:
+    """The writer checked that the dataset is its own; an overwrite lands before its shard is written."""
+    old = EpisodeStore.create("d/x-v0", OBS, ACT, root=tmp_path, background_commits=background)
+    write(old, 1)
+    real_write = shard_commits.write_shard
+    overwritten: list[bool] = []
+
+    def write_after_an_overwrite(*args: Any, **kwargs: Any) -> str:
+        if not overwritten:
+            overwritten.append(True)
+            overwrite_with(tmp_path, 2)
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(shard_commits, "write_shard", write_after_an_overwrite)
+    with pytest.raises(DatasetError, match="'d/x-v0' .* was deleted, moved or replaced since this writer opened it"):
+        old.flush()
+    assert overwritten and old.committed_episodes == 0
+    data = load_dataset("d/x-v0", root=tmp_path)  # no stray shard, no manifest line without its shard
+    assert [e.seed for e in data] == [2] and not data.verify()
+    with pytest.raises(DatasetError, match="was deleted, moved or replaced"):
+        old.close()
+    assert seeds("d/x-v0", tmp_path) == [2]
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_overwrite_between_the_shard_write_and_its_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          background: bool) -> None:
+    """The shard's temporary file is written; the dataset is swapped before the rename (the old one kept
+    aside, not yet deleted): the shard and its manifest line go into the old dataset, never the new one."""
+    old = EpisodeStore.create("d/x-v0", OBS, ACT, root=tmp_path, background_commits=background)
+    write(old, 1)
+    aside: list[Path] = []
+    monkeypatch.setattr(dataset_dir, "drop_dir", lambda path, root: aside.append(path))
+    real_write_file = shard_module._write_new_file
+
+    def overwrite_after_writing(*args: Any, **kwargs: Any) -> None:
+        real_write_file(*args, **kwargs)
+        if not aside:
+            overwrite_with(tmp_path, 2)
+
+    monkeypatch.setattr(shard_module, "_write_new_file", overwrite_after_writing)
+    with pytest.raises(DatasetError, match="'d/x-v0' .* was replaced since this writer opened it: shard .* "
+                                           r"\(1 episodes\) was committed to the old dataset and went with it"):
+        old.flush()
+    data = load_dataset("d/x-v0", root=tmp_path)
+    assert [e.seed for e in data] == [2] and not data.verify()
+    assert len(aside) == 1 and (aside[0] / "dataset.json").exists()
+    shards = [p.name for p in (aside[0] / "shards").iterdir()]
+    assert len(shards) == 1 and old.writer_name in shards[0] and shards[0].endswith(".h5")
+    lines = (aside[0] / "manifest" / f"{old.writer_name}.jsonl").read_text().splitlines()
+    assert [json.loads(line)["shard"] for line in lines] == shards
+    with pytest.raises(DatasetError, match="was deleted, moved or replaced"):
+        old.close()
+    assert seeds("d/x-v0", tmp_path) == [2]
+
+
+def held_descriptors(path: Path) -> list[int]:
+    """This process's open descriptors of the directory ``path``."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}") == str(path):
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_the_held_directory_is_closed_and_not_inherited(tmp_path: Path) -> None:
+    store = EpisodeStore.create("d/x-v0", OBS, ACT, root=tmp_path, background_commits=True)
+    held = held_descriptors(store.path)
+    assert len(held) == 1 and not os.get_inheritable(held[0])
+    write(store, 1)
+    store.close()
+    assert held_descriptors(store.path) == []
+    opened = EpisodeStore.open("d/x-v0", tmp_path)
+    assert len(held_descriptors(opened.path)) == 1
+    opened.move_to("d/y-v0", tmp_path)
+    assert held_descriptors(tmp_path / "d" / "x-v0") == [] and len(held_descriptors(opened.path)) == 1
+    opened.close()
+    assert held_descriptors(opened.path) == []

@@ -317,7 +317,7 @@ def test_disk_error_mid_commit_keeps_earlier_shards_and_pending(tmp_path: Path, 
 
     real_replace = os.replace
 
-    def failing_replace(src, dst):
+    def failing_replace(src, dst, **dir_fds):
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(os, "replace", failing_replace)

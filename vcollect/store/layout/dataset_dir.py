@@ -10,6 +10,7 @@ import contextlib
 import errno
 import os
 import shutil
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,11 +47,13 @@ __all__ = [
     "APPEND_HINT",
     "NO_SPACE",
     "OVERWRITE_HINT",
+    "HeldDir",
     "Identity",
     "check_identity",
     "check_not_nested",
     "create_dataset_dir",
     "drop_dir",
+    "hold_dataset_dir",
     "move_dataset_dir",
     "nested_datasets",
     "open_dataset_dir",
@@ -355,3 +358,72 @@ def check_identity(
             f"writer opened it: nothing was committed, and the {pending_episodes} pending episodes "
             "stay in memory only (open the dataset again with a new writer to store new episodes)"
         )
+
+
+class HeldDir:
+    """An open descriptor of a dataset's directory, held by its writer: files written relative to ``fd``
+    land in the directory the writer opened, whatever is at its path now.
+
+    The descriptor is not inherited by programs a subprocess runs (close-on-exec). :meth:`close` closes it
+    (once, from any thread; later calls do nothing), and so does garbage collection of the handle; a writer
+    closes it only when no commit uses it any more.
+    """
+
+    def __init__(self, path: Path) -> None:
+        """Open the directory ``path``.
+
+        Args:
+            path: The dataset's directory.
+
+        Raises:
+            OSError: It cannot be opened as a directory.
+        """
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._close = weakref.finalize(self, os.close, self.fd)
+        self._close.atexit = False  # the store's own exit close commits through it first; the OS closes the rest
+
+    def replaced(self) -> bool:
+        """Whether the directory now at ``path`` is another one (or none): the dataset was deleted, moved
+        or replaced since the descriptor was opened.
+
+        Returns:
+            True when the path no longer names the held directory.
+        """
+        held = os.fstat(self.fd)
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return True
+        return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+    def close(self) -> None:
+        """Close the descriptor (idempotent)."""
+        self._close()
+
+
+def hold_dataset_dir(path: Path, dataset_id: str, root: Path) -> tuple[HeldDir, Identity]:
+    """Open the directory of the dataset at ``path`` for a writer, with its :func:`read_identity`.
+
+    Args:
+        path: The dataset's directory.
+        dataset_id: Its id (for messages).
+        root: The datasets root it lies in.
+
+    Returns:
+        The held directory and the dataset's identity, both of the same directory.
+
+    Raises:
+        DatasetError: The dataset at ``path`` was replaced while it was being opened.
+        DatasetNotFoundError: No dataset is at ``path``.
+    """
+    identity = read_identity(path, dataset_id, root)
+    held = HeldDir(path)
+    st = os.fstat(held.fd)
+    if identity[:2] != (st.st_dev, st.st_ino):
+        held.close()
+        raise DatasetError(
+            f"dataset {dataset_id!r} at {str(path)!r} was replaced by someone else while this writer "
+            "opened it; open it again"
+        )
+    return held, identity

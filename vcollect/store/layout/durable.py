@@ -15,15 +15,16 @@ __all__ = ["TMP_SUFFIX", "folder_lock", "fsync_dir"]
 TMP_SUFFIX = ".tmp"
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path, dir_fd: int | None = None) -> None:
     """fsync a directory so a rename inside it survives a crash (no-op where unsupported).
 
     Args:
         path: The directory whose entries were just changed.
+        dir_fd: An open directory that a relative ``path`` is taken from (None: the working directory).
     """
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, dir_fd=dir_fd)
     except OSError:
         return
     try:

@@ -13,10 +13,12 @@ skipped; the shard it described then reads like one without an entry.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +69,15 @@ def _line_intact(raw: bytes) -> bool:
     return hashlib.sha256(raw[:start] + b"}").hexdigest().encode() == digest
 
 
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
+def _opener(dir_fd: int | None) -> Callable[[str, int], int]:
+    """An ``open(..., opener=)`` that takes relative paths from the open directory ``dir_fd``."""
+    return lambda path, flags: os.open(path, flags, dir_fd=dir_fd)
+
+
+def file_sha256(path: Path, dir_fd: int | None = None) -> str:
+    """Hex SHA-256 of a file's bytes (``dir_fd``: an open directory a relative ``path`` is taken from)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb", opener=_opener(dir_fd)) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -82,11 +89,14 @@ def _attr_value(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def shard_summary(path: Path, sha256: str | None = None) -> dict[str, Any]:
+def shard_summary(path: Path, sha256: str | None = None, dir_fd: int | None = None) -> dict[str, Any]:
     """What the manifest line of a committed shard holds, read back from the file (its SHA-256 too, unless
-    given); :func:`summary_line` makes the line."""
-    st = os.stat(path)
-    with h5py.File(path, "r") as f:
+    given; ``dir_fd``: an open directory a relative ``path`` is taken from); :func:`summary_line` makes the
+    line."""
+    st = os.stat(path, dir_fd=dir_fd)
+    with contextlib.ExitStack() as stack:
+        source = path if dir_fd is None else stack.enter_context(open(path, "rb", opener=_opener(dir_fd)))
+        f = stack.enter_context(h5py.File(source, "r"))
         columns: list[list[Any]] = []
         extra_tables = "episodes/options" in f or "episodes/metadata" in f
 
@@ -105,7 +115,7 @@ def shard_summary(path: Path, sha256: str | None = None) -> dict[str, Any]:
         "shard": path.name,
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
-        "sha256": file_sha256(path) if sha256 is None else sha256,
+        "sha256": file_sha256(path, dir_fd) if sha256 is None else sha256,
         "episodes": totals[0],
         "steps": totals[1],
         "length": table["length"].tolist(),
@@ -120,21 +130,31 @@ def shard_summary(path: Path, sha256: str | None = None) -> dict[str, Any]:
     }
 
 
-def record_commit(dataset_path: Path, shard_path: Path, writer: str, sha256: str | None = None) -> None:
+def record_commit(
+    dataset_path: Path, shard_path: Path, writer: str, sha256: str | None = None, dir_fd: int | None = None
+) -> None:
     """Append the manifest line of the just-committed ``shard_path`` to ``manifest/<writer>.jsonl``
     (``sha256``: the file's digest when the writer has it, else it is read back from the file).
+
+    With ``dir_fd`` (the writer's open descriptor of the dataset directory) ``shard_path`` is relative to
+    it, and the line goes into that directory's manifest whatever is at ``dataset_path`` now.
 
     Called by the writer after the shard's rename. Never raises: the shard is committed whatever
     happens here (a failure is warned about; the shard then reads as an unrecorded one: opened at load,
     taken when whole and named as its writer named it, see store/read/shard_census.py).
     """
     try:
-        line = summary_line(shard_summary(shard_path, sha256))
-        directory = dataset_path / MANIFEST_DIR
-        directory.mkdir(exist_ok=True)
+        line = summary_line(shard_summary(shard_path, sha256, dir_fd))
+        directory = Path(MANIFEST_DIR) if dir_fd is not None else dataset_path / MANIFEST_DIR
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, dir_fd=dir_fd)
         file = directory / f"{writer}{MANIFEST_SUFFIX}"
-        created = not file.exists()
-        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.stat(file, dir_fd=dir_fd)
+            created = False
+        except FileNotFoundError:
+            created = True
+        fd = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
         try:
             data = line.encode("utf-8")
             written = os.write(fd, data)
@@ -144,10 +164,10 @@ def record_commit(dataset_path: Path, shard_path: Path, writer: str, sha256: str
         finally:
             os.close(fd)
         if created:
-            fsync_dir(directory)
+            fsync_dir(directory, dir_fd)
     except Exception as exc:  # noqa: BLE001 - the shard is committed; the manifest is only an index
         warnings.warn(
-            f"shard {str(shard_path)!r} is committed but could not be recorded in the manifest: "
+            f"shard {str(dataset_path / shard_path)!r} is committed but could not be recorded in the manifest: "
             f"{type(exc).__name__}: {exc}",
             RuntimeWarning,
             stacklevel=3,

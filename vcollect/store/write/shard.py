@@ -263,9 +263,9 @@ def _shard_image(columns: Iterable[Column], attrs: Mapping[str, Any], compressio
     return image
 
 
-def _write_new_file(path: Path, data: memoryview) -> None:
+def _write_new_file(path: Path, data: memoryview, dir_fd: int | None) -> None:
     """Create ``path`` (it must not exist) holding ``data``, fsynced; OSError (ENOSPC, EIO...) as the OS gives it."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=dir_fd)
     try:
         while data:
             data = data[os.write(fd, data):]
@@ -274,11 +274,16 @@ def _write_new_file(path: Path, data: memoryview) -> None:
         os.close(fd)
 
 
-def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: Compression) -> str:
+def write_shard(
+    final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: Compression,
+    dir_fd: int | None = None,
+) -> str:
     """Write a shard file at ``final`` through a temporary name (see ``staging.shard_tmp_path``): build it in
     memory, write and fsync it with plain file writes, rename. Returns the file's SHA-256 (hex), taken from
     the image in memory so the manifest need not read the file back.
 
+    With ``dir_fd`` (an open directory: the writer's dataset directory) ``final`` is relative to it, and
+    both the temporary file and the rename stay inside that directory whatever is at its path now.
     On any error the temporary file is removed and the error raised; nothing exists at ``final`` then.
     """
     image = _shard_image(columns, attrs, compression)
@@ -286,10 +291,10 @@ def write_shard(final: Path, columns: Iterable[Column], attrs: Mapping[str, Any]
     try:
         with image.getbuffer() as view:
             digest = hashlib.sha256(view).hexdigest()
-            _write_new_file(tmp, view)
-        os.replace(tmp, final)
+            _write_new_file(tmp, view, dir_fd)
+        os.replace(tmp, final, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+            os.unlink(tmp, dir_fd=dir_fd)
         raise
     return digest

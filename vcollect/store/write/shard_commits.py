@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vcollect.errors import DatasetError, DiskFullError
-from vcollect.store.layout.dataset_dir import NO_SPACE, Identity, check_identity
+from vcollect.store.layout.dataset_dir import NO_SPACE, HeldDir, Identity, check_identity
 from vcollect.store.layout.durable import fsync_dir
 from vcollect.store.layout.manifest import record_commit
 from vcollect.store.write.compression import Compression
@@ -46,6 +46,9 @@ class ShardJob:
     root: Path
     identity: Identity | None
     writer: str
+    held: HeldDir | None = None
+    """The writer's open descriptor of its dataset directory: the shard and its manifest line are written
+    through it (None: by path)."""
 
 
 #: What a DiskFullError tells Python callers to do (the CLI says what a command can do instead).
@@ -54,12 +57,21 @@ FLUSH_AGAIN_HINT = "free space and call flush() again"
 
 def commit_shard(job: ShardJob) -> None:
     """Write, fsync and record one shard (in the caller's thread, or the background commit thread); a
-    DiskFullError or DatasetError that says the episodes are kept when it cannot."""
+    DiskFullError or DatasetError that says the episodes are kept when it cannot.
+
+    With ``job.held`` the shard's file and manifest line go through the writer's descriptor of its dataset
+    directory, so they land in the dataset the writer opened even when an overwrite swaps another one in
+    at its path meanwhile; that is then a DatasetError saying the episodes went with the old dataset.
+    """
     pending, final = job.pending, job.final
     check_identity(job.dataset_path, job.dataset_id, job.root, job.identity, pending.episodes)
+    dir_fd = None if job.held is None else job.held.fd
+    where = final if dir_fd is None else final.relative_to(job.dataset_path)
     try:
-        digest = write_shard(final, pending.columns(job.rows), job.attrs, job.compression)
+        digest = write_shard(where, pending.columns(job.rows), job.attrs, job.compression, dir_fd)
     except Exception as exc:
+        if job.held is not None and job.held.replaced():  # the failure may be its deleted directory's
+            check_identity(job.dataset_path, job.dataset_id, job.root, job.identity, pending.episodes)
         if isinstance(exc, OSError) and exc.errno in NO_SPACE:
             raise DiskFullError(
                 f"no space left on device while committing shard {str(final)!r} of dataset "
@@ -71,8 +83,16 @@ def commit_shard(job: ShardJob) -> None:
             f"Committed shards are intact; the {pending.episodes} pending episodes are kept "
             "in memory and flush() can be retried"
         ) from exc
-    record_commit(job.dataset_path, final, job.writer, digest)  # manifest entry (store/layout/manifest.py); never raises
-    fsync_dir(final.parent)
+    # manifest entry (store/layout/manifest.py); never raises
+    record_commit(job.dataset_path, where, job.writer, digest, dir_fd)
+    fsync_dir(where.parent, dir_fd)
+    if job.held is not None and job.held.replaced():
+        raise DatasetError(
+            f"dataset {job.dataset_id!r} at {str(job.dataset_path)!r} was replaced since this writer opened it: "
+            f"shard {final.name!r} ({pending.episodes} episodes) was committed to the old dataset and went "
+            "with it, not into the dataset now at that place (open the dataset again with a new writer to "
+            "store new episodes)"
+        )
 
 
 class ShardCommits:

@@ -15,7 +15,8 @@ the pending episodes lost (see EpisodeStore, "What a crash can lose"); a commit 
 raises DatasetError and keeps the pending episodes for the next flush(). Each store instance has its own
 writer name (pid + uuid), so many processes append to one dataset without coordinating; the next writer to
 open a dataset removes the temporary files of crashed ones, and a writer whose dataset was deleted or
-replaced fails its next commit. A store nobody closes commits what is pending at interpreter exit or when
+replaced fails its next commit. Commits write through a descriptor of the dataset directory held open
+since create/open, so a shard never lands in a dataset that an overwrite swapped in at its path. A store nobody closes commits what is pending at interpreter exit or when
 it is garbage-collected (vcollect.exit_commits).
 
 This module routes episodes and commits shards; ``dataset_dir`` makes, opens and moves the dataset
@@ -44,11 +45,12 @@ from vcollect.spaces import flatten_batch, leaves
 from vcollect.store.layout.dataset_dir import (
     APPEND_HINT,
     OVERWRITE_HINT,
+    HeldDir,
     Identity,
     create_dataset_dir,
+    hold_dataset_dir,
     move_dataset_dir,
     open_dataset_dir,
-    read_identity,
 )
 from vcollect.store.layout.dataset_info import (
     DATASET_FILE,
@@ -150,6 +152,7 @@ class EpisodeStore:
         self._last_time_ns = 0
         self._closed = False
         self._identity: Identity | None = None  # set by create/open: see dataset_dir.check_identity
+        self._held: HeldDir | None = None  # the dataset directory, held open: commits write through it
         self._schemas = {"infos": TreeSchema("infos"), "extras": TreeSchema("extras")}
         self._metadata = MetadataSchema()
         self._committed_episodes = 0
@@ -255,7 +258,7 @@ class EpisodeStore:
         # Fail on unsupported spaces before touching the disk.
         store = cls(path, dataset_id, observation_space, action_space, resolved, frame_stack=stack)
         create_dataset_dir(path, dataset_id, info, overwrite=overwrite)
-        store._identity = read_identity(path, dataset_id, store._root())
+        store._held, store._identity = hold_dataset_dir(path, dataset_id, store._root())
         return store
 
     @classmethod
@@ -329,7 +332,7 @@ class EpisodeStore:
         stored_obs, stored_act = open_dataset_dir(path, dataset_id, root_path, observation_space, action_space)
         stack = FrameStack.from_json(read_dataset_info(path, dataset_id, root_path).get("frame_stack"))
         store = cls(path, dataset_id, stored_obs, stored_act, resolved, frame_stack=stack)
-        store._identity = read_identity(path, dataset_id, store._root())
+        store._held, store._identity = hold_dataset_dir(path, dataset_id, store._root())
         return store
 
     def __enter__(self) -> EpisodeStore:
@@ -610,6 +613,8 @@ class EpisodeStore:
         finally:
             self._closed = True
             self._commits.close()
+            if self._held is not None:  # no commit uses it any more
+                self._held.close()
 
     def update_metadata(
         self,
@@ -657,7 +662,8 @@ class EpisodeStore:
         self._shards_written = [self._shards_dir / p.name for p in self._shards_written]
         self._dataset_id = dataset_id
         update_dataset_info(new_path, dataset_id, self._root(), new_id=dataset_id)
-        self._identity = read_identity(new_path, dataset_id, self._root())
+        # a commit still in flight keeps the old descriptor (closed when it lets go of it)
+        self._held, self._identity = hold_dataset_dir(new_path, dataset_id, self._root())
         return new_path
 
     def _root(self) -> Path:
@@ -700,7 +706,8 @@ class EpisodeStore:
         self._seq += 1
         self._pending = PendingShard(frame_leaves(self._obs_leaves, self._frame_stack), self._act_leaves)
         self._apply(self._commits.submit(ShardJob(final, pending, rows, attrs, self.compression, self._path,
-                                                  self._dataset_id, self._root(), self._identity, self._writer)))
+                                                  self._dataset_id, self._root(), self._identity, self._writer,
+                                                  self._held)))
         if not self._commits.background:
             self._reap(raise_errors=True)
 
