@@ -39,6 +39,27 @@ def uses_ray(item: pytest.Item) -> bool:
     return item.path.name.startswith(RAY_MODULES)
 
 
+# pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment where the controller had
+# none; the commands under test size their tables by COLUMNS, so the workers take the controller's values.
+TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """(xdist controller) Hand each worker the controller's COLUMNS and LINES, set or not."""
+    node.workerinput["terminal_size_env"] = {name: os.environ.get(name) for name in TERMINAL_SIZE_VARS}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """(xdist worker) Set COLUMNS and LINES as the controller has them."""
+    given = getattr(config, "workerinput", {}).get("terminal_size_env")
+    for name, value in (given or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Put every test that uses Ray in the xdist group ``ray`` (a no-op without ``--dist loadgroup``)."""
     for item in items:
