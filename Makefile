@@ -37,9 +37,10 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy vcollect
 
-# One pytest-xdist worker per core; the Ray tests share one worker and its one local Ray (tests/conftest.py).
+# One pytest-xdist worker per core, each test file whole on one worker (its module fixtures built once;
+# one local Ray per worker that runs Ray tests).
 unit: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=20
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=20
 
 test: lint typecheck unit
 
