@@ -521,7 +521,7 @@ def _worker_options(worker: Any) -> dict[str, Any]:
     """Inside a worker actor: what its collector and writer were built with (run by __ray_call__)."""
     return {
         "validate": worker.collector.validate,
-        "loop": type(worker.collector.loop).__name__,
+        "loop": type(worker.collector._loop).__name__,
         "background": worker.writer.options.background_commits,
         "pending": worker.writer.pending_episodes,
     }

@@ -157,6 +157,12 @@ class ShardCommits:
             done += self._settle_oldest()
         return done
 
+    def wait(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the commits in flight to finish (they are settled later)."""
+        futures = [future for _, future in list(self._in_flight)]
+        if futures:
+            concurrent.futures.wait(futures, timeout=timeout)
+
     def pop_error(self) -> Exception | None:
         """The first error of a commit that failed since the last call (None if none), cleared."""
         error, self._error = self._error, None

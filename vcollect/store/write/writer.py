@@ -718,6 +718,18 @@ class EpisodeStore:
             self._committed_steps += job.pending.steps
             self._shards_written.append(job.final)
 
+    def wait_for_commits(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for background commits in flight, then count those that finished.
+
+        For a watchdog (another thread) that reports what is on disk while the collecting thread is stuck;
+        raises nothing (a failed commit is raised by the next flush or close).
+
+        Args:
+            timeout: The most seconds to wait.
+        """
+        self._commits.wait(timeout)
+        self._reap(raise_errors=False)
+
     def _reap(self, raise_errors: bool) -> None:
         """Count background commits that finished; raise the error of one that failed when asked."""
         self._apply(self._commits.settle(block=False))
