@@ -38,9 +38,11 @@ typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy vcollect
 
 # One pytest-xdist worker per core, each test file whole on one worker (its module fixtures built once;
-# one local Ray per worker that runs Ray tests).
+# one local Ray per worker that runs Ray tests); then the few tests that compare wall-clock times of envs
+# running at once (marker "timing") alone, so no other test takes their cores.
 unit: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=20
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=20 -m "not timing"
+	$(BIN)/python -m pytest -q -m timing
 
 test: lint typecheck unit
 

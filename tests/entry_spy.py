@@ -4,7 +4,8 @@
 The spy only records: after each ``collect`` call (Collector and AsyncCollector alike; AsyncCollector does not
 override it) it appends one JSON line to the file named by ``$VCOLLECT_STATS_SPY`` with the call's CollectStats
 (steps, episodes, the per-episode returns and lengths), the transitions the collector still holds for a later
-call (``pending_transitions``), its number of envs and the class name of its step loop.
+call (``pending_transitions``), its number of envs and the class name of its step loop. The CLI keeps only
+running summaries of its episodes (``keep_episode_stats=False``); the spy asks for the per-episode arrays.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def record_calls(path: str) -> None:
 
     @functools.wraps(collect)
     def spied(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kwargs["keep_episode_stats"] = True  # the per-episode report the invariants compare with the store
         stats = collect(self, *args, **kwargs)
         line = {
             "n_collected_steps": int(stats.n_collected_steps),

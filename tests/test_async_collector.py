@@ -101,6 +101,7 @@ def test_wait_num_and_random_actions_keep_counts_exact() -> None:
         replay(episode)
 
 
+@pytest.mark.timing
 def test_async_beats_sync_on_heavy_tailed_step_times() -> None:
     """The point of the AsyncCollector: one slow step holds up only its own env (about 2-3x here)."""
     fns = [functools.partial(SlowEnv, fast_time=0.0005, slow_time=0.02, slow_prob=0.1)] * 4
@@ -111,6 +112,7 @@ def test_async_beats_sync_on_heavy_tailed_step_times() -> None:
     assert speeds["AsyncCollector"] > 1.3 * speeds["Collector"], speeds
 
 
+@pytest.mark.timing
 def test_slow_reset_does_not_block_other_envs() -> None:
     fns = [functools.partial(SlowEnv, slow_prob=0.0, reset_time=1.0)] + [functools.partial(SlowEnv, slow_prob=0.0)] * 3
     envs = SubprocVectorEnv(fns, num_workers=4)
@@ -124,6 +126,7 @@ def test_slow_reset_does_not_block_other_envs() -> None:
         assert collector.buffer.episode_lengths[0] < 150 and len(collector.buffer) == 600
 
 
+@pytest.mark.timing
 def test_timeout_names_envs_in_flight_and_loses_nothing() -> None:
     fns = [functools.partial(SlowEnv, fast_time=0.001, slow_prob=0.0), functools.partial(SlowEnv, fast_time=0.8, slow_prob=0.0)]
     envs = CountingSubproc(fns, num_workers=2)
@@ -144,6 +147,7 @@ def test_timeout_names_envs_in_flight_and_loses_nothing() -> None:
         assert envs.sent == 45
 
 
+@pytest.mark.timing
 def test_reset_finishes_steps_in_flight_and_reports_them_later() -> None:
     fns = [functools.partial(SlowEnv, fast_time=0.001, slow_prob=0.0), functools.partial(SlowEnv, fast_time=0.5, slow_prob=0.0)]
     envs = CountingSubproc(fns, num_workers=2)
