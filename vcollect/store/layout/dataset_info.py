@@ -124,12 +124,13 @@ def write_json_atomic(path: Path, obj: Mapping[str, Any], *, exclusive: bool = F
 MAX_SIDE_FILE_BYTES = 64 * 1024 * 1024
 
 
-def read_side_file(file: Path, limit: int = MAX_SIDE_FILE_BYTES) -> bytes:
+def read_side_file(file: Path, limit: int = MAX_SIDE_FILE_BYTES, *, follow_links: bool = True) -> bytes:
     """The bytes of one of a dataset's small files, read so that nothing there can hang or exhaust a reader.
 
     Args:
-        file: The file (a link to a regular file is followed).
+        file: The file.
         limit: The most bytes it may hold.
+        follow_links: Follow a symbolic link to a regular file (False: a link is not a regular file).
 
     Returns:
         Its content.
@@ -139,10 +140,15 @@ def read_side_file(file: Path, limit: int = MAX_SIDE_FILE_BYTES) -> bytes:
         CorruptDatasetError: It is not a regular file (a FIFO, a device such as /dev/zero, a folder) or larger
             than ``limit``; the message names it.
     """
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_links else os.O_NOFOLLOW)  # a FIFO opens at once
     try:
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO opens at once instead of waiting for a writer
+        fd = os.open(file, flags)
     except IsADirectoryError:
         raise CorruptDatasetError(f"{file} is a folder, not a file") from None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        raise CorruptDatasetError(f"{file} is a symbolic link, not a file") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

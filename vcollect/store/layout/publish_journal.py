@@ -35,9 +35,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from vcollect.errors import DatasetError, DatasetExistsError, ForeignJournalWarning, UnsafePathError
+from vcollect.errors import (
+    CorruptDatasetError,
+    DatasetError,
+    DatasetExistsError,
+    ForeignJournalWarning,
+    UnsafePathError,
+)
 from vcollect.store.layout.containment import check_contained, is_plain_relative
-from vcollect.store.layout.dataset_info import write_json_atomic
+from vcollect.store.layout.dataset_info import read_side_file, write_json_atomic
 from vcollect.store.layout.durable import fsync_dir
 from vcollect.store.layout.staging import JOURNAL_NAME_FILE, is_stale, pid_space, publish_dir
 
@@ -227,17 +233,10 @@ def recover_publishes(root: Path) -> None:
 def _read_journal(journal: Path, root: Path) -> dict[str, Any]:
     """The checked content of ``journal``: ValueError naming what is wrong unless it is a regular file of
     ours (signed with this user's key, written for ``root``) whose moves stay inside ``root``."""
-    fd = os.open(journal, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("it is not a regular file")
-        if info.st_size > _MAX_JOURNAL_BYTES:
-            raise ValueError(f"it is {info.st_size} bytes, far larger than a journal")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            raw = f.read(_MAX_JOURNAL_BYTES + 1)
-    finally:
-        os.close(fd)
+        raw = read_side_file(journal, _MAX_JOURNAL_BYTES, follow_links=False)
+    except CorruptDatasetError as exc:  # a FIFO, a link, a folder, far too large: the message says which
+        raise ValueError(str(exc).removeprefix(f"{journal} ")) from None
     try:
         plan = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:
@@ -291,15 +290,10 @@ def _names_journal(staging: Path, journal: Path) -> bool:
     if staging.is_symlink() or not staging.is_dir():
         return False
     try:
-        fd = os.open(staging / JOURNAL_NAME_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        named = read_side_file(staging / JOURNAL_NAME_FILE, 4096, follow_links=False)
+    except (OSError, CorruptDatasetError):
         return False
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        return os.read(fd, 4096).decode("utf-8", "replace") == str(journal)
-    finally:
-        os.close(fd)
+    return named.decode("utf-8", "replace") == str(journal)
 
 
 def _apply(plan: dict[str, Any], journal: Path, root: Path) -> None:
