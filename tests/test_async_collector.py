@@ -18,8 +18,8 @@ from tests.replay import assert_replays
 from tests.sinks import ListStore, StoredEpisode
 from vcollect import Collector, DummyVectorEnv, SubprocVectorEnv
 from vcollect.async_collector import AsyncCollector
+from vcollect.collecting.ledger import TransitionLedger
 from vcollect.errors import CollectorStateError, EnvWorkerError
-from vcollect.ledger import TransitionLedger
 
 
 class CountingSubproc(SubprocVectorEnv):

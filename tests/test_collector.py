@@ -740,7 +740,7 @@ def test_collector_options_are_typed_once_and_an_unknown_one_is_refused() -> Non
     from typing import get_type_hints
 
     from vcollect.async_collector import AsyncCollector
-    from vcollect.collector_options import CollectorOptions, CollectorSettings
+    from vcollect.collecting.options import CollectorOptions, CollectorSettings
 
     assert set(get_type_hints(CollectorOptions)) == {f.name for f in dataclasses.fields(CollectorSettings)}
     for cls in (Collector, AsyncCollector):

@@ -13,9 +13,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from tests.envs import CountingEnv
 from vcollect import AsyncCollector, Collector, DummyVectorEnv, SubprocVectorEnv, VectorRingBuffer
+from vcollect.collecting.loops import BlockLoop
 from vcollect.errors import HookOutputError, UnfinishedEpisodesWarning
 from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
-from vcollect.loops import BlockLoop
 from vcollect.store import EpisodeStore, load_dataset
 
 LENGTHS = (3, 4)  # env i's episodes last LENGTHS[i] steps

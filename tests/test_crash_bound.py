@@ -24,7 +24,7 @@ import pytest
 
 from tests.sinks import ListStore
 from vcollect import Collector, EpisodeStore, load_dataset, make_vector
-from vcollect.episode_writer import WRITE_BATCH, WRITE_STEPS
+from vcollect.collecting.episode_writer import WRITE_BATCH, WRITE_STEPS
 
 REPO = Path(__file__).resolve().parents[1]
 SHARD = 250

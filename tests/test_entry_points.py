@@ -524,7 +524,7 @@ def test_trusted_policy_actions_are_not_checked_on_any_entry_point(monkeypatch: 
     """An EpsilonGreedy(TorchPolicy) acts unchecked (its actions and its noise lie in the space) in a plain
     Collector, an AsyncCollector and a DistributedCollector worker's collector alike; a policy that does not
     vouch for its actions is checked in each of them."""
-    from vcollect.acting import PolicyActor
+    from vcollect.collecting.acting import PolicyActor
     from vcollect.distributed.worker import CollectorWorker, WorkerSpec
 
     checks: list[int] = []

@@ -18,10 +18,10 @@ from tests.test_capabilities import assert_declares
 from tests.test_gymnasium_adapter import assert_cartpole_transitions
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector
+from vcollect.collecting.loops import AllEnvLoop, BlockLoop
+from vcollect.collecting.loops import blocks as block_loop
 from vcollect.envs import EnvCapabilities, EnvPoolVectorEnv
 from vcollect.envs.steps import StepBlock
-from vcollect.loops import AllEnvLoop, BlockLoop
-from vcollect.loops import blocks as block_loop
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # envpool's Box precision warnings
 

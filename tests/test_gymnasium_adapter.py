@@ -19,11 +19,11 @@ from vcollect import Collector, DummyVectorEnv, make_vector
 from vcollect.async_collector import AsyncCollector
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
+from vcollect.collecting.loops import AllEnvLoop, BlockLoop
+from vcollect.collecting.loops.blocks import BLOCK_BYTES
 from vcollect.envs import EnvCapabilities, GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
 from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
-from vcollect.loops import AllEnvLoop, BlockLoop
-from vcollect.loops.blocks import BLOCK_BYTES
 
 MODES = [AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
 

@@ -7,7 +7,7 @@ import io
 import pytest
 from tqdm import tqdm
 
-from vcollect.progress import CHECKS_PER_INTERVAL, ThrottledBar
+from vcollect.collecting.progress import CHECKS_PER_INTERVAL, ThrottledBar
 
 
 class FakeClock:

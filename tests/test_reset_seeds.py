@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vcollect.reset_seeds import BLOCK, SEED_HIGH, ResetSeeds
+from vcollect.collecting.reset_seeds import BLOCK, SEED_HIGH, ResetSeeds
 
 
 @given(

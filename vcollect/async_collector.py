@@ -6,11 +6,11 @@ first (``envs.recv``) and resets finished envs asynchronously (``reset_async``),
 slow reset holds up only its own env. Everything else is the Collector's machinery: one ring per env id
 (interleaved envs never mix episodes), per-env policy state, the store, and the statistics.
 
-Counts stay exact: every received transition goes into the collector's ledger (vcollect.ledger), a call
-dispatches no more steps than it still needs, waits for every step it dispatched, and reports exactly
-``n_step`` transitions, or per env its quota of whole episodes. Transitions beyond that (steps still in
-flight after a TimeoutError, or steps a batch-returning backend needed to return its batch) are reported
-by the next call.
+Counts stay exact: every received transition goes into the collector's ledger (vcollect.collecting.ledger), a
+call dispatches no more steps than it still needs, waits for every step it dispatched, and reports exactly
+``n_step`` transitions, or per env its quota of whole episodes. Transitions beyond that (steps still in flight
+after a TimeoutError, or steps a batch-returning backend needed to return its batch) are reported by the next
+call.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 
 from vcollect.buffers import VectorRingBuffer
+from vcollect.collecting.loops import StepLoop, SubsetLoop
+from vcollect.collecting.options import CollectorOptions
+from vcollect.collecting.step_context import CollectCall, StepContext
 from vcollect.collector import Collector
-from vcollect.collector_options import CollectorOptions
 from vcollect.envs import AsyncResetResult, AsyncStepResult
-from vcollect.loops import StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.spaces import allocate, flatten_batch, unflatten_batch
-from vcollect.step_context import CollectCall, StepContext
 from vcollect.store.sink import EpisodeSink
 
 if TYPE_CHECKING:

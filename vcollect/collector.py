@@ -1,14 +1,14 @@
 """Collector: drive N environments with a policy for exactly n steps or exactly n episodes.
 
 One batch on its way from the envs to the store: the policy acts on the ready envs' latest observations
-(vcollect.acting), the envs step, the results go into one ring per env id (vcollect.buffers), every
-finished episode is queued for the store as one contiguous ring slice (vcollect.episode_writer), and
-the finished envs are reset with the next seed of their env id's stream (vcollect.reset_seeds).
+(vcollect.collecting.acting), the envs step, the results go into one ring per env id (vcollect.buffers), every
+finished episode is queued for the store as one contiguous ring slice (vcollect.collecting.episode_writer),
+and the finished envs are reset with the next seed of their env id's stream (vcollect.collecting.reset_seeds).
 
-The Collector is a facade: it builds these parts (vcollect.collector_parts), hands them to a step loop in
-one StepContext (vcollect.step_context), picks the loop once from what the backend declares
-(``VectorEnv.capabilities``: a subset of envs per step, every env per step, or every env per step staged
-in blocks; vcollect.loops), and reports what the calls collected.
+The Collector is a facade: it builds these parts (vcollect.collecting.parts), hands them to a step loop in one
+StepContext (vcollect.collecting.step_context), picks the loop once from what the backend declares
+(``VectorEnv.capabilities``: a subset of envs per step, every env per step, or every env per step staged in
+blocks; vcollect.collecting.loops), and reports what the calls collected.
 """
 
 from __future__ import annotations
@@ -22,30 +22,30 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from vcollect.acting import PolicyActor
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
-from vcollect.collector_options import CollectorOptions, CollectorSettings
-from vcollect.collector_parts import (
+from vcollect.collecting.acting import PolicyActor
+from vcollect.collecting.episode_writer import EpisodeWriter
+from vcollect.collecting.ledger import TransitionLedger
+from vcollect.collecting.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
+from vcollect.collecting.options import CollectorOptions, CollectorSettings
+from vcollect.collecting.parts import (
     DEFAULT_BUFFER_ROWS,
     as_vector_env,
     checked_ring,
     checked_store,
     collector_envs,
 )
+from vcollect.collecting.progress import ThrottledBar
+from vcollect.collecting.step_context import CollectCall, ProgressBar, StepContext
 from vcollect.envs import VectorEnv
 from vcollect.envs.info_recording import InfoRecordingEnv
-from vcollect.episode_writer import EpisodeWriter
 from vcollect.errors import CollectorStateError, EpisodesLostWarning
 from vcollect.exit_commits import ExitStage, register_exit_close
 from vcollect.hooks import EpisodeRolloutHook, StepHook
-from vcollect.ledger import TransitionLedger
-from vcollect.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.policies import Policy
 from vcollect.policies.wrapping import as_policy
-from vcollect.progress import ThrottledBar
 from vcollect.stats import CollectStats, EpisodeValues
-from vcollect.step_context import CollectCall, ProgressBar, StepContext
 from vcollect.store.sink import EpisodeSink
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ class Collector:
 
     The keyword options (``seed``, ``exploration_noise``, ``validate``, ``record_infos``, ``seed_every_reset``,
     ``stage_blocks``, ``unfinished``, ``check_finite`` and the hooks), their defaults and meaning:
-    vcollect.collector_options.CollectorSettings; typed once and shared with AsyncCollector, an option no
+    vcollect.collecting.options.CollectorSettings; typed once and shared with AsyncCollector, an option no
     collector takes is a TypeError.
 
     ``collect_step`` / ``collect_episode`` / ``collect_time``: running totals of what the collect calls
@@ -113,7 +113,7 @@ class Collector:
         envs: A ``VectorEnv``, a gymnasium vector env, one ``gymnasium.Env``, or a list of env factories.
         buffer: The rings to record into (a ``VectorRingBuffer`` with one ring per env); None makes one.
         store: Where every completed episode is written (an ``EpisodeSink`` of the envs' spaces).
-        **options: The keyword options above (vcollect.collector_options.CollectorSettings).
+        **options: The keyword options above (vcollect.collecting.options.CollectorSettings).
 
     Raises:
         TypeError: An option no collector takes, ``buffer`` not a VectorRingBuffer, or ``store`` not a whole

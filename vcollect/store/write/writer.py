@@ -113,7 +113,7 @@ class EpisodeStore:
       fewer than ``shard_steps + L`` steps;
     - in a Collector writing here, the finished episodes queued for the store: fewer than
       ``WRITE_BATCH`` (64) episodes and fewer than ``WRITE_STEPS`` (1,024) steps, plus the one being queued
-      (vcollect/episode_writer.py).
+      (vcollect/collecting/episode_writer.py).
 
     In all, fewer than ``shard_steps + 1,024 + L`` steps of finished episodes with inline commits and
     ``3 * (shard_steps + L) + 1,024`` with background commits; episodes still running are lost too (they

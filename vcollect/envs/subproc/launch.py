@@ -2,7 +2,7 @@
 
 The start method (forkserver where available, with the worker module preloaded), whether a worker must
 import the program's main module, the processes with their pipes and semaphores, and their stopping
-(politely, then by force). What a worker does once started is vcollect.envs.subproc_worker.
+(politely, then by force). What a worker does once started is vcollect.envs.subproc.worker.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import gymnasium as gym
 from cloudpickle import Pickler as CloudPickler
 from gymnasium.vector.utils import CloudpickleWrapper
 
-from vcollect.envs.subproc_transport import CLOSE, Channel, InheritedFd
-from vcollect.envs.subproc_worker import WORKER_NAME, worker_main
+from vcollect.envs.subproc.transport import CLOSE, Channel, InheritedFd
+from vcollect.envs.subproc.worker import WORKER_NAME, worker_main
 
 __all__ = [
     "CLOSE_JOIN_S",

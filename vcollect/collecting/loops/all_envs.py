@@ -14,10 +14,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from vcollect.collecting.step_context import CollectCall, StepContext
 from vcollect.envs import AllEnvStep
 from vcollect.infos import split_vector_infos
 from vcollect.spaces import flatten_batch, unflatten_batch
-from vcollect.step_context import CollectCall, StepContext
 
 __all__ = ["AllEnvLoop", "StepsAllEnvs"]
 

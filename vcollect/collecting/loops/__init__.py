@@ -8,9 +8,9 @@ backends, staging up to a block of steps and recording them at once.
 
 from __future__ import annotations
 
-from vcollect.loops.all_envs import AllEnvLoop
-from vcollect.loops.blocks import BlockLoop
-from vcollect.loops.step_loop import StepLoop
-from vcollect.loops.subset import SubsetLoop
+from vcollect.collecting.loops.all_envs import AllEnvLoop
+from vcollect.collecting.loops.blocks import BlockLoop
+from vcollect.collecting.loops.step_loop import StepLoop
+from vcollect.collecting.loops.subset import SubsetLoop
 
 __all__ = ["AllEnvLoop", "BlockLoop", "StepLoop", "SubsetLoop"]

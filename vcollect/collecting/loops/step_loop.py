@@ -6,7 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
-from vcollect.step_context import CollectCall
+from vcollect.collecting.step_context import CollectCall
 
 __all__ = ["StepLoop"]
 

@@ -18,16 +18,16 @@ from typing import Any, Literal, Protocol
 import gymnasium as gym
 import numpy as np
 
-from vcollect.acting import PolicyActor
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
+from vcollect.collecting.acting import PolicyActor
+from vcollect.collecting.episode_writer import EpisodeWriter
+from vcollect.collecting.ledger import TransitionLedger
+from vcollect.collecting.reset_seeds import ResetSeeds
 from vcollect.envs import VectorEnv
 from vcollect.envs.restarts import RestartsEnvs
-from vcollect.episode_writer import EpisodeWriter
 from vcollect.errors import HookOutputError, ObservationError, UnfinishedEpisodesWarning
 from vcollect.hooks import EpisodeRolloutHook, StepHook, StepRollout, check_episode_extras
-from vcollect.ledger import TransitionLedger
-from vcollect.reset_seeds import ResetSeeds
 from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
 from vcollect.stats import AbandonedEpisode, EpisodeValues
 

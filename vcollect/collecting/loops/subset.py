@@ -21,10 +21,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from vcollect.collecting.step_context import CollectCall, StepContext, take_rows
 from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
 from vcollect.stats import Extendable
-from vcollect.step_context import CollectCall, StepContext, take_rows
 
 __all__ = ["StepsAndResets", "SubsetLoop"]
 

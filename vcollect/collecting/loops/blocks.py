@@ -18,10 +18,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from gymnasium.spaces import Dict, Tuple
 
+from vcollect.collecting.loops.all_envs import AllEnvLoop
+from vcollect.collecting.step_context import CollectCall, StepContext
 from vcollect.envs.steps import StepBlock
-from vcollect.loops.all_envs import AllEnvLoop
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
-from vcollect.step_context import CollectCall, StepContext
 
 __all__ = ["BLOCK_BYTES", "BLOCK_STEPS", "HOLD_OBS_BYTES", "BlockLoop", "StagesBlocks"]
 

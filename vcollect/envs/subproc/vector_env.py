@@ -1,9 +1,9 @@
 """SubprocVectorEnv: envs in worker processes, several per worker, rows in shared memory.
 
 The vector env the collectors see: it checks the calls, writes actions and reset plans into the shared
-rows, hands the commands to its WorkerPool (vcollect.envs.subproc_pool: the processes, their pipes,
-semaphores and waits) and turns the replies into results. vcollect.envs.subproc_transport describes the
-protocol, vcollect.envs.subproc_worker what a worker does.
+rows, hands the commands to its WorkerPool (vcollect.envs.subproc.pool: the processes, their pipes,
+semaphores and waits) and turns the replies into results. vcollect.envs.subproc.transport describes the
+protocol, vcollect.envs.subproc.worker what a worker does.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from vcollect.envs.base import (
 from vcollect.envs.capabilities import EnvCapabilities
 from vcollect.envs.env_attrs import AttrReply
 from vcollect.envs.restarts import RestartBudget
-from vcollect.envs.subproc_launch import exit_if_importing_main
-from vcollect.envs.subproc_pool import PendingCommand, WorkerPool
-from vcollect.envs.subproc_transport import (
+from vcollect.envs.subproc.launch import exit_if_importing_main
+from vcollect.envs.subproc.pool import PendingCommand, WorkerPool
+from vcollect.envs.subproc.transport import (
     ATTR,
     LIVENESS_POLL_S,
     NO_RESET,
@@ -93,7 +93,7 @@ class SubprocVectorEnv(BaseVectorEnv):
     registry (an id registered under the script's ``__main__`` guard works too). Pass True if the
     factories rely on other side effects of running the script.
     (multiprocessing has no option for this: the worker is started without the main module's path in
-    its preparation data, see ``vcollect.envs.subproc_launch``.) A script without an
+    its preparation data, see ``vcollect.envs.subproc.launch``.) A script without an
     ``if __name__ == "__main__":`` guard that workers do import gets a one-line EnvWorkerError saying so.
     """
 
@@ -351,7 +351,7 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     def _step_reset_all(self, actions: Any, reset_seeds: Sequence[int | None]) -> StepResetResult | None:
         """step_reset of every env with nothing in flight, each env with a seed or each without: the
-        collector's call, made without pipes (see vcollect.envs.subproc_transport). None when the seeds
+        collector's call, made without pipes (see vcollect.envs.subproc.transport). None when the seeds
         are not one int in [0, 2**63) per env, nor all None: the general path handles (or rejects) those."""
         pool = self._pool
         if any(pool.owed):

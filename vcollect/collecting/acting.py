@@ -20,9 +20,9 @@ import numpy as np
 
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
+from vcollect.collecting.policy_state import put_state_rows, take_state_rows
 from vcollect.errors import ActionError
 from vcollect.policies import Policy, RandomPolicy, SupportsInfos
-from vcollect.policy_state import put_state_rows, take_state_rows
 from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
 
 __all__ = ["PolicyActor"]

@@ -1,12 +1,12 @@
 """WorkerPool: SubprocVectorEnv's worker processes as one object it holds.
 
-A pool starts the workers (vcollect.envs.subproc_launch), maps the shared rows once they have reported
+A pool starts the workers (vcollect.envs.subproc.launch), maps the shared rows once they have reported
 their spaces, sends each worker its commands and waits for the replies while checking that the worker
 is alive and that the synchronous call under way is within its deadline. It keeps each worker's queue
 of outstanding commands, so async sends and replies stay matched, and finishes the fast commands (shared
 rows and semaphores, no pipe) that an interrupted call left unread. A dead worker, or a call past its
 deadline, closes the pool's owner (``on_fatal``) and raises EnvWorkerError.
-vcollect.envs.subproc_transport describes the protocol.
+vcollect.envs.subproc.transport describes the protocol.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 
 from vcollect.envs.base import EnvFailure, timeout_message
 from vcollect.envs.layout import FixedLayout
-from vcollect.envs.subproc_launch import (
+from vcollect.envs.subproc.launch import (
     CLOSE_JOIN_S,
     NO_MAIN_GUARD_EXIT,
     WorkerHandle,
@@ -40,7 +40,7 @@ from vcollect.envs.subproc_launch import (
     start_worker,
     stop_workers,
 )
-from vcollect.envs.subproc_transport import (
+from vcollect.envs.subproc.transport import (
     CTRL_FAST,
     CTRL_REPLY,
     LIVENESS_POLL_S,
@@ -67,7 +67,7 @@ class PendingCommand:
     """A command sent to a worker whose reply has not been read yet.
 
     Attributes:
-        op: The command code (vcollect.envs.subproc_transport).
+        op: The command code (vcollect.envs.subproc.transport).
         ids: The env ids it covers, in the order of the reply's entries.
         live: Per env id, False once the caller discarded that env's result.
     """

@@ -1,5 +1,5 @@
 """The worker process of SubprocVectorEnv: builds its envs, reports their spaces, then answers commands
-(see vcollect.envs.subproc_transport for the protocol) until told to close or its parent is gone."""
+(see vcollect.envs.subproc.transport for the protocol) until told to close or its parent is gone."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from gymnasium.vector.utils import CloudpickleWrapper
 from vcollect.envs.base import spaces_problem, step_values_failure
 from vcollect.envs.env_attrs import AttrReply, read_attr, write_attr
 from vcollect.envs.layout import FixedLayout
-from vcollect.envs.subproc_transport import (
+from vcollect.envs.subproc.transport import (
     ATTR,
     CLOSE,
     CTRL_CURRENT,
