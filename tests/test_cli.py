@@ -218,25 +218,33 @@ def test_cli_collects_on_the_gymnasium_backend_what_python_collects(tmp_path: Pa
 def test_collect_hands_the_store_whole_batches_of_episodes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, count: list[str]
 ) -> None:
-    # With the CLI's sink class spied on: every stored episode must arrive through write_episodes.
+    # With the CLI's sink class spied on: every stored episode must arrive in batches, handed over
+    # (take_episodes: the collector's fresh arrays) or written (write_episodes).
     from vcollect.cli import GuardedSink
-    from vcollect.store.sink import EpisodeSink
+    from vcollect.store.sink import EpisodeSink, TakesEpisodes
 
     sinks: list[object] = []
     batched: list[int] = []
     single: list[int] = []
     write_episodes, write_episode = GuardedSink.write_episodes, GuardedSink.write_episode
+    take_episodes = GuardedSink.take_episodes
 
     def spy_batch(self: GuardedSink, *args: object, **kwargs: object) -> None:
         sinks.append(self)
         batched.append(len(args[5]))  # type: ignore[arg-type]  # lengths: one per episode
         write_episodes(self, *args, **kwargs)  # type: ignore[arg-type]
 
+    def spy_take(self: GuardedSink, *args: object, **kwargs: object) -> None:
+        sinks.append(self)
+        batched.append(len(args[5]))  # type: ignore[arg-type]
+        take_episodes(self, *args, **kwargs)  # type: ignore[arg-type]
+
     def spy_single(self: GuardedSink, *args: object, **kwargs: object) -> None:
         single.append(1)
         write_episode(self, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(GuardedSink, "write_episodes", spy_batch)
+    monkeypatch.setattr(GuardedSink, "take_episodes", spy_take)
     monkeypatch.setattr(GuardedSink, "write_episode", spy_single)
     status = main(["collect", "CartPole-v1", "--backend", backend, "--num-envs", "4", *count, "--seed", "0",
                    "--dataset", "cli/batched-v0", "--root", str(tmp_path), "--no-progress"])
@@ -245,7 +253,7 @@ def test_collect_hands_the_store_whole_batches_of_episodes(
     assert dataset.total_episodes >= 1
     assert single == []
     assert sum(batched) == dataset.total_episodes
-    assert sinks and all(isinstance(sink, EpisodeSink) for sink in sinks)
+    assert sinks and all(isinstance(sink, EpisodeSink) and isinstance(sink, TakesEpisodes) for sink in sinks)
 
 
 def test_guarded_sink_forwards_the_whole_protocol_and_holds_ctrl_c_until_a_write_is_whole() -> None:

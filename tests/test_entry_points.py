@@ -21,7 +21,7 @@ The invariants, the same everywhere (``check_episodes`` and ``check_reported``):
 
 A last group checks that the CLI's collector and a Ray worker's collector take the same route as the plain
 Python one for the same backend: the same vector env and capabilities, the same step loop class, and an
-``EpisodeSink`` that receives every episode through the batched ``write_episodes``.
+``EpisodeSink`` that receives every episode in batches (``take_episodes`` or ``write_episodes``).
 """
 
 from __future__ import annotations
@@ -414,17 +414,18 @@ def env_route(collector: Collector) -> tuple[Any, ...]:
 
 
 def count_batched_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Episodes handed to EpisodeStore.write_episodes (one entry per batch), from now on."""
+    """Episodes handed to EpisodeStore.write_episodes or take_episodes (one entry per batch), from now on."""
     batches: list[int] = []
-    write_episodes = EpisodeStore.write_episodes
+    for name in ("write_episodes", "take_episodes"):
+        method = getattr(EpisodeStore, name)
 
-    @functools.wraps(write_episodes)
-    def spied(self: Any, observations: Any, actions: Any, rewards: Any, terminations: Any, truncations: Any,
-              lengths: Any, **kwargs: Any) -> Any:
-        batches.append(len(lengths))
-        return write_episodes(self, observations, actions, rewards, terminations, truncations, lengths, **kwargs)
+        @functools.wraps(method)
+        def spied(self: Any, observations: Any, actions: Any, rewards: Any, terminations: Any, truncations: Any,
+                  lengths: Any, _method: Any = method, **kwargs: Any) -> Any:
+            batches.append(len(lengths))
+            return _method(self, observations, actions, rewards, terminations, truncations, lengths, **kwargs)
 
-    monkeypatch.setattr(EpisodeStore, "write_episodes", spied)
+        monkeypatch.setattr(EpisodeStore, name, spied)
     return batches
 
 

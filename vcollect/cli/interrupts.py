@@ -103,6 +103,28 @@ class GuardedSink:
                 seeds=seeds, env_ids=env_ids, options=options, **extra,
             )
 
+    def take_episodes(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        lengths: Sequence[int] | np.ndarray,
+        *,
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None] | None = None,
+        infos: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """The store's ``take_episodes`` (arrays handed over, kept uncopied); a Ctrl-C never cuts the batch."""
+        extra: dict[str, Any] = {} if infos is None else {"infos": infos}
+        with self.guard.critical():
+            self.store.take_episodes(
+                observations, actions, rewards, terminations, truncations, lengths,
+                seeds=seeds, env_ids=env_ids, options=options, **extra,
+            )
+
     def write_episode(self, observations: Any, actions: Any, rewards: Any, terminations: Any, truncations: Any,
                       **kwargs: Any) -> None:
         """Buffer one finished episode in the store (the collector's route for recorded infos), whole."""

@@ -25,7 +25,7 @@ from vcollect.buffers import EpisodeEnds, VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
 from vcollect.errors import HookOutputError
 from vcollect.spaces import flatten_batch, unflatten_batch
-from vcollect.store.sink import EpisodeSink
+from vcollect.store.sink import EpisodeSink, TakesEpisodes
 
 __all__ = ["WRITE_BATCH", "WRITE_STEPS", "EpisodeWriter"]
 
@@ -60,6 +60,8 @@ class EpisodeWriter:
 
     def __init__(self, sink: EpisodeSink, buffer: VectorRingBuffer, infos: EpisodeInfos | None = None) -> None:
         self.sink = sink
+        # gathered episodes are fresh arrays this writer drops: a sink that takes them keeps them uncopied
+        self._take = sink.take_episodes if isinstance(sink, TakesEpisodes) else sink.write_episodes
         self.buffer = buffer
         self.ring = RingWriter(buffer)
         self._infos = infos
@@ -203,7 +205,7 @@ class EpisodeWriter:
             np.array(env_ids, dtype=np.int64), np.array(last_rows, dtype=np.int64), lengths
         )
         self._hand_over(obs, acts, rewards, terms, truncs, lengths, list(seeds), list(env_ids), list(options),
-                        list(infos) if self._infos is not None else None, list(extras))
+                        list(infos) if self._infos is not None else None, list(extras), fresh=True)
 
     def _write_now(
         self, env_id: int, infos: Mapping[str, Any] | None, extras: Mapping[str, np.ndarray] | None
@@ -229,12 +231,16 @@ class EpisodeWriter:
         truncs: np.ndarray, lengths: np.ndarray, seeds: list[int | None], env_ids: list[int],
         options: list[dict[str, Any] | None], infos: list[Mapping[str, Any] | None] | None,
         extras: list[Mapping[str, np.ndarray] | None] | None,
+        *,
+        fresh: bool = False,
     ) -> None:
+        """Write the episodes to the sink; ``fresh``: the arrays are this writer's alone (handed over)."""
         buffer = self.buffer
         if extras is not None and any(extras):
             infos = [_with_extras(i, e) for i, e in zip(infos or [None] * len(extras), extras)]
         extra: dict[str, Any] = {} if infos is None or not any(infos) else {"infos": infos}
-        self.sink.write_episodes(
+        write = self._take if fresh else self.sink.write_episodes
+        write(
             unflatten_batch(buffer.observation_space, obs),
             unflatten_batch(buffer.action_space, acts),
             rewards, terms, truncs, lengths, seeds=seeds, env_ids=env_ids, options=options, **extra,

@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-__all__ = ["AcceptsEnvSpec", "EpisodeSink", "check_sink"]
+__all__ = ["AcceptsEnvSpec", "EpisodeSink", "TakesEpisodes", "check_sink"]
 
 
 @runtime_checkable
@@ -62,6 +62,30 @@ class AcceptsEnvSpec(Protocol):
 
     def record_env_spec(self, spec: EnvSpec) -> bool:
         """Record ``spec`` as the env of the dataset unless one is recorded already; True when it did."""
+        ...
+
+
+@runtime_checkable
+class TakesEpisodes(Protocol):
+    """What a sink may offer besides EpisodeSink: to take episode arrays handed over. A collector hands
+    over the fresh arrays it gathered from its rings (it never reads or writes them again), so a sink with
+    this method may keep them without copying them; any other sink gets ``write_episodes``."""
+
+    def take_episodes(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        lengths: Sequence[int] | np.ndarray,
+        *,
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None] | None = None,
+        infos: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """``write_episodes`` for arrays the caller hands over."""
         ...
 
 

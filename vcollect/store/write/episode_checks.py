@@ -34,9 +34,29 @@ def copy_leaves(
     shapes: list[tuple[int, ...]],
     arrays: list[Any],
     rows: int,
+    *,
+    copy: bool = True,
 ) -> list[np.ndarray]:
-    """Copies of one space's flattened leaves, each checked to have ``rows`` rows of its shape and a dtype
-    that fits the space's (``what`` names the space in errors)."""
+    """One space's flattened leaves, each checked to have ``rows`` rows of its shape and a dtype that fits
+    the space's (``what`` names the space in errors).
+
+    Args:
+        what: "observations" or "actions", for the messages.
+        leaf_list: the space's leaves.
+        shapes: each leaf's shape (without the row axis).
+        arrays: the values, one per leaf.
+        rows: the rows each value must have.
+        copy: copy each value (the caller may change it later); False for arrays handed over (the caller
+            never reads or writes them again), which are kept as they are.
+
+    Returns:
+        One array per leaf.
+
+    Raises:
+        ValueError: a value of the wrong shape or of a dtype that does not fit the leaf's.
+        ObservationError: a Text observation leaf holding something else than text of its lengths.
+        ActionError: the same for an action leaf.
+    """
     copies = []
     for leaf, shape, arr in zip(leaf_list, shapes, arrays):
         a = np.asarray(arr)
@@ -52,7 +72,7 @@ def copy_leaves(
                 where = f"{what}[{leaf.name!r}]" if leaf.name else what
                 error = ActionError if what == "actions" else ObservationError
                 raise error(f"{where} {problem}")
-        copies.append(a.copy())
+        copies.append(a.copy() if copy else a)
     return copies
 
 
@@ -72,12 +92,28 @@ def episode_steps(rewards: Any, terminations: Any, truncations: Any) -> tuple[np
 
 
 def batch_steps(
-    rewards: Any, terminations: Any, truncations: Any, steps: int
+    rewards: Any, terminations: Any, truncations: Any, steps: int, *, copy: bool = True
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Several episodes' rewards and flags, concatenated and copied: each of shape (``steps``,)."""
-    rew = np.array(rewards, dtype=np.float64)
-    terms = np.array(terminations, dtype=np.bool_)
-    truncs = np.array(truncations, dtype=np.bool_)
+    """Several episodes' rewards and flags, concatenated: each of shape (``steps``,).
+
+    Args:
+        rewards: the rewards (cast to float64).
+        terminations: the termination flags (cast to bool).
+        truncations: the truncation flags (cast to bool).
+        steps: the steps of the episodes together.
+        copy: copy them; False for arrays handed over, which are kept where their dtype is already the one
+            stored.
+
+    Returns:
+        (rewards, terminations, truncations).
+
+    Raises:
+        ValueError: an array of another shape than (``steps``,).
+    """
+    as_array = np.array if copy else np.asarray
+    rew = as_array(rewards, dtype=np.float64)
+    terms = as_array(terminations, dtype=np.bool_)
+    truncs = as_array(truncations, dtype=np.bool_)
     if rew.shape != (steps,) or terms.shape != (steps,) or truncs.shape != (steps,):
         raise ValueError(
             f"rewards/terminations/truncations must have shape ({steps},) (the sum of lengths), got "

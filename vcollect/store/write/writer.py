@@ -519,14 +519,86 @@ class EpisodeStore:
         options: Sequence[Mapping[str, Any] | None] | None = None,
         infos: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> None:
-        """Buffer several completed episodes at once, as ``write_episode`` would one by one.
+        """Buffer several completed episodes at once (copied), as ``write_episode`` would one by one.
 
-        Episode i has ``lengths[i]`` steps; the arrays are the episodes' arrays concatenated in order
-        (observations: lengths[i] + 1 rows each, the rest lengths[i]). ``infos``: one info tree (or None) per
-        episode, as write_episode's ``infos=``; when any is given the episodes go through write_episode one by
-        one, in order. Without infos the episodes are appended in one go: for writers that finish many plain
-        episodes (the Collector), whose per-episode Python cost this saves.
+        Without infos the episodes are appended in one go: for writers that finish many plain episodes
+        (the Collector), whose per-episode Python cost this saves.
+
+        Args:
+            observations: the episodes' observations concatenated in order, ``lengths[i] + 1`` rows each
+                (a nested batch for Dict/Tuple spaces).
+            actions: their actions concatenated, ``lengths[i]`` rows each.
+            rewards: their rewards concatenated, shape (sum of lengths,).
+            terminations: their termination flags, the same shape.
+            truncations: their truncation flags, the same shape.
+            lengths: the steps of each episode.
+            seeds: each episode's reset seed (None: unseeded).
+            env_ids: the env id each episode came from.
+            options: each episode's reset options (JSON-able), or None.
+            infos: one info tree (or None) per episode, as ``write_episode``'s ``infos=``; when any is given
+                the episodes go through ``write_episode`` one by one, in order.
+
+        Raises:
+            DatasetError: the store is closed.
+            InfoStructureError: the dataset holds episodes with infos, extras or metadata and none are given.
+            ValueError: arrays of the wrong shape or dtype, or lists of the wrong length.
         """
+        self._write_batch(observations, actions, rewards, terminations, truncations, lengths, seeds=seeds,
+                          env_ids=env_ids, options=options, infos=infos, copy=True)
+
+    def take_episodes(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        lengths: Sequence[int] | np.ndarray,
+        *,
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None] | None = None,
+        infos: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> None:
+        """``write_episodes`` for arrays handed over (``TakesEpisodes``): the caller never reads or writes them
+        again, so arrays already of the stored dtypes are kept without a copy (a collector gathers fresh
+        arrays from its rings; copying them again would double the memory traffic of every stored frame).
+
+        Args:
+            observations: as ``write_episodes``.
+            actions: as ``write_episodes``.
+            rewards: as ``write_episodes``.
+            terminations: as ``write_episodes``.
+            truncations: as ``write_episodes``.
+            lengths: as ``write_episodes``.
+            seeds: as ``write_episodes``.
+            env_ids: as ``write_episodes``.
+            options: as ``write_episodes``.
+            infos: as ``write_episodes``.
+
+        Raises:
+            DatasetError: the store is closed.
+            InfoStructureError: as ``write_episodes``.
+            ValueError: as ``write_episodes``.
+        """
+        self._write_batch(observations, actions, rewards, terminations, truncations, lengths, seeds=seeds,
+                          env_ids=env_ids, options=options, infos=infos, copy=False)
+
+    def _write_batch(
+        self,
+        observations: Any,
+        actions: Any,
+        rewards: Any,
+        terminations: Any,
+        truncations: Any,
+        lengths: Sequence[int] | np.ndarray,
+        *,
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None] | None,
+        infos: Sequence[Mapping[str, Any] | None] | None,
+        copy: bool,
+    ) -> None:
         if self._closed:
             raise DatasetError(f"EpisodeStore for {self._dataset_id!r} is closed")
         lens, opts, info_list = batch_lists(lengths, seeds, env_ids, options, infos)
@@ -542,11 +614,11 @@ class EpisodeStore:
         if n == 0:
             return
         steps = int(lens.sum())
-        rew, terms, truncs = batch_steps(rewards, terminations, truncations, steps)
+        rew, terms, truncs = batch_steps(rewards, terminations, truncations, steps, copy=copy)
         obs_copies = copy_leaves("observations", self._obs_leaves, self._obs_shapes,
-                                 flatten_batch(self.observation_space, observations), steps + n)
+                                 flatten_batch(self.observation_space, observations), steps + n, copy=copy)
         act_copies = copy_leaves("actions", self._act_leaves, self._act_shapes,
-                                 flatten_batch(self.action_space, actions), steps)
+                                 flatten_batch(self.action_space, actions), steps, copy=copy)
         batch = EpisodeRows(obs_copies, act_copies, rew, terms, truncs, lens.tolist())
         seed_values, valid, given = batch_seeds(seeds)
         if one_by_one or (min([self._pending.seed_min, *given]) < 0 and max([self._pending.seed_max, *given]) >= 2**63):
