@@ -290,7 +290,6 @@ def offenders() -> list[str]:
 #: Public items whose docstrings are still being completed (emptied as they are written).
 PENDING: frozenset[str] = frozenset(
     {
-        "DataCollector.__init__",
         "DistributedCollector.__init__",
         "DummyVectorEnv.__init__",
         "EnvPoolVectorEnv.__init__",
@@ -310,7 +309,6 @@ PENDING: frozenset[str] = frozenset(
         "vcollect.buffers.prioritized.PrioritizedVectorRingBuffer.set_beta",
         "vcollect.buffers.prioritized.PrioritizedVectorRingBuffer.start_episodes",
         "vcollect.buffers.prioritized.PrioritizedVectorRingBuffer.update_weight",
-        "vcollect.create_dataset_from_buffers",
         "vcollect.distributed.derive_seeds",
         "vcollect.distributed.driver.DistributedCollector.collect",
         "vcollect.distributed.driver.DistributedCollector.reset",
@@ -372,21 +370,6 @@ PENDING: frozenset[str] = frozenset(
         "vcollect.envs.subproc.SubprocVectorEnv.reset",
         "vcollect.envs.subproc.SubprocVectorEnv.step",
         "vcollect.envs.subproc.SubprocVectorEnv.step_reset",
-        "vcollect.export_minari",
-        "vcollect.get_normalized_score",
-        "vcollect.import_minari",
-        "vcollect.minari.callbacks.EpisodeMetadataCallback.__call__",
-        "vcollect.minari.callbacks.StepDataCallback.__call__",
-        "vcollect.minari.episode_buffers.EpisodeBuffer",
-        "vcollect.minari.episode_buffers.EpisodeBuffer.add_step_data",
-        "vcollect.minari.minari_dataset_path",
-        "vcollect.minari.parse_minari_dataset_id",
-        "vcollect.minari.recorder.DataCollector.add_to_dataset",
-        "vcollect.minari.recorder.DataCollector.create_dataset",
-        "vcollect.minari.recorder.DataCollector.reset",
-        "vcollect.minari.recorder.DataCollector.save_to_disk",
-        "vcollect.minari.recorder.DataCollector.step",
-        "vcollect.minari.resolve_minari_root",
         "vcollect.policies.base.Policy.__call__",
         "vcollect.policies.base.SupportsExplorationNoise.add_exploration_noise",
         "vcollect.policies.base.SupportsInfos.__call__",
@@ -404,7 +387,6 @@ PENDING: frozenset[str] = frozenset(
         "vcollect.policies.torch_policy.TorchPolicy.load_state_dict",
         "vcollect.policies.torch_policy.TorchPolicy.reset_state",
         "vcollect.policies.torch_policy.TorchPolicy.state_dict",
-        "vcollect.reference_scores",
     }
 )
 
