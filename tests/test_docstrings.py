@@ -287,52 +287,9 @@ def offenders() -> list[str]:
     return found
 
 
-#: Public items whose docstrings are still being completed (emptied as they are written).
-PENDING: frozenset[str] = frozenset(
-    {
-        "DummyVectorEnv.__init__",
-        "EnvPoolVectorEnv.__init__",
-        "GymnasiumVectorEnv.__init__",
-        "RayVectorEnv.__init__",
-        "SubprocVectorEnv.__init__",
-        "vcollect.envs.dummy.DummyVectorEnv.render",
-        "vcollect.envs.dummy.DummyVectorEnv.reset",
-        "vcollect.envs.dummy.DummyVectorEnv.step",
-        "vcollect.envs.dummy.DummyVectorEnv.step_reset",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.get_env_attr",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.make",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.recv_any",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.render",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.reset",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.set_env_attr",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.step",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.step_all",
-        "vcollect.envs.envpool_adapter.EnvPoolVectorEnv.step_into",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.from_env_fns",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.make",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.render",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.reset",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.send",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.step",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.step_all",
-        "vcollect.envs.gymnasium_adapter.GymnasiumVectorEnv.step_into",
-        "vcollect.envs.is_envpool",
-        "vcollect.envs.ray_env.RayVectorEnv.render",
-        "vcollect.envs.ray_env.RayVectorEnv.reset",
-        "vcollect.envs.ray_env.RayVectorEnv.step",
-        "vcollect.envs.subproc.SubprocVectorEnv.render",
-        "vcollect.envs.subproc.SubprocVectorEnv.reset",
-        "vcollect.envs.subproc.SubprocVectorEnv.step",
-        "vcollect.envs.subproc.SubprocVectorEnv.step_reset",
-    }
-)
-
-
 def test_public_names_have_google_style_docstrings() -> None:
-    found = [line for line in offenders() if line.split(": ", 1)[0] not in PENDING]
+    found = offenders()
     assert not found, f"{len(found)} docstring problems:\n" + "\n".join(found)
-    done = PENDING - {line.split(": ", 1)[0] for line in offenders()}
-    assert not done, f"complete now, drop them from PENDING: {sorted(done)}"
 
 
 # --- no issue numbers or history in the code's text ----------------------------------------------------------
