@@ -264,7 +264,10 @@ def public_objects() -> Iterator[tuple[str, Any]]:
     for module_name in MODULES:
         module = importlib.import_module(module_name)
         for name in module.__all__:
-            obj = getattr(module, name)
+            try:
+                obj = getattr(module, name)
+            except ImportError:  # TorchPolicy/TianshouPolicy without their optional extra installed
+                continue
             if id(obj) in seen or not (inspect.isclass(obj) or inspect.isfunction(obj)):
                 continue
             seen.add(id(obj))
