@@ -145,7 +145,18 @@ class AsyncCollector(Collector):
         options: dict[str, Any] | None = None,
     ) -> None:
         """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env
-        (and, by default, the buffer and the counters: Collector.reset)."""
+        (and, by default, the buffer and the counters: Collector.reset).
+
+        Args:
+            seed: Re-seeds the collector's generator first (None: keep it), as Collector.reset does.
+            reset_buffer: Empty the buffer too.
+            reset_stats: Zero ``collect_step``, ``collect_episode`` and ``collect_time`` too.
+            options: Passed to every env's reset.
+
+        Raises:
+            TypeError: ``seed`` is a bool (Tianshou's ``reset(False)``).
+            CollectorStateError: The collector is closed.
+        """
         self._check_open()
         if isinstance(self._loop, AsyncLoop):
             self._loop.drain()

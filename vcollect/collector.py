@@ -207,11 +207,19 @@ class Collector:
         self.context.on_episode_done_hook = hook
 
     def get_on_step_hook(self) -> StepHook | None:
-        """The step hook set (None: none)."""
+        """The step hook set.
+
+        Returns:
+            The hook; None when none is set.
+        """
         return self.context.on_step_hook
 
     def get_on_episode_done_hook(self) -> EpisodeRolloutHook | None:
-        """The episode-done hook set (None: none)."""
+        """The episode-done hook set.
+
+        Returns:
+            The hook; None when none is set.
+        """
         return self.context.on_episode_done_hook
 
     @property

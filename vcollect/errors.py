@@ -53,6 +53,11 @@ class EnvWorkerError(VCollectError, RuntimeError):
 
     Carries the env id and the original traceback text so the failure can be
     debugged from the parent process.
+
+    Args:
+        env_id: The env that failed; None when it is not known which (a worker as a whole).
+        message: What went wrong.
+        traceback_text: The original traceback, formatted, appended to the message when given.
     """
 
     def __init__(self, env_id: int | None, message: str, traceback_text: str = "") -> None:
@@ -112,6 +117,10 @@ class DamagedDatasetError(CorruptShardError):
     Raised by ``load_dataset`` (``on_damage="skip"`` reads the whole shards instead, with a warning); the
     message names every file, and ``problems`` holds one line per problem. A CorruptShardError, so code
     that caught a corrupt shard catches this too.
+
+    Args:
+        message: The error message, naming every file.
+        problems: One line per problem.
     """
 
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
@@ -152,6 +161,10 @@ class EnvAttributeError(VCollectError, AttributeError):
     """``get_env_attr`` / ``set_env_attr`` failed for some env: no such attribute, or it cannot be set.
 
     ``env_ids`` lists the env ids it failed for (the message names the attribute and them).
+
+    Args:
+        message: The error message.
+        env_ids: The env ids the call failed for.
     """
 
     def __init__(self, message: str, env_ids: list[int] | None = None) -> None:
@@ -172,6 +185,11 @@ class WorkerLostError(EnvWorkerError):
 
     ``stats`` holds what the call collected and counted before it gave up (each stored episode once, the
     dead workers' committed episodes included), so a caller can ask for the rest instead of all again.
+
+    Args:
+        message: What was lost and why.
+        traceback_text: The original traceback, formatted, appended to the message when given.
+        stats: The CollectStats of what the call collected before it gave up.
     """
 
     def __init__(self, message: str, traceback_text: str = "", stats: Any = None) -> None:

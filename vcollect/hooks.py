@@ -37,9 +37,16 @@ __all__ = [
 class StepRollout:
     """One recorded step of the envs ``env_ids`` (ascending): what a step hook sees and may replace.
 
-    ``act``, ``obs_next`` (batched, nested for Dict/Tuple spaces), ``rew`` (float), ``terminated``,
-    ``truncated`` (bool), one row per env id. Replace ``rew`` / ``obs_next`` by assigning new arrays of the
-    same shape (or write into them): the rings and the store receive what the hook leaves.
+    One row per env id. Replace ``rew`` / ``obs_next`` by assigning new arrays of the same shape (or write
+    into them): the rings and the store receive what the hook leaves.
+
+    Attributes:
+        env_ids: The stepped env ids, ascending.
+        act: The actions taken (batched, nested for Dict/Tuple spaces).
+        obs_next: The observations that followed (batched, nested for Dict/Tuple spaces).
+        rew: The rewards (float).
+        terminated: The terminations (bool).
+        truncated: The truncations (bool).
     """
 
     env_ids: np.ndarray
@@ -53,18 +60,40 @@ class StepRollout:
 class StepHook(Protocol):
     """``hook(rollout) -> None``, called once per recorded step (see :class:`StepRollout`)."""
 
-    def __call__(self, rollout: StepRollout) -> None: ...
+    def __call__(self, rollout: StepRollout) -> None:
+        """See one recorded step, and replace its rewards or next observations if it likes.
+
+        Args:
+            rollout: The step's arrays.
+        """
+        ...
 
 
 class EpisodeRolloutHook(Protocol):
     """``hook(episode) -> dict[str, np.ndarray] | None``: per-step arrays stored with the finished episode."""
 
-    def __call__(self, episode: EpisodeSlice) -> Mapping[str, np.ndarray] | None: ...
+    def __call__(self, episode: EpisodeSlice) -> Mapping[str, np.ndarray] | None:
+        """Compute per-step arrays for a finished episode.
+
+        Args:
+            episode: The finished episode.
+
+        Returns:
+            Name -> array with one row per step, stored with the episode; or None for nothing.
+        """
+        ...
 
 
 class EpisodeRolloutHookMCReturn:
     """Monte-Carlo return to go (``mc_return_to_go``) and the episode's return (``full_episode_mc_return``)
-    for every step, as Tianshou's hook of the same name computes them."""
+    for every step, as Tianshou's hook of the same name computes them.
+
+    Args:
+        gamma: The discount factor, in [0, 1].
+
+    Raises:
+        ValueError: ``gamma`` is outside [0, 1].
+    """
 
     MC_RETURN_TO_GO_KEY = "mc_return_to_go"
     FULL_EPISODE_MC_RETURN_KEY = "full_episode_mc_return"
@@ -75,6 +104,14 @@ class EpisodeRolloutHookMCReturn:
         self.gamma = float(gamma)
 
     def __call__(self, episode: EpisodeSlice) -> dict[str, np.ndarray]:
+        """The discounted return to go of every step of ``episode``, and the episode's discounted return.
+
+        Args:
+            episode: The finished episode.
+
+        Returns:
+            ``mc_return_to_go`` and ``full_episode_mc_return``, each a float64 array of one row per step.
+        """
         rewards = np.asarray(episode.rewards, dtype=np.float64)
         to_go = np.empty_like(rewards)
         running = 0.0
@@ -86,7 +123,20 @@ class EpisodeRolloutHookMCReturn:
 
 
 def check_episode_extras(extras: Any, steps: int, env_id: int) -> dict[str, np.ndarray]:
-    """An episode hook's return as {name: array with ``steps`` rows}; HookOutputError naming the key otherwise."""
+    """Check an episode hook's return and convert it to arrays.
+
+    Args:
+        extras: What the hook returned (it must be a mapping of str keys without ``/``).
+        steps: The episode's length: the rows every array must have.
+        env_id: The env whose episode it is (for the error message).
+
+    Returns:
+        {name: array with ``steps`` rows}.
+
+    Raises:
+        HookOutputError: ``extras`` is not a mapping, a key is not a non-empty str without ``/``, or an
+            array has not one row per step.
+    """
     if not isinstance(extras, Mapping):
         raise HookOutputError(
             f"on_episode_done_hook returned {type(extras).__name__} for env {env_id}'s episode; return a dict "

@@ -32,7 +32,14 @@ class AbandonedEpisode(NamedTuple):
 
 @dataclass(frozen=True)
 class SummaryStats:
-    """Mean, standard deviation, minimum and maximum of a sequence of numbers."""
+    """Mean, standard deviation, minimum and maximum of a sequence of numbers.
+
+    Attributes:
+        mean: The mean.
+        std: The population standard deviation.
+        min: The smallest number.
+        max: The largest number.
+    """
 
     mean: float
     std: float
@@ -41,7 +48,14 @@ class SummaryStats:
 
     @classmethod
     def from_sequence(cls, values: np.ndarray) -> SummaryStats | None:
-        """Summarise ``values``; None when it is empty (no episode completed)."""
+        """Summarise ``values``.
+
+        Args:
+            values: The numbers (any array-like of floats).
+
+        Returns:
+            Their statistics; None when ``values`` is empty (no episode completed).
+        """
         array = np.asarray(values, dtype=np.float64)
         if array.size == 0:
             return None
@@ -78,7 +92,14 @@ class Moments:
 
     @classmethod
     def of(cls, values: np.ndarray | Iterable[float]) -> Moments:
-        """The moments of ``values`` (computed with numpy, in one pass over the array)."""
+        """The moments of ``values`` (computed with numpy, in one pass over the array).
+
+        Args:
+            values: The numbers, an array or any iterable of floats.
+
+        Returns:
+            Their moments (the empty Moments when there are none).
+        """
         array = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=np.float64)
         if array.size == 0:
             return cls()
@@ -86,7 +107,14 @@ class Moments:
         return cls(int(array.size), mean, float(np.square(array - mean).sum()), float(array.min()), float(array.max()))
 
     def combine(self, other: Moments) -> Moments:
-        """The moments of both sets of numbers together."""
+        """The moments of both sets of numbers together.
+
+        Args:
+            other: The moments of the other set.
+
+        Returns:
+            The moments of the union of both sets.
+        """
         if other.count == 0:
             return self
         if self.count == 0:
@@ -102,7 +130,11 @@ class Moments:
         )
 
     def summary(self) -> SummaryStats | None:
-        """Mean, population standard deviation, minimum and maximum; None when there are no numbers."""
+        """Mean, population standard deviation, minimum and maximum of the numbers.
+
+        Returns:
+            Their statistics; None when there are no numbers.
+        """
         if self.count == 0:
             return None
         return SummaryStats(mean=self.mean, std=math.sqrt(max(self.m2, 0.0) / self.count), min=self.min, max=self.max)
@@ -112,7 +144,11 @@ class Extendable(Protocol):
     """Where the returns or lengths of finished episodes are reported: a list, or EpisodeValues."""
 
     def extend(self, values: Iterable[Any], /) -> None:
-        """Add ``values`` (numbers) at the end."""
+        """Add ``values`` (numbers) at the end.
+
+        Args:
+            values: The values of finished episodes, in the order they finished.
+        """
         ...
 
 
@@ -133,7 +169,11 @@ class EpisodeValues:
         self._folded = Moments()
 
     def extend(self, values: Iterable[float], /) -> None:
-        """Add the values of finished episodes, in the order they finished."""
+        """Add the values of finished episodes, in the order they finished.
+
+        Args:
+            values: The values (returns or lengths) to add.
+        """
         self._held.extend(values)
         if not self.keep and len(self._held) >= FOLD_EVERY:
             self._fold()
@@ -148,11 +188,22 @@ class EpisodeValues:
         return len(self._held)
 
     def array(self, dtype: type[np.generic]) -> np.ndarray:
-        """Every value, in order, as a ``dtype`` array; empty when the values are not kept."""
+        """Every value, in order, as an array.
+
+        Args:
+            dtype: The array's dtype.
+
+        Returns:
+            The values; an empty array when the values are not kept.
+        """
         return np.asarray(self._held if self.keep else [], dtype=dtype)
 
     def moments(self) -> Moments:
-        """The moments of every value reported."""
+        """The moments of every value reported.
+
+        Returns:
+            Their moments (the held values are folded in first when they are not kept).
+        """
         if self.keep:
             return Moments.of(self._held)
         self._fold()
@@ -175,6 +226,16 @@ class CollectStats:
     call because their env's worker failed and was replaced (backends built with ``max_restarts``), each
     with its env id, steps and the error; their steps are counted in ``n_collected_steps`` (they were
     collected, as an unfinished episode's are), the episodes are neither stored nor counted as collected.
+
+    Attributes:
+        n_collected_steps: Transitions collected in the call.
+        n_collected_episodes: Episodes completed in the call.
+        collect_time: Seconds the call took.
+        returns: The completed episodes' returns (empty when per-episode values were not kept).
+        lens: The completed episodes' lengths (empty when per-episode values were not kept).
+        abandoned: The episodes given up because their env's worker was replaced.
+        returns_moments: The returns' moments, where per-episode values were not kept; else None.
+        lens_moments: The lengths' moments, where per-episode values were not kept; else None.
     """
 
     n_collected_steps: int
@@ -214,9 +275,16 @@ class CollectStats:
     def merge(cls, parts: list[CollectStats], collect_time: float | None = None) -> CollectStats:
         """Combine the stats of several collectors (e.g. distributed workers) into one.
 
-        ``collect_time`` defaults to the longest part's time, as parts run concurrently. Where a part kept
-        no per-episode values (it has moments), the merged stats keep none either: their moments combine
-        every part's.
+        Where a part kept no per-episode values (it has moments), the merged stats keep none either: their
+        moments combine every part's.
+
+        Args:
+            parts: The stats to combine.
+            collect_time: The merged call's time; defaults to the longest part's, as parts run
+                concurrently.
+
+        Returns:
+            One CollectStats counting every part's steps, episodes and abandoned episodes.
         """
         if not parts:
             return cls(0, 0, 0.0 if collect_time is None else collect_time)

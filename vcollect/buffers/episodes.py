@@ -17,6 +17,13 @@ class EpisodeSlice:
 
     Arrays are views into the buffer when the episode is contiguous in its ring: consume or copy them
     before the buffer is written again.
+
+    Attributes:
+        observations: T+1 rows (nested for Dict/Tuple spaces).
+        actions: T rows (nested for Dict/Tuple spaces).
+        rewards: (T,) floats.
+        terminations: (T,) bools.
+        truncations: (T,) bools.
     """
 
     observations: Any
@@ -41,7 +48,19 @@ class SpilledChunk:
 class EpisodeEnds:
     """The episodes that ended in a RingWriter.add_steps call, in order (step by step, env ids
     ascending within a step): the step each ended in, its env id, the flat ring row of its final
-    observation (an :meth:`RingWriter.episode_ref` handle with ``lengths``), its steps and return."""
+    observation (an :meth:`RingWriter.episode_ref` handle with ``lengths``), its steps and return.
+
+    Attributes:
+        steps: The step of the call each episode ended in.
+        env_ids: The env id of each.
+        last_rows: The flat ring row of each one's final observation.
+        lengths: The steps of each.
+        returns: The return of each.
+        mask: (k, num_envs) bool: which steps ended an episode.
+        spilled: Episodes (by position in these arrays) whose first steps were copied out of the ring
+            before this block (keep_overflow): those steps, in order; the rest, ``lengths[i] -
+            spilled_steps(i)`` steps, is in the ring. Read them with :meth:`RingWriter.gather_spilled_episode`.
+    """
 
     steps: np.ndarray
     env_ids: np.ndarray
@@ -49,12 +68,15 @@ class EpisodeEnds:
     lengths: np.ndarray
     returns: np.ndarray
     mask: np.ndarray
-    """(k, num_envs) bool: which steps ended an episode."""
     spilled: dict[int, list[SpilledChunk]] = field(default_factory=dict)
-    """Episodes (by position in these arrays) whose first steps were copied out of the ring before this
-    block (keep_overflow): those steps, in order; the rest, ``lengths[i] - spilled_steps(i)`` steps, is in
-    the ring. Read them with :meth:`RingWriter.gather_spilled_episode`."""
 
     def spilled_steps(self, i: int) -> int:
-        """Steps of episode i that are no longer in the ring (0 for most)."""
+        """Steps of an episode that are no longer in the ring.
+
+        Args:
+            i: The episode's position in these arrays.
+
+        Returns:
+            Those steps (0 for most).
+        """
         return sum(len(chunk.rewards) for chunk in self.spilled.get(i, ()))

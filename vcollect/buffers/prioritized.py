@@ -42,6 +42,21 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
     Stale indices, rows rewritten since the ``sample`` that last returned them (the collector moved on
     between sampling and the update), are ignored: their new transition keeps the priority it was given
     when written. ``update_weight`` returns which indices it applied.
+
+    Args:
+        num_envs: How many rings (one per env id).
+        capacity: Rows per ring; or give ``total_size`` instead.
+        observation_space: The envs' single observation space (None: set later; give both spaces or neither).
+        action_space: The envs' single action space.
+        alpha: The priority exponent (> 0).
+        beta: The importance-weight exponent (>= 0).
+        weight_norm: Normalise the weights by the batch's largest (Tianshou's ``weight_norm``).
+        keep_overflow: As :class:`VectorRingBuffer`'s.
+        total_size: Rows over all rings, as Tianshou's ``total_size``.
+        seed: Seeds the generator ``sample`` draws with.
+
+    Raises:
+        ValueError: ``alpha <= 0`` or ``beta < 0``, or :class:`VectorRingBuffer`'s reasons.
     """
 
     def __init__(
@@ -78,7 +93,14 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         super()._allocate()
 
     def set_beta(self, beta: float) -> None:
-        """Change beta (e.g. annealed towards 1 over training), as Tianshou's ``set_beta``."""
+        """Change beta (e.g. annealed towards 1 over training), as Tianshou's ``set_beta``.
+
+        Args:
+            beta: The new importance-weight exponent.
+
+        Raises:
+            ValueError: ``beta < 0``.
+        """
         if not float(beta) >= 0.0:
             raise ValueError(f"beta must be >= 0, got {beta}")
         self.beta = float(beta)
@@ -99,11 +121,27 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             self._sync()
 
     def start_episodes(self, env_ids: np.ndarray, obs_batch: Any) -> None:
+        """As :meth:`VectorRingBuffer.start_episodes`, noting the rows written for the priority tree.
+
+        Args:
+            env_ids: Distinct env ids.
+            obs_batch: Their first observations, batched in ``env_ids`` order.
+        """
         super().start_episodes(env_ids, obs_batch)
         self._note(self._last_flat[env_ids])
 
     def add(self, env_ids: np.ndarray, actions: Any, rewards: Any, terminations: Any, truncations: Any,
             next_obs: Any) -> None:
+        """As :meth:`VectorRingBuffer.add`, noting the rows written for the priority tree.
+
+        Args:
+            env_ids: Distinct env ids, each with a started episode.
+            actions: The actions taken, batched in ``env_ids`` order.
+            rewards: The rewards that followed.
+            terminations: Whether each episode terminated.
+            truncations: Whether each episode was truncated.
+            next_obs: The observations that followed, batched.
+        """
         env_ids = np.asarray(env_ids)
         before = self._last_flat[env_ids]
         super().add(env_ids, actions, rewards, terminations, truncations, next_obs)
@@ -111,6 +149,17 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
 
     def add_all(self, actions: Any, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray,
                 next_obs: Any, started: np.ndarray | None = None, stepped: np.ndarray | None = None) -> None:
+        """As :meth:`VectorRingBuffer.add_all`, noting the rows written for the priority tree.
+
+        Args:
+            actions: Every env's action, batched in env id order.
+            rewards: Every env's reward.
+            terminations: Every env's termination flag.
+            truncations: Every env's truncation flag.
+            next_obs: Every env's next observation (a restarting env's first one), batched.
+            started: Ascending env ids that begin a new episode with this row (None: none).
+            stepped: The bool mask of the other envs, where the caller has it.
+        """
         before = self._last_flat.copy()
         super().add_all(actions, rewards, terminations, truncations, next_obs, started, stepped)
         self._note(np.concatenate([before, self._last_flat]))
@@ -140,9 +189,21 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1,
         n_step: int | None = None, gamma: float | None = None,
     ) -> dict[str, Any]:
-        """As :meth:`VectorRingBuffer.sample` (``stack_num``, ``n_step`` and ``gamma`` alike), rows drawn in
-        proportion to their priorities (``batch_size=0``: every stored row, in order), with ``weights``
-        (importance weights, float64) in the batch."""
+        """As :meth:`VectorRingBuffer.sample`, rows drawn in proportion to their priorities.
+
+        Args:
+            batch_size: How many (0: every stored row, in order).
+            rng: The generator to draw with (None: the ring's own).
+            stack_num: Stack observations this deep.
+            n_step: With ``gamma``, add n-step returns.
+            gamma: The discount of the n-step returns.
+
+        Returns:
+            :meth:`VectorRingBuffer.sample`'s dict, with ``weights`` (importance weights, float64).
+
+        Raises:
+            ValueError: Nothing is stored, or bad ``batch_size`` / ``stack_num`` / ``n_step`` / ``gamma``.
+        """
         self._sync()
         if check_count("batch_size", batch_size, 0) == 0:  # every stored transition, with its weight
             rows = every_step_row(self)
@@ -161,15 +222,36 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         return batch
 
     def priorities(self, indices: np.ndarray) -> np.ndarray:
-        """The current ``priority ** alpha`` of rows ``indices`` (0 for rows holding no step)."""
+        """The current ``priority ** alpha`` of some rows.
+
+        Args:
+            indices: Flat row indices (a batch's ``indices``).
+
+        Returns:
+            Their ``priority ** alpha`` (0 for rows holding no step).
+
+        Raises:
+            IndexError: An index outside the rings.
+        """
         self._sync()
         return self._tree[self._check_indices(indices)]
 
     def update_weight(self, indices: np.ndarray, priorities: Any) -> np.ndarray:
-        """Set the priorities of rows ``indices`` (from a batch's ``indices``) to ``|priorities| + eps``;
-        ``priorities`` may be numpy or a torch tensor (e.g. TD errors). Indices whose rows were rewritten
-        since they were sampled are ignored (see the class docstring). Returns the bool mask of the
-        indices applied."""
+        """Set the priorities of rows ``indices`` to ``|priorities| + eps``.
+
+        Indices whose rows were rewritten since they were sampled are ignored (see the class docstring).
+
+        Args:
+            indices: Flat row indices, from a batch's ``indices``.
+            priorities: One per index, numpy or a torch tensor (e.g. TD errors).
+
+        Returns:
+            The bool mask of the indices applied.
+
+        Raises:
+            ValueError: Not one priority per index, or a priority that is NaN or infinite.
+            IndexError: An index outside the rings.
+        """
         idx = self._check_indices(indices)
         if hasattr(priorities, "detach"):  # a torch tensor, maybe on a device or needing grad
             priorities = priorities.detach().cpu().numpy()

@@ -624,7 +624,11 @@ class VectorRingBuffer:
 
     def unfinished(self) -> np.ndarray:
         """Env ids whose current episode has at least one step and has not ended (its last step neither
-        terminated nor truncated): what would be lost if collection stopped now."""
+        terminated nor truncated): what would be lost if collection stopped now.
+
+        Returns:
+            Those env ids, ascending.
+        """
         c = self.capacity
         base = self._all_ids * c
         last_step = base + (self._last_flat - base - 1) % c

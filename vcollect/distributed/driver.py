@@ -61,16 +61,32 @@ _CLOSE_TIMEOUT_S = 60.0
 
 
 def derive_seeds(seed: int | None, num_workers: int) -> tuple[int, list[int]]:
-    """(root entropy, one seed per worker) from numpy's SeedSequence(seed).spawn: independent streams,
-    the same for the same seed. With seed None the root entropy is drawn (and returned, to reproduce)."""
+    """The workers' seeds, from numpy's SeedSequence(seed).spawn: independent streams, the same for the same seed.
+
+    Args:
+        seed: The root seed (None: the root entropy is drawn, and returned to reproduce the run).
+        num_workers: How many worker seeds.
+
+    Returns:
+        (root entropy, one seed per worker).
+    """
     root = np.random.SeedSequence(seed)
     entropy = int(root.entropy)  # type: ignore[arg-type]
     return entropy, [int(child.generate_state(1, np.uint64)[0]) for child in root.spawn(num_workers)]
 
 
 def replacement_seed(entropy: int, worker: int, generation: int) -> int:
-    """The seed of worker ``worker``'s ``generation``-th replacement: SeedSequence(entropy, spawn_key=(worker,
-    generation)), a stream distinct from every original worker's (spawn_key (worker,)) and other replacement's."""
+    """The seed of a replacement worker: SeedSequence(entropy, spawn_key=(worker, generation)), a stream
+    distinct from every original worker's (spawn_key (worker,)) and other replacement's.
+
+    Args:
+        entropy: The root entropy :func:`derive_seeds` returned.
+        worker: The worker index replaced.
+        generation: Which replacement of that worker (1 for the first).
+
+    Returns:
+        The replacement's seed.
+    """
     seq = np.random.SeedSequence(entropy, spawn_key=(worker, generation))
     return int(seq.generate_state(1, np.uint64)[0])
 
@@ -78,34 +94,54 @@ def replacement_seed(entropy: int, worker: int, generation: int) -> int:
 class DistributedCollector:
     """Run one Collector per Ray actor and collect exact totals across them into one dataset.
 
-    ``env`` is what make_vector takes (an env id or a zero-argument factory); every worker builds
-    ``envs_per_worker`` envs on ``backend``. ``policy_fn(observation_space, action_space) -> Policy`` runs in
-    each worker (None: only ``collect(random=True)``). ``store`` is the id of an existing dataset under
-    ``root`` (resolved here, on the driver); every worker's episodes go to their own shards, with global env
-    ids ``worker_index * envs_per_worker + local env id``. ``transport="shared_fs"``: each worker writes the
-    shards itself, so the path must be on a filesystem all nodes mount; ``"object_store"``: workers send
-    episodes through Ray's object store to a writer actor on the driver's node (at most ``max_in_flight``
-    unanswered batches per worker), so only the driver's node needs the dataset. Worker seeds come from
-    ``SeedSequence(seed).spawn``. ``max_worker_restarts``: how many times each worker may be replaced after
-    its actor dies (0: a death raises, naming the worker; the collector can then only be closed).
-    ``collector`` is "sync" (Collector) or "async" (AsyncCollector); ``seed_every_reset``,
-    ``exploration_noise`` (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's), ``unfinished``,
-    ``validate``, ``stage_blocks`` and ``check_finite`` go to it, as they do to a Collector in this process.
-    Uses the connected Ray cluster, or starts a local one. ``worker_options`` go to
-    the actor's ``.options(...)`` (default ``num_cpus=1``); ``env_kwargs``/``backend_kwargs`` go to
-    make_vector. ``store_options`` (a :class:`~vcollect.store.StoreOptions`: shard size, compression,
-    background commits) go to every worker's EpisodeStore.open, with ``store_kwargs`` (its fields by name)
-    overriding them; each writer's env_id_offset is the worker's, set here. ``flush_every_call``: commit
-    every worker's episodes before its ``collect`` replies, so the dataset holds exactly the episodes
-    reported after every call; False commits a shard per ``shard_steps``/``shard_bytes`` and the rest on
-    :meth:`flush`, :meth:`reset` and :meth:`close` (the dataset holds exactly the episodes reported after
-    those). None (the default): True when ``max_worker_restarts`` > 0 (a replaced worker's uncommitted
-    episodes, counted by earlier calls, could not be collected again), else False. Setup (and a
-    replacement's) waits at most ``startup_timeout`` seconds for the actors to be placed.
-    ``worker_timeout``: seconds ``collect`` waits for the next worker reply (None: no limit); past it the
-    workers still running are killed and handled as dead ones (replaced while restarts last, else
-    WorkerLostError), so a worker whose env hangs in-process cannot hang the driver. A worker replies once
-    per call, after its whole quota: pick a limit above the longest quota's collection time.
+    Uses the connected Ray cluster, or starts a local one. Every worker's episodes go to their own shards,
+    with global env ids ``worker_index * envs_per_worker + local env id``.
+
+    Args:
+        env: What make_vector takes (an env id or a zero-argument factory).
+        policy_fn: ``policy_fn(observation_space, action_space) -> Policy``, run in each worker (None: only
+            ``collect(random=True)``).
+        num_workers: How many worker actors.
+        envs_per_worker: The envs each worker builds.
+        backend: The backend each worker builds its envs on.
+        store: The id of an existing dataset under ``root`` (resolved here, on the driver); None: no store.
+        root: The datasets root ``store`` lies under.
+        seed: Worker seeds come from ``SeedSequence(seed).spawn`` (None: drawn).
+        collector: "sync" (Collector) or "async" (AsyncCollector).
+        seed_every_reset: Goes to each worker's collector, as to a Collector in this process.
+        exploration_noise: The same (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's).
+        unfinished: The same: "drop" or "truncate".
+        validate: The same.
+        stage_blocks: The same.
+        check_finite: The same.
+        flush_every_call: Commit every worker's episodes before its ``collect`` replies, so the dataset holds
+            exactly the episodes reported after every call; False commits a shard per
+            ``shard_steps``/``shard_bytes`` and the rest on :meth:`flush`, :meth:`reset` and :meth:`close`
+            (the dataset holds exactly the episodes reported after those). None: True when
+            ``max_worker_restarts`` > 0 (a replaced worker's uncommitted episodes, counted by earlier calls,
+            could not be collected again), else False.
+        env_kwargs: Go to make_vector.
+        backend_kwargs: Go to make_vector.
+        store_kwargs: StoreOptions fields by name, overriding ``store_options``.
+        store_options: A :class:`~vcollect.store.StoreOptions` (shard size, compression, background commits)
+            for every worker's EpisodeStore.open; each writer's env_id_offset is the worker's, set here.
+        worker_options: Go to the actor's ``.options(...)`` (default ``num_cpus=1``).
+        startup_timeout: Seconds setup (and a replacement's) waits for the actors to be placed.
+        max_worker_restarts: How many times each worker may be replaced after its actor dies (0: a death
+            raises, naming the worker; the collector can then only be closed).
+        transport: "shared_fs": each worker writes the shards itself, so the path must be on a filesystem
+            all nodes mount; "object_store": workers send episodes through Ray's object store to a writer
+            actor on the driver's node, so only the driver's node needs the dataset.
+        max_in_flight: With "object_store", the unanswered batches each worker may have.
+        worker_timeout: Seconds ``collect`` waits for the next worker reply (None: no limit); past it the
+            workers still running are killed and handled as dead ones (replaced while restarts last, else
+            WorkerLostError), so a worker whose env hangs in-process cannot hang the driver. A worker
+            replies once per call, after its whole quota: pick a limit above the longest quota's time.
+
+    Raises:
+        ValueError: A count out of range, an unknown ``unfinished`` or ``transport``, an env_id_offset in
+            the store options, ``flush_every_call=False`` with restarts, or a bad ``worker_timeout``.
+        InvalidDatasetIdError: ``store`` is malformed.
     """
 
     def __init__(
@@ -246,6 +282,19 @@ class DistributedCollector:
         worker that fails otherwise, or dies with none left, does not stop the others: they finish their
         quotas, then the first failure is raised (a death as WorkerLostError carrying the stats so far); a
         worker that failed without dying is counted nothing in the call and still owes what it owed.
+
+        Args:
+            n_step: Transitions to collect over all workers.
+            n_episode: Episodes to collect over all workers (give exactly one of the two).
+            random: Act with random actions instead of the workers' policies.
+
+        Returns:
+            The workers' stats merged.
+
+        Raises:
+            ValueError: Not exactly one of ``n_step``/``n_episode``, or a count that is not a positive int.
+            CollectorStateError: The collector is closed, or a worker died in an earlier call.
+            WorkerLostError: A worker died with no restarts left.
         """
         self._check_usable()
         if (n_step is None) == (n_episode is None):
@@ -338,9 +387,16 @@ class DistributedCollector:
             self._pending[w] = (0, 0)
 
     def set_policy_weights(self, weights: Any) -> None:
-        """Put ``weights`` (e.g. a torch state_dict) in the object store once and load them into every
-        worker's policy (``policy.load_state_dict``); returns when all workers have them. The reference is
-        kept, so a replacement worker starts with the latest weights."""
+        """Put ``weights`` in the object store once and load them into every worker's policy
+        (``policy.load_state_dict``); returns when all workers have them. The reference is kept, so a
+        replacement worker starts with the latest weights.
+
+        Args:
+            weights: The weights, e.g. a torch state_dict.
+
+        Raises:
+            CollectorStateError: The collector is closed, or a worker died earlier.
+        """
         self._check_usable()
         ref = self._ray.put(weights)
         self._weights = ref
@@ -348,7 +404,14 @@ class DistributedCollector:
 
     def reset(self, seed: int | None = None) -> None:
         """Reset every worker's collector (unfinished episodes are dropped, or stored truncated and committed:
-        ``unfinished``); a seed re-derives the worker seeds as the constructor does."""
+        ``unfinished``).
+
+        Args:
+            seed: Re-derives the worker seeds as the constructor does (None: keep them).
+
+        Raises:
+            CollectorStateError: The collector is closed, or a worker died earlier.
+        """
         self._check_usable()
         seeds: list[int | None] = [None] * self.num_workers
         if seed is not None:

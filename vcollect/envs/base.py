@@ -79,31 +79,75 @@ class VectorEnv(Protocol):
         ...
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None) and return their first observations and infos."""
+        """Reset env_ids (all when None) and return their first observations and infos.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Returns:
+            (batched observations, one info dict per env id), in ``env_ids`` order.
+        """
         ...
 
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
-        """Step env_ids (all when None) with a batch of actions, one row per env id."""
+        """Step env_ids (all when None) with a batch of actions, one row per env id.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos), one row per env id.
+        """
         ...
 
     def send(self, actions: Any, env_ids: EnvIds = None) -> None:
-        """Dispatch steps for env_ids without waiting for them."""
+        """Dispatch steps for env_ids without waiting for them.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+        """
         ...
 
     def recv(self, min_ready: int = 1, timeout: float | None = None) -> AsyncStepResult:
-        """Return the dispatched steps that are done, once at least min_ready of them are."""
+        """Return the dispatched steps that are done, once at least min_ready of them are.
+
+        Args:
+            min_ready: How many must be done before it returns.
+            timeout: Seconds to wait at most (None: no limit).
+        """
         ...
 
     def reset_async(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> None:
-        """Dispatch resets for env_ids without waiting for them."""
+        """Dispatch resets for env_ids without waiting for them.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+        """
         ...
 
     def recv_reset(self, min_ready: int = 1, timeout: float | None = None) -> AsyncResetResult:
-        """Return the dispatched resets that are done, once at least min_ready of them are."""
+        """Return the dispatched resets that are done, once at least min_ready of them are.
+
+        Args:
+            min_ready: How many must be done before it returns.
+            timeout: Seconds to wait at most (None: no limit).
+        """
         ...
 
     def render(self) -> list[Any] | None:
-        """Render every env; None when no env renders anything."""
+        """Render every env.
+
+        Returns:
+            One frame (or what the env's render returns) per env; None when no env renders anything.
+        """
         ...
 
     def close(self) -> None:
@@ -312,8 +356,11 @@ class BaseVectorEnv:
         """Worker replacements left and made (backends built with ``max_restarts`` set their own after this)."""
 
     def take_restarts(self) -> list[EnvRestart]:
-        """The env ids this backend replaced since the last call (vcollect.envs.restarts; always empty for a
-        backend built without ``max_restarts``)."""
+        """The env ids this backend replaced since the last call (vcollect.envs.restarts).
+
+        Returns:
+            The restarts since the last call (always empty for a backend built without ``max_restarts``).
+        """
         return self.restarts.take()
 
     # -- backend hooks -------------------------------------------------------------------------
@@ -387,38 +434,100 @@ class BaseVectorEnv:
         return np.flatnonzero(self._flight)
 
     def send(self, actions: Any, env_ids: EnvIds = None) -> None:
-        """Dispatch steps for env_ids (all when None); results come back through recv()."""
+        """Dispatch steps for env_ids (all when None); results come back through recv().
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, or one with a step or reset in flight.
+        """
         self._send(self._ids(env_ids), actions)
 
     def reset_async(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> None:
-        """Dispatch resets for env_ids (all when None); results come back through recv_reset()."""
+        """Dispatch resets for env_ids (all when None); results come back through recv_reset().
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         self._reset_async(self._ids(env_ids), seeds, options)
 
     def recv(self, min_ready: int = 1, timeout: float | None = None) -> AsyncStepResult:
         """Steps that are done (env ids ascending), as soon as min_ready of those in flight are.
 
-        When timeout passes with some but fewer than min_ready done, those are returned; with none done,
-        TimeoutError names the env ids in flight (nothing is lost: a later recv returns them).
+        When timeout passes with some but fewer than min_ready done, those are returned.
+
+        Args:
+            min_ready: How many must be done before it returns.
+            timeout: Seconds to wait at most (None: no limit).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos, env ids).
+
+        Raises:
+            TimeoutError: None is done within ``timeout``; it names the env ids in flight (nothing is lost:
+                a later recv returns them).
+            ValueError: ``min_ready < 1``, or no step in flight.
+            EnvWorkerError: An env failed, or (out-of-process backends) a step ran past the backend's timeout.
         """
         ids = self._receive(1, min_ready, timeout)
         obs, rewards, terms, truncs, infos = self._gather_step(ids)
         return obs, rewards, terms, truncs, infos, ids
 
     def recv_reset(self, min_ready: int = 1, timeout: float | None = None) -> AsyncResetResult:
-        """Resets that are done (env ids ascending), as soon as min_ready of those in flight are."""
+        """Resets that are done (env ids ascending), as soon as min_ready of those in flight are.
+
+        Args:
+            min_ready: How many must be done before it returns.
+            timeout: Seconds to wait at most (None: no limit).
+
+        Returns:
+            (observations, infos, env ids).
+
+        Raises:
+            TimeoutError: None is done within ``timeout``.
+            ValueError: ``min_ready < 1``, or no reset in flight.
+        """
         ids = self._receive(2, min_ready, timeout)
         obs, infos = self._gather_reset(ids)
         return obs, infos, ids
 
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
-        """Step env_ids (all when None) and wait for them; results are in env_ids order."""
+        """Step env_ids (all when None) and wait for them.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos), in ``env_ids`` order.
+        """
         ids = self._ids(env_ids)
         self._send(ids, actions)
         self._collect(ids)
         return self._gather_step(None if env_ids is None else ids)
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None) and wait for them; results are in env_ids order."""
+        """Reset env_ids (all when None) and wait for them.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Returns:
+            (batched observations, one info dict per env id), in ``env_ids`` order.
+        """
         ids = self._ids(env_ids)
         self._reset_async(ids, seeds, options)
         self._collect(ids)
@@ -439,6 +548,16 @@ class BaseVectorEnv:
         per env id; None: all True) leaves it ended instead. This saves the collector a second call (for
         worker processes, a second round trip) per step in which an episode ends. Backends that can do
         both in one pass override this; here it is a step followed by a reset of the ended envs.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+            reset_seeds: The seed of each env id's reset, should it end.
+            may_reset: A bool per env id; False leaves an ended env ended (None: all True).
+            options: Passed to every reset.
+
+        Returns:
+            The step's results, and the env ids reset with their first observations and infos.
         """
         obs, rewards, terms, truncs, infos = self.step(actions, env_ids)
         ids = self._all_ids if env_ids is None else np.asarray(env_ids, dtype=np.int64)
@@ -454,17 +573,39 @@ class BaseVectorEnv:
         return StepResetResult(obs, rewards, terms, truncs, infos, reset_ids, reset_obs, reset_infos)
 
     def get_env_attr(self, name: str, env_ids: EnvIds | int = None) -> list[Any]:
-        """The attribute ``name`` of each env in env_ids (all when None; an int: that env), as a list in order
-        (Tianshou's ``get_env_attr``). Looked up through each env's wrappers (vcollect.envs.env_attrs);
-        EnvAttributeError names the env ids lacking it. Out-of-process backends wait at most their
-        ``timeout``."""
+        """Read an attribute of some envs, as Tianshou's ``get_env_attr``.
+
+        Looked up through each env's wrappers (vcollect.envs.env_attrs). Out-of-process backends wait at
+        most their ``timeout``.
+
+        Args:
+            name: The attribute.
+            env_ids: The env ids (None: all; an int: that env).
+
+        Returns:
+            The attribute of each env, in ``env_ids`` order.
+
+        Raises:
+            EnvAttributeError: Some env lacks it (naming the env ids).
+            ValueError: Bad env ids, or a step or reset in flight.
+        """
         name = check_attr_name(name)
         ids = self._attr_ids(env_ids)
         return values_or_raise("reading", name, ids, self._attr_replies(ids, name, False, None))
 
     def set_env_attr(self, name: str, value: Any, env_ids: EnvIds | int = None) -> None:
-        """Set the attribute ``name`` to ``value`` in each env of env_ids (all when None), as Tianshou's
-        ``set_env_attr``: on the outermost wrapper layer that has it, else on the base env."""
+        """Set an attribute in some envs, as Tianshou's ``set_env_attr``: on the outermost wrapper layer that
+        has it, else on the base env.
+
+        Args:
+            name: The attribute.
+            value: Its new value.
+            env_ids: The env ids (None: all; an int: that env).
+
+        Raises:
+            EnvAttributeError: It cannot be set in some env (naming the env ids).
+            ValueError: Bad env ids, or a step or reset in flight.
+        """
         name = check_attr_name(name)
         ids = self._attr_ids(env_ids)
         values_or_raise("setting", name, ids, self._attr_replies(ids, name, True, value))

@@ -20,18 +20,25 @@ time; ``blocks``: step every env, staged in StepBlocks."""
 class EnvCapabilities:
     """Typed facts about a backend (all False / 1: a plain subset-stepping backend).
 
-    ``steps_all_envs``: it can only step every env at once (``step_all``). ``autoresets``: it restarts
-    ended envs by itself (NEXT_STEP or SAME_STEP) instead of through ``reset``. ``seeded_resets``: its
-    ``reset`` seeds each env with its own seed (else stored episodes get seed None). ``step_reset``: it has
-    ``step_reset`` (restart ended envs inside the step that ended them). ``steps_in_blocks``: it writes its
-    NEXT_STEP steps into a ``StepBlock`` (``step_into``). ``recv_batch_size``: async results come this many
-    at a time (EnvPool's async mode; only AsyncCollector takes more than 1). ``recv_any``: it has
-    ``recv_any`` (steps and resets received in one wait, AsyncCollector). ``hands_over_obs``: the
-    observation arrays its ``step_into`` passes are new every step and never written to again, so a
-    StepBlock may keep them instead of copying them (EnvPool's sync mode; needs ``steps_in_blocks``).
-    ``restarts_envs``: it replaces a worker that died or whose env raised inside a synchronous call and
-    reports the env ids it replaced (``take_restarts``, vcollect.envs.restarts) instead of raising, within a
-    budget (``max_restarts``); only subset-stepping backends with ``step_reset`` (the loops that handle it).
+    Attributes:
+        steps_all_envs: It can only step every env at once (``step_all``).
+        autoresets: It restarts ended envs by itself (NEXT_STEP or SAME_STEP) instead of through ``reset``.
+        seeded_resets: Its ``reset`` seeds each env with its own seed (else stored episodes get seed None).
+        step_reset: It has ``step_reset`` (restart ended envs inside the step that ended them).
+        steps_in_blocks: It writes its NEXT_STEP steps into a ``StepBlock`` (``step_into``).
+        recv_batch_size: Async results come this many at a time (EnvPool's async mode; only AsyncCollector
+            takes more than 1).
+        recv_any: It has ``recv_any`` (steps and resets received in one wait, AsyncCollector).
+        hands_over_obs: The observation arrays its ``step_into`` passes are new every step and never
+            written to again, so a StepBlock may keep them instead of copying them (EnvPool's sync mode;
+            needs ``steps_in_blocks``).
+        restarts_envs: It replaces a worker that died or whose env raised inside a synchronous call and
+            reports the env ids it replaced (``take_restarts``, vcollect.envs.restarts) instead of raising,
+            within a budget (``max_restarts``); only subset-stepping backends with ``step_reset`` (the loops
+            that handle it).
+
+    Raises:
+        ValueError: A combination of flags no loop handles (named), or ``recv_batch_size < 1``.
     """
 
     steps_all_envs: bool = False

@@ -38,6 +38,13 @@ class DummyVectorEnv(BaseVectorEnv):
     No ``timeout``: the envs run in this process, and a step or reset that never returns cannot be
     interrupted from here; use SubprocVectorEnv(timeout=) or RayVectorEnv(timeout=) for envs that may
     hang (``vcollect collect --timeout`` ends the whole process instead).
+
+    Args:
+        env_fns: One zero-argument factory per env.
+
+    Raises:
+        ValueError: No factory, or envs whose spaces differ.
+        EnvOutputError: An env has no observation or action space.
     """
 
     capabilities = EnvCapabilities(step_reset=True)
@@ -74,7 +81,22 @@ class DummyVectorEnv(BaseVectorEnv):
 
     # -- the hot path: a synchronous step without the async bookkeeping -----------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
-        """Step env_ids (all when None) in order; results are fresh arrays in env_ids order."""
+        """Step env_ids (all when None) in order.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos), fresh arrays in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: An env raised (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         ids = self._idle_ids(env_ids)
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         self._run_steps(ids, leaves)
@@ -90,7 +112,25 @@ class DummyVectorEnv(BaseVectorEnv):
         may_reset: np.ndarray | None = None,
         options: dict | None = None,
     ) -> StepResetResult:
-        """Step env_ids (all when None) and reset each env that ends right after its step, in one pass."""
+        """Step env_ids (all when None) and reset each env that ends right after its step, in one pass.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+            reset_seeds: The seed of each env id's reset, should it end.
+            may_reset: A bool per env id; False leaves an ended env ended (None: all True).
+            options: Passed to every reset.
+
+        Returns:
+            The step's results, and the env ids reset with their first observations and infos.
+
+        Raises:
+            EnvWorkerError: An env raised (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         ids = self._idle_ids(env_ids)
         leaves = self._step_reset_leaves(actions, ids, reset_seeds, options)
         allowed = None if may_reset is None else may_reset.tolist()
@@ -106,7 +146,24 @@ class DummyVectorEnv(BaseVectorEnv):
         return StepResetResult(obs, rewards, terms, truncs, infos, restarted, reset_obs, reset_infos)
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None) in order; results are fresh arrays in env_ids order."""
+        """Reset env_ids (all when None) in order.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Returns:
+            (batched observations, one info dict per env id), fresh, in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: An env raised (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         ids = self._idle_ids(env_ids)
         seed_list = normalize_seeds(seeds, ids.size)
         check_reset_options(options)
@@ -213,7 +270,14 @@ class DummyVectorEnv(BaseVectorEnv):
         return [read_attr(envs[i], name) for i in ids]
 
     def render(self) -> list[Any] | None:
-        """Each env's render() result, or None when every env returned None."""
+        """Render every env.
+
+        Returns:
+            One render() result per env; None when every env returned None.
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+        """
         self._check_open()
         frames = [env.render() for env in self.envs]
         return None if all(f is None for f in frames) else frames

@@ -36,7 +36,11 @@ _NO_IDS.flags.writeable = False
 
 
 def is_envpool(obj: Any) -> bool:
-    """Whether obj is an EnvPool pool (its classes are made at run time; its mixins live in ``envpool``)."""
+    """Whether obj is an EnvPool pool (its classes are made at run time; its mixins live in ``envpool``).
+
+    Args:
+        obj: Anything.
+    """
     return any(cls.__module__.startswith("envpool.") for cls in type(obj).__mro__)
 
 
@@ -66,6 +70,13 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     No ``timeout`` for synchronous calls either: EnvPool's C++ threads run in this process and a pool call
     that never returns cannot be interrupted from here (``vcollect collect --timeout`` ends the whole process
     instead).
+
+    Args:
+        pool: A pool made by ``envpool.make(..., env_type="gymnasium")``.
+
+    Raises:
+        TypeError: ``pool`` is not an EnvPool pool.
+        ValueError: An async pool whose ``num_envs`` is not a multiple of its ``batch_size``.
     """
 
     def __init__(self, pool: Any) -> None:
@@ -106,7 +117,22 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     def make(
         cls, task_id: str, num_envs: int, *, batch_size: int | None = None, seed: int | None = None, **kwargs: Any
     ) -> EnvPoolVectorEnv:
-        """``envpool.make(task_id, env_type="gymnasium", ...)`` wrapped (``make_vector(..., backend="envpool")``)."""
+        """``envpool.make(task_id, env_type="gymnasium", ...)`` wrapped (``make_vector(..., backend="envpool")``).
+
+        Args:
+            task_id: EnvPool's task id.
+            num_envs: How many envs.
+            batch_size: The pool's batch size (None or ``num_envs``: sync mode; fewer: async mode).
+            seed: The pool's seed (None: EnvPool's default).
+            **kwargs: Go to ``envpool.make``.
+
+        Returns:
+            The wrapped pool.
+
+        Raises:
+            ImportError: envpool is not installed.
+            ValueError: envpool has no such task.
+        """
         try:
             import envpool
         except ImportError as exc:
@@ -125,7 +151,20 @@ class EnvPoolVectorEnv(BaseVectorEnv):
 
     # -- sync mode: every call completes at once (a sync pool must not mix resets and steps in one receive)
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
-        """Step env_ids (all when None) and wait for them; results in env_ids order."""
+        """Step env_ids (all when None) and wait for them.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos), fresh arrays in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: The pool raised.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, or one with a step or reset in flight.
+        """
         if self.is_async or self.closed or self._flight.any():
             return super().step(actions, env_ids)
         ids = self._ids(env_ids)
@@ -133,7 +172,21 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         return self._gather_step(None if env_ids is None else ids)
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None) and wait for them; seeds are ignored (see the class docstring)."""
+        """Reset env_ids (all when None) and wait for them.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: Ignored: EnvPool seeds each env once, when the pool is made (see the class docstring).
+            options: Must be empty: EnvPool resets take no options.
+
+        Returns:
+            (batched observations, one info dict per env id), fresh, in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: The pool raised.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, options given, or an env id with a step or reset in flight.
+        """
         if self.is_async or self.closed or self._flight.any():
             return super().reset(env_ids, seeds, options)
         ids = self._ids(env_ids)
@@ -158,7 +211,19 @@ class EnvPoolVectorEnv(BaseVectorEnv):
 
     def step_all(self, actions: Any) -> AllEnvStep:
         """Sync mode: step every env in one pool call; envs that finished in the previous step_all are
-        restarted by the pool instead (their rows are new episodes' first observations)."""
+        restarted by the pool instead (their rows are new episodes' first observations).
+
+        Args:
+            actions: Every env's action, batched in env id order.
+
+        Returns:
+            The step of every env.
+
+        Raises:
+            EnvWorkerError: The pool raised.
+            CollectorStateError: The vector env is closed.
+            ValueError: An async pool.
+        """
         obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_all")
         # rows in env id order (a sync pool answers in the order sent, but the env ids say for sure)
         order = np.asarray(info["env_id"])
@@ -199,7 +264,17 @@ class EnvPoolVectorEnv(BaseVectorEnv):
 
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """step_all (sync mode), its results put in the block's next row in env id order instead of fresh
-        arrays (the pool's own observation arrays, handed over: ``capabilities.hands_over_obs``)."""
+        arrays (the pool's own observation arrays, handed over: ``capabilities.hands_over_obs``).
+
+        Args:
+            actions: Every env's action, batched in env id order.
+            block: The block whose next row receives the step.
+
+        Raises:
+            EnvWorkerError: The pool raised.
+            CollectorStateError: The vector env is closed.
+            ValueError: An async pool, or the block is full.
+        """
         obs, rewards, terminations, truncations, info = self._step_every_env(actions, "step_into")
         order = np.asarray(info["env_id"])
         env_ids = None if order.tobytes() == self._in_order else order  # a sync pool answers in order
@@ -315,8 +390,20 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         self._done[live] = True
 
     def recv_any(self, timeout: float | None = None) -> tuple[AsyncStepResult | None, AsyncResetResult | None]:
-        """Every finished step and every finished reset (None for a kind with none), receiving one batch from
-        the pool first when nothing in flight has finished yet."""
+        """Every finished step and every finished reset, receiving one batch from the pool first when nothing
+        in flight has finished yet.
+
+        Args:
+            timeout: Not applied: EnvPool's receive cannot time out.
+
+        Returns:
+            (steps, resets) as ``recv`` and ``recv_reset`` return them; None for a kind with none.
+
+        Raises:
+            ValueError: Nothing in flight.
+            EnvWorkerError: The pool raised.
+            CollectorStateError: The vector env is closed.
+        """
         self._check_open()
         if not self._flight.any():
             raise ValueError("nothing in flight: call send or reset_async first")
@@ -345,7 +432,19 @@ class EnvPoolVectorEnv(BaseVectorEnv):
     def get_env_attr(self, name: str, env_ids: EnvIds | int = None) -> list[Any]:
         """What EnvPool has: its envs run in C++ inside one pool and have no Python attributes of their own, so
         this reads a key of the pool's ``config`` (e.g. ``max_episode_steps``), else an attribute of the pool
-        (``spec``...), the same value for every env id asked for. EnvAttributeError when it has neither."""
+        (``spec``...), the same value for every env id asked for.
+
+        Args:
+            name: The config key or pool attribute.
+            env_ids: The env ids (None: all; an int: that env).
+
+        Returns:
+            The value, once per env id.
+
+        Raises:
+            EnvAttributeError: Neither the config nor the pool has it.
+            ValueError: Bad env ids, or a step or reset in flight.
+        """
         name = check_attr_name(name)
         ids = self._attr_ids(env_ids)
         config = self.pool.config
@@ -364,7 +463,16 @@ class EnvPoolVectorEnv(BaseVectorEnv):
 
     def set_env_attr(self, name: str, value: Any, env_ids: EnvIds | int = None) -> None:
         """Refused: EnvPool's envs are C++ objects with no attributes to set; their settings are fixed when
-        the pool is made (``envpool.make(task_id, ..., name=value)``)."""
+        the pool is made (``envpool.make(task_id, ..., name=value)``).
+
+        Args:
+            name: The attribute.
+            value: Its value (not set).
+            env_ids: The env ids (None: all; an int: that env).
+
+        Raises:
+            EnvAttributeError: Always.
+        """
         name = check_attr_name(name)
         ids = self._attr_ids(env_ids)
         raise EnvAttributeError(
@@ -374,7 +482,14 @@ class EnvPoolVectorEnv(BaseVectorEnv):
         )
 
     def render(self) -> list[Any] | None:
-        """Frames of every env when the pool was made with render_mode="rgb_array", else None."""
+        """Render every env.
+
+        Returns:
+            Frames of every env when the pool was made with render_mode="rgb_array", else None.
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+        """
         self._check_open()
         if getattr(self.pool, "render_mode", None) != "rgb_array":
             return None

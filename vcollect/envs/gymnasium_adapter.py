@@ -66,6 +66,12 @@ class GymnasiumVectorEnv(BaseVectorEnv):
     and a step or reset that never returns cannot be interrupted from here; use SubprocVectorEnv(timeout=)
     or RayVectorEnv(timeout=) for envs that may hang (``vcollect collect --timeout`` ends the whole process
     instead).
+
+    Args:
+        vector_env: The gymnasium vector env to wrap.
+
+    Raises:
+        TypeError: ``vector_env`` is no ``gymnasium.vector.VectorEnv``.
     """
 
     attr_timeout: float = 60.0
@@ -110,10 +116,21 @@ class GymnasiumVectorEnv(BaseVectorEnv):
     ) -> GymnasiumVectorEnv:
         """Build the gymnasium vector env and wrap it (``make_vector(..., backend="gymnasium")``).
 
-        ``env``: a registered id (``gym.make_vec``; its vector entry point by default when it has one) or a
-        zero-argument factory (SyncVectorEnv, or AsyncVectorEnv with ``vectorization_mode="async"``).
-        ``autoreset_mode`` defaults to DISABLED for sync/async vectorization (seeded resets per env) and
-        to the env's own mode for vector entry points. Other keyword arguments go to the vector env.
+        Args:
+            env: A registered id (``gym.make_vec``; its vector entry point by default when it has one) or a
+                zero-argument factory (SyncVectorEnv, or AsyncVectorEnv with ``vectorization_mode="async"``).
+            num_envs: How many envs.
+            vectorization_mode: "sync", "async" or "vector_entry_point" (None: as above).
+            autoreset_mode: Defaults to DISABLED for sync/async vectorization (seeded resets per env) and to
+                the env's own mode for vector entry points.
+            env_kwargs: Go to each env (or the vector entry point).
+            **vector_kwargs: Go to the vector env.
+
+        Returns:
+            The wrapped vector env.
+
+        Raises:
+            ValueError: An unknown ``autoreset_mode``, or a ``vectorization_mode`` factories cannot take.
         """
         env_kwargs = dict(env_kwargs or {})
         if isinstance(env, str):
@@ -140,8 +157,20 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         autoreset_mode: str | AutoresetMode | None = None,
         **vector_kwargs: Any,
     ) -> GymnasiumVectorEnv:
-        """A SyncVectorEnv (AsyncVectorEnv for ``vectorization_mode="async"``) of env_fns, wrapped;
-        ``autoreset_mode`` defaults to DISABLED."""
+        """A SyncVectorEnv (AsyncVectorEnv for ``vectorization_mode="async"``) of env_fns, wrapped.
+
+        Args:
+            env_fns: One zero-argument factory per env.
+            vectorization_mode: None or "sync" (SyncVectorEnv), or "async" (AsyncVectorEnv).
+            autoreset_mode: The vector env's autoreset mode (None: DISABLED).
+            **vector_kwargs: Go to the vector env.
+
+        Returns:
+            The wrapped vector env.
+
+        Raises:
+            ValueError: Another ``vectorization_mode``, or an unknown ``autoreset_mode``.
+        """
         if vectorization_mode not in (None, "sync", "async"):
             raise ValueError(
                 f"vectorization_mode {vectorization_mode!r} needs a registered env id; with env factories "
@@ -153,7 +182,19 @@ class GymnasiumVectorEnv(BaseVectorEnv):
 
     # -- the Collector's path ----------------------------------------------------------------------
     def step_all(self, actions: Any) -> AllEnvStep:
-        """Step every env once and report transitions and self-started episodes (see AllEnvStep)."""
+        """Step every env once and report transitions and self-started episodes (see AllEnvStep).
+
+        Args:
+            actions: Every env's action, batched in env id order.
+
+        Returns:
+            The step of every env.
+
+        Raises:
+            EnvWorkerError: The wrapped vector env raised (env id None: it does not say which env failed).
+            ObservationError: Observations that do not fit the observation space.
+            CollectorStateError: The vector env is closed.
+        """
         if self.closed:
             self._check_open()
         if self._went_async and np.count_nonzero(self._flight):
@@ -163,7 +204,18 @@ class GymnasiumVectorEnv(BaseVectorEnv):
     def step_into(self, actions: Any, block: StepBlock) -> None:
         """step_all (NEXT_STEP only: ``capabilities.steps_in_blocks``, every step one row per env, a
         transition or the restart of an env that finished the step before), its results copied into the block's next row (cast to the block's
-        dtypes) instead of fresh arrays."""
+        dtypes) instead of fresh arrays.
+
+        Args:
+            actions: Every env's action, batched in env id order.
+            block: The block whose next row receives the step.
+
+        Raises:
+            EnvWorkerError: The wrapped vector env raised (env id None: it does not say which env failed).
+            ObservationError: Observations that do not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: The block is full.
+        """
         if self.closed:
             self._check_open()
         if self._went_async and np.count_nonzero(self._flight):
@@ -251,7 +303,21 @@ class GymnasiumVectorEnv(BaseVectorEnv):
 
     # -- the VectorEnv protocol ---------------------------------------------------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
-        """Step every env (env_ids must be None or all ids); finished envs must be reset before the next step."""
+        """Step every env (env_ids must be None or all ids); finished envs must be reset before the next step.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos), fresh arrays in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: The wrapped vector env raised (env id None: it does not say which env failed).
+            ObservationError: Observations that do not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Not every env id, or finished envs not reset.
+        """
         ids = self._idle_ids(env_ids)
         self._check_all(ids)
         return self._protocol_step(actions, ids)
@@ -277,7 +343,22 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         return result.next_obs, rewards, result.terminations.copy(), result.truncations.copy(), infos
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None): all at once, or through ``reset_mask`` where the env takes one."""
+        """Reset env_ids (all when None): all at once, or through ``reset_mask`` where the env takes one.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Returns:
+            (batched observations, one info dict per env id), fresh, in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: The wrapped vector env raised.
+            CollectorStateError: The vector env is closed.
+            ValueError: Some env ids of a vector env that takes no ``reset_mask``, or bad seeds or options.
+        """
         ids = self._idle_ids(env_ids)
         return self._protocol_reset(ids, normalize_seeds(seeds, ids.size), options)
 
@@ -315,7 +396,15 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         return self.obs_layout.gather(leaves, ids), [split[i] for i in ids.tolist()]
 
     def send(self, actions: Any, env_ids: EnvIds = None) -> None:
-        """Step every env (env_ids must be None or all ids); the results wait for recv()."""
+        """Step every env (env_ids must be None or all ids); the results wait for recv().
+
+        Args:
+            actions: A batch of actions, one row per env.
+            env_ids: None, or every env id.
+
+        Raises:
+            ValueError: Not every env id.
+        """
         self._check_all(self._ids(env_ids))
         super().send(actions, env_ids)
 
@@ -410,7 +499,14 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         return replies
 
     def render(self) -> list[Any] | None:
-        """The vector env's render() result as a list (one frame per env where it gives one), or None."""
+        """Render the vector env.
+
+        Returns:
+            Its render() result as a list (one frame per env where it gives one), or None.
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+        """
         self._check_open()
         frames = self.env.render()
         if frames is None:

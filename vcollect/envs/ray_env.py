@@ -156,6 +156,17 @@ class RayVectorEnv(BaseVectorEnv):
     step or reset, is replaced by a new actor for the same env id (a new env, built but not reset) instead
     of raising; the replaced env ids are listed by ``take_restarts()`` (vcollect.envs.restarts), as for
     SubprocVectorEnv(max_restarts=). Past the budget the failure raises EnvWorkerError, saying so.
+
+    Args:
+        env_fns: One zero-argument factory per env.
+        actor_options: Go to the actor class's ``.options(...)``.
+        timeout: Seconds each synchronous step or reset may take (None: no limit).
+        max_restarts: Actor replacements allowed over the vector env's life.
+
+    Raises:
+        ValueError: No factory, envs whose spaces differ, or a bad ``timeout``.
+        EnvWorkerError: An env factory raised.
+        EnvOutputError: An env has no observation or action space.
     """
 
     capabilities = EnvCapabilities(step_reset=True)
@@ -214,7 +225,23 @@ class RayVectorEnv(BaseVectorEnv):
 
     # -- synchronous calls while nothing is in flight: dispatch all, then one ray.get ---------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
-        """Step env_ids (all when None): one actor call per env, in parallel; results in env_ids order."""
+        """Step env_ids (all when None): one actor call per env, in parallel.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos), fresh arrays in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: An env raised, its actor died, or the call ran past ``timeout`` (the vector env is then
+                closed) (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         if self.closed or self._pending:
             return super().step(actions, env_ids)
         ids = self._ids(env_ids)
@@ -227,7 +254,25 @@ class RayVectorEnv(BaseVectorEnv):
         return self._gather_step(None if env_ids is None else ids)
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None): one actor call per env, in parallel; results in env_ids order."""
+        """Reset env_ids (all when None): one actor call per env, in parallel.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Returns:
+            (batched observations, one info dict per env id), fresh, in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: An env raised, its actor died, or the call ran past ``timeout`` (the vector env is then
+                closed) (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         if self.closed or self._pending:
             return super().reset(env_ids, seeds, options)
         ids = self._ids(env_ids)
@@ -415,7 +460,15 @@ class RayVectorEnv(BaseVectorEnv):
 
     # -- rest of the API ------------------------------------------------------------------------
     def render(self) -> list[Any] | None:
-        """Each env's render() result (env id order), or None when every env returned None."""
+        """Render every env.
+
+        Returns:
+            One render() result per env; None when every env returned None.
+
+        Raises:
+            EnvWorkerError: An env's render() raised, or its actor died.
+            CollectorStateError: The vector env is closed.
+        """
         self._check_open()
         ray = self._ray
         refs = [a.render.remote() for a in self._actors]

@@ -26,9 +26,17 @@ __all__ = ["AllEnvStep", "HeldRows", "StepBlock", "StepResetResult"]  # HeldRows
 class StepResetResult(NamedTuple):
     """What ``step_reset`` returns: the step of every env id, then the envs it restarted.
 
-    ``obs`` holds the final observation of an env that ended; its first observation after the restart
-    is in ``reset_obs``, in the order of ``reset_ids`` (a subsequence of the stepped env ids). Every array
-    is fresh: the backend keeps no reference to it.
+    Every array is fresh: the backend keeps no reference to it.
+
+    Attributes:
+        obs: The step's observations, one row per stepped env id (an env that ended: its final one).
+        rewards: The rewards (float64).
+        terminations: The terminations (bool).
+        truncations: The truncations (bool).
+        infos: One info dict per stepped env id.
+        reset_ids: The env ids restarted, a subsequence of the stepped ones.
+        reset_obs: Their first observations after the restart, in ``reset_ids`` order (None: none).
+        reset_infos: Their reset infos, in ``reset_ids`` order.
     """
 
     obs: Any
@@ -45,16 +53,21 @@ class StepResetResult(NamedTuple):
 class AllEnvStep:
     """One step of every env of a backend that cannot step a subset.
 
-    ``obs``: the latest observation of every env (what the policy sees next), fresh arrays.
-    ``next_obs``: the next observation of each transition row (``obs``, except SAME_STEP rows of envs that
-    finished, which hold ``info["final_obs"]``). ``rewards`` (float64), ``terminations``, ``truncations``
-    (bool): one per row, possibly arrays the env reuses, so read them before the next step.
-    ``transitions``: bool mask of the rows that are transitions, None when all are; where given, the other
-    rows are exactly the restarts of ``started`` (NEXT_STEP). ``started``: env ids whose next episode the
-    env started by itself in this step (its first observation is their row of ``obs``). ``ended``: bool
-    mask of the transition rows that ended an episode, a fresh array the backend never writes to.
-    ``infos``: the vector info dict in gymnasium's layout (values batched in env id order, ``_key`` masks;
-    vcollect.infos.split_vector_infos), a restart row's entries from its reset.
+    Attributes:
+        obs: The latest observation of every env (what the policy sees next), fresh arrays.
+        next_obs: The next observation of each transition row (``obs``, except SAME_STEP rows of envs that
+            finished, which hold ``info["final_obs"]``).
+        rewards: One per row (float64), possibly an array the env reuses: read it before the next step.
+        terminations: One per row (bool), the same.
+        truncations: One per row (bool), the same.
+        infos: The vector info dict in gymnasium's layout (values batched in env id order, ``_key`` masks;
+            vcollect.infos.split_vector_infos), a restart row's entries from its reset.
+        transitions: Bool mask of the rows that are transitions, None when all are; where given, the other
+            rows are exactly the restarts of ``started`` (NEXT_STEP).
+        started: Env ids whose next episode the env started by itself in this step (its first observation
+            is their row of ``obs``).
+        ended: Bool mask of the transition rows that ended an episode, a fresh array the backend never
+            writes to.
     """
 
     obs: Any
@@ -85,6 +98,16 @@ class StepBlock:
     EnvPool) keeps each row's observation arrays by reference instead of copying them into ``obs``
     (then empty): the rings copy every frame once, from the backend's array. Read observations through
     :meth:`obs_leaf_row`, :meth:`obs_row`, :meth:`obs_rows` and :meth:`obs_leaves`, which serve both modes.
+
+    Args:
+        num_envs: The envs of the backend.
+        size: The most steps (rows) the block holds.
+        observation_space: The single observation space.
+        action_space: The single action space.
+        hold_obs: Keep observation arrays by reference instead of copying them (see above).
+
+    Raises:
+        ValueError: ``size < 1``.
     """
 
     def __init__(
@@ -138,15 +161,26 @@ class StepBlock:
         *,
         handed_over: bool = False,
     ) -> np.ndarray:
-        """Write the next row (cast to the block's dtypes) and return its ``done`` mask, a view of the row.
+        """Write the next row (cast to the block's dtypes).
 
-        ``obs_leaves``: one array per observation leaf, each (num_envs, ...). ``restarting``: the envs that
-        were done before this step (the caller's state; copied as ``first_restarts`` when this is row 0).
-        ``env_ids``: the env id of each position of the arrays when they are not in env id order (an
-        all-env backend answering out of order); None: in order. ``handed_over``: the caller never writes
-        to ``obs_leaves`` again, so a ``hold_obs`` block keeps those of the block's dtype and shape as they
-        are (any other value is copied). ValueError when the block is full or env_ids is not an ordering
-        of every env id.
+        Args:
+            obs_leaves: One array per observation leaf, each (num_envs, ...).
+            rewards: One per env.
+            terminations: One per env.
+            truncations: One per env.
+            restarting: The envs that were done before this step (the caller's state; copied as
+                ``first_restarts`` when this is row 0).
+            env_ids: The env id of each position of the arrays when they are not in env id order (an
+                all-env backend answering out of order); None: in order.
+            handed_over: The caller never writes to ``obs_leaves`` again, so a ``hold_obs`` block keeps
+                those of the block's dtype and shape as they are (any other value is copied).
+
+        Returns:
+            The row's ``done`` mask, a view of the row.
+
+        Raises:
+            ValueError: The block is full, the observation leaves do not match, or ``env_ids`` is not an
+                ordering of every env id.
         """
         k = self.count
         if k == self.size:
@@ -172,7 +206,16 @@ class StepBlock:
         return done
 
     def set_actions(self, k: int, action_leaves: Sequence[ArrayLike]) -> None:
-        """Store the actions taken in row k (one array per action leaf, each (num_envs, ...))."""
+        """Store the actions taken in a row.
+
+        Args:
+            k: The row.
+            action_leaves: One array per action leaf, each (num_envs, ...).
+
+        Raises:
+            IndexError: Row ``k`` is not staged.
+            ValueError: Not one array per action leaf.
+        """
         if not 0 <= k < self.count:
             raise IndexError(f"row {k} is not staged (the block holds {self.count} rows)")
         if len(action_leaves) != len(self.actions):
@@ -181,7 +224,14 @@ class StepBlock:
             leaf[k] = value
 
     def restarts(self, stop: int | None = None) -> np.ndarray:
-        """(rows, num_envs) bool, a new array: which envs restart in each of the rows [0, stop)."""
+        """Which envs restart in each of the rows [0, stop).
+
+        Args:
+            stop: The row to stop before (None: every staged row).
+
+        Returns:
+            (rows, num_envs) bool, a new array.
+        """
         stop = self.count if stop is None else stop
         out = np.empty((stop, self.num_envs), dtype=bool)
         if stop:
@@ -190,33 +240,65 @@ class StepBlock:
         return out
 
     def restart_row(self, k: int) -> np.ndarray:
-        """Which envs restart in row k (a view)."""
+        """Which envs restart in a row.
+
+        Args:
+            k: The row.
+
+        Returns:
+            (num_envs,) bool, a view.
+        """
         return self.first_restarts if k == 0 else self.done[k - 1]
 
     def transitions(self) -> int:
-        """Transitions staged: rows that are not restarts."""
+        """Transitions staged: rows that are not restarts.
+
+        Returns:
+            Their count over every env.
+        """
         k = self.count
         if k == 0:
             return 0
         return k * self.num_envs - int(np.count_nonzero(self.first_restarts)) - int(np.count_nonzero(self.done[: k - 1]))
 
     def obs_leaf_row(self, k: int) -> list[np.ndarray]:
-        """Row k's observations in flat leaf form, one array (num_envs, ...) per leaf (views, or the held
-        arrays)."""
+        """A row's observations in flat leaf form.
+
+        Args:
+            k: The row.
+
+        Returns:
+            One array (num_envs, ...) per leaf (views, or the held arrays).
+        """
         if self.hold_obs:
             return [held[k] for held in self._held]
         return [leaf[k] for leaf in self.obs]
 
     def obs_leaves(self, stop: int) -> list[np.ndarray] | list[HeldRows]:
-        """The observations of rows [0, stop) in flat leaf form, each (stop, num_envs, ...): slices of
-        ``obs``, or HeldRows of the held arrays (``VectorRingBuffer.add_steps`` takes both)."""
+        """The observations of rows [0, stop) in flat leaf form.
+
+        Args:
+            stop: The row to stop before.
+
+        Returns:
+            One per leaf, each (stop, num_envs, ...): slices of ``obs``, or HeldRows of the held arrays
+            (the rings take both).
+        """
         if self.hold_obs:
             return [HeldRows(held[:stop]) for held in self._held]
         return [leaf[:stop] for leaf in self.obs]
 
     def obs_rows(self, first: int, stop: int) -> Any:
-        """The observations of rows [first, stop) as one batch of (stop - first) * num_envs values (views;
-        with ``hold_obs`` a copy, joined from the held arrays)."""
+        """The observations of rows [first, stop) as one batch.
+
+        Args:
+            first: The first row.
+            stop: The row to stop before.
+
+        Returns:
+            (stop - first) * num_envs observations, batched (views; with ``hold_obs`` a copy, joined from
+            the held arrays).
+        """
         if self.hold_obs:
             return unflatten_batch(self.observation_space, [np.concatenate(held[first:stop]) for held in self._held])
         return unflatten_batch(
@@ -224,7 +306,14 @@ class StepBlock:
         )
 
     def obs_row(self, k: int) -> Any:
-        """The observations of row k, one per env (views, or the held arrays)."""
+        """The observations of a row.
+
+        Args:
+            k: The row.
+
+        Returns:
+            One observation per env, batched (views, or the held arrays).
+        """
         return unflatten_batch(self.observation_space, self.obs_leaf_row(k))
 
 

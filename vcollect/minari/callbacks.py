@@ -38,7 +38,17 @@ class StepDataCallback:
         terminated: bool | None = None,
         truncated: bool | None = None,
     ) -> dict[str, Any]:
-        """Return the step data of the transition ``obs, rew, terminated, truncated, info = env.step(action)``."""
+        """Return the step data of the transition ``obs, rew, terminated, truncated, info = env.step(action)``.
+
+        Args:
+            env: The recorded env.
+            obs: The observation the reset or step returned.
+            info: Its info dict.
+            action: The action taken (None after a reset).
+            rew: The reward (None after a reset).
+            terminated: Whether the episode terminated (None after a reset).
+            truncated: Whether it was truncated (None after a reset).
+        """
         return {
             "observation": obs,
             "action": action,
@@ -58,7 +68,11 @@ class EpisodeMetadataCallback:
     """
 
     def __call__(self, episode: dict[str, Any]) -> dict[str, Any]:
-        """Return Minari's default reward statistics of the episode."""
+        """Return Minari's default reward statistics of the episode.
+
+        Args:
+            episode: The finished episode, holding (at least) its ``rewards``.
+        """
         return reward_statistics(np.asarray(episode["rewards"], dtype=np.float64))
 
 

@@ -55,9 +55,20 @@ def _append(tree: Any, value: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeBuffer:
-    """One episode's data, as Minari's EpisodeBuffer: observations (T+1 entries, Dict/Tuple spaces as dicts
-    and tuples of lists), actions, rewards, terminations, truncations (T entries), infos, and the reset's
-    id, seed and options. ``add_step_data`` returns a new buffer with the step appended."""
+    """One episode's data, as Minari's EpisodeBuffer. ``add_step_data`` returns a new buffer with the step
+    appended.
+
+    Attributes:
+        id: The episode's id (None: numbered when stored).
+        seed: The seed its reset took (None: unseeded).
+        options: The options its reset took.
+        observations: T+1 entries (Dict/Tuple spaces as dicts and tuples of lists).
+        actions: T entries (nested as the observations).
+        rewards: T rewards.
+        terminations: T terminations.
+        truncations: T truncations.
+        infos: The infos, as lists per key (None: none).
+    """
 
     id: int | None = None
     seed: int | None = None
@@ -70,7 +81,14 @@ class EpisodeBuffer:
     infos: dict[str, Any] | None = None
 
     def add_step_data(self, step_data: StepData) -> EpisodeBuffer:
-        """This buffer with ``step_data`` appended (the first step data, a reset's, holds only an observation)."""
+        """Append one step.
+
+        Args:
+            step_data: The step (the first step data, a reset's, holds only an observation).
+
+        Returns:
+            A new buffer: this one with ``step_data`` appended.
+        """
         first = self.observations is None
         return dataclasses.replace(
             self,
@@ -121,7 +139,37 @@ def create_dataset_from_buffers(
     root: str | os.PathLike[str] | None = None,
 ) -> Dataset:
     """Minari's create_dataset_from_buffers: a new vcollect dataset holding the ``buffer``'s episodes (see the
-    module docstring for what differs). Spaces come from ``env`` unless given (both needed without env)."""
+    module docstring for what differs).
+
+    Args:
+        dataset_id: The new dataset's id.
+        buffer: The episodes.
+        env: The env they came from (an id, env or EnvSpec); the spaces come from it unless given.
+        eval_env: The evaluation env, recorded as the dataset's ``eval_env_spec``.
+        algorithm_name: Recorded in the metadata.
+        author: Recorded in the metadata (a set is stored sorted).
+        author_email: Recorded in the metadata (a set is stored sorted).
+        code_permalink: Recorded in the metadata.
+        action_space: The action space (needed without ``env``).
+        observation_space: The observation space (needed without ``env``).
+        ref_min_score: The reference minimum score (computed with a random policy when a score is asked
+            for and this is None).
+        ref_max_score: The reference maximum score.
+        expert_policy: A policy whose average return becomes ``ref_max_score``.
+        num_episodes_average_score: The episodes a computed reference score averages.
+        description: Recorded in the metadata.
+        data_format: None or "hdf5" (vcollect datasets are HDF5 shards).
+        requirements: Recorded in the metadata.
+        root: The datasets root (None: the default).
+
+    Returns:
+        The new dataset, loaded.
+
+    Raises:
+        ValueError: Another ``data_format``, no env and not both spaces, or episodes that do not fit the
+            spaces.
+        DatasetExistsError: The id exists.
+    """
     parse_dataset_id(dataset_id)
     if data_format not in (None, "hdf5"):
         raise ValueError(f"data_format {data_format!r}: vcollect datasets are HDF5 shards; write Minari's other "

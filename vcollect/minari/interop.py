@@ -104,9 +104,18 @@ _SCORE_KEYS = ("ref_max_score", "ref_min_score", "num_episodes_average_score", "
 
 
 def parse_minari_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
-    """Split a Minari id into (namespace or None, name, version); InvalidDatasetIdError if Minari refuses it.
+    """Split a Minari id into its parts.
 
     Stricter than vcollect's grammar where Minari is: a namespace needs at least two characters.
+
+    Args:
+        dataset_id: The Minari id.
+
+    Returns:
+        (namespace or None, name, version).
+
+    Raises:
+        InvalidDatasetIdError: Minari refuses the id.
     """
     if not isinstance(dataset_id, str):
         raise InvalidDatasetIdError(f"a Minari dataset id must be a str, got {dataset_id!r}")
@@ -125,7 +134,14 @@ def parse_minari_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
 
 
 def resolve_minari_root(minari_root: str | os.PathLike[str] | None = None) -> Path:
-    """Minari's datasets root: ``minari_root`` if given, else ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``."""
+    """Minari's datasets root: ``minari_root`` if given, else ``$MINARI_DATASETS_PATH``, else ``~/.minari/datasets``.
+
+    Args:
+        minari_root: The root asked for, or None for the default.
+
+    Returns:
+        The root, with ``~`` expanded.
+    """
     if minari_root is not None:
         return Path(minari_root).expanduser()
     env = os.environ.get(MINARI_DATASETS_PATH_ENV)
@@ -135,7 +151,18 @@ def resolve_minari_root(minari_root: str | os.PathLike[str] | None = None) -> Pa
 
 
 def minari_dataset_path(dataset_id: str, minari_root: str | os.PathLike[str] | None = None) -> Path:
-    """Directory of a Minari dataset (the one holding ``data/``), after checking the id."""
+    """Directory of a Minari dataset (the one holding ``data/``), after checking the id.
+
+    Args:
+        dataset_id: The Minari id.
+        minari_root: Minari's datasets root (None: :func:`resolve_minari_root`'s default).
+
+    Returns:
+        The directory (it need not exist).
+
+    Raises:
+        InvalidDatasetIdError: Minari refuses the id.
+    """
     parse_minari_dataset_id(dataset_id)
     return resolve_minari_root(minari_root).joinpath(*dataset_id.split("/"))
 
@@ -213,8 +240,23 @@ def export_minari(
     Minari's default root matching ``minari_root``) and returns the same arrays, seeds, options and
     episode metadata. Episodes are renumbered 0..n-1 in this view's order. The dataset is written to a
     hidden staging directory and renamed into place, so a crash never leaves a half dataset under
-    the id (the next export or import removes what a crashed one left). Returns the dataset directory.
-    DatasetExistsError if it exists unless ``overwrite=True``.
+    the id (the next export or import removes what a crashed one left).
+
+    Args:
+        dataset: A Dataset or view, or the id of a dataset under ``root``.
+        minari_dataset_id: The Minari id to write it as.
+        minari_root: Minari's datasets root (None: :func:`resolve_minari_root`'s default).
+        overwrite: Replace a Minari dataset of that id.
+        root: The root ``dataset`` is loaded from when it is an id.
+        data_format: "hdf5" (Minari's default), "arrow" or "parquet" (these two need pyarrow).
+
+    Returns:
+        The Minari dataset's directory.
+
+    Raises:
+        DatasetExistsError: The Minari dataset exists and ``overwrite`` is False.
+        InvalidDatasetIdError: Minari refuses ``minari_dataset_id``.
+        ValueError: An unknown ``data_format``.
     """
     namespace, _, _ = parse_minari_dataset_id(minari_dataset_id)
     _check_data_format(data_format)
@@ -370,6 +412,24 @@ def import_minari(
     (DatasetError) unless ``trust_env_spec=True``, with which the missing space comes from the env made
     from the stored env_spec: making it imports the module of its entry point, i.e. runs any code the
     dataset names, so pass it only for datasets you trust.
+
+    Args:
+        minari_dataset_id_or_path: A Minari id, or the path of a Minari dataset.
+        dataset_id: The new vcollect dataset's id.
+        root: The vcollect datasets root (None: the default).
+        overwrite: Replace a vcollect dataset of that id.
+        minari_root: Minari's datasets root an id is resolved under.
+        trust_env_spec: Make the stored env to read a space the metadata lacks.
+
+    Returns:
+        The new dataset, loaded.
+
+    Raises:
+        DatasetNotFoundError: No Minari dataset there.
+        DatasetError: Its metadata is not valid JSON, it is stored in a layout vcollect does not read, its
+            files are missing or unreadable, a space is missing (without ``trust_env_spec``), or an
+            episode cannot be stored.
+        DatasetExistsError: ``dataset_id`` exists and ``overwrite`` is False.
     """
     data_dir = _resolve_minari_data_dir(minari_dataset_id_or_path, minari_root)
     try:

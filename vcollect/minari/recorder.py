@@ -123,13 +123,27 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
     ) -> None:
         """Wrap ``env``. Callbacks are classes (instantiated here, as Minari does) or instances.
 
-        flush_every/flush_steps/flush_seconds: commit the finished episodes to the staging dataset once
-        this many episodes or steps are pending, or this long after the last commit (checked when an
-        episode ends), whichever comes first; a crash loses at most that much. root: where the staging and final
-        datasets live (default: ``$VCOLLECT_DATASETS_PATH``, else ``~/.vcollect/datasets``).
-        observation_space/action_space: the dataset's spaces (default: the env's). seed: seeds the
-        generator autoseeds are drawn from (default: fresh OS entropy). max_buffer_steps: the old name of
-        flush_steps (deprecated, recorder_compat.py).
+        The finished episodes are committed to the staging dataset once ``flush_every`` episodes or
+        ``flush_steps`` steps are pending, or ``flush_seconds`` after the last commit (checked when an
+        episode ends), whichever comes first; a crash loses at most that much.
+
+        Args:
+            env: The env to record.
+            step_data_callback: A StepDataCallback class or instance.
+            episode_metadata_callback: An EpisodeMetadataCallback class or instance.
+            record_infos: Record the info dicts too (their keys fixed by the first).
+            flush_every: Episodes pending before a commit.
+            flush_steps: Steps pending before a commit.
+            flush_seconds: Seconds after the last commit before the next (None: no time limit).
+            root: Where the staging and final datasets live (default: ``$VCOLLECT_DATASETS_PATH``, else
+                ``~/.vcollect/datasets``).
+            observation_space: The dataset's observation space (default: the env's).
+            action_space: The dataset's action space (default: the env's).
+            seed: Seeds the generator autoseeds are drawn from (default: fresh OS entropy).
+            max_buffer_steps: Deprecated name of ``flush_steps`` (recorder_compat.py).
+
+        Raises:
+            ValueError: ``flush_every`` or ``flush_steps`` below 1, or a negative ``flush_seconds``.
         """
         super().__init__(env)
         flush_steps = flush_steps_from(max_buffer_steps, flush_steps)
@@ -196,6 +210,17 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         """Reset the env, seeding it with a drawn seed unless ``seed`` is given or ``options={"minari_autoseed": False}``.
 
         A running episode with at least one step is recorded first, truncated at its last step.
+
+        Args:
+            seed: The reset's seed (None: a drawn one, unless autoseeding is turned off).
+            options: The reset's options (recorded; they must be JSON-able).
+
+        Returns:
+            The env's observation and info.
+
+        Raises:
+            CollectorStateError: The collector is closed.
+            InfoStructureError: With ``record_infos``, the info's keys differ from the first info's.
         """
         self._check_open()
         self._end_unfinished()
@@ -221,7 +246,17 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step the env and record the transition (what the StepDataCallback returns for it)."""
+        """Step the env and record the transition (what the StepDataCallback returns for it).
+
+        Args:
+            action: The action.
+
+        Returns:
+            The env's ``(obs, reward, terminated, truncated, info)``.
+
+        Raises:
+            CollectorStateError: No reset since the collector was made or a dataset was saved, or it is closed.
+        """
         episode = self._episode
         if episode is None:
             self._check_open()
@@ -323,7 +358,32 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         The running episode is recorded first, truncated (as Minari does); call reset() before stepping
         again. Metadata keys follow Minari (reference scores computed the same way when
         ``expert_policy`` or ``ref_max_score`` is given). The staging dataset is renamed, not copied;
-        the next reset starts a new one. DatasetExistsError if the id exists unless ``overwrite=True``.
+        the next reset starts a new one.
+
+        Args:
+            dataset_id: The new dataset's id.
+            eval_env: The evaluation env (an id, env or EnvSpec), recorded as ``eval_env_spec``.
+            algorithm_name: Recorded in the metadata.
+            author: Recorded in the metadata (a set is stored sorted).
+            author_email: Recorded in the metadata (a set is stored sorted).
+            code_permalink: Recorded in the metadata.
+            ref_min_score: The reference minimum score (computed with a random policy when a score is asked
+                for and this is None).
+            ref_max_score: The reference maximum score.
+            expert_policy: A policy whose average return becomes ``ref_max_score``.
+            num_episodes_average_score: The episodes a computed reference score averages.
+            description: Recorded in the metadata.
+            requirements: Recorded in the metadata.
+            root: The datasets root (default: the collector's).
+            overwrite: Replace a dataset of that id.
+
+        Returns:
+            The new dataset, loaded.
+
+        Raises:
+            DatasetExistsError: The id exists and ``overwrite`` is False.
+            CollectorStateError: The collector is closed.
+            InvalidDatasetIdError: ``dataset_id`` is malformed.
         """
         self._check_open()
         parse_dataset_id(dataset_id)
@@ -364,15 +424,32 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         return load_dataset(dataset_id, target_root)
 
     def save_to_disk(self, path: str | os.PathLike[str], dataset_metadata: dict[str, Any] | None = None) -> Dataset:
-        """Deprecated: ``create_dataset`` at the dataset folder ``path`` (see recorder_compat.save_to_disk)."""
+        """Deprecated: ``create_dataset`` at the dataset folder ``path`` (see recorder_compat.save_to_disk).
+
+        Args:
+            path: The dataset folder.
+            dataset_metadata: Metadata to store with it (create_dataset's keywords go there).
+
+        Returns:
+            The new dataset, loaded.
+        """
         return save_to_disk(self, Path(path), dataset_metadata)
 
     def add_to_dataset(self, dataset: Dataset) -> Dataset:
-        """Append everything recorded so far to an existing dataset, as Minari does; returns ``dataset``.
+        """Append everything recorded so far to an existing dataset, as Minari does.
 
-        The running episode is recorded first, truncated. ``dataset`` (a Dataset or a view) is updated
-        in place to include the new episodes, as Minari's is; its spaces must equal the collector's
-        (SpaceMismatchError otherwise). The staging dataset is deleted and the next reset starts a new one.
+        The running episode is recorded first, truncated. The staging dataset is deleted and the next reset
+        starts a new one.
+
+        Args:
+            dataset: A Dataset or a view; updated in place to include the new episodes, as Minari's is.
+
+        Returns:
+            ``dataset``.
+
+        Raises:
+            SpaceMismatchError: Its spaces differ from the collector's.
+            CollectorStateError: The collector is closed.
         """
         self._check_open()
         for what, theirs, ours in (

@@ -25,7 +25,7 @@ MINARI_CREATE_KEYS = ("algorithm_name", "author", "author_email", "code_permalin
 
 
 def flush_steps_from(max_buffer_steps: int | None, flush_steps: int) -> int:
-    """``flush_steps``, or ``max_buffer_steps`` (with a DeprecationWarning) when the old name is used."""
+    """``flush_steps``, or ``max_buffer_steps`` (with a DeprecationWarning) when that deprecated name is used."""
     if max_buffer_steps is None:
         return flush_steps
     warnings.warn("DataCollector(max_buffer_steps=N) is deprecated: use flush_steps=N (commit every N steps)",

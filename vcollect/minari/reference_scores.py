@@ -42,9 +42,23 @@ def reference_scores(
     expert_policy: Callable[[Any], Any] | None = None,
     num_episodes_average_score: int = 100,
 ) -> dict[str, Any]:
-    """The reference-score metadata for a dataset of ``env`` (an id, env, EnvSpec or its JSON), or {} when
-    neither ``ref_max_score`` nor ``expert_policy`` is given (Minari stores none then). ValueError when both
-    are given, or when a score must be computed and there is no env to compute it on."""
+    """The reference-score metadata for a dataset of ``env``.
+
+    Args:
+        env: The env a missing score is computed on: an id, env, EnvSpec or its JSON (None: none).
+        ref_min_score: The minimum score; computed as a random policy's average return when None.
+        ref_max_score: The maximum score.
+        expert_policy: A policy (observation -> action) whose average return becomes the maximum score.
+        num_episodes_average_score: The episodes a computed score averages.
+
+    Returns:
+        ``ref_min_score``, ``ref_max_score`` and ``num_episodes_average_score``; {} when neither
+        ``ref_max_score`` nor ``expert_policy`` is given (Minari stores none then).
+
+    Raises:
+        ValueError: Both ``ref_max_score`` and ``expert_policy`` are given, or a score must be computed and
+            there is no env to compute it on.
+    """
     if expert_policy is not None and ref_max_score is not None:
         raise ValueError("pass expert_policy or ref_max_score, not both (Minari refuses both as well)")
     if expert_policy is None and ref_max_score is None:
@@ -76,7 +90,18 @@ def reference_scores(
 
 def get_normalized_score(dataset: Any, returns: Any) -> np.ndarray:
     """(returns - ref_min_score) / (ref_max_score - ref_min_score), with the dataset's reference scores (its
-    metadata, as Minari keeps them); ValueError, as Minari's, when the dataset has none."""
+    metadata, as Minari keeps them).
+
+    Args:
+        dataset: The dataset whose metadata holds the reference scores.
+        returns: The returns to normalise.
+
+    Returns:
+        The normalised returns, float64.
+
+    Raises:
+        ValueError: The dataset has no reference scores (as Minari's).
+    """
     metadata = dataset.metadata
     low, high = metadata.get("ref_min_score"), metadata.get("ref_max_score")
     if low is None or high is None:

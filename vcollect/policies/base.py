@@ -26,7 +26,12 @@ class Policy(Protocol):
     """Anything called as ``policy(obs, state) -> (actions, state)`` on a batch of observations."""
 
     def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
-        """Return the actions for ``obs`` (leading axis = batch) and the new state rows (or None)."""
+        """Return the actions for ``obs`` (leading axis = batch) and the new state rows (or None).
+
+        Args:
+            obs: The ready envs' observations, batched (nested for Dict/Tuple spaces).
+            state: Their state rows, env axis first (None: no state).
+        """
         ...
 
 
@@ -35,7 +40,12 @@ class SupportsResetState(Protocol):
     """A stateful policy: the collector zeroes the state rows of envs that start a new episode."""
 
     def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
-        """Return ``state`` (env axis first) with the rows of ``env_ids`` set to the initial state."""
+        """Return ``state`` (env axis first) with the rows of ``env_ids`` set to the initial state.
+
+        Args:
+            state: Every env's state rows.
+            env_ids: The env ids that start a new episode.
+        """
         ...
 
 
@@ -44,7 +54,12 @@ class SupportsExplorationNoise(Protocol):
     """A policy with an exploration hook, applied when the collector runs with ``exploration_noise``."""
 
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
-        """Return ``actions`` perturbed for exploration (the input is not modified)."""
+        """Return ``actions`` perturbed for exploration (the input is not modified).
+
+        Args:
+            actions: The policy's actions, batched.
+            obs: The observations they were chosen for.
+        """
         ...
 
 
@@ -54,7 +69,11 @@ class SupportsMapAction(Protocol):
     before the collector checks and sends them (Tianshou's ``map_action``; TianshouPolicy has one)."""
 
     def map_action(self, actions: Any) -> Any:
-        """Return ``actions`` as the env takes them."""
+        """Return ``actions`` as the env takes them.
+
+        Args:
+            actions: The policy's actions (after any exploration noise), batched.
+        """
         ...
 
 
@@ -73,5 +92,11 @@ class SupportsInfos(Protocol):
     def __call__(
         self, obs: Any, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
     ) -> tuple[Any, Any]:
-        """Return the actions and the new state rows for ``obs`` and the ready envs' ``infos``."""
+        """Return the actions and the new state rows for ``obs`` and the ready envs' ``infos``.
+
+        Args:
+            obs: The ready envs' observations, batched.
+            state: Their state rows, env axis first (None: no state).
+            infos: One info dict per ready env, in the order of the observations.
+        """
         ...

@@ -49,7 +49,13 @@ class EpsilonGreedy:
     def __call__(
         self, obs: Any, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
     ) -> tuple[Any, Any]:
-        """Return the wrapped policy's actions and state (no noise: that is ``add_exploration_noise``)."""
+        """Return the wrapped policy's actions and state (no noise: that is ``add_exploration_noise``).
+
+        Args:
+            obs: The ready envs' observations, batched.
+            state: Their state rows (None: no state).
+            infos: The ready envs' info dicts, passed on where the wrapped policy wants them.
+        """
         if infos is None:
             return self.policy(obs, state)
         assert isinstance(self.policy, SupportsInfos)
@@ -95,7 +101,11 @@ class EpsilonGreedy:
         return state if reset is None else reset(state, env_ids)
 
     def state_dict(self) -> Any:
-        """The wrapped policy's weights."""
+        """The wrapped policy's weights.
+
+        Returns:
+            What the wrapped policy's ``state_dict`` returns.
+        """
         return self.policy.state_dict()  # type: ignore[attr-defined]
 
     def load_state_dict(self, weights: Any) -> Any:

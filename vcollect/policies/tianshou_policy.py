@@ -45,8 +45,16 @@ class TianshouPolicy:
     received, so stored episodes replay); Tianshou's buffer stores the raw one.
 
     Hidden state (``result.state``) is kept per env id (a ``Batch`` as a dict of its arrays) and the
-    rows of envs that start a new episode are zeroed, as Tianshou's Collector does. ``num_threads``:
-    torch's thread count during each call, as for TorchPolicy (default 1).
+    rows of envs that start a new episode are zeroed, as Tianshou's Collector does.
+
+    Args:
+        policy: A tianshou Policy, or an Algorithm (its ``policy`` is wrapped).
+        num_threads: torch's thread count during each call, as for TorchPolicy (None: leave it as it is).
+        pass_infos: Pass the envs' infos as ``batch.info`` (see above).
+
+    Raises:
+        TypeError: ``policy`` is no tianshou Policy or Algorithm, or ``pass_infos`` is not a bool.
+        ValueError: A bad ``num_threads``.
     """
 
     def __init__(self, policy: Any, *, num_threads: int | None = 1, pass_infos: bool = False) -> None:
@@ -72,8 +80,19 @@ class TianshouPolicy:
     def __call__(
         self, obs: Any, state: Any = None, *, infos: Sequence[Mapping[str, Any]] | None = None
     ) -> tuple[Any, Any]:
-        """The policy's raw actions (numpy) for ``obs`` (and the ready envs' ``infos``, one dict each, given
-        by the collectors with ``pass_infos``) and its new state rows (None when it keeps none)."""
+        """Run the policy on the ready envs' observations.
+
+        Args:
+            obs: The ready envs' observations, batched.
+            state: Their hidden state rows (None: the initial state).
+            infos: The ready envs' info dicts, one each (given by the collectors with ``pass_infos``).
+
+        Returns:
+            The policy's raw actions (numpy) and its new state rows (None when it keeps none).
+
+        Raises:
+            ActionError: The policy's ``act`` is not an array.
+        """
         batch = Batch(obs=obs, info=Batch() if infos is None else info_batch(infos))
         self._batch, self._batch_obs = batch, obs
         if self.num_threads is None:
@@ -100,27 +119,62 @@ class TianshouPolicy:
         return actions, _from_tianshou(result.get("state", None))
 
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
-        """The policy's ``add_exploration_noise(actions, batch)`` on the batch it acted on."""
+        """The policy's ``add_exploration_noise(actions, batch)`` on the batch it acted on.
+
+        Args:
+            actions: The raw actions.
+            obs: The observations they were chosen for.
+
+        Returns:
+            The actions with the policy's noise.
+        """
         batch = self._batch if obs is self._batch_obs and self._batch is not None else Batch(obs=obs, info=Batch())
         return self.policy.add_exploration_noise(actions, batch)
 
     def map_action(self, actions: Any) -> Any:
-        """The policy's ``map_action`` (bounding and scaling into the env's action space)."""
+        """The policy's ``map_action`` (bounding and scaling into the env's action space).
+
+        Args:
+            actions: The actions after any exploration noise.
+
+        Returns:
+            The actions as the env takes them.
+        """
         return self.policy.map_action(actions)
 
     def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
         """Zero, in place, the state rows of ``env_ids`` (Tianshou's Collector zeroes the hidden state of
-        envs that finished)."""
+        envs that finished).
+
+        Args:
+            state: Every env's state rows (None: no state).
+            env_ids: The env ids that start a new episode.
+
+        Returns:
+            ``state``, zeroed in those rows.
+        """
         if state is not None and len(env_ids):
             _zero_rows(state, np.asarray(env_ids))
         return state
 
     def state_dict(self) -> dict[str, Any]:
-        """The policy's weights (for broadcasting them to remote collectors)."""
+        """The policy's weights (for broadcasting them to remote collectors).
+
+        Returns:
+            ``policy.state_dict()``.
+        """
         return self.policy.state_dict()  # type: ignore[no-any-return]
 
     def load_state_dict(self, weights: Any, strict: bool = True) -> Any:
-        """Load weights into the policy."""
+        """Load weights into the policy.
+
+        Args:
+            weights: A ``state_dict``.
+            strict: As torch's ``strict``: the keys must match exactly.
+
+        Returns:
+            What the policy's ``load_state_dict`` returns.
+        """
         return self.policy.load_state_dict(weights, strict=strict)
 
 

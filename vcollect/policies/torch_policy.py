@@ -99,7 +99,15 @@ class TorchPolicy:
         self.actions_in_space = not any(isinstance(leaf.space, spaces.Box) for leaf in leaves(action_space))
 
     def __call__(self, obs: Any, state: Any = None) -> tuple[Any, Any]:
-        """Return numpy actions for the observation batch ``obs`` and (if recurrent) the new state rows."""
+        """Return numpy actions for the observation batch ``obs`` and (if recurrent) the new state rows.
+
+        Args:
+            obs: The ready envs' observations, batched.
+            state: Their hidden state rows, env axis first (None: the initial state, or not recurrent).
+
+        Raises:
+            ActionError: The module's output is not what its action space needs.
+        """
         threads = self.num_threads
         if threads is None or self.device.type != "cpu":
             return self._act(obs, state)
@@ -128,7 +136,15 @@ class TorchPolicy:
         return actions, _hidden_to_state(hidden, self.hidden_batch_dim)
 
     def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
-        """Zero, in place, the state rows of ``env_ids`` (env axis first; tuples/dicts of rows too)."""
+        """Zero, in place, the state rows of ``env_ids`` (env axis first; tuples/dicts of rows too).
+
+        Args:
+            state: Every env's state rows (None: no state).
+            env_ids: The env ids that start a new episode.
+
+        Returns:
+            ``state``, zeroed in those rows.
+        """
         if state is None or len(env_ids) == 0:
             return state
         with torch.inference_mode():
@@ -136,11 +152,23 @@ class TorchPolicy:
         return state
 
     def state_dict(self) -> dict[str, Any]:
-        """The module's weights (for broadcasting them to remote collectors)."""
+        """The module's weights (for broadcasting them to remote collectors).
+
+        Returns:
+            ``module.state_dict()``.
+        """
         return self.module.state_dict()
 
     def load_state_dict(self, weights: Mapping[str, Any], strict: bool = True) -> Any:
-        """Load weights into the module (passthrough to ``module.load_state_dict``)."""
+        """Load weights into the module (passthrough to ``module.load_state_dict``).
+
+        Args:
+            weights: A ``state_dict``.
+            strict: As torch's ``strict``: the keys must match exactly.
+
+        Returns:
+            What ``module.load_state_dict`` returns (the missing and unexpected keys).
+        """
         return self.module.load_state_dict(weights, strict=strict)
 
 

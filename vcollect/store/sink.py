@@ -42,8 +42,20 @@ class EpisodeSink(Protocol):
         options: Sequence[Mapping[str, Any] | None] | None = None,
         infos: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> None:
-        """Take several episodes at once: arrays concatenated in episode order (observations T+1 rows per
-        episode, the rest T), one seed, env id, options and infos entry per episode."""
+        """Take several finished episodes at once.
+
+        Args:
+            observations: The episodes' observations concatenated in order (T+1 rows each).
+            actions: Their actions concatenated (T rows each).
+            rewards: Their rewards concatenated.
+            terminations: Their terminations concatenated.
+            truncations: Their truncations concatenated.
+            lengths: The steps T of each episode.
+            seeds: The seed of each episode's reset (None: unseeded).
+            env_ids: The env that ran each episode.
+            options: The reset options of each episode (or None for all).
+            infos: The info tree of each episode (or None for all).
+        """
         ...
 
     def flush(self) -> None:
@@ -61,7 +73,14 @@ class AcceptsEnvSpec(Protocol):
     offers its envs' EnvSpec once, when it is built, to a sink that has this method."""
 
     def record_env_spec(self, spec: EnvSpec) -> bool:
-        """Record ``spec`` as the env of the dataset unless one is recorded already; True when it did."""
+        """Record ``spec`` as the env of the dataset unless one is recorded already.
+
+        Args:
+            spec: The envs' spec.
+
+        Returns:
+            True when it was recorded.
+        """
         ...
 
 

@@ -95,6 +95,19 @@ class SubprocVectorEnv(BaseVectorEnv):
     (multiprocessing has no option for this: the worker is started without the main module's path in
     its preparation data, see ``vcollect.envs.subproc.launch``.) A script without an
     ``if __name__ == "__main__":`` guard that workers do import gets a one-line EnvWorkerError saying so.
+
+    Args:
+        env_fns: One zero-argument factory per env.
+        num_workers: Worker processes (default: as many as CPUs, at most one per env).
+        context: A multiprocessing start method name or context.
+        spin_s: Seconds a waiting worker or parent polls before it sleeps.
+        import_main: Whether workers import the program's main module (None: only where needed).
+        timeout: Seconds each synchronous call may take (None: no limit).
+        max_restarts: Worker replacements allowed over the vector env's life.
+
+    Raises:
+        ValueError: No factory, a ``num_workers`` outside 1..len(env_fns), or a bad ``timeout``.
+        EnvWorkerError: A worker failed to start or build its envs.
     """
 
     capabilities = EnvCapabilities(step_reset=True)
@@ -152,7 +165,23 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     # -- the hot paths: synchronous calls while nothing else is in flight ---------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
-        """Step env_ids (all when None): one message per worker holding them; results in env_ids order."""
+        """Step env_ids (all when None): one message per worker holding them.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Returns:
+            (observations, rewards, terminations, truncations, infos), fresh arrays in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: An env raised, its worker died, or the call ran past ``timeout`` (the vector env is then
+                closed) (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         self._pool.begin("step")
         self._catch_deaths()
         try:
@@ -162,7 +191,25 @@ class SubprocVectorEnv(BaseVectorEnv):
             self._pool.catch_deaths = False
 
     def reset(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> ResetResult:
-        """Reset env_ids (all when None): one message per worker holding them; results in env_ids order."""
+        """Reset env_ids (all when None): one message per worker holding them.
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Returns:
+            (batched observations, one info dict per env id), fresh, in ``env_ids`` order.
+
+        Raises:
+            EnvWorkerError: An env raised, its worker died, or the call ran past ``timeout`` (the vector env is then
+                closed) (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         self._pool.begin("reset")
         self._catch_deaths()
         try:
@@ -181,7 +228,26 @@ class SubprocVectorEnv(BaseVectorEnv):
         options: dict | None = None,
     ) -> StepResetResult:
         """Step env_ids (all when None); each worker resets its envs that end right after their step, so
-        an ended episode costs no second round trip. Results in env_ids order."""
+        an ended episode costs no second round trip.
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+            reset_seeds: The seed of each env id's reset, should it end.
+            may_reset: A bool per env id; False leaves an ended env ended (None: all True).
+            options: Passed to every reset.
+
+        Returns:
+            The step's results, and the env ids reset with their first observations and infos.
+
+        Raises:
+            EnvWorkerError: An env raised, its worker died, or the call ran past ``timeout`` (the vector env is then
+                closed) (EnvOutputError: it returned a reward or flag of the wrong
+                type).
+            ObservationError: An observation does not fit the observation space.
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
+        """
         pool = self._pool
         if self.timeout is not None:
             pool.begin("step")
@@ -475,7 +541,14 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     # -- rest of the API ------------------------------------------------------------------------
     def render(self) -> list[Any] | None:
-        """Each env's render() result (env id order), or None when every env returned None."""
+        """Render every env.
+
+        Returns:
+            One render() result per env; None when every env returned None.
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+        """
         self._check_open()
         pool = self._pool
         self._render_results = {}

@@ -31,19 +31,24 @@ def _shard_totals(file: Path) -> tuple[int, int]:
 
 
 def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
-    """All datasets under the root, broken ones included: id -> metadata plus totals and any problem files.
+    """All datasets under the root, broken ones included, with their totals and any problem files.
 
-    Each value holds the dataset metadata (author, ...), ``dataset_id``, ``total_episodes``,
-    ``total_steps``, ``num_shards``, ``size_bytes`` (dataset.json plus readable shards),
-    ``created_at``, ``temporary_files`` (half-written ``.tmp`` files, e.g. left by a
-    crash), ``corrupt_shards`` (committed files that cannot be opened; not counted in the totals) and
-    ``broken``: None for a readable dataset, else a message naming the file and what is wrong with it.
     A broken dataset (its dataset.json cannot be read or checked, or its folder, or a folder below the
     root named like a dataset, cannot be listed) is listed, never left out and never a reason to fail
     the others: ``broken`` says why, its
     ``total_episodes``, ``total_steps``, ``num_shards`` and ``created_at`` are None, ``size_bytes``
     counts the files there without opening them. Folders whose path below the root is no valid dataset
     id (hidden staging folders, ...) are not datasets and are not listed.
+
+    Args:
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Returns:
+        Id -> the dataset metadata (author, ...), ``dataset_id``, ``total_episodes``, ``total_steps``,
+        ``num_shards``, ``size_bytes`` (dataset.json plus readable shards), ``created_at``,
+        ``temporary_files`` (half-written ``.tmp`` files, e.g. left by a crash), ``corrupt_shards``
+        (committed files that cannot be opened; not counted in the totals) and ``broken``: None for a
+        readable dataset, else a message naming the file and what is wrong with it.
     """
     root_path = resolve_root(root)
     recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/layout/publish_journal.py)
@@ -183,14 +188,20 @@ def symlinked_folder(dataset_id: str, root: str | os.PathLike[str] | None = None
 
 
 def delete_dataset(dataset_id: str, root: str | os.PathLike[str] | None = None) -> None:
-    """Delete a dataset directory (and namespace directories left empty); DatasetNotFoundError if absent.
+    """Delete a dataset directory (and namespace directories left empty).
 
     All or nothing: the folder is first renamed to a hidden name (one rename), then removed; killed part-way,
-    the id is already gone and the next operation in its namespace removes the hidden rest. Refuses
-    (DatasetError, nothing deleted) when datasets lie inside its folder.
+    the id is already gone and the next operation in its namespace removes the hidden rest.
 
-    Refuses (DatasetError, nothing deleted) when a folder of the dataset's path below the root is a
-    symbolic link, so a deletion never reaches outside the root.
+    Args:
+        dataset_id: The dataset's id.
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Raises:
+        DatasetNotFoundError: No such dataset (or another process deleted it meanwhile).
+        DatasetError: Datasets lie inside its folder, or a folder of its path below the root is a symbolic
+            link (so a deletion never reaches outside the root); nothing is deleted.
+        InvalidDatasetIdError: ``dataset_id`` is malformed.
     """
     parse_dataset_id(dataset_id)
     root_path = resolve_root(root)

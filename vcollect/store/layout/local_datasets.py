@@ -25,13 +25,19 @@ def list_local_datasets(
 ) -> dict[str, dict[str, Any]]:
     """Ids and metadata of the datasets under the root, sorted by (namespace, name, version), as Minari's.
 
-    Each value is the dataset metadata plus ``dataset_id``, ``total_episodes``, ``total_steps``,
-    ``dataset_size`` (MB, one decimal, as Minari reports it), ``format_version`` and ``created_at``.
-    ``latest_version`` keeps the highest version of each ``namespace/name``; ``prefix`` keeps the datasets
-    in that namespace (or that one id), as Minari's folder prefix does. A dataset that cannot be read is
-    left out with a warning, as Minari does (``list_datasets`` lists it with the reason).
-    ``compatible_minari_version`` keeps the datasets whose format this vcollect reads: those are all the
-    readable ones, so it leaves out nothing more (accepted so Minari calls run unchanged).
+    A dataset that cannot be read is left out with a warning, as Minari does (``list_datasets`` lists it
+    with the reason).
+
+    Args:
+        latest_version: Keep only the highest version of each ``namespace/name``.
+        compatible_minari_version: Keep the datasets whose format this vcollect reads: those are all the
+            readable ones, so it leaves out nothing more (accepted so Minari calls run unchanged).
+        prefix: Keep the datasets in that namespace (or that one id), as Minari's folder prefix does.
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Returns:
+        Id -> the dataset metadata plus ``dataset_id``, ``total_episodes``, ``total_steps``,
+        ``dataset_size`` (MB, one decimal, as Minari reports it), ``format_version`` and ``created_at``.
     """
     prefix_path = None if prefix is None else prefix.strip("/")
     found: dict[str, dict[str, Any]] = {}

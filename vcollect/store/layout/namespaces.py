@@ -114,8 +114,15 @@ def _walk(root: Path) -> Iterator[tuple[str, bool, bool]]:
 
 
 def list_local_namespaces(root: str | os.PathLike[str] | None = None) -> list[str]:
-    """Sorted names of the namespaces under the root: folders with ``namespace_metadata.json``, folders that
-    hold datasets, and their parents."""
+    """The namespaces under the root: folders with ``namespace_metadata.json``, folders that hold datasets,
+    and their parents.
+
+    Args:
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Returns:
+        Their names, sorted (empty when the root does not exist).
+    """
     root_path = resolve_root(root)
     found: set[str] = set()
     if not root_path.is_dir():
@@ -154,10 +161,19 @@ def _mark_parents(namespace: str, root: str | os.PathLike[str] | None) -> None:
 def create_namespace(
     namespace: str, description: str | None = None, *, root: str | os.PathLike[str] | None = None, **kwargs: Any
 ) -> None:
-    """Create namespace ``namespace`` with metadata ``{"description": ..., **kwargs}``; parents get ``{}``.
+    """Create a namespace with metadata ``{"description": ..., **kwargs}``; its parents get ``{}``.
 
-    NamespaceExistsError when it exists (also implicitly, by holding datasets); InvalidDatasetIdError when
-    malformed; ValueError when the metadata is not JSON.
+    Args:
+        namespace: The namespace, e.g. ``"atari"`` or ``"a/b"``.
+        description: Its description (left out of the metadata when None).
+        root: The datasets root (None: :func:`resolve_root`'s default).
+        **kwargs: More metadata (JSON values).
+
+    Raises:
+        NamespaceExistsError: It exists (also implicitly, by holding datasets), or another process created
+            it meanwhile.
+        InvalidDatasetIdError: ``namespace`` is malformed.
+        ValueError: The metadata is not JSON.
     """
     folder = _folder(namespace, root)
     metadata = _metadata(description, kwargs, keep_none=False)
@@ -185,7 +201,19 @@ def _existing(namespace: str, root: str | os.PathLike[str] | None) -> Path:
 
 
 def get_namespace_metadata(namespace: str, root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """The metadata of ``namespace`` (``{}`` for a namespace without the file); NamespaceNotFoundError if absent."""
+    """The metadata of a namespace.
+
+    Args:
+        namespace: The namespace.
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Returns:
+        Its metadata (``{}`` for a namespace without a metadata file).
+
+    Raises:
+        NamespaceNotFoundError: It does not exist.
+        InvalidDatasetIdError: ``namespace`` is malformed.
+    """
     return _read(_existing(namespace, root) / NAMESPACE_METADATA_FILE)
 
 
@@ -193,7 +221,19 @@ def update_namespace(
     namespace: str, description: str | None = None, *, root: str | os.PathLike[str] | None = None, **kwargs: Any
 ) -> None:
     """Replace the metadata of an existing namespace with ``{"description": ..., **kwargs}`` (as Minari's
-    ``update_namespace_metadata``: nothing old is kept). NamespaceNotFoundError if it does not exist."""
+    ``update_namespace_metadata``: nothing old is kept).
+
+    Args:
+        namespace: The namespace.
+        description: Its description (stored as null when None).
+        root: The datasets root (None: :func:`resolve_root`'s default).
+        **kwargs: More metadata (JSON values).
+
+    Raises:
+        NamespaceNotFoundError: It does not exist.
+        InvalidDatasetIdError: ``namespace`` is malformed.
+        ValueError: The metadata is not JSON.
+    """
     folder = _existing(namespace, root)
     write_json_atomic(folder / NAMESPACE_METADATA_FILE, _metadata(description, kwargs, keep_none=True))
     _mark_parents(namespace, root)
@@ -206,8 +246,16 @@ update_namespace_metadata = update_namespace
 def delete_namespace(namespace: str, root: str | os.PathLike[str] | None = None) -> None:
     """Delete an empty namespace (its folder and metadata file).
 
-    A namespace that does not exist only warns (as Minari does); one that holds anything besides its
-    metadata file (datasets, namespaces, other files) raises NamespaceNotEmptyError naming what is there.
+    A namespace that does not exist only warns (as Minari does).
+
+    Args:
+        namespace: The namespace.
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Raises:
+        NamespaceNotEmptyError: It holds anything besides its metadata file (datasets, namespaces, other
+            files); the message names what is there.
+        InvalidDatasetIdError: ``namespace`` is malformed.
     """
     folder = _folder(namespace, root)
     if namespace not in list_local_namespaces(root):

@@ -41,11 +41,20 @@ def _quoted(dataset_id: str) -> str:
 
 
 def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
-    """Split ``namespace/name-vN`` into (namespace or None, name, version); InvalidDatasetIdError if malformed.
+    """Split a dataset id ``namespace/name-vN`` into its parts.
 
     Follows Minari's grammar (the namespace is optional and may be nested, ``a/b/name-v0``) and
     rejects anything that could escape the datasets root (empty path parts) or that no filesystem can
     hold (a part over MAX_PART_BYTES, an id over MAX_ID_BYTES).
+
+    Args:
+        dataset_id: The id to parse.
+
+    Returns:
+        (namespace or None, name, version).
+
+    Raises:
+        InvalidDatasetIdError: ``dataset_id`` is not a str, is malformed, or is too long.
     """
     if not isinstance(dataset_id, str):
         raise InvalidDatasetIdError(f"a dataset id must be a str like 'namespace/name-v0', got {dataset_id!r}")
@@ -71,7 +80,14 @@ def parse_dataset_id(dataset_id: str) -> tuple[str | None, str, int]:
 
 
 def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """The datasets root: ``root`` if given, else ``$VCOLLECT_DATASETS_PATH``, else ``~/.vcollect/datasets``."""
+    """The datasets root: ``root`` if given, else ``$VCOLLECT_DATASETS_PATH``, else ``~/.vcollect/datasets``.
+
+    Args:
+        root: The root asked for, or None for the default.
+
+    Returns:
+        The root, with ``~`` expanded.
+    """
     if root is not None:
         return Path(root).expanduser()
     env = os.environ.get(DATASETS_PATH_ENV)
@@ -81,6 +97,17 @@ def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
 
 
 def dataset_path(dataset_id: str, root: str | os.PathLike[str] | None = None) -> Path:
-    """Directory of a dataset: ``<root>/<namespace>/<name>-vN`` (the id is validated first)."""
+    """Directory of a dataset: ``<root>/<namespace>/<name>-vN`` (the id is validated first).
+
+    Args:
+        dataset_id: The dataset's id.
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Returns:
+        The directory (it need not exist).
+
+    Raises:
+        InvalidDatasetIdError: ``dataset_id`` is malformed.
+    """
     parse_dataset_id(dataset_id)
     return resolve_root(root).joinpath(*dataset_id.split("/"))

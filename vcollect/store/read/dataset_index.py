@@ -25,7 +25,25 @@ __all__ = ["DatasetIndex", "EpisodeData"]
 
 @dataclass(frozen=True, eq=False)
 class EpisodeData:
-    """One stored episode: T+1 observations, T actions/rewards/flags, infos/extras, seed and env id."""
+    """One stored episode: T+1 observations, T actions/rewards/flags, infos/extras, seed and env id.
+
+    Attributes:
+        id: The episode's index in the dataset.
+        observations: T+1 rows (nested for Dict/Tuple spaces).
+        actions: T rows (nested for Dict/Tuple spaces).
+        rewards: (T,) floats.
+        terminations: (T,) bools.
+        truncations: (T,) bools.
+        infos: The per-step infos recorded with it (name -> array, nested).
+        extras: The per-step arrays an episode hook computed (name -> array).
+        seed: The seed its reset took; None when unseeded.
+        env_id: The env that ran it.
+        options: The options its reset took; None when there were none.
+        metadata: Its per-episode metadata.
+        late_metadata: The part of ``metadata`` set after the fact under keys its shard does not store
+            (copies write it to the new dataset's episode_metadata.json, as keys may differ between
+            episodes there).
+    """
 
     id: int
     observations: Any
@@ -39,8 +57,6 @@ class EpisodeData:
     env_id: int
     options: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    #: The part of ``metadata`` set after the fact under keys its shard does not store (copies write it to
-    #: the new dataset's episode_metadata.json, as keys may differ between episodes there).
     late_metadata: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:

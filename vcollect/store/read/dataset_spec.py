@@ -16,9 +16,23 @@ __all__ = ["DatasetSpec"]
 class DatasetSpec:
     """A dataset (view) described at a glance: Minari's spec fields, plus ``eval_env_spec`` and ``metadata``.
 
-    ``data_path`` is the dataset directory (Minari's points at its ``data/`` folder; vcollect datasets have
-    none). ``minari_version`` is the version of Minari a dataset was imported from, else None: vcollect
-    datasets are not tied to a Minari version. Frozen: change metadata with ``Dataset.update_metadata``.
+    Frozen: change metadata with ``Dataset.update_metadata``. ``namespace``, ``dataset_name`` and ``version``
+    are read from ``dataset_id``.
+
+    Attributes:
+        env_spec: The env the episodes came from; None when not recorded.
+        total_episodes: Episodes in the dataset (view).
+        total_steps: Steps in the dataset (view).
+        dataset_id: The dataset's id.
+        combined_datasets: The ids of the datasets it was combined from (empty when it was not).
+        observation_space: The observation space.
+        action_space: The action space.
+        data_path: The dataset directory (Minari's points at its ``data/`` folder; vcollect datasets have
+            none).
+        minari_version: The version of Minari the dataset was imported from, else None: vcollect datasets
+            are not tied to a Minari version.
+        eval_env_spec: The evaluation env; None when not recorded.
+        metadata: The dataset metadata (author, description, ...).
     """
 
     env_spec: gym.envs.registration.EnvSpec | None

@@ -89,7 +89,12 @@ class Dataset:
     """
 
     def __init__(self, index: DatasetIndex, episode_indices: np.ndarray | None = None) -> None:
-        """Internal: use :func:`load_dataset`."""
+        """Internal: use :func:`load_dataset`.
+
+        Args:
+            index: The loaded dataset's shared state.
+            episode_indices: The episodes of the view, as global indices (None: every episode).
+        """
         self._index = index
         if episode_indices is None:
             episode_indices = np.arange(index.total_episodes, dtype=np.int64)
@@ -517,6 +522,9 @@ class Dataset:
         dataset.json's), shards altered since commit (SHA-256 against the manifest), manifest lines that
         disagree with their shard, episode tables that disagree with the columns and actions outside the
         action space. Reads every shard whole.
+
+        Returns:
+            One line per problem; empty when the dataset is sound.
         """
         from vcollect.store.read.verify import verify_dataset  # verify builds on this module
 

@@ -131,7 +131,16 @@ class EpisodeStore:
         *,
         frame_stack: FrameStack | None = None,
     ) -> None:
-        """Internal: use :meth:`create` or :meth:`open`."""
+        """Internal: use :meth:`create` or :meth:`open`.
+
+        Args:
+            path: The dataset directory.
+            dataset_id: The dataset's id.
+            observation_space: The space of the observations stored.
+            action_space: The space of the actions stored.
+            options: How the store writes.
+            frame_stack: How stacked frames are stored (None: observations as they are).
+        """
         self._path = Path(path)
         self._shards_dir = self._path / SHARDS_DIR
         self._dataset_id = dataset_id
@@ -240,7 +249,20 @@ class EpisodeStore:
 
         Combine, import and Minari's buffers build a dataset under a hidden staging name (``path``, from
         ``vcollect.store.layout.staging``) and rename it to ``dataset_id``'s place when it is whole; ``path``
-        is taken as it is (the id is not resolved to a folder). The other arguments are :meth:`create`'s.
+        is taken as it is (the id is not resolved to a folder).
+
+        Args:
+            path: The directory to create the dataset in.
+            dataset_id: The id recorded in its ``dataset.json``.
+            observation_space: As :meth:`create`'s.
+            action_space: As :meth:`create`'s.
+            env_spec: As :meth:`create`'s.
+            eval_env_spec: As :meth:`create`'s.
+            metadata: As :meth:`create`'s.
+            overwrite: As :meth:`create`'s.
+            frame_stack: As :meth:`create`'s.
+            options: As :meth:`create`'s.
+            **option_overrides: As :meth:`create`'s.
 
         Returns:
             A writer for the new dataset at ``path``.
@@ -317,7 +339,16 @@ class EpisodeStore:
         """:meth:`open` of the dataset directory ``path`` under ``root_path``, for a dataset in a staging folder.
 
         ``path`` is taken as it is (a staging folder :meth:`create_at` made); the temporary shard files of
-        dead writers are removed. The other arguments are :meth:`open`'s.
+        dead writers are removed.
+
+        Args:
+            path: The dataset directory.
+            dataset_id: The id its ``dataset.json`` records.
+            root_path: The datasets root ``path`` lies under.
+            observation_space: As :meth:`open`'s.
+            action_space: As :meth:`open`'s.
+            options: As :meth:`open`'s.
+            **option_overrides: As :meth:`open`'s.
 
         Returns:
             A writer appending to the dataset at ``path``.
@@ -467,10 +498,24 @@ class EpisodeStore:
     ) -> None:
         """Buffer one completed episode (copied) and commit a shard when enough is pending.
 
-        observations: nested batch of T+1 rows; actions: nested batch of T rows; rewards (T,) floats;
-        terminations/truncations (T,) bools. infos/extras: (nested) dicts of arrays with T or T+1 rows
-        (structure fixed by the first episode). metadata: per-episode scalars (or fixed-shape arrays,
-        strings) stored as columns of the ``episodes/`` table. options: the reset options (JSON-able).
+        Args:
+            observations: Nested batch of T+1 rows.
+            actions: Nested batch of T rows.
+            rewards: (T,) floats.
+            terminations: (T,) bools.
+            truncations: (T,) bools.
+            seed: The seed the episode's reset took (None: unseeded).
+            env_id: The env that ran it.
+            infos: (Nested) dict of arrays with T or T+1 rows (structure fixed by the first episode).
+            extras: The same, for per-step values a hook computed.
+            metadata: Per-episode scalars (or fixed-shape arrays, strings) stored as columns of the
+                ``episodes/`` table.
+            options: The reset options (JSON-able).
+
+        Raises:
+            DatasetError: The store is closed.
+            ValueError: An array of the wrong shape or dtype, or a seed that does not fit in 64 bits.
+            InfoStructureError: Infos, extras or metadata whose structure differs from the first episode's.
         """
         if self._closed:
             raise DatasetError(f"EpisodeStore for {self._dataset_id!r} is closed")
@@ -521,27 +566,26 @@ class EpisodeStore:
     ) -> None:
         """Buffer several completed episodes at once (copied), as ``write_episode`` would one by one.
 
-        Without infos the episodes are appended in one go: for writers that finish many plain episodes
-        (the Collector), whose per-episode Python cost this saves.
+        Without infos the episodes are appended in one go: for writers that finish many plain episodes (the
+        Collector), whose per-episode Python cost this saves. With any info tree they go through
+        write_episode one by one, in order.
 
         Args:
-            observations: the episodes' observations concatenated in order, ``lengths[i] + 1`` rows each
-                (a nested batch for Dict/Tuple spaces).
-            actions: their actions concatenated, ``lengths[i]`` rows each.
-            rewards: their rewards concatenated, shape (sum of lengths,).
-            terminations: their termination flags, the same shape.
-            truncations: their truncation flags, the same shape.
-            lengths: the steps of each episode.
-            seeds: each episode's reset seed (None: unseeded).
-            env_ids: the env id each episode came from.
-            options: each episode's reset options (JSON-able), or None.
-            infos: one info tree (or None) per episode, as ``write_episode``'s ``infos=``; when any is given
-                the episodes go through ``write_episode`` one by one, in order.
+            observations: The episodes' observations concatenated in order (lengths[i] + 1 rows each).
+            actions: Their actions concatenated (lengths[i] rows each).
+            rewards: Their rewards concatenated.
+            terminations: Their terminations concatenated.
+            truncations: Their truncations concatenated.
+            lengths: The steps of each episode.
+            seeds: The seed of each episode's reset (None: unseeded).
+            env_ids: The env that ran each episode.
+            options: The reset options of each episode (or None for all).
+            infos: One info tree (or None) per episode, as write_episode's ``infos=`` (or None for all).
 
         Raises:
-            DatasetError: the store is closed.
-            InfoStructureError: the dataset holds episodes with infos, extras or metadata and none are given.
-            ValueError: arrays of the wrong shape or dtype, or lists of the wrong length.
+            DatasetError: The store is closed.
+            InfoStructureError: The dataset holds episodes with infos, extras or metadata and none are given.
+            ValueError: Lists of different lengths, or arrays whose rows do not add up to ``lengths``.
         """
         self._write_batch(observations, actions, rewards, terminations, truncations, lengths, seeds=seeds,
                           env_ids=env_ids, options=options, infos=infos, copy=True)
@@ -697,16 +741,27 @@ class EpisodeStore:
     ) -> None:
         """Merge JSON-able ``values`` into the dataset metadata and/or set the (eval) env spec.
 
-        Rewrites ``dataset.json`` atomically; None leaves a field as it is. Last writer wins when several
-        processes update the same dataset at once.
+        Rewrites ``dataset.json`` atomically. Last writer wins when several processes update the same
+        dataset at once.
+
+        Args:
+            values: Metadata to merge in (None: leave it as it is).
+            env_spec: A gymnasium EnvSpec or its JSON to record (None: leave it as it is).
+            eval_env_spec: The same for the evaluation env.
         """
         update_dataset_info(self._path, self._dataset_id, self._root(), metadata=values, env_spec=env_spec,
                             eval_env_spec=eval_env_spec)
 
     def record_env_spec(self, spec: EnvSpec) -> bool:
         """Record ``spec`` as the dataset's env spec unless it has one (a collector offers its envs' spec:
-        vcollect.store.sink.AcceptsEnvSpec); True when it did. A spec whose kwargs are not JSON-able is
-        skipped."""
+        vcollect.store.sink.AcceptsEnvSpec). A spec whose kwargs are not JSON-able is skipped.
+
+        Args:
+            spec: The envs' spec.
+
+        Returns:
+            True when it was recorded.
+        """
         spec_json = env_spec_to_record(self._path, self._dataset_id, spec)
         if spec_json is None:
             return False
@@ -720,8 +775,19 @@ class EpisodeStore:
 
         For recording into a staging dataset and naming it at the end (``DataCollector.create_dataset``):
         committed shards move with the directory (one rename on the same filesystem), and this store keeps
-        writing at the new place. Only safe while no other writer appends to the dataset. Returns the new
-        path; DatasetExistsError if the target exists unless ``overwrite=True``.
+        writing at the new place. Only safe while no other writer appends to the dataset.
+
+        Args:
+            dataset_id: The new id.
+            root: The datasets root to move it under (None: :func:`resolve_root`'s default).
+            overwrite: Replace a dataset that has the new id.
+
+        Returns:
+            The dataset's new directory.
+
+        Raises:
+            DatasetExistsError: The target exists and ``overwrite`` is False.
+            InvalidDatasetIdError: ``dataset_id`` is malformed.
         """
         parse_dataset_id(dataset_id)
         self._commit()
