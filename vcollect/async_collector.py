@@ -146,7 +146,7 @@ class AsyncCollector(Collector):
     ) -> None:
         """Finish what is in flight (steps are recorded, reported by the next collect), then reset every env
         (and, by default, the buffer and the counters: Collector.reset)."""
-        self._check_open()
+        self._closing.check_open()
         if isinstance(self._loop, AsyncLoop):
             self._loop.drain()
         super().reset(seed, reset_buffer=reset_buffer, reset_stats=reset_stats, options=options)
