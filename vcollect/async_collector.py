@@ -157,7 +157,7 @@ class AsyncCollector(Collector):
             TypeError: ``seed`` is a bool (Tianshou's ``reset(False)``).
             CollectorStateError: The collector is closed.
         """
-        self._check_open()
+        self._closing.check_open()
         if isinstance(self._loop, AsyncLoop):
             self._loop.drain()
         super().reset(seed, reset_buffer=reset_buffer, reset_stats=reset_stats, options=options)

@@ -8,14 +8,13 @@ and the finished envs are reset with the next seed of their env id's stream (vco
 The Collector is a facade: it builds these parts (vcollect.collecting.parts), hands them to a step loop in one
 StepContext (vcollect.collecting.step_context), picks the loop once from what the backend declares
 (``VectorEnv.capabilities``: a subset of envs per step, every env per step, or every env per step staged in
-blocks; vcollect.collecting.loops), and reports what the calls collected.
+blocks; vcollect.collecting.loops), and reports what the calls collected. What its resets and its close do
+with the episodes it holds is vcollect.collecting.closing's.
 """
 
 from __future__ import annotations
 
-import os
 import time
-import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,24 +22,15 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vcollect.buffers import VectorRingBuffer
-from vcollect.buffers.ring import RingWriter
-from vcollect.collecting.acting import PolicyActor
-from vcollect.collecting.episode_writer import EpisodeWriter
-from vcollect.collecting.ledger import TransitionLedger
+from vcollect.collecting.calls import call_stats, checked_count, checked_seed, episode_quota
+from vcollect.collecting.closing import Closing
 from vcollect.collecting.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.collecting.options import CollectorOptions, CollectorSettings
-from vcollect.collecting.parts import (
-    DEFAULT_BUFFER_ROWS,
-    as_vector_env,
-    checked_ring,
-    checked_store,
-    collector_envs,
-)
-from vcollect.collecting.progress import ThrottledBar
-from vcollect.collecting.step_context import CollectCall, ProgressBar, StepContext
+from vcollect.collecting.parts import DEFAULT_BUFFER_ROWS, as_vector_env, build_context
+from vcollect.collecting.progress import NoBar, ThrottledBar
+from vcollect.collecting.step_context import CollectCall, ProgressBar
 from vcollect.envs import VectorEnv
-from vcollect.envs.info_recording import InfoRecordingEnv
-from vcollect.errors import CollectorStateError, EpisodesLostWarning
+from vcollect.errors import CollectorStateError
 from vcollect.exit_commits import ExitStage, register_exit_close
 from vcollect.hooks import EpisodeRolloutHook, StepHook
 from vcollect.policies import Policy
@@ -54,33 +44,20 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_BUFFER_ROWS", "CollectCall", "Collector", "as_vector_env"]
 
 
-class _NoBar:
-    """The progress bar when none is shown: a disabled tqdm costs ~15 us a call, ~10% of a one-step collect."""
-
-    n = 0
-
-    def update(self, n: int = 1) -> None:
-        """Nothing to show."""
-
-    def close(self) -> None:
-        """Nothing to close."""
-
-
 class Collector:
     """Collect exact numbers of steps or episodes from a vector env into per-env ring buffers.
 
-    ``policy`` is called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only. A
-    Tianshou policy or Algorithm is wrapped in ``vcollect.policies.TianshouPolicy`` (recognised by isinstance
-    against Tianshou's classes when tianshou is imported; vcollect.policies.tianshou_types), without infos: a
-    policy that asks for them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last.
-    With a ``store`` (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every
-    completed episode is written whole, with the seed of its reset and its env id; a ``buffer`` given with
-    a store is switched to keep episodes longer than its rings whole (as ``keep_overflow=True`` does). ``seed``
-    seeds the generator behind every reset's seed (one stream per env id) and the actions of
-    ``collect(random=True)``. The dummy, subprocess and Ray backends seed every reset the collector asks
-    for, so for the same seed (and policy) they give bit-identical data, equal to each other. The gymnasium
-    backend (its vector envs restart finished envs themselves) and EnvPool (seeded once, from the pool's
-    seed) give the same data again for the same backend and seeds, but not the data of the other backends.
+    A Tianshou policy or Algorithm is wrapped in ``vcollect.policies.TianshouPolicy`` (recognised by
+    isinstance against Tianshou's classes when tianshou is imported), without infos: a policy that asks for
+    them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last. With a ``store``
+    (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every completed episode is written
+    whole, with the seed of its reset and its env id; a ``buffer`` given with a store is switched to keep
+    episodes longer than its rings whole (as ``keep_overflow=True`` does). ``seed`` seeds the generator behind
+    every reset's seed (one stream per env id) and the actions of ``collect(random=True)``. The dummy,
+    subprocess and Ray backends seed every reset the collector asks for, so for the same seed (and policy)
+    they give bit-identical data, equal to each other. The gymnasium backend (its vector envs restart finished
+    envs themselves) and EnvPool (seeded once, from the pool's seed) give the same data again for the same
+    backend and seeds, but not the data of the other backends.
 
     Backends that step every env at once are stepped whole; transitions beyond the requested count are
     recorded and stored at once and reported by the next call (``pending_transitions``). Episodes an env
@@ -99,21 +76,18 @@ class Collector:
     hook that raises stops the call with its exception, every episode finished before it stored; reset the
     collector before collecting again.
 
-    The keyword options (``seed``, ``exploration_noise``, ``validate``, ``record_infos``, ``seed_every_reset``,
-    ``stage_blocks``, ``unfinished``, ``check_finite`` and the hooks), their defaults and meaning:
-    vcollect.collecting.options.CollectorSettings; typed once and shared with AsyncCollector, an option no
-    collector takes is a TypeError.
-
     ``collect_step`` / ``collect_episode`` / ``collect_time``: running totals of what the collect calls
     reported since construction or the last ``reset_stat()`` (as Tianshou's Collector keeps them).
 
     Args:
-        policy: Called as ``policy(obs_batch, state) -> (actions, state)``; a Tianshou policy or Algorithm;
-            or None for a collector that only collects with ``random=True``.
+        policy: Called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only; a Tianshou
+            policy or Algorithm; or None for a collector that only collects with ``random=True``.
         envs: A ``VectorEnv``, a gymnasium vector env, one ``gymnasium.Env``, or a list of env factories.
         buffer: The rings to record into (a ``VectorRingBuffer`` with one ring per env); None makes one.
         store: Where every completed episode is written (an ``EpisodeSink`` of the envs' spaces).
-        **options: The keyword options above (vcollect.collecting.options.CollectorSettings).
+        **options: The keyword options (``seed``, ``exploration_noise``, ``validate``, ``record_infos``,
+            ``seed_every_reset``, ``stage_blocks``, ``unfinished``, ``check_finite`` and the hooks), shared
+            with AsyncCollector; defaults and meaning: vcollect.collecting.options.CollectorSettings.
 
     Raises:
         TypeError: An option no collector takes, ``buffer`` not a VectorRingBuffer, or ``store`` not a whole
@@ -133,44 +107,27 @@ class Collector:
         **options: Unpack[CollectorOptions],
     ) -> None:
         settings = CollectorSettings(**options)
+        self.policy = as_policy(policy)  # a Tianshou Policy/Algorithm is wrapped in TianshouPolicy
+        self.context = context = build_context(
+            self.policy, envs, buffer, store, settings, batched_recv=self.handles_batched_recv
+        )
+        self.envs: VectorEnv = context.envs
+        self.buffer, self._actor, self._ledger = context.buffer, context.actor, context.ledger
+        self._writer = context.writer
+        self.store = None if self._writer is None else self._writer.sink
+        self.capabilities = context.capabilities
+        self.num_envs = context.num_envs
+        self.observation_space, self.action_space = context.observation_space, context.action_space
         self.unfinished = settings.unfinished
-        vector_env = collector_envs(envs, record_infos=settings.record_infos, batched_recv=self.handles_batched_recv)
-        self.envs: VectorEnv = vector_env
-        self.capabilities = vector_env.capabilities
-        self.policy = policy = as_policy(policy)  # a Tianshou Policy/Algorithm is wrapped in TianshouPolicy
-        self.num_envs = vector_env.num_envs
-        self.observation_space = vector_env.single_observation_space
-        self.action_space = vector_env.single_action_space
-        self.buffer = checked_ring(buffer, vector_env)
-        self.store = checked_store(store, vector_env)
-        self._writer: EpisodeWriter | None = None
-        if self.store is not None:
-            RingWriter(self.buffer).keep_whole_episodes()  # a stored episode is whole, however long
-            infos = vector_env.episode_infos if isinstance(vector_env, InfoRecordingEnv) else None
-            self._writer = EpisodeWriter(self.store, self.buffer, infos)
         self.seed_every_reset = settings.seed_every_reset
         self.record_infos = settings.record_infos
         self.exploration_noise = settings.exploration_noise
         self.validate = settings.validate
-        self._actor = PolicyActor(
-            policy, self.buffer, self.observation_space, self.action_space,
-            exploration_noise=settings.exploration_noise, validate=settings.validate,
-        )
-        self._ledger = TransitionLedger(self.num_envs)
-        self.context = StepContext(
-            vector_env, self.buffer, self._actor, self._ledger, self._writer,
-            validate=settings.validate, check_finite=settings.check_finite,
-        )
-        self.context.on_step_hook = settings.on_step_hook
-        self.context.on_episode_done_hook = settings.on_episode_done_hook
+        self._closing = Closing(context, self.store)
         self._reseed(settings.seed)
-        self._was_reset = False
-        self._closed = False
         self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
         self._loop: StepLoop = self._make_loop(settings.stage_blocks)
-        self._made_in: int | None = None
         if self._writer is not None:  # hands its queued episodes to the store if never closed (vcollect.exit_commits)
-            self._made_in = os.getpid()
             register_exit_close(self, ExitStage.COLLECTOR)
 
     def _make_loop(self, stage_blocks: bool) -> StepLoop:
@@ -258,15 +215,9 @@ class Collector:
             TypeError: ``seed`` is a bool (Tianshou's ``reset(False)``), refused rather than taken as a seed.
             CollectorStateError: The collector is closed.
         """
-        if isinstance(seed, bool):
-            raise TypeError(
-                f"reset(seed) got {seed!r}: the first argument of vcollect's reset is the seed; pass "
-                "reset_buffer= (and reset_stats=) by keyword"
-            )
-        self._check_open()
-        self.context.write_queued()
-        if self._was_reset:
-            self.context.settle_unfinished(self.unfinished, "reset")
+        seed = checked_seed(seed)
+        self._closing.check_open()
+        self._closing.settle(self.unfinished, "reset")
         if seed is not None:
             self._reseed(seed)
         if reset_buffer:
@@ -275,7 +226,7 @@ class Collector:
             self.reset_stat()
         self._actor.clear()
         self.context.reset_envs(self.context.all_ids, options)
-        self._was_reset = True
+        self._closing.was_reset = True
 
     def reset_env(self, seed: int | None = None, *, options: dict[str, Any] | None = None) -> None:
         """Reset every env, keeping the buffer and the counters (Tianshou's ``reset_env``).
@@ -295,10 +246,10 @@ class Collector:
         Args:
             keep_statistics: Accepted as Tianshou's is; the rings keep no statistics to keep.
         """
-        if self._was_reset:
+        if self._closing.was_reset:
             self.reset(reset_buffer=True, reset_stats=False)
         else:
-            self._check_open()
+            self._closing.check_open()
             self.buffer.reset()
 
     def reset_stat(self) -> None:
@@ -307,52 +258,20 @@ class Collector:
 
     def close(self) -> None:
         """Close the envs and flush the store (the store itself stays open: it is the caller's)."""
-        self._close("close", close_envs=True)
-
-    def _close(self, when: str, close_envs: bool) -> None:
-        """close(); ``when`` names the moment in the warning about episodes still running."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self.context.write_queued()
-            if self._was_reset:
-                self.context.settle_unfinished(self.unfinished, when)
-            if self.store is not None:
-                self.store.flush()
-        finally:
-            if close_envs:
-                self.envs.close()
+        self._closing.close(self.unfinished, "close", close_envs=True)
 
     def __del__(self) -> None:
-        if getattr(self, "_made_in", None) is not None and not self._closed:
+        if getattr(self, "_closing", None) is not None:
             self.close_unclosed("garbage-collected without close()")
 
     def close_unclosed(self, why: str) -> None:
-        """Close a collector with a store that nobody closed: its queued finished episodes go to the store,
-        which is flushed (vcollect.exit_commits). The envs are left open (they may serve another collector;
-        they close themselves when dropped).
-
-        Runs at interpreter exit for a collector still open then (before any store is closed), and when such a
-        collector is garbage-collected. Episodes still running are settled as ``close()`` settles them
-        (``unfinished``). Finished episodes that cannot be handed over are reported with an EpisodesLostWarning
-        counting them and saying why; a store that cannot commit what it was handed reports it when it is
-        closed. A collector made in another process (a forked child's copy) is left alone.
+        """Close a collector with a store that nobody closed, its envs left open: at interpreter exit (before
+        any store is closed) or when garbage-collected (vcollect.exit_commits; Closing.close_unclosed).
 
         Args:
-            why: How the collector was left, for the warning.
+            why: How the collector was left, for the warning about episodes that could not be handed over.
         """
-        if self._closed or self._writer is None or os.getpid() != self._made_in:
-            return
-        try:
-            self._close(f"close ({why})", close_envs=False)  # the envs may serve another collector
-        except Exception as exc:
-            episodes, steps = self._writer.queued, self._writer.queued_steps
-            lost = (f"{episodes} finished episodes ({steps} steps) queued for its store could not be handed over "
-                    "and are lost" if episodes else "its store could not commit the episodes it was handed (the "
-                    "store says so when it is closed)")
-            warnings.warn(f"Collector was {why}: {lost} ({type(exc).__name__}: {exc}); close the collector (or use "
-                          "it in a with block) to see such errors where they happen", EpisodesLostWarning, stacklevel=2)
+        self._closing.close_unclosed(self.unfinished, why)
 
     def __enter__(self) -> Collector:
         return self
@@ -402,61 +321,36 @@ class Collector:
             CollectorStateError: The collector is closed, or was never reset (and
                 ``reset_before_collect`` is False).
         """
-        self._check_open()
-        if (n_step is None) == (n_episode is None):
-            raise ValueError("pass exactly one of n_step or n_episode to collect()")
-        target = n_step if n_step is not None else n_episode
-        if not isinstance(target, (int, np.integer)) or isinstance(target, bool) or target < 1:
-            raise ValueError(f"n_step / n_episode must be a positive integer, got {target!r}")
+        self._closing.check_open()
+        count = checked_count(n_step, n_episode)
         if not random and self.policy is None:
             raise ValueError("this collector has no policy: pass one, or call collect(random=True)")
         if reset_before_collect:
             self.reset(reset_buffer=False, options=reset_options)
-        elif not self._was_reset:
+        elif not self._closing.was_reset:
             raise CollectorStateError(
                 "collect() called before any reset: call collector.reset() first or pass "
                 "reset_before_collect=True"
             )
         self._actor.begin_call()
         start = time.perf_counter()
-        bar: ProgressBar = _NoBar()
+        bar: ProgressBar = NoBar()
         if progress:
-            bar = ThrottledBar(tqdm(total=int(target), unit="step" if n_step is not None else "ep"))
+            bar = ThrottledBar(tqdm(total=count, unit="step" if n_step is not None else "ep"))
         call = CollectCall(random, render, reset_options, bar, EpisodeValues(keep_episode_stats),
                            EpisodeValues(keep_episode_stats))
         try:
             if n_step is not None:
-                steps = self._loop.collect_steps(int(n_step), call)
+                steps = self._loop.collect_steps(count, call)
             else:
-                steps = self._loop.collect_episodes(self._episode_quota(int(target)), call)
+                steps = self._loop.collect_episodes(episode_quota(count, self.num_envs, self._rng), call)
         finally:
             try:
                 bar.close()
             finally:
                 self.context.write_queued()  # every episode finished in the call reaches the store, even on an error
-        elapsed = time.perf_counter() - start
-        self.collect_step += steps
-        self.collect_episode += len(call.returns)
-        self.collect_time += elapsed
-        return CollectStats(
-            n_collected_steps=steps,
-            n_collected_episodes=len(call.returns),
-            collect_time=elapsed,
-            returns=call.returns.array(np.float64),
-            lens=call.lens.array(np.int64),
-            abandoned=self.context.take_abandoned(),
-            returns_moments=None if keep_episode_stats else call.returns.moments(),
-            lens_moments=None if keep_episode_stats else call.lens.moments(),
-        )
-
-    def _episode_quota(self, n_episode: int) -> np.ndarray:
-        """Episodes each env owes: n // N, plus one for n % N envs drawn at random."""
-        quota = np.full(self.num_envs, n_episode // self.num_envs, dtype=np.int64)
-        extra = n_episode % self.num_envs
-        if extra:
-            quota[self._rng.choice(self.num_envs, size=extra, replace=False)] += 1
-        return quota
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise CollectorStateError("this collector is closed; make a new Collector")
+        stats = call_stats(call, steps, time.perf_counter() - start, self.context.take_abandoned())
+        self.collect_step += stats.n_collected_steps
+        self.collect_episode += stats.n_collected_episodes
+        self.collect_time += stats.collect_time
+        return stats

@@ -1,4 +1,5 @@
-"""A collector's parts made from what a user passes: the vector env, the rings, the store.
+"""A collector's parts made from what a user passes: the vector env, the rings, the store, and the
+StepContext that holds them with the policy actor, the ledger and the episode writer.
 
 What a user may pass as ``envs`` (a vcollect VectorEnv, a gymnasium vector env, an EnvPool pool, one
 gymnasium.Env, a list of env factories) becomes one VectorEnv; a ring given is checked against the envs
@@ -15,12 +16,26 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
 from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers.ring import RingWriter
+from vcollect.collecting.acting import PolicyActor
+from vcollect.collecting.episode_writer import EpisodeWriter
+from vcollect.collecting.ledger import TransitionLedger
+from vcollect.collecting.options import CollectorSettings
+from vcollect.collecting.step_context import StepContext
 from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
 from vcollect.envs.base import BaseVectorEnv
 from vcollect.envs.info_recording import InfoRecordingEnv
+from vcollect.policies import Policy
 from vcollect.store.sink import AcceptsEnvSpec, EpisodeSink, check_sink
 
-__all__ = ["DEFAULT_BUFFER_ROWS", "as_vector_env", "checked_ring", "checked_store", "collector_envs"]
+__all__ = [
+    "DEFAULT_BUFFER_ROWS",
+    "as_vector_env",
+    "build_context",
+    "checked_ring",
+    "checked_store",
+    "collector_envs",
+]
 
 DEFAULT_BUFFER_ROWS = 20_000
 """Rows of ring buffer made when none is given, split evenly between the envs."""
@@ -126,3 +141,55 @@ def checked_store(store: EpisodeSink | None, envs: VectorEnv) -> EpisodeSink | N
 def env_spec(envs: VectorEnv) -> EnvSpec | None:
     """The EnvSpec of the envs where the backend knows it (made from a registered id)."""
     return envs.env_spec if isinstance(envs, BaseVectorEnv | InfoRecordingEnv) else None
+
+
+def build_context(
+    policy: Policy | None,
+    envs: Any,
+    buffer: VectorRingBuffer | None,
+    store: EpisodeSink | None,
+    settings: CollectorSettings,
+    *,
+    batched_recv: bool,
+) -> StepContext:
+    """A collector's parts, made from what a user passed and held in the StepContext its loop is handed.
+
+    The envs become one VectorEnv (collector_envs), the ring is checked or made (checked_ring), the store
+    checked (checked_store); with a store the rings keep every episode whole, however long, and an
+    EpisodeWriter queues the finished ones for it. The policy actor, the ledger and the hooks complete it.
+
+    Args:
+        policy: The policy (already wrapped: vcollect.policies.wrapping.as_policy), or None.
+        envs: What the user passed as envs.
+        buffer: The rings given, or None to make them.
+        store: The sink given, or None.
+        settings: The collector's keyword options, checked.
+        batched_recv: Whether the collector keeps enough envs in flight for a backend that returns results
+            in fixed-size batches.
+
+    Returns:
+        The StepContext holding the envs, rings, actor, ledger and episode writer (None without a store).
+
+    Raises:
+        TypeError: ``envs``, ``buffer`` or ``store`` is not something a collector takes.
+        ValueError: ``buffer`` or ``store`` does not fit the envs, or the envs do not fit the options.
+    """
+    vector_env = collector_envs(envs, record_infos=settings.record_infos, batched_recv=batched_recv)
+    ring = checked_ring(buffer, vector_env)
+    sink = checked_store(store, vector_env)
+    writer = None
+    if sink is not None:
+        RingWriter(ring).keep_whole_episodes()  # a stored episode is whole, however long
+        infos = vector_env.episode_infos if isinstance(vector_env, InfoRecordingEnv) else None
+        writer = EpisodeWriter(sink, ring, infos)
+    actor = PolicyActor(
+        policy, ring, vector_env.single_observation_space, vector_env.single_action_space,
+        exploration_noise=settings.exploration_noise, validate=settings.validate,
+    )
+    context = StepContext(
+        vector_env, ring, actor, TransitionLedger(vector_env.num_envs), writer,
+        validate=settings.validate, check_finite=settings.check_finite,
+    )
+    context.on_step_hook = settings.on_step_hook
+    context.on_episode_done_hook = settings.on_episode_done_hook
+    return context

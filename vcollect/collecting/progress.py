@@ -1,5 +1,7 @@
 """ThrottledBar: the progress bar ``collect(progress=True)`` shows, counted per step and drawn a few times a second.
 
+NoBar stands in when no bar is shown.
+
 The step loops report every vector step (``bar.update(k)``). A tqdm does its own bookkeeping on every
 update; here an update only adds to a counter and, every ``stride`` updates, reads the clock. The shown
 tqdm is moved on at most once per ``interval`` seconds, so showing the bar costs about what not showing
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHECKS_PER_INTERVAL", "ThrottledBar"]
+__all__ = ["CHECKS_PER_INTERVAL", "NoBar", "ThrottledBar"]
 
 CHECKS_PER_INTERVAL = 4
 """Clock reads aimed at per interval: the bar lags the count by at most about 1/4 of an interval more."""
@@ -78,3 +80,16 @@ class ThrottledBar:
             self._move()
         finally:
             self.bar.close()
+
+
+class NoBar:
+    """The progress bar when none is shown: a disabled tqdm costs ~15 us a call, ~10% of a one-step collect."""
+
+    n = 0
+
+    def update(self, n: int = 1) -> None:
+        """Nothing to show."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+

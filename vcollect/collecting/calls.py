@@ -1,0 +1,103 @@
+"""A collector's calls, asked and answered: collect's count and reset's seed checked, each env's episode
+quota, and the CollectStats a collect call returns.
+
+``collect(n_step=n)`` asks a loop for exactly n transitions; ``collect(n_episode=n)`` gives each env a
+quota of n // N episodes, one more for n % N envs drawn from the collector's generator. What the loop
+recorded into the call's CollectCall becomes the CollectStats the call returns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vcollect.collecting.step_context import CollectCall
+from vcollect.stats import AbandonedEpisode, CollectStats
+
+__all__ = ["call_stats", "checked_count", "checked_seed", "episode_quota"]
+
+
+def checked_count(n_step: object, n_episode: object) -> int:
+    """The count a collect call asks for: exactly one of ``n_step`` / ``n_episode``, a positive integer.
+
+    Args:
+        n_step: Transitions asked for, or None.
+        n_episode: Whole episodes asked for, or None.
+
+    Returns:
+        The count given.
+
+    Raises:
+        ValueError: Both or neither are given, or the count is not a positive integer (bools refused).
+    """
+    if (n_step is None) == (n_episode is None):
+        raise ValueError("pass exactly one of n_step or n_episode to collect()")
+    count = n_step if n_step is not None else n_episode
+    if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
+        raise ValueError(f"n_step / n_episode must be a positive integer, got {count!r}")
+    return int(count)
+
+
+def checked_seed(seed: int | None) -> int | None:
+    """The seed a reset is given, refusing a bool (Tianshou's ``reset(False)`` means reset_buffer=False).
+
+    Args:
+        seed: The first argument of ``reset``.
+
+    Returns:
+        The seed (None: keep the generator).
+
+    Raises:
+        TypeError: ``seed`` is a bool.
+    """
+    if isinstance(seed, bool):
+        raise TypeError(
+            f"reset(seed) got {seed!r}: the first argument of vcollect's reset is the seed; pass "
+            "reset_buffer= (and reset_stats=) by keyword"
+        )
+    return seed
+
+
+def episode_quota(n_episode: int, num_envs: int, rng: np.random.Generator) -> np.ndarray:
+    """Episodes each env owes: n // N, plus one for n % N envs drawn at random.
+
+    Args:
+        n_episode: Whole episodes the call asks for.
+        num_envs: The number of envs (N).
+        rng: The collector's generator, which draws the envs that owe one more.
+
+    Returns:
+        One int64 quota per env id, summing to ``n_episode``.
+    """
+    quota = np.full(num_envs, n_episode // num_envs, dtype=np.int64)
+    extra = n_episode % num_envs
+    if extra:
+        quota[rng.choice(num_envs, size=extra, replace=False)] += 1
+    return quota
+
+
+def call_stats(
+    call: CollectCall, steps: int, elapsed: float, abandoned: tuple[AbandonedEpisode, ...]
+) -> CollectStats:
+    """What a collect call reports: its counts and time, and its episodes' returns and lengths (every one,
+    or only their moments where the call keeps no per-episode values).
+
+    Args:
+        call: The call, with the returns and lengths of the episodes it finished.
+        steps: The transitions it reports.
+        elapsed: Its duration in seconds.
+        abandoned: The episodes given up in it (their envs were replaced).
+
+    Returns:
+        The call's CollectStats.
+    """
+    kept = call.returns.keep
+    return CollectStats(
+        n_collected_steps=steps,
+        n_collected_episodes=len(call.returns),
+        collect_time=elapsed,
+        returns=call.returns.array(np.float64),
+        lens=call.lens.array(np.int64),
+        abandoned=abandoned,
+        returns_moments=None if kept else call.returns.moments(),
+        lens_moments=None if kept else call.lens.moments(),
+    )
