@@ -1,15 +1,11 @@
 """Collector: drive N environments with a policy for exactly n steps or exactly n episodes.
 
-One batch on its way from the envs to the store: the policy acts on the ready envs' latest observations
-(vcollect.collecting.acting), the envs step, the results go into one ring per env id (vcollect.buffers), every
-finished episode is queued for the store as one contiguous ring slice (vcollect.collecting.episode_writer),
-and the finished envs are reset with the next seed of their env id's stream (vcollect.collecting.reset_seeds).
-
-The Collector is a facade: it builds these parts (vcollect.collecting.parts), hands them to a step loop in one
-StepContext (vcollect.collecting.step_context), picks the loop once from what the backend declares
-(``VectorEnv.capabilities``: a subset of envs per step, every env per step, or every env per step staged in
-blocks; vcollect.collecting.loops), and reports what the calls collected. What its resets and its close do
-with the episodes it holds is vcollect.collecting.closing's.
+A facade over vcollect.collecting: the policy acts on the ready envs' latest observations (acting), the
+envs step, the results go into one ring per env id (vcollect.buffers), each finished episode is queued for
+the store as one ring slice (episode_writer) and its env reset with the next seed of its stream
+(reset_seeds). The Collector builds these parts (parts) into one StepContext (step_context), picks a step
+loop once from the backend's ``capabilities`` (loops), and reports what the calls collected; what its
+resets and close do with the episodes it holds is closing's.
 """
 
 from __future__ import annotations
@@ -66,15 +62,9 @@ class Collector:
     (``stage_blocks=True``, not while rendering): the rings lag the envs by up to a block while a call
     runs, never after it returns; ``stage_blocks=False`` records every step as it comes.
 
-    Hooks (vcollect.hooks, Tianshou's names; each costs one ``is None`` test per step when unset):
-    ``on_step_hook(rollout)`` sees each step's env ids and arrays before they are checked and recorded and
-    may replace ``rollout.rew`` / ``rollout.obs_next``; ``on_episode_done_hook(episode)`` sees each finished
-    episode and may return per-step arrays (name -> one row per step), stored with it in the ring
-    (``buffer.extras``) and the store (per-step info columns, ``EpisodeData.infos[name]``). Unlike
-    Tianshou it may do so in ``n_step`` collection too. While a hook is set, a blocks backend is stepped
-    step by step (block staging off: a hook sees every step before it is recorded); counts stay exact. A
-    hook that raises stops the call with its exception, every episode finished before it stored; reset the
-    collector before collecting again.
+    Hooks (``set_on_step_hook``, ``set_on_episode_done_hook``; what they see and may return:
+    vcollect.hooks) cost one ``is None`` test per step when unset. While one is set, a blocks backend is
+    stepped step by step; a hook that raises stops the call, every episode finished before it stored.
 
     ``collect_step`` / ``collect_episode`` / ``collect_time``: running totals of what the collect calls
     reported since construction or the last ``reset_stat()`` (as Tianshou's Collector keeps them).

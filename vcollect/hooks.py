@@ -10,7 +10,12 @@ and, with a store, per-step info columns (``EpisodeData.infos[name]``).
 Tianshou passes ``(action_batch, rollout_batch)`` Batches to a step hook and an episode Batch (``rew``) to
 an episode hook; vcollect has no Batch: a step hook gets one plain object with Tianshou's field names
 (``act``, ``obs_next``, ``rew``, ``terminated``, ``truncated``) and the env ids, an episode hook the
-EpisodeSlice (``rewards``, ``observations``, ...).
+EpisodeSlice (``rewards``, ``observations``, ...). Unlike Tianshou's, an episode hook may return arrays in
+``n_step`` collection too.
+
+A Collector with a hook set steps a blocks backend step by step (block staging off: a hook sees every step
+before it is recorded); counts stay exact. A hook that raises stops the call with its exception, every
+episode finished before it stored; reset the collector before collecting again.
 """
 
 from __future__ import annotations
