@@ -206,16 +206,18 @@ def _datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list
             notes.append(f"{dataset_id}: broken, cannot be read: {info['broken']}")
             continue
         author = info.get("author")
+        damage = info.get("damage") or []
         table.add_row(
-            cell(dataset_id),
+            cell(dataset_id) + (Text(" (damaged)", style="bold red") if damage else Text("")),
             f"{info.get('total_episodes', 0):,}",
             f"{info.get('total_steps', 0):,}",
             human_size(int(info.get("size_bytes", 0))),
             cell(", ".join(map(str, author)) if isinstance(author, list) else (author or "-")),
             cell(str(info.get("created_at") or "-")[:19].replace("T", " ")),
         )
-        if info.get("corrupt_shards"):
-            notes.append(f"{dataset_id}: {len(info['corrupt_shards'])} unreadable shards left out of the counts")
+        if damage:  # the counts are those of the whole shards, the ones load_dataset(on_damage="skip") reads
+            notes.append(f"{dataset_id}: damaged, counts are of its whole shards only ({len(damage)} problem{'s' if len(damage) > 1 else ''}: "
+                         f"{damage[0]}{'; ...' if len(damage) > 1 else ''}); `vcollect verify {dataset_id}` lists them")
         if info.get("temporary_files"):
             notes.append(f"{dataset_id}: {len(info['temporary_files'])} half-written .tmp files (from a crash)")
     return table
