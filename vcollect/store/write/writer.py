@@ -649,7 +649,9 @@ class EpisodeStore:
 
         For recording into a staging dataset and naming it at the end (``DataCollector.create_dataset``):
         committed shards move with the directory (one rename on the same filesystem), and this store keeps
-        writing at the new place. Only safe while no other writer appends to the dataset.
+        writing at the new place. Only safe while no other writer appends to the dataset. With background
+        commits, the move waits for the commits in flight first (as :meth:`flush`), so every shard handed
+        over lies in the dataset that moves.
 
         Args:
             dataset_id: The new id, or (a ``pathlib.Path``) the folder the dataset is to be: a dataset of its
@@ -662,12 +664,13 @@ class EpisodeStore:
             The new path.
 
         Raises:
+            DatasetError: A commit failed (its episodes are kept; nothing moved): flush() retries it.
             DatasetExistsError: A dataset is there and ``overwrite`` is False.
             InvalidDatasetIdError: ``dataset_id`` is a str that is no id.
         """
         name, new_root, new_path = locate_dataset(dataset_id, root, str_paths=False)
         dataset_id = name
-        self._commit()
+        self.flush()  # background commits in flight land before the move: they write through the old place
         if new_path.resolve() == self._path.resolve():
             return self._path
         move_dataset_dir(self._path, new_path, dataset_id, source_root=self._root(), overwrite=overwrite)
@@ -676,7 +679,8 @@ class EpisodeStore:
         self._shards_written = [self._shards_dir / p.name for p in self._shards_written]
         self._dataset_id = dataset_id
         update_dataset_info(new_path, dataset_id, new_root, new_id=dataset_id)
-        # a commit still in flight keeps the old descriptor (closed when it lets go of it)
+        if self._held is not None:  # no commit is in flight (flushed above): none uses the old descriptor
+            self._held.close()
         self._held, self._identity = hold_dataset_dir(new_path, dataset_id, new_root)
         return new_path
 
