@@ -180,6 +180,11 @@ def _crafted_first_chunk(root: Path, compression: str | int) -> Path:
         frame = zstandard.ZstdCompressor(write_content_size=True).compress(b"\0" * 64)
         assert frame[4] == 0x20  # single segment, a one-byte content size: rewritten as an eight-byte one
         data = frame[:4] + bytes([0xE0]) + (1 << 38).to_bytes(8, "little") + frame[6:]
+    elif compression == "lz4":  # its header's decoded size (8 bytes, big-endian) rewritten
+        with h5py.File(shard, "r") as f:
+            _, chunk = f["observations"].id.read_direct_chunk((0, 0, 0))
+        assert int.from_bytes(chunk[:8], "big") == 704  # 11 frames of 8x8 in the first chunk
+        data = (1 << 38).to_bytes(8, "big") + chunk[8:]
     else:
         data = zlib.compress(b"\0" * (64 << 20), 9)
     with h5py.File(shard, "r+") as f:
@@ -188,18 +193,40 @@ def _crafted_first_chunk(root: Path, compression: str | int) -> Path:
     return shard
 
 
-@pytest.mark.parametrize("compression", ["zstd", 6])
+@pytest.mark.parametrize("compression", ["zstd", 6, "lz4"])
 def test_a_chunk_decoding_past_its_size_is_a_corrupt_shard_never_memory_or_silence(
     tmp_path: Path, compression: str | int
 ) -> None:
     shard = _crafted_first_chunk(tmp_path, compression)
     data = load_dataset("c/bomb-v0", root=tmp_path)
-    why = "declares 274877906944 decoded bytes" if compression == "zstd" else "inflates to more than its 704 bytes"
+    why = ("inflates to more than its 704 bytes" if compression == 6
+           else f"declares 274877906944 decoded bytes{', more than its 704' if compression == 'lz4' else ''}")
     for read in (lambda: data.steps_at(np.arange(4), cache_bytes=0), lambda: data[0],
                  lambda: data.sample_steps(8, cache_bytes=2**30)):
         with pytest.raises(CorruptShardError, match=f"{shard.name}.*chunk 0 {why}"):
             read()
     assert any(why in p for p in data.verify())
+
+
+def test_an_lz4_episode_table_chunk_declaring_too_much_is_damage_naming_the_shard(tmp_path: Path) -> None:
+    """The episodes/ table is decoded by HDF5 while a shard is opened: its chunks are held to their size too."""
+    import shutil
+
+    space = spaces.Box(0, 255, (8, 8), np.uint8)
+    with EpisodeStore.create("c/table-v0", space, spaces.Discrete(3), root=tmp_path, compression="lz4") as store:
+        for seed in range(2):
+            store.write_episode(np.zeros((11, 8, 8), np.uint8), np.zeros(10, np.int64), np.zeros(10),
+                                np.arange(10) == 9, np.zeros(10, bool), seed=seed, env_id=0)
+    (shard,) = store.shards_written
+    with h5py.File(shard, "r+") as f:
+        column = f["episodes/length"]
+        assert column.id.get_create_plist().get_filter(0)[0] == 32004  # HDF5's LZ4 filter
+        _, chunk = column.id.read_direct_chunk((0,))
+        column.id.write_direct_chunk((0,), (1 << 40).to_bytes(8, "big") + chunk[8:])
+    shutil.rmtree(tmp_path / "c" / "table-v0" / "manifest")  # as if lost: the shard is opened and its table read
+    with pytest.raises(CorruptShardError, match=f"{shard.name}.*episodes/length.*chunk 0 declares 1099511627776 "
+                       "decoded bytes, more than its 16"):
+        load_dataset("c/table-v0", root=tmp_path)
 
 
 def test_a_deflate_chunk_cut_short_is_an_error(tmp_path: Path) -> None:

@@ -1001,6 +1001,24 @@ def test_verify_a_sound_dataset_then_each_kind_of_damage(tmp_path: Path, cli: Cl
     assert cli("verify", "cli/nope-v0").returncode == 2
 
 
+def test_show_and_verify_take_a_dataset_folders_path(tmp_path: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset saved at any folder (save_to_disk's) is shown and verified by its path; an id stays an id."""
+    make_dataset(tmp_path / "runs", "saved-v0", 4, 0)
+    folder = tmp_path / "runs" / "saved"
+    (tmp_path / "runs" / "saved-v0").rename(folder)
+    monkeypatch.chdir(tmp_path)
+    for name in (str(folder), "runs/saved", "./runs/saved"):
+        shown = cli("show", name)
+        assert shown.returncode == 0, shown.stderr
+        assert table_value(shown.stdout, "episodes") == "4" and str(folder) in " ".join(shown.stdout.split())
+        checked = cli("verify", name, "--replay", "2")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert checked.stdout.split()[-2:] == ["no", "problems"] and "2 replayed" in checked.stdout
+    assert_usage_error(cli("show", "runs/saved", "--root", str(tmp_path)), "--root applies to dataset ids")
+    assert_usage_error(cli("show", "runs/missing"), "no dataset id nor a dataset folder that exists")
+    assert_usage_error(cli("verify", "runs-v0"), "no dataset 'runs-v0'")  # an id, looked up under the root
+
+
 def test_verify_replay_names_an_episode_that_does_not_replay(tmp_path: Path) -> None:
     """A stored episode whose actions were changed after the fact no longer replays from its seed."""
     from vcollect.store.read.replay import replay_episodes

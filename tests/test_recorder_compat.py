@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from vcollect import DataCollector, load_dataset
-from vcollect.errors import InvalidDatasetIdError
+from vcollect.errors import DatasetExistsError, DatasetNotFoundError, InvalidDatasetIdError
 from vcollect.store.read.reader import StoredDataset
 
 
@@ -61,13 +63,52 @@ def test_save_to_disk_writes_at_a_folder_whose_parent_is_no_namespace(tmp_path: 
     assert again.total_episodes == 2 and again.metadata["author"] == "me"
 
 
-def test_save_to_disk_of_a_folder_no_id_names_says_what_to_pass(tmp_path: Path) -> None:
+def test_save_to_disk_writes_at_any_folder_and_load_dataset_reads_it_by_path(tmp_path: Path) -> None:
+    """Minari 0.4's save_to_disk(path) wrote at any folder: the folder's name need not read as an id."""
+    env = DataCollector(gym.make("CartPole-v1"), root=tmp_path / "staging")
+    play(env, 3)
+    folder = tmp_path / "save-1a2b" / "saved"
+    with pytest.warns(DeprecationWarning, match="use create_dataset"):
+        data = env.save_to_disk(folder, {"author": "me", "purpose": "compat"})
+    env.close()
+    assert (data.id, data.path, data.total_episodes) == ("saved", folder, 3)
+    assert (folder / "dataset.json").is_file() and not any((tmp_path / "staging").rglob("dataset.json"))
+    assert (data.spec.dataset_name, data.spec.namespace, data.spec.version) == ("saved", None, None)
+    for again in (load_dataset(folder), load_dataset(str(folder)), load_dataset(os.path.relpath(folder))):
+        assert (again.id, again.path, again.total_episodes) == ("saved", folder, 3)
+        assert again.metadata["author"] == "me" and again.metadata["purpose"] == "compat"
+        np.testing.assert_array_equal(again[2].actions, data[2].actions)
+    assert StoredDataset(load_dataset(folder)).root == folder.parent  # its parent bounds every rename or deletion
+
+
+def test_a_str_that_reads_as_an_id_is_always_an_id_never_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = DataCollector(gym.make("CartPole-v1"), root=tmp_path / "staging")
+    play(env, 2)
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(DeprecationWarning):
+        env.save_to_disk(tmp_path / "runs.1" / "cart-v0", {})
+    env.close()
+    ids_root = tmp_path / "ids"
+    ids_root.mkdir()
+    with pytest.raises(DatasetNotFoundError, match="ids"):  # an id is looked up under the root, not in the cwd
+        load_dataset("cart-v0", root=ids_root)
+    assert load_dataset("./runs.1/cart-v0").total_episodes == 2  # not an id: the folder
+    assert load_dataset(Path("runs.1") / "cart-v0").total_episodes == 2
+    with pytest.raises(InvalidDatasetIdError, match="no dataset id nor a dataset folder that exists"):
+        load_dataset("runs.1/missing")
+    with pytest.raises(ValueError, match="root= applies to dataset ids"):
+        load_dataset(tmp_path / "runs.1" / "cart-v0", root=ids_root)
+
+
+def test_save_to_disk_into_a_folder_holding_a_dataset_refuses(tmp_path: Path) -> None:
+    folder = tmp_path / "saved"
     env = DataCollector(gym.make("CartPole-v1"), root=tmp_path / "staging")
     play(env, 1)
-    with pytest.warns(DeprecationWarning), pytest.raises(InvalidDatasetIdError) as caught:
-        env.save_to_disk(tmp_path / "save-1a2b" / "saved", {})
-    message = str(caught.value)
-    assert "'saved' is not" in message and "saved-v0" in message and "create_dataset(dataset_id" in message
-    assert not (tmp_path / "save-1a2b").exists()  # nothing written
+    with pytest.warns(DeprecationWarning):
+        env.save_to_disk(folder, {})
+    play(env, 1)
+    with pytest.warns(DeprecationWarning), pytest.raises(DatasetExistsError, match="saved"):
+        env.save_to_disk(folder, {})
+    assert load_dataset(folder).total_episodes == 1
     with pytest.warns(UserWarning, match="not saved by create_dataset"):
         env.close()

@@ -322,3 +322,42 @@ def test_a_staged_publish_into_the_root_still_works(tmp_path: Path) -> None:
     parts = [stage_combined(["src/a-v0"], f"out/{n}-v0", root) for n in ("a", "b")]
     publish_staged([Staged(*p) for p in parts], root)
     assert {"out/a-v0", "out/b-v0"} <= set(list_datasets(root))
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed-by-this-user"])
+def test_a_dataset_loaded_by_its_folder_holds_journals_to_the_folders_parent(tmp_path: Path, signed: bool) -> None:
+    """A dataset named by its folder has that folder's parent as its root: a journal there naming a place
+    outside it (here the dataset's grandparent's other folder) is never replayed."""
+    parent = tmp_path / "runs"
+    make(parent, "a-v0")
+    folder = parent / "saved"
+    (parent / "a-v0").rename(folder)
+    victim(tmp_path)
+    before = snapshot(tmp_path / "outside")
+    staging = parent / f".x-v0.staging-{pid_space()}-1-{'d' * 12}"
+    staging.mkdir()
+    (staging / "dataset.json").write_text("{}")
+    journal = attacker_journal(parent, [[staging.name, "../outside/precious", "x"]], signed=signed)
+    with pytest.warns(ForeignJournalWarning):
+        assert load_dataset(folder).total_episodes == 3
+    assert snapshot(tmp_path / "outside") == before and journal.exists() and staging.is_dir()
+
+
+def test_moving_a_store_onto_a_linked_folder_replaces_the_link_never_what_it_points_to(tmp_path: Path) -> None:
+    root = tmp_path / "datasets"
+    target = victim(tmp_path)
+    (target / "dataset.json").write_text("{}")  # a dataset's marker, so overwrite takes it for one
+    before = snapshot(tmp_path / "outside")
+    (tmp_path / "runs").mkdir()
+    link = tmp_path / "runs" / "saved"
+    link.symlink_to(target)
+    with EpisodeStore.create("s/a-v0", OBS, ACT, root=root) as store:
+        store.write_episode(np.zeros((4, 2), np.float32), np.zeros(3, np.int64), np.ones(3),
+                            np.array([False, False, True]), np.zeros(3, bool), seed=0, env_id=0)
+        assert store.move_to(link, overwrite=True) == link
+        assert (store.dataset_id, store.path) == ("saved", link)
+    assert snapshot(tmp_path / "outside") == before, "the overwrite reached through the link"
+    assert not link.is_symlink() and load_dataset(link).total_episodes == 1
+    with EpisodeStore.create("s/b-v0", OBS, ACT, root=root) as other, pytest.raises(
+            ValueError, match="root= applies to dataset ids"):
+        other.move_to(tmp_path / "x", root=root)

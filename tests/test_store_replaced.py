@@ -178,3 +178,20 @@ def test_the_held_directory_is_closed_and_not_inherited(tmp_path: Path) -> None:
     assert held_descriptors(tmp_path / "d" / "x-v0") == [] and len(held_descriptors(opened.path)) == 1
     opened.close()
     assert held_descriptors(opened.path) == []
+
+
+@pytest.mark.parametrize("target", ["id", "folder"])
+def test_a_move_with_background_commits_takes_its_pending_commits_along(tmp_path: Path, target: str) -> None:
+    """A move hands the pending episodes over as a shard; with background commits that shard is committed
+    before the dataset moves, into the moved dataset, never failed as "deleted, moved or replaced"."""
+    store = EpisodeStore.create("d/staged-v0", OBS, ACT, root=tmp_path, shard_steps=8, background_commits=True)
+    with store:
+        for seed in range(7):  # 4 steps each: shards of 2 episodes handed to the commit thread, one pending
+            write(store, seed)
+        destination = tmp_path / "saved" if target == "folder" else None
+        moved = store.move_to(destination) if destination is not None else store.move_to("d/final-v0", tmp_path)
+        write(store, 7)  # the store keeps writing at the new place
+    assert store.committed_episodes == 8 and not (tmp_path / "d" / "staged-v0").exists()
+    assert moved == (destination if destination is not None else tmp_path / "d" / "final-v0")
+    loaded = load_dataset(moved) if destination is not None else load_dataset("d/final-v0", root=tmp_path)
+    assert [e.seed for e in loaded] == list(range(8))

@@ -23,6 +23,32 @@ from vcollect.cli.output import cell, human_size, summary_rows
 from vcollect.errors import DatasetError
 from vcollect.stats import SummaryStats
 
+#: How show and verify read their dataset argument (naming.locate_dataset's rule).
+PATH_HELP = ("a dataset id (looked up under --root), or the path of a dataset's folder: anything that is not an "
+             "id, such as ./saved or an absolute path")
+
+
+def load_named(args: argparse.Namespace, **options: Any) -> Any:
+    """The dataset ``args.dataset_id`` names: an id under ``--root``, or a dataset folder's path.
+
+    Args:
+        args: The command's arguments (``dataset_id``, ``root``).
+        **options: load_dataset's keyword options.
+
+    Returns:
+        The loaded Dataset.
+
+    Raises:
+        UsageError: ``--root`` is given with a path.
+    """
+    from vcollect.store import load_dataset
+    from vcollect.store.layout.naming import is_dataset_id
+
+    if args.root is not None and not is_dataset_id(args.dataset_id):
+        raise UsageError(f"--root applies to dataset ids; {args.dataset_id!r} is no id: pass a folder's path "
+                         "without --root")
+    return load_dataset(args.dataset_id, root=args.root, **options)
+
 
 def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, root_help: str) -> None:
     """Add the dataset commands to ``commands``, in the order ``--help`` lists them."""
@@ -40,7 +66,7 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
         description="A dataset's metadata, spaces, counts and return/length statistics; --plot writes a "
         "figure with the return and length histograms and the return per episode (needs matplotlib).",
     )
-    show.add_argument("dataset_id", metavar="ID")
+    show.add_argument("dataset_id", metavar="ID_OR_PATH", help=PATH_HELP)
     show.add_argument("--plot", metavar="FILE.png", default=None, help="write the figure to this file")
     show.add_argument("--root", default=None, metavar="DIR", help=root_help)
     show.set_defaults(handler=run_show)
@@ -110,7 +136,7 @@ def add_dataset_parsers(commands: argparse._SubParsersAction[CommandParser], *, 
         "none, 1 otherwise. Note: --replay makes the env named in the dataset's env spec, which may import "
         "any module.",
     )
-    verify.add_argument("dataset_id", metavar="ID")
+    verify.add_argument("dataset_id", metavar="ID_OR_PATH", help=PATH_HELP)
     verify.add_argument("--replay", type=int, default=0, metavar="N",
                         help="replay N seeded episodes drawn at random (default 0)")
     verify.add_argument("--root", default=None, metavar="DIR", help=root_help)
@@ -180,16 +206,18 @@ def _datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list
             notes.append(f"{dataset_id}: broken, cannot be read: {info['broken']}")
             continue
         author = info.get("author")
+        damage = info.get("damage") or []
         table.add_row(
-            cell(dataset_id),
+            cell(dataset_id) + (Text(" (damaged)", style="bold red") if damage else Text("")),
             f"{info.get('total_episodes', 0):,}",
             f"{info.get('total_steps', 0):,}",
             human_size(int(info.get("size_bytes", 0))),
             cell(", ".join(map(str, author)) if isinstance(author, list) else (author or "-")),
             cell(str(info.get("created_at") or "-")[:19].replace("T", " ")),
         )
-        if info.get("corrupt_shards"):
-            notes.append(f"{dataset_id}: {len(info['corrupt_shards'])} unreadable shards left out of the counts")
+        if damage:  # the counts are those of the whole shards, the ones load_dataset(on_damage="skip") reads
+            notes.append(f"{dataset_id}: damaged, counts are of its whole shards only ({len(damage)} problem{'s' if len(damage) > 1 else ''}: "
+                         f"{damage[0]}{'; ...' if len(damage) > 1 else ''}); `vcollect verify {dataset_id}` lists them")
         if info.get("temporary_files"):
             notes.append(f"{dataset_id}: {len(info['temporary_files'])} half-written .tmp files (from a crash)")
     return table
@@ -197,7 +225,6 @@ def _datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list
 
 def run_verify(args: argparse.Namespace, console: Console) -> int:
     """``vcollect verify ID [--replay N]``: one line per problem found; exit 0 when none, 1 otherwise."""
-    from vcollect.store import load_dataset
     from vcollect.store.read.reader import StoredDataset
     from vcollect.store.read.replay import replay_episodes
 
@@ -205,7 +232,7 @@ def run_verify(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--replay must be a non-negative integer, got {args.replay}")
     with warnings.catch_warnings():  # damage is what verify lists below, not a warning
         warnings.simplefilter("ignore", UserWarning)
-        dataset = load_dataset(args.dataset_id, root=args.root, on_damage="skip")
+        dataset = load_named(args, on_damage="skip")
     problems = dataset.verify()
     replayed = 0
     if args.replay:
@@ -225,12 +252,11 @@ def run_verify(args: argparse.Namespace, console: Console) -> int:
 
 def run_show(args: argparse.Namespace, console: Console) -> int:
     """``vcollect show ID``: metadata, spaces, counts, return/length statistics (and --plot)."""
-    from vcollect.store import load_dataset
     from vcollect.store.read.reader import StoredDataset
 
     if args.plot is not None:
         check_output_file("--plot", args.plot)
-    dataset = load_dataset(args.dataset_id, root=args.root)
+    dataset = load_named(args)
     if args.plot is not None:
         if dataset.total_episodes == 0:
             raise UsageError(f"dataset {args.dataset_id!r} has no episodes to plot")

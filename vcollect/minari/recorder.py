@@ -45,9 +45,9 @@ from vcollect.minari.reference_scores import reference_scores
 from vcollect.spaces import batch_contains, flatten_batch, leaves, unflatten_batch
 from vcollect.store.layout.catalog import delete_dataset
 from vcollect.store.layout.dataset_info import DATASET_FILE
-from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.layout.naming import locate_dataset, resolve_root
 from vcollect.store.layout.schema import to_json
-from vcollect.store.read.reader import Dataset, load_dataset, reload_in_place
+from vcollect.store.read.reader import Dataset, load_dataset, open_dataset_at, reload_in_place
 from vcollect.store.read.transforms import copy_episodes
 from vcollect.store.write.writer import EpisodeStore
 
@@ -337,7 +337,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
 
     def create_dataset(
         self,
-        dataset_id: str,
+        dataset_id: str | os.PathLike[str],
         *,
         eval_env: str | gym.Env[Any, Any] | EnvSpec | None = None,
         algorithm_name: str | None = None,
@@ -355,8 +355,10 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
     ) -> Dataset:
         """Save everything recorded so far as dataset ``dataset_id`` (under ``root``, default the collector's).
 
-        The running episode is recorded first, truncated (as Minari does); call reset() before stepping
-        again. Metadata keys follow Minari (reference scores computed the same way when
+        ``dataset_id`` may also be a ``pathlib.Path``: the dataset is then written at that folder, a dataset
+        of its own under the folder's parent (``load_dataset(path)`` reads it; ``root`` must be None). A str
+        is always an id. The running episode is recorded first, truncated (as Minari does); call reset()
+        before stepping again. Metadata keys follow Minari (reference scores computed the same way when
         ``expert_policy`` or ``ref_max_score`` is given). The staging dataset is renamed, not copied;
         the next reset starts a new one.
 
@@ -386,11 +388,12 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             InvalidDatasetIdError: ``dataset_id`` is malformed.
         """
         self._check_open()
-        parse_dataset_id(dataset_id)
-        target_root = self._root if root is None else resolve_root(root)
-        if not overwrite and (dataset_path(dataset_id, target_root) / DATASET_FILE).exists():
+        name, target_root, target = locate_dataset(
+            dataset_id, self._root if isinstance(dataset_id, str) and root is None else root, str_paths=False
+        )
+        if not overwrite and (target / DATASET_FILE).exists():
             raise DatasetExistsError(
-                f"dataset {dataset_id!r} already exists under {str(target_root)!r}; pass overwrite=True to replace it"
+                f"dataset {name!r} already exists at {str(target)!r}; pass overwrite=True to replace it"
             )
         eval_spec = self._eval_spec(eval_env)
         metadata: dict[str, Any] = {}
@@ -415,13 +418,16 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         self._episode = None
         store = self._ensure_store()
         store.update_metadata(metadata, eval_env_spec=self._spec_json(eval_spec, "eval_env"))
-        store.move_to(dataset_id, target_root, overwrite=overwrite)
+        if isinstance(dataset_id, str):
+            store.move_to(dataset_id, target_root, overwrite=overwrite)
+        else:
+            store.move_to(target, overwrite=overwrite)
         store.close()
         self._store = None
         self._staging_id = None
         self._episodes_recorded = 0
         self._since_flush = 0
-        return load_dataset(dataset_id, target_root)
+        return open_dataset_at(target, name, target_root)
 
     def save_to_disk(self, path: str | os.PathLike[str], dataset_metadata: dict[str, Any] | None = None) -> Dataset:
         """Deprecated: ``create_dataset`` at the dataset folder ``path`` (see recorder_compat.save_to_disk).
@@ -466,9 +472,9 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         if self._store is not None:
             self._store.flush()  # the staging dataset stays open and intact until the copy succeeded
             staged = load_dataset(self._store.dataset_id, self._root)
-            before = load_dataset(dataset.id, target_root).total_episodes
-            with EpisodeStore.open(
-                dataset.id, target_root,
+            before = open_dataset_at(dataset.path, dataset.id, target_root).total_episodes
+            with EpisodeStore.open_at(
+                dataset.path, dataset.id, target_root,
                 observation_space=self._dataset_observation_space, action_space=self._dataset_action_space,
             ) as target:
                 copy_episodes(staged.iterate_episodes(), target)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from vcollect.store.layout.catalog import delete_dataset, list_datasets
-from vcollect.store.layout.local_datasets import list_local_datasets
+from vcollect.store.layout.catalog import delete_dataset
 from vcollect.store.layout.namespaces import (
     create_namespace,
     delete_namespace,
@@ -14,6 +13,8 @@ from vcollect.store.layout.namespaces import (
 )
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.read.dataset_spec import DatasetSpec
+from vcollect.store.read.listing import list_datasets
+from vcollect.store.read.local_datasets import list_local_datasets
 from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
 from vcollect.store.read.transforms import combine_datasets, split_dataset
 from vcollect.store.sink import EpisodeSink

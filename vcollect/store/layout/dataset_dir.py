@@ -149,7 +149,9 @@ def drop_dir(path: Path, root: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int, int] | None) -> None:
+def replace_dataset_dir(
+    new: Path, final: Path, dataset_id: str, seen: tuple[int, int] | None, *, new_root: Path | None = None
+) -> None:
     """Put the complete dataset folder ``new`` at ``final`` in place of the dataset ``seen`` there (its
     :func:`_folder_identity`) when the caller began.
 
@@ -159,10 +161,12 @@ def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int
     rename), and only then is the old one removed: a crash in between leaves the new dataset at ``final``, or
     the old one aside under a hidden name, which the next load, listing or operation there renames back
     (staging.remove_stale_staging); never a half-deleted one. UnsafePathError (nothing changed) when a folder
-    between the datasets root and ``final`` is a symbolic link.
+    between the datasets root and ``final`` is a symbolic link, or between ``new_root`` (the root ``new`` lies
+    in, when not ``final``'s: a dataset moved from another root) and ``new``.
     """
     root = _root_of(final, dataset_id)
-    check_contained(new, root, action="move")
+    new_root = root if new_root is None else new_root
+    check_contained(new, new_root, action="move")
     check_contained(final, root, action="replace")
     with folder_lock(final.parent):
         now = _folder_identity(final)
@@ -194,7 +198,7 @@ def replace_dataset_dir(new: Path, final: Path, dataset_id: str, seen: tuple[int
                 raise
         fsync_dir(final.parent)
     if old is not None:
-        drop_dir(old, root)
+        drop_dir(old, new_root if old == new else root)  # exchanged: the old dataset lies where ``new`` was
 
 
 def create_dataset_dir(path: Path, dataset_id: str, info: Mapping[str, Any], *, overwrite: bool) -> None:
@@ -302,6 +306,7 @@ def move_dataset_dir(path: Path, new_path: Path, dataset_id: str, *, source_root
     check_contained(new_path, root, action="move a dataset to")
     new_path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_staging(new_path.parent, root)
+    path_root = source_root
     if os.stat(path).st_dev != os.stat(new_path.parent).st_dev:  # another filesystem: copy beside it first
         staging = hidden_dir(new_path, "staging")
         try:
@@ -309,7 +314,7 @@ def move_dataset_dir(path: Path, new_path: Path, dataset_id: str, *, source_root
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        path, moved_from = staging, path
+        path, moved_from, path_root = staging, path, root
     else:
         moved_from = None
     if seen is None:
@@ -328,7 +333,7 @@ def move_dataset_dir(path: Path, new_path: Path, dataset_id: str, *, source_root
             ) from exc
         fsync_dir(new_path.parent)
     else:
-        replace_dataset_dir(path, new_path, dataset_id, seen)
+        replace_dataset_dir(path, new_path, dataset_id, seen, new_root=path_root)
     if moved_from is not None:
         shutil.rmtree(check_contained(moved_from, source_root, action="delete"))
 

@@ -12,6 +12,8 @@ __all__ = [
     "DATASETS_PATH_ENV",
     "DEFAULT_ROOT",
     "dataset_path",
+    "is_dataset_id",
+    "locate_dataset",
     "parse_dataset_id",
     "resolve_root",
 ]
@@ -111,3 +113,61 @@ def dataset_path(dataset_id: str, root: str | os.PathLike[str] | None = None) ->
     """
     parse_dataset_id(dataset_id)
     return resolve_root(root).joinpath(*dataset_id.split("/"))
+
+
+def is_dataset_id(text: object) -> bool:
+    """Whether ``text`` is a str that :func:`parse_dataset_id` accepts."""
+    try:
+        parse_dataset_id(text)  # type: ignore[arg-type]
+    except InvalidDatasetIdError:
+        return False
+    return True
+
+
+def locate_dataset(
+    dataset: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *, str_paths: bool = True
+) -> tuple[str, Path, Path]:
+    """Where a dataset named by an id, or by the path of its folder, lies: ``(name, root, folder)``.
+
+    The rule that keeps ids and paths apart: a str that reads as a dataset id (``namespace/name-vN``) is an id,
+    looked up under ``root``, even when a folder of that relative path exists; an ``os.PathLike`` (a
+    ``pathlib.Path``) is always the path of the dataset's folder; with ``str_paths``, a str that is not an id
+    and names an existing folder is a path too (``"./runs/cartpole-v0"`` or an absolute path is never an id).
+    A dataset given by its folder is a dataset of its own under that folder's parent: its name is the folder's
+    name and the parent is the root every rename or deletion of it is held to.
+
+    Args:
+        dataset: A dataset id, or the path of a dataset's folder.
+        root: The datasets root of an id (default: ``$VCOLLECT_DATASETS_PATH`` or ``~/.vcollect/datasets``);
+            must be None for a path.
+        str_paths: Whether a str that is not an id may name a folder (reading); False: only an
+            ``os.PathLike`` is a path (writing, where a mistyped id must never become a new folder).
+
+    Returns:
+        The dataset's name (its id, or its folder's name), its root, and its folder.
+
+    Raises:
+        InvalidDatasetIdError: ``dataset`` is neither an id nor (as the rule allows) a path; the message says how
+            ids look and how to pass a path.
+        ValueError: ``root`` is given with a path.
+    """
+    if isinstance(dataset, str) and is_dataset_id(dataset):
+        return dataset, resolve_root(root), dataset_path(dataset, root)
+    if isinstance(dataset, str) and not (str_paths and dataset and os.path.isdir(os.path.expanduser(dataset))):
+        try:
+            parse_dataset_id(dataset)
+        except InvalidDatasetIdError as exc:
+            where = "nor a dataset folder that exists; " if str_paths else "; "
+            raise InvalidDatasetIdError(f"{exc}; {_quoted(dataset)} is no dataset id {where}pass a pathlib.Path "
+                                        "to name a dataset's folder") from None
+    if not isinstance(dataset, (str, os.PathLike)):
+        parse_dataset_id(dataset)  # a str-like error naming what was given
+    if root is not None:
+        raise ValueError(
+            f"root= applies to dataset ids; {str(os.fspath(dataset))!r} is the path of a dataset's folder, which "
+            "names its place itself (pass the path alone)"
+        )
+    folder = Path(os.path.abspath(Path(os.fspath(dataset)).expanduser()))
+    if not folder.name:
+        raise InvalidDatasetIdError(f"{str(folder)!r} cannot be a dataset's folder: pass a folder below it")
+    return folder.name, folder.parent, folder

@@ -12,12 +12,15 @@ read the same way, one chunk at a time with ``zlib``. Columns with any other fil
 No chunk decodes to more than its rows: a Zstandard frame declaring a larger size than its chunk is refused
 before anything is allocated, and a deflate stream is inflated at most to the chunk's size, so a crafted
 chunk (a "bomb") is a ValueError naming it (the reader's CorruptShardError naming the file), never a
-MemoryError or a long inflate whose output HDF5 would cut short without a word.
+MemoryError or a long inflate whose output HDF5 would cut short without a word. Columns HDF5 decodes itself
+(LZ4, and Zstandard columns read through h5py) are held to the same bound by :func:`check_declared_sizes`
+before HDF5 reads them: its filters allocate whatever size a chunk's header declares.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import h5py
@@ -30,7 +33,68 @@ ZSTD_FILTER = 32015
 DEFLATE_FILTER = 1
 """HDF5's id of its deflate (gzip) filter: each chunk one zlib stream."""
 
+LZ4_FILTER = 32004
+"""HDF5's registered id of the LZ4 filter (what hdf5plugin.LZ4 writes): each chunk starts with its decoded
+size (8 bytes, big-endian) and block size (4 bytes), then the blocks."""
+
 _CODECS = {ZSTD_FILTER: "zstd", DEFLATE_FILTER: "gzip"}
+
+#: The first bytes of a chunk that say how large it declares itself: LZ4's header, a Zstandard frame header.
+_HEADER_BYTES = {LZ4_FILTER: 12, ZSTD_FILTER: 18}
+
+
+def check_declared_sizes(dataset: h5py.Dataset, read_at: Callable[[int, int], bytes]) -> None:
+    """Refuse a column whose LZ4 or Zstandard chunks declare more decoded bytes than a chunk holds.
+
+    HDF5's LZ4 and Zstandard filters allocate the size a chunk's header declares before they decode it, so a
+    crafted chunk would ask for any amount of memory; this reads each chunk's header (a few bytes, through
+    ``read_at``) first. Other columns, and chunks HDF5 kept unfiltered, are not looked at.
+
+    Args:
+        dataset: The column (its chunk table is read through HDF5, no chunk is decoded).
+        read_at: ``read_at(offset, size)``: the file's bytes at that offset (fewer at its end).
+
+    Raises:
+        ValueError: A chunk declares more than its bytes (or is too short to hold a header); the message
+            names the chunk.
+    """
+    chunks = dataset.chunks
+    plist = dataset.id.get_create_plist()
+    nfilters = plist.get_nfilters()
+    if chunks is None or not nfilters:
+        return
+    codec = plist.get_filter(nfilters - 1)[0]  # the last filter applied: its output is what the file holds
+    if codec not in _HEADER_BYTES:
+        return
+    limit = int(np.prod(chunks, dtype=np.int64)) * dataset.dtype.itemsize
+    grid = tuple(-(-int(n) // int(c)) for n, c in zip(dataset.shape, chunks)) or (1,)
+    header_bytes, last = _HEADER_BYTES[codec], 1 << (nfilters - 1)
+    found: list[str] = []
+
+    def note(info: Any) -> str | None:  # a value stops the walk (raising inside it is unsafe)
+        if info.filter_mask & last:
+            return None  # kept unfiltered by HDF5: no header
+        k = int(np.ravel_multi_index(tuple(o // c for o, c in zip(info.chunk_offset, chunks)), grid))
+        head = read_at(int(info.byte_offset), min(int(info.size), header_bytes))
+        if codec == LZ4_FILTER:
+            if len(head) < header_bytes:
+                found.append(f"chunk {k} holds {info.size} bytes, too few for an LZ4 header")
+                return found[-1]
+            declared = int.from_bytes(head[:8], "big")
+        else:
+            try:
+                declared = zstandard.frame_content_size(head)
+            except zstandard.ZstdError as exc:
+                found.append(f"chunk {k} is not a Zstandard frame: {exc}")
+                return found[-1]
+        if declared > limit:
+            found.append(f"chunk {k} declares {declared} decoded bytes, more than its {limit}")
+            return found[-1]
+        return None
+
+    dataset.id.chunk_iter(note)
+    if found:
+        raise ValueError(found[0])
 
 
 class ChunkTable:

@@ -7,7 +7,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from vcollect.store.layout.naming import parse_dataset_id
+from vcollect.store.layout.naming import is_dataset_id, parse_dataset_id
 
 __all__ = ["DatasetSpec"]
 
@@ -17,7 +17,9 @@ class DatasetSpec:
     """A dataset (view) described at a glance: Minari's spec fields, plus ``eval_env_spec`` and ``metadata``.
 
     Frozen: change metadata with ``Dataset.update_metadata``. ``namespace``, ``dataset_name`` and ``version``
-    are read from ``dataset_id``.
+    are read from ``dataset_id``. A dataset loaded by the path of a folder not named like an id (``.../saved``)
+    has that name as its ``dataset_id`` and ``dataset_name``, no namespace and no ``version`` (None, as
+    Minari's spec of an id without one).
 
     Attributes:
         env_spec: The env the episodes came from; None when not recorded.
@@ -48,10 +50,15 @@ class DatasetSpec:
     metadata: dict[str, Any]
     namespace: str | None = field(init=False)
     dataset_name: str = field(init=False)
-    version: int = field(init=False)
+    version: int | None = field(init=False)
 
     def __post_init__(self) -> None:
-        namespace, name, version = parse_dataset_id(self.dataset_id)
+        namespace: str | None
+        version: int | None
+        if is_dataset_id(self.dataset_id):
+            namespace, name, version = parse_dataset_id(self.dataset_id)
+        else:  # the folder name of a dataset loaded by its path
+            namespace, name, version = None, self.dataset_id, None
         object.__setattr__(self, "namespace", namespace)
         object.__setattr__(self, "dataset_name", name)
         object.__setattr__(self, "version", version)

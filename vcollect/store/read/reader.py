@@ -36,7 +36,7 @@ from vcollect.store.layout.episode_metadata import (
     update_episode_metadata_file,
 )
 from vcollect.store.layout.manifest import read_manifest
-from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.layout.naming import locate_dataset
 from vcollect.store.layout.publish_journal import recover_publishes
 from vcollect.store.layout.shard_format import column_path, shard_layout
 from vcollect.store.layout.staging import remove_stale_staging
@@ -58,6 +58,7 @@ __all__ = [
     "StoredDataset",
     "default_max_open_files",
     "load_dataset",
+    "open_dataset_at",
     "reload_in_place",
     "view_of",
 ]
@@ -642,14 +643,14 @@ def reload_in_place(dataset: Dataset, added_episodes: np.ndarray | Sequence[int]
         dataset: The dataset (or view) to update.
         added_episodes: Global ids of the episodes to add to it, after those it holds.
     """
-    fresh = load_dataset(dataset.id, dataset._root)
+    fresh = open_dataset_at(dataset.path, dataset.id, dataset._root)
     dataset._index = fresh._index
     dataset._episode_indices = np.append(dataset._episode_indices, np.asarray(added_episodes, dtype=np.int64))
     dataset._cum_lengths = None
 
 
 def load_dataset(
-    dataset_id: str,
+    dataset_id: str | os.PathLike[str],
     root: str | os.PathLike[str] | None = None,
     *,
     on_damage: OnDamage = "raise",
@@ -669,8 +670,12 @@ def load_dataset(
     total_steps) are always those of the episodes the dataset yields.
 
     Args:
-        dataset_id: ``namespace/name-vN``.
-        root: The datasets root (default: ``$VCOLLECT_DATASETS_PATH`` or ``~/.vcollect/datasets``).
+        dataset_id: ``namespace/name-vN``, or the path of a dataset's folder (one ``save_to_disk`` wrote, a
+            dataset copied anywhere): a ``pathlib.Path``, or a str that is no id and names an existing folder
+            (a str that reads as an id is always an id: :func:`~vcollect.store.layout.naming.locate_dataset`).
+            A dataset loaded by its folder has the folder's name as its ``id``, and its parent as its root.
+        root: The datasets root of an id (default: ``$VCOLLECT_DATASETS_PATH`` or ``~/.vcollect/datasets``);
+            None with a path.
         on_damage: ``"raise"`` (default): a damaged dataset raises DamagedDatasetError naming every
             problem and file. ``"skip"``: the damaged shards are left out with a UserWarning listing them,
             and the whole ones are read.
@@ -685,20 +690,55 @@ def load_dataset(
         DamagedDatasetError: The shards disagree with the manifests or cannot be read whole (a
             CorruptShardError).
         CorruptDatasetError: dataset.json is malformed, or every shard was written with another layout.
-        DatasetNotFoundError: No such dataset under the root.
-        ValueError: ``on_damage`` is not "raise" or "skip", or ``max_open_files`` < 1.
+        DatasetNotFoundError: No such dataset under the root (or at the folder given).
+        InvalidDatasetIdError: ``dataset_id`` is a str that is neither an id nor an existing folder.
+        ValueError: ``on_damage`` is not "raise" or "skip", ``max_open_files`` < 1, or ``root`` is given with
+            a path.
 
     Errors that say nothing about a shard (too many open files, permission denied) are raised as they are.
     """
-    parse_dataset_id(dataset_id)
+    name, root_path, path = locate_dataset(dataset_id, root)
+    return open_dataset_at(path, name, root_path, on_damage=on_damage, skip_corrupt=skip_corrupt,
+                           max_open_files=max_open_files)
+
+
+def open_dataset_at(
+    path: Path,
+    dataset_id: str,
+    root_path: Path,
+    *,
+    on_damage: OnDamage = "raise",
+    skip_corrupt: bool = False,
+    max_open_files: int | None = None,
+) -> Dataset:
+    """:func:`load_dataset` of the dataset folder ``path``, named ``dataset_id`` under ``root_path``.
+
+    For code that holds a dataset's place already (a Dataset reloaded, a writer's own dataset); ``path`` is
+    taken as it is.
+
+    Args:
+        path: The dataset's folder.
+        dataset_id: Its name under ``root_path`` (its id, or its folder's name).
+        root_path: The root its renames and deletions are held to.
+        on_damage: As :func:`load_dataset`'s.
+        skip_corrupt: As :func:`load_dataset`'s.
+        max_open_files: As :func:`load_dataset`'s.
+
+    Returns:
+        The dataset.
+
+    Raises:
+        DamagedDatasetError: As :func:`load_dataset`.
+        CorruptDatasetError: As :func:`load_dataset`.
+        DatasetNotFoundError: No dataset at ``path``.
+        ValueError: As :func:`load_dataset`.
+    """
     if on_damage not in ON_DAMAGE:
         raise ValueError(f"on_damage must be one of {', '.join(map(repr, ON_DAMAGE))}, got {on_damage!r}")
     if skip_corrupt:
         on_damage = "skip"
     capacity = default_max_open_files() if max_open_files is None else max_open_files
-    root_path = resolve_root(root)
     recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/layout/publish_journal.py)
-    path = dataset_path(dataset_id, root_path)
     if not os.path.lexists(path) and path.parent.is_dir():
         remove_stale_staging(path.parent, root_path)  # an overwrite killed between its two renames: the old one is back
     info = read_dataset_info(path, dataset_id, root_path)
@@ -726,7 +766,7 @@ def load_dataset(
         warnings.warn(
             f"dataset {dataset_id!r} at {str(path)!r} is damaged; reading its {taken} only: {listed}",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,  # the caller of load_dataset
         )
     late_metadata = read_episode_metadata(path)
     return Dataset(DatasetIndex(dataset_id, path, info, census.shards, capacity, late_metadata))

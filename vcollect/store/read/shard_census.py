@@ -70,6 +70,7 @@ def take_census(
     expected_layout: Mapping[str, Any],
     *,
     trust_manifest: bool = True,
+    counts_only: bool = False,
 ) -> ShardCensus:
     """Compare the shard files ``committed`` (read after ``manifest``) with the manifest, by the module's policy.
 
@@ -82,6 +83,9 @@ def take_census(
         expected_layout: ``shard_format.shard_layout`` of dataset.json.
         trust_manifest: Let intact manifest lines of unchanged shards stand in for their files (loading);
             False opens every shard (verify).
+        counts_only: The shards taken are only counted, never read (a listing): an intact line of an
+            unchanged shard stands in for it even when the shard has tables the line does not summarise
+            (options, episode metadata).
 
     Returns:
         The shards taken and the problems found. Errors that say nothing about a shard (too many open
@@ -95,7 +99,7 @@ def take_census(
     candidates: list[tuple[StoredShard, ShardName | None, bool]] = []
     for file in committed:
         parsed = parse_shard_name(file.name)
-        shard = _take(file, parsed, manifest, obs_leaves, act_leaves, trust_manifest, census)
+        shard = _take(file, parsed, manifest, obs_leaves, act_leaves, trust_manifest, counts_only, census)
         if shard is not None:
             candidates.append((shard, parsed, file.name in manifest.by_shard))
     kept = _without_duplicates(candidates, census)
@@ -110,6 +114,7 @@ def _take(
     obs_leaves: list[Leaf],
     act_leaves: list[Leaf],
     trust_manifest: bool,
+    counts_only: bool,
     census: ShardCensus,
 ) -> StoredShard | None:
     """The shard at ``file`` if the policy takes it, else None with its problem noted."""
@@ -143,7 +148,7 @@ def _take(
         return None
     summary = None
     if (trust_manifest and entry is not None and name in manifest.intact and st.st_mtime_ns == entry.get("mtime_ns")
-            and not entry.get("extra_tables", True)):
+            and (counts_only or not entry.get("extra_tables", True))):
         summary = entry
     try:
         try:

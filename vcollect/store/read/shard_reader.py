@@ -28,7 +28,7 @@ import numpy as np
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR, SHARD_FORMAT_NAME, column_path
-from vcollect.store.read.chunk_reader import ChunkTable
+from vcollect.store.read.chunk_reader import ChunkTable, check_declared_sizes
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
 
@@ -189,6 +189,7 @@ class StoredShard:
                 raise ValueError(fault)
             for name, kinds in _TABLE_KINDS.items():
                 self._expect(f"episodes/{name}", (self.num_episodes,), kinds)
+            self._check_declared_sizes(f)
             table = {name: np.asarray(f[f"episodes/{name}"][()]) for name in EPISODE_COLUMNS}
             if "episodes/options" in f:
                 self._expect("episodes/options", (self.num_episodes,), "S")
@@ -200,6 +201,19 @@ class StoredShard:
                         raise ValueError(f"episodes/metadata/{key} is not a column of {self.num_episodes} rows")
                     self.metadata[key] = decode_column(np.asarray(ds[()]), ds.attrs)
         return table
+
+    def _check_declared_sizes(self, f: h5py.File) -> None:
+        """ValueError when a chunk of the ``episodes/`` table HDF5 is about to decode declares more than it
+        holds (chunk_reader.check_declared_sizes)."""
+        names = [name for name, col in self.columns.items() if name.startswith("episodes/") and col.offset is None]
+        if not names:  # contiguous, unfiltered columns: nothing for HDF5 to decode
+            return
+        with open(self.path, "rb") as raw:
+            for name in names:
+                try:
+                    check_declared_sizes(f[name], lambda offset, size: os.pread(raw.fileno(), size, offset))
+                except ValueError as exc:
+                    raise ValueError(f"column {name!r}: {exc}") from None
 
     def _read_identity(self, attrs: Any) -> None:
         """The writer, seq and layout attributes of the file (each None when absent)."""
@@ -300,6 +314,7 @@ class OpenShardFiles:
         self.capacity = capacity
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._tables: dict[tuple[int, str], ChunkTable | None] = {}
+        self._checked: set[tuple[int, str]] = set()  # columns HDF5 decodes whose chunk headers were checked
         self._lock = threading.RLock()
         self._pid = os.getpid()
 
@@ -366,6 +381,11 @@ class OpenShardFiles:
                     return table.read_range(mapped, lo, max(lo, hi))
                 rows = np.arange(lo, hi, step)
             return table.read_rows(mapped, rows)
+        if (key, name) not in self._checked:  # HDF5 allocates what a chunk declares: held to its size first
+            mapped = self._get(key, shard, "map")  # before the HDF5 file, which a capacity of one would close
+            check_declared_sizes(self._get(key, shard, "h5")[name],
+                                 lambda offset, size: mapped[offset : offset + size])
+            self._checked.add((key, name))
         ds = self._get(key, shard, "h5")[name]
         if isinstance(rows, slice):
             return np.asarray(ds[rows])

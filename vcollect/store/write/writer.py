@@ -60,7 +60,7 @@ from vcollect.store.layout.dataset_info import (
     read_dataset_info,
     update_dataset_info,
 )
-from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
+from vcollect.store.layout.naming import dataset_path, locate_dataset, parse_dataset_id, resolve_root
 from vcollect.store.layout.schema import MetadataSchema, TreeSchema, to_json
 from vcollect.store.layout.shard_format import (
     LAYOUT_ATTR,
@@ -769,29 +769,35 @@ class EpisodeStore:
         return True
 
     def move_to(
-        self, dataset_id: str, root: str | os.PathLike[str] | None = None, *, overwrite: bool = False
+        self, dataset_id: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
+        overwrite: bool = False
     ) -> Path:
         """Commit pending episodes, then rename the whole dataset to ``dataset_id`` (under ``root``).
 
         For recording into a staging dataset and naming it at the end (``DataCollector.create_dataset``):
         committed shards move with the directory (one rename on the same filesystem), and this store keeps
-        writing at the new place. Only safe while no other writer appends to the dataset.
+        writing at the new place. Only safe while no other writer appends to the dataset. With background
+        commits, the move waits for the commits in flight first (as :meth:`flush`), so every shard handed
+        over lies in the dataset that moves.
 
         Args:
-            dataset_id: The new id.
-            root: The datasets root to move it under (None: :func:`resolve_root`'s default).
-            overwrite: Replace a dataset that has the new id.
+            dataset_id: The new id, or (a ``pathlib.Path``) the folder the dataset is to be: a dataset of its
+                own under the folder's parent, named for the folder (naming.locate_dataset).
+            root: The datasets root of an id (default: ``$VCOLLECT_DATASETS_PATH`` or ``~/.vcollect/datasets``);
+                None with a path.
+            overwrite: Replace a dataset there (it is removed only once this one is in place).
 
         Returns:
-            The dataset's new directory.
+            The new path.
 
         Raises:
-            DatasetExistsError: The target exists and ``overwrite`` is False.
-            InvalidDatasetIdError: ``dataset_id`` is malformed.
+            DatasetError: A commit failed (its episodes are kept; nothing moved): flush() retries it.
+            DatasetExistsError: A dataset is there and ``overwrite`` is False.
+            InvalidDatasetIdError: ``dataset_id`` is a str that is no id.
         """
-        parse_dataset_id(dataset_id)
-        self._commit()
-        new_path = dataset_path(dataset_id, root)
+        name, new_root, new_path = locate_dataset(dataset_id, root, str_paths=False)
+        dataset_id = name
+        self.flush()  # background commits in flight land before the move: they write through the old place
         if new_path.resolve() == self._path.resolve():
             return self._path
         move_dataset_dir(self._path, new_path, dataset_id, source_root=self._root(), overwrite=overwrite)
@@ -799,9 +805,10 @@ class EpisodeStore:
         self._shards_dir = new_path / SHARDS_DIR
         self._shards_written = [self._shards_dir / p.name for p in self._shards_written]
         self._dataset_id = dataset_id
-        update_dataset_info(new_path, dataset_id, self._root(), new_id=dataset_id)
-        # a commit still in flight keeps the old descriptor (closed when it lets go of it)
-        self._held, self._identity = hold_dataset_dir(new_path, dataset_id, self._root())
+        update_dataset_info(new_path, dataset_id, new_root, new_id=dataset_id)
+        if self._held is not None:  # no commit is in flight (flushed above): none uses the old descriptor
+            self._held.close()
+        self._held, self._identity = hold_dataset_dir(new_path, dataset_id, new_root)
         return new_path
 
     def _root(self) -> Path:

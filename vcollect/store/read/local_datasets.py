@@ -6,14 +6,14 @@ import os
 import warnings
 from typing import Any
 
-from vcollect.store.layout.catalog import list_datasets
 from vcollect.store.layout.dataset_info import FORMAT_VERSION
 from vcollect.store.layout.naming import parse_dataset_id
+from vcollect.store.read.listing import list_datasets
 
 __all__ = ["list_local_datasets"]
 
 # list_datasets fields about the files, not the dataset: left out of Minari-style metadata.
-_LISTING_ONLY = ("num_shards", "size_bytes", "temporary_files", "corrupt_shards", "broken")
+_LISTING_ONLY = ("num_shards", "size_bytes", "temporary_files", "damage", "corrupt_shards", "broken")
 
 
 def list_local_datasets(
