@@ -162,7 +162,7 @@ def replace_dataset_dir(
     the old one aside under a hidden name, which the next load, listing or operation there renames back
     (staging.remove_stale_staging); never a half-deleted one. UnsafePathError (nothing changed) when a folder
     between the datasets root and ``final`` is a symbolic link, or between ``new_root`` (the root ``new`` lies
-    in, when not ``final``'s: a dataset moved from another root) and ``new``.
+    in, when not ``final``'s: a dataset brought in from another root) and ``new``.
     """
     root = _root_of(final, dataset_id)
     new_root = root if new_root is None else new_root

@@ -38,20 +38,26 @@ __all__ = ["list_datasets"]
 def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[str, Any]]:
     """All datasets under the root, broken and damaged ones included: id -> metadata plus totals and problems.
 
-    Each value holds the dataset metadata (author, ...), ``dataset_id``, ``total_episodes``,
-    ``total_steps``, ``num_shards`` (those of the episodes ``load_dataset(id, on_damage="skip")`` yields),
-    ``size_bytes`` (dataset.json plus the shards counted), ``created_at``, ``temporary_files`` (half-written
-    ``.tmp`` files, e.g. left by a crash), ``damage`` (one line per problem the read's damage policy finds,
-    each naming its file: a recorded shard missing, an unrecorded copy or stray, a truncated, unreadable or
-    differently laid out one; empty for a sound dataset, and ``load_dataset`` without ``on_damage="skip"``
-    raises DamagedDatasetError when it is not), ``corrupt_shards`` (the shard files left out of the counts)
-    and ``broken``: None for a readable dataset, else a message naming the file and what is wrong with it.
     A broken dataset (its dataset.json cannot be read or checked, its shards all disagree with it, or its
     folder, or a folder below the root named like a dataset, cannot be listed) is listed, never left out
     and never a reason to fail the others: ``broken`` says why, its ``total_episodes``, ``total_steps``,
     ``num_shards`` and ``created_at`` are None, ``size_bytes`` counts the files there without opening them.
     Folders whose path below the root is no valid dataset id (hidden staging folders, ...) are not datasets
     and are not listed.
+
+    Args:
+        root: The datasets root (None: :func:`resolve_root`'s default).
+
+    Returns:
+        Id -> the dataset metadata (author, ...), ``dataset_id``, ``total_episodes``, ``total_steps``,
+        ``num_shards`` (those of the episodes ``load_dataset(id, on_damage="skip")`` yields), ``size_bytes``
+        (dataset.json plus the shards counted), ``created_at``, ``temporary_files`` (half-written ``.tmp``
+        files, e.g. left by a crash), ``damage`` (one line per problem the read's damage policy finds, each
+        naming its file: a recorded shard missing, an unrecorded copy or stray, a truncated, unreadable or
+        differently laid out one; empty for a sound dataset, and ``load_dataset`` without
+        ``on_damage="skip"`` raises DamagedDatasetError when it is not), ``corrupt_shards`` (the shard files
+        left out of the counts) and ``broken``: None for a readable dataset, else a message naming the file
+        and what is wrong with it.
     """
     root_path = resolve_root(root)
     recover_publishes(root_path)  # finish what a killed split or overwrite committed (store/layout/publish_journal.py)
