@@ -326,6 +326,11 @@ class BaseVectorEnv:
     def _wait(self, timeout: float | None) -> None:
         """Process replies that arrive within timeout seconds (None: until at least one arrives)."""
 
+    def _wait_received(self, timeout: float | None) -> None:
+        """``_wait`` for ``recv``/``recv_reset``: backends that restart envs replace failed workers here too
+        (their env ids' steps and resets in flight are dropped and listed by ``take_restarts``)."""
+        self._wait(timeout)
+
     def _discard(self, ids: np.ndarray) -> None:
         """Forget the results of in-flight env ids (they are no longer in flight)."""
         self._flight[ids] = 0
@@ -398,7 +403,9 @@ class BaseVectorEnv:
         """Steps that are done (env ids ascending), as soon as min_ready of those in flight are.
 
         When timeout passes with some but fewer than min_ready done, those are returned; with none done,
-        TimeoutError names the env ids in flight (nothing is lost: a later recv returns them).
+        TimeoutError names the env ids in flight (nothing is lost: a later recv returns them). A backend
+        that restarts envs drops the steps of the env ids it replaced (``take_restarts`` lists them); when
+        none of the steps in flight is left, no env ids are returned.
         """
         ids = self._receive(1, min_ready, timeout)
         obs, rewards, terms, truncs, infos = self._gather_step(ids)
@@ -554,6 +561,8 @@ class BaseVectorEnv:
             self._raise_failure()
             mine = self._flight == kind
             if not mine.any():
+                if self.restarts.pending:  # replaced env ids (take_restarts lists them) had them in flight
+                    return self._all_ids[:0]
                 raise ValueError(f"no {what} in flight: call {'send' if kind == 1 else 'reset_async'} first")
             ready = mine & self._done
             n_ready = int(ready.sum())
@@ -575,7 +584,7 @@ class BaseVectorEnv:
                 raise TimeoutError(
                     f"no {what} finished within {timeout} s; env ids in flight: {self.in_flight.tolist()}"
                 )
-            self._wait(remaining)
+            self._wait_received(remaining)
         ids = np.flatnonzero(ready)
         self._flight[ids] = 0
         self._done[ids] = False
