@@ -349,8 +349,9 @@ class AsyncLoop(SubsetLoop):
                 for j in range(len(id_list)):
                     row = unflatten_batch(space, [leaf[j : j + 1] for leaf in flat])
                     self.ctx.start_episodes(ids[j : j + 1], row, seeds[j : j + 1], options[j])
-        finished = self.ctx.all_ids[:0]
-        if steps is not None and steps[5].size:
+        if steps is None or not steps[5].size:
+            finished = self.ctx.all_ids[:0]
+        else:
             next_obs, rewards, terminations, truncations, infos, ids = steps
             self._stepping[ids] = False
             if self.ctx.actor.wants_infos:

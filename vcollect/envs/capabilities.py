@@ -29,9 +29,10 @@ class EnvCapabilities:
     ``recv_any`` (steps and resets received in one wait, AsyncCollector). ``hands_over_obs``: the
     observation arrays its ``step_into`` passes are new every step and never written to again, so a
     StepBlock may keep them instead of copying them (EnvPool's sync mode; needs ``steps_in_blocks``).
-    ``restarts_envs``: it replaces a worker that died or whose env raised inside a synchronous call and
-    reports the env ids it replaced (``take_restarts``, vcollect.envs.restarts) instead of raising, within a
-    budget (``max_restarts``); only subset-stepping backends with ``step_reset`` (the loops that handle it).
+    ``restarts_envs``: it replaces a worker that died or whose env raised inside a synchronous call, or while
+    ``recv``/``recv_reset`` wait, and reports the env ids it replaced (``take_restarts``,
+    vcollect.envs.restarts) instead of raising, within a budget (``max_restarts``); only subset-stepping
+    backends with ``step_reset`` (the loops that handle it: SubsetLoop, and AsyncCollector's AsyncLoop).
     """
 
     steps_all_envs: bool = False
