@@ -77,6 +77,20 @@ class AlwaysRaisingEnv(CountingEnv):
         return super().step(action)
 
 
+class AlwaysKillingEnv(CountingEnv):
+    """A CountingEnv that kills its own process (SIGKILL) at step ``fail_step`` of every episode."""
+
+    def __init__(self, fail_step: int = 2) -> None:
+        super().__init__(episode_length=5)
+        self.fail_step = fail_step
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self.t + 1 == self.fail_step:
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(30)  # the signal arrives first
+        return super().step(action)
+
+
 class ListRewardEnv(CountingEnv):
     """A CountingEnv whose second step returns a list as its reward (``[1.0] * 4``)."""
 

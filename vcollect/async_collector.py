@@ -77,7 +77,10 @@ class AsyncCollector(Collector):
     Backends that step every env at once (``capabilities.steps_all_envs``) are collected as the Collector
     does. Backends that return results in fixed-size batches (EnvPool's async mode,
     ``capabilities.recv_batch_size``) get at least that many envs in flight whenever the collector waits;
-    steps added for that are reported by the next call.
+    steps added for that are reported by the next call. Backends built to restart failed envs
+    (``max_restarts``, ``capabilities.restarts_envs``) are restarted as the Collector does: an env whose
+    worker died with its step or reset in flight, or raised in one, has its running episode abandoned
+    (``CollectStats.abandoned``) and is reset with the next seed of its stream; counts stay exact.
 
     Args:
         policy: As Collector's.
@@ -167,11 +170,6 @@ class AsyncLoop(SubsetLoop):
     """The AsyncCollector's step loop: dispatch steps to idle envs, record whichever come back first."""
 
     def __init__(self, context: StepContext, waits: AsyncWaits) -> None:
-        if context.restarter is not None:
-            raise TypeError(
-                f"AsyncCollector does not restart envs, and this {type(context.envs).__name__} was built to restart "
-                "failed ones (max_restarts > 0): collect with Collector, or build the envs with max_restarts=0"
-            )
         super().__init__(context)
         self.waits = waits
         n = context.num_envs
@@ -182,6 +180,7 @@ class AsyncLoop(SubsetLoop):
         self._reset_options: list[dict[str, Any] | None] = [None] * n
         caps = context.capabilities
         self._batch = caps.recv_batch_size
+        self._replacing = context.restarter is not None  # the backend replaces failed envs (restarts_envs)
         self._recv_any: Callable[[float | None], _Received] | None = None
         if caps.recv_any:
             if not isinstance(context.envs, ReceivesAny):
@@ -268,11 +267,23 @@ class AsyncLoop(SubsetLoop):
         self._send_steps(self._idle(), short - waiting.size, random)
 
     def _sync_flights(self) -> None:
-        """Forget flights the backend no longer has (e.g. after it raised for a failed env)."""
+        """Forget flights the backend no longer has (e.g. after it raised for a failed env), and take the envs
+        it replaced since last asked."""
         flying = np.zeros(self.ctx.num_envs, dtype=bool)
         flying[self.ctx.envs.in_flight] = True
         self._stepping &= flying
         self._resetting &= flying
+        if self._replacing:
+            self._take_replaced()
+
+    def _take_replaced(self) -> np.ndarray:
+        """The env ids the backend replaced since last asked (``restarts_envs``): their steps and resets in
+        flight are gone, their running episodes abandoned (StepContext.take_replaced); each waits for a reset."""
+        replaced, _ = self.ctx.take_replaced()
+        if replaced.size:
+            self._stepping[replaced] = False
+            self._resetting[replaced] = False
+        return replaced
 
     # ------------------------------------------------------------------ receiving
 
@@ -330,9 +341,11 @@ class AsyncLoop(SubsetLoop):
 
     def _take(self, received: _Received, render: float | None) -> np.ndarray:
         """Record received steps (into the rings, the store and the ledger) and start the received
-        episodes; returns the env ids whose episode just ended."""
+        episodes; returns the env ids whose episode just ended, and those the backend replaced meanwhile
+        (restarts_envs: their episodes abandoned after the received steps are recorded), each of which
+        waits for a reset."""
         steps, resets = received
-        if resets is not None:
+        if resets is not None and resets[2].size:
             obs, infos, ids = resets
             self._resetting[ids] = False
             self.ctx.actor.remember_infos(ids, infos)  # kept only for a policy that wants infos
@@ -347,17 +360,22 @@ class AsyncLoop(SubsetLoop):
                 for j in range(len(id_list)):
                     row = unflatten_batch(space, [leaf[j : j + 1] for leaf in flat])
                     self.ctx.start_episodes(ids[j : j + 1], row, seeds[j : j + 1], options[j])
-        if steps is None:
-            return np.zeros(0, dtype=np.int64)
-        next_obs, rewards, terminations, truncations, infos, ids = steps
-        self._stepping[ids] = False
-        if self.ctx.actor.wants_infos:
-            self.ctx.actor.remember_infos(ids, infos)
-        actions = unflatten_batch(self.ctx.action_space, [store[ids] for store in self._sent_actions])
-        if self.ctx.on_step_hook is not None:
-            next_obs, rewards = self.ctx.run_step_hook(ids, actions, next_obs, rewards, terminations, truncations)
-        ends_r: list[float] = []
-        ends_l: list[int] = []
-        finished = self.record(ids, actions, next_obs, rewards, terminations, truncations, render, ends_r, ends_l)
-        self.ctx.ledger.push(ids, terminations | truncations, ends_r, ends_l)
+        if steps is None or not steps[5].size:
+            finished = self.ctx.all_ids[:0]
+        else:
+            next_obs, rewards, terminations, truncations, infos, ids = steps
+            self._stepping[ids] = False
+            if self.ctx.actor.wants_infos:
+                self.ctx.actor.remember_infos(ids, infos)
+            actions = unflatten_batch(self.ctx.action_space, [store[ids] for store in self._sent_actions])
+            if self.ctx.on_step_hook is not None:
+                next_obs, rewards = self.ctx.run_step_hook(ids, actions, next_obs, rewards, terminations, truncations)
+            ends_r: list[float] = []
+            ends_l: list[int] = []
+            finished = self.record(ids, actions, next_obs, rewards, terminations, truncations, render, ends_r, ends_l)
+            self.ctx.ledger.push(ids, terminations | truncations, ends_r, ends_l)
+        if self._replacing:  # one check per wait
+            replaced = self._take_replaced()
+            if replaced.size:
+                return np.union1d(finished, replaced)
         return finished

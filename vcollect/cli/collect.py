@@ -188,8 +188,6 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 f"--max-env-restarts needs a backend that runs each env in a process it can replace "
                 f"({', '.join(sorted(RESTART_BACKENDS))}), not {args.backend!r}"
             )
-        if args.use_async:
-            raise UsageError("--max-env-restarts is not supported with --async (AsyncCollector does not restart envs)")
         if args.ray_workers is not None:
             raise UsageError("--max-env-restarts is not supported with --ray-workers")
     env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")

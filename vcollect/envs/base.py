@@ -373,6 +373,11 @@ class BaseVectorEnv:
     def _wait(self, timeout: float | None) -> None:
         """Process replies that arrive within timeout seconds (None: until at least one arrives)."""
 
+    def _wait_received(self, timeout: float | None) -> None:
+        """``_wait`` for ``recv``/``recv_reset``: backends that restart envs replace failed workers here too
+        (their env ids' steps and resets in flight are dropped and listed by ``take_restarts``)."""
+        self._wait(timeout)
+
     def _discard(self, ids: np.ndarray) -> None:
         """Forget the results of in-flight env ids (they are no longer in flight)."""
         self._flight[ids] = 0
@@ -464,7 +469,9 @@ class BaseVectorEnv:
     def recv(self, min_ready: int = 1, timeout: float | None = None) -> AsyncStepResult:
         """Steps that are done (env ids ascending), as soon as min_ready of those in flight are.
 
-        When timeout passes with some but fewer than min_ready done, those are returned.
+        When timeout passes with some but fewer than min_ready done, those are returned. A backend that
+        restarts envs drops the steps of the env ids it replaced (``take_restarts`` lists them); when none of
+        the steps in flight is left, no env ids are returned.
 
         Args:
             min_ready: How many must be done before it returns.
@@ -695,6 +702,8 @@ class BaseVectorEnv:
             self._raise_failure()
             mine = self._flight == kind
             if not mine.any():
+                if self.restarts.pending:  # replaced env ids (take_restarts lists them) had them in flight
+                    return self._all_ids[:0]
                 raise ValueError(f"no {what} in flight: call {'send' if kind == 1 else 'reset_async'} first")
             ready = mine & self._done
             n_ready = int(ready.sum())
@@ -716,7 +725,7 @@ class BaseVectorEnv:
                 raise TimeoutError(
                     f"no {what} finished within {timeout} s; env ids in flight: {self.in_flight.tolist()}"
                 )
-            self._wait(remaining)
+            self._wait_received(remaining)
         ids = np.flatnonzero(ready)
         self._flight[ids] = 0
         self._done[ids] = False

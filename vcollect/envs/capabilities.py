@@ -32,10 +32,11 @@ class EnvCapabilities:
         hands_over_obs: The observation arrays its ``step_into`` passes are new every step and never
             written to again, so a StepBlock may keep them instead of copying them (EnvPool's sync mode;
             needs ``steps_in_blocks``).
-        restarts_envs: It replaces a worker that died or whose env raised inside a synchronous call and
-            reports the env ids it replaced (``take_restarts``, vcollect.envs.restarts) instead of raising,
-            within a budget (``max_restarts``); only subset-stepping backends with ``step_reset`` (the loops
-            that handle it).
+        restarts_envs: It replaces a worker that died or whose env raised inside a synchronous call, or
+            while ``recv``/``recv_reset`` wait, and reports the env ids it replaced (``take_restarts``,
+            vcollect.envs.restarts) instead of raising, within a budget (``max_restarts``); only
+            subset-stepping backends with ``step_reset`` (the loops that handle it: SubsetLoop, and
+            AsyncCollector's AsyncLoop).
 
     Raises:
         ValueError: A combination of flags no loop handles (named), or ``recv_batch_size < 1``.

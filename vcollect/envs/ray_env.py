@@ -155,7 +155,9 @@ class RayVectorEnv(BaseVectorEnv):
     `max_restarts` (default 0): how many times an actor that died, or whose env raised in a synchronous
     step or reset, is replaced by a new actor for the same env id (a new env, built but not reset) instead
     of raising; the replaced env ids are listed by ``take_restarts()`` (vcollect.envs.restarts), as for
-    SubprocVectorEnv(max_restarts=). Past the budget the failure raises EnvWorkerError, saying so.
+    SubprocVectorEnv(max_restarts=). Past the budget the failure raises EnvWorkerError, saying so. The async
+    half restarts the same way while ``recv``/``recv_reset`` wait (the replaced env's step or reset in flight
+    is dropped, never returned).
 
     Args:
         env_fns: One zero-argument factory per env.
@@ -350,8 +352,9 @@ class RayVectorEnv(BaseVectorEnv):
         return True
 
     def _replace_failed(self) -> None:
-        """After a synchronous call's replies: replace the actors it lost and those whose envs raised, while the
-        restart budget allows, zeroing their step rows (vcollect.envs.restarts); other failures stay."""
+        """After a synchronous call's replies, or an async wait's: replace the actors it lost and those whose envs
+        raised, while the restart budget allows, zeroing their step rows and dropping their steps and resets in
+        flight (vcollect.envs.restarts); other failures stay."""
         if self.restarts.max_restarts == 0 or not (self._lost or self._failures):
             return
         budget = self.restarts
@@ -373,6 +376,8 @@ class RayVectorEnv(BaseVectorEnv):
             self._terminations[env_id] = False
             self._truncations[env_id] = False
             self._infos[env_id] = {}
+            self._flight[env_id] = 0  # its async step or reset went with the actor
+            self._done[env_id] = False
 
     def _replace(self, env_id: int) -> None:
         """Kill env_id's actor and start a new one with a new env (built, not reset).
@@ -445,6 +450,19 @@ class RayVectorEnv(BaseVectorEnv):
                 self._done[env_id] = True
             else:
                 self._flight[env_id] = 0
+
+    def _wait_received(self, timeout: float | None) -> None:
+        """``_wait`` for recv/recv_reset; with restarts, the actors that died or whose envs raised meanwhile are
+        replaced (within the budget) and their steps and resets in flight dropped."""
+        if self.restarts.max_restarts == 0:
+            self._wait(timeout)
+            return
+        self._catching = True
+        try:
+            self._wait(timeout)
+        finally:
+            self._catching = False
+        self._replace_failed()
 
     def _discard(self, ids: np.ndarray) -> None:
         super()._discard(ids)

@@ -5,7 +5,10 @@ A backend built with ``max_restarts=K`` (SubprocVectorEnv, RayVectorEnv) declare
 (or Ray actor) dies or an env raises, the backend replaces that worker with a new one holding the same env
 ids and new envs (built, not reset), and the call returns normally: the replaced env ids' rows of its result
 mean nothing (reward 0, neither terminated nor truncated, never among the restarted ids of a step_reset),
-and ``take_restarts()`` lists them with the error. The collector abandons the episode each of them was in
+and ``take_restarts()`` lists them with the error. The async half does the same while ``recv`` or
+``recv_reset`` waits: the steps and resets in flight of the replaced env ids are dropped (never returned),
+and a ``recv``/``recv_reset`` left with nothing of its kind in flight by a replacement returns no env ids
+instead of raising. The collector abandons the episode each of them was in
 and resets them with the next seed of their streams. After K replacements the next failure raises
 EnvWorkerError as a backend without restarts does, its message saying the budget is spent.
 """
@@ -73,6 +76,11 @@ class RestartBudget:
         """Count one replacement (a worker holding ``env_ids``) and record each of its env ids."""
         self.used += 1
         self._records.extend(EnvRestart(env_id, error, traceback_text) for env_id in env_ids)
+
+    @property
+    def pending(self) -> bool:
+        """Whether replacements were made since the last take."""
+        return bool(self._records)
 
     def take(self) -> list[EnvRestart]:
         """The records since the last take (see RestartsEnvs.take_restarts)."""

@@ -470,10 +470,13 @@ class WorkerPool:
             for command in queue:
                 command.live &= ~np.isin(command.ids, ids)
 
-    def wait(self, timeout: float | None, on_reply: Callable[[int, PendingCommand, bytes], None]) -> None:
+    def wait(
+        self, timeout: float | None, on_reply: Callable[[int, PendingCommand, bytes], None], *, lose: bool = False
+    ) -> None:
         """Hand the replies that arrive within ``timeout`` seconds (None: at least one, however long that
         takes) to ``on_reply``, each with its worker and that worker's oldest outstanding command; a worker that died
-        with commands outstanding raises EnvWorkerError."""
+        with commands outstanding raises EnvWorkerError, or with ``lose`` is noted in ``lost`` while
+        ``catch_deaths`` and ``lose_budget`` allow (its commands stay outstanding until ``replace``)."""
         active = [w for w in range(self.num_workers) if self.commands[w]]
         if not active:
             return
@@ -507,7 +510,10 @@ class WorkerPool:
             except (EOFError, OSError):
                 pass
             if self.commands[w] and not channel.has_message() and not self.procs[w].is_alive():
-                self.worker_died(w, self.commands[w][0].ids)
+                if lose:
+                    self._dead(w, self.commands[w][0].ids)
+                else:
+                    self.worker_died(w, self.commands[w][0].ids)
 
     # -- closing --------------------------------------------------------------------------------
     def close(self) -> None:

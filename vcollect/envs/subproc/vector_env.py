@@ -48,6 +48,7 @@ from vcollect.envs.subproc.transport import (
     STEP,
     STEP_RESET,
     UNSEEDED,
+    Part,
 )
 
 __all__ = ["SubprocVectorEnv"]
@@ -82,7 +83,10 @@ class SubprocVectorEnv(BaseVectorEnv):
     must be reset before they step again), and a Collector abandons their episodes and carries on. The
     budget counts replacements over the vector env's life; past it the failure raises EnvWorkerError as
     with 0, saying the budget is spent. A timeout, a bad observation (ObservationError) or a reward of
-    the wrong type (EnvOutputError) is not restarted; the async half (send/recv) never restarts.
+    the wrong type (EnvOutputError) is not restarted. The async half restarts the same way while
+    ``recv``/``recv_reset`` wait: a worker that died with a step or reset in flight, or whose env raised in
+    one, is replaced; the steps and resets in flight of its env ids are dropped (never returned), and they
+    are listed by ``take_restarts()`` (an AsyncCollector abandons their episodes and resets them).
 
     `import_main`: whether spawn and forkserver workers import the program's main module when they start,
     as multiprocessing does by default (they run the script again as ``__mp_main__``: seconds when it
@@ -271,9 +275,10 @@ class SubprocVectorEnv(BaseVectorEnv):
             self._pool.catch_deaths = True
 
     def _replace_failed(self) -> None:
-        """After a synchronous call's replies: replace the workers it lost and those whose envs raised, while
-        the restart budget allows, zeroing their env ids' step rows (vcollect.envs.restarts); the failures
-        past the budget, and the others (observations, values), stay to be raised."""
+        """After a synchronous call's replies, or an async wait's: replace the workers it lost and those whose
+        envs raised, while the restart budget allows, zeroing their env ids' step rows and dropping their steps
+        and resets in flight (vcollect.envs.restarts); the failures past the budget, and the others
+        (observations, values), stay to be raised."""
         pool = self._pool
         if not self._restarting or not (pool.lost or self._failures):
             return
@@ -299,6 +304,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             rows.truncations[group] = False
             rows.restarted[group] = False
             self._restarted_dirty = True
+            self._flight[group] = 0  # their async steps and resets went with the worker
+            self._done[group] = False
 
     def _settled(self) -> bool:
         """Finish what interrupted fast commands owe; whether the synchronous paths may run (open, and
@@ -504,10 +511,28 @@ class SubprocVectorEnv(BaseVectorEnv):
             pool.settle_owed()
         for row, leaf in zip(self._act_rows, action_leaves):
             row[ids] = leaf
-        pool.dispatch(pool.parts(STEP, ids, None), STEP)
+        if self._restarting:
+            self._dispatch_losing(pool.parts(STEP, ids, None), STEP)
+        else:
+            pool.dispatch(pool.parts(STEP, ids, None), STEP)
 
     def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
-        self._pool.dispatch(self._pool.parts(RESET, ids, (seeds, options)), RESET)
+        parts = self._pool.parts(RESET, ids, (seeds, options))
+        if self._restarting:
+            self._dispatch_losing(parts, RESET)
+        else:
+            self._pool.dispatch(parts, RESET)
+
+    def _dispatch_losing(self, parts: list[Part], op: int) -> None:
+        """Dispatch, a worker found dead on the way noted as lost (within the restart budget) rather than
+        raised: its commands stay outstanding until the next wait replaces it."""
+        pool = self._pool
+        catching, budget = pool.catch_deaths, pool.lose_budget
+        self._catch_deaths()
+        try:
+            pool.dispatch(parts, op)
+        finally:
+            pool.catch_deaths, pool.lose_budget = catching, budget
 
     def _handle_reply(self, w: int, command: PendingCommand, reply: bytes) -> None:
         """Record the results of worker w's reply to an async command (its oldest outstanding one)."""
@@ -531,6 +556,20 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     def _wait(self, timeout: float | None) -> None:
         self._pool.wait(timeout, self._handle_reply)
+
+    def _wait_received(self, timeout: float | None) -> None:
+        """``_wait`` for recv/recv_reset; with restarts, the workers that died or whose envs raised meanwhile are
+        replaced (within the budget) and their env ids' steps and resets in flight dropped."""
+        if not self._restarting:
+            self._pool.wait(timeout, self._handle_reply)
+            return
+        pool = self._pool
+        self._catch_deaths()
+        try:
+            pool.wait(timeout, self._handle_reply, lose=True)
+        finally:
+            pool.catch_deaths = False
+        self._replace_failed()
 
     def _discard(self, ids: np.ndarray) -> None:
         super()._discard(ids)
