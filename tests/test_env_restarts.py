@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from vcollect.reset_seeds import ResetSeeds
 
 from tests import restart_envs
 from tests.restart_envs import (
@@ -34,7 +35,6 @@ from vcollect.cli import main
 from vcollect.collector import Collector
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, make_vector
 from vcollect.errors import EnvOutputError, EnvWorkerError
-from vcollect.reset_seeds import ResetSeeds
 from vcollect.stats import CollectStats
 from vcollect.store import load_dataset
 
