@@ -15,7 +15,7 @@ that, for each function or method:
 - every exception class the body raises itself (``raise SomeError(...)``, nested functions aside) is named in a
   ``Raises:`` section. Exceptions raised by callees are the author's to list; this catches the direct ones.
 
-Properties need only the summary. ``vcollect.cli`` and ``vcollect.loops`` are not walked: the first is the
+Properties need only the summary. ``vcollect.cli`` and ``vcollect.collecting`` are not walked: the first is the
 ``vcollect`` command (documented by ``--help``), the second the collector's internals.
 
 Separately, no comment or string in vcollect/ carries an issue number or the code's history.

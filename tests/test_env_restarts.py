@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from vcollect.reset_seeds import ResetSeeds
 
 from tests import restart_envs
 from tests.restart_envs import (
@@ -32,6 +31,7 @@ from tests.sinks import ListStore
 from tests.test_cli import Cli, Result
 from vcollect.async_collector import AsyncCollector
 from vcollect.cli import main
+from vcollect.collecting.reset_seeds import ResetSeeds
 from vcollect.collector import Collector
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, make_vector
 from vcollect.errors import EnvOutputError, EnvWorkerError
