@@ -416,12 +416,19 @@ class Collector:
             bar = ThrottledBar(tqdm(total=int(target), unit="step" if n_step is not None else "ep"))
         call = CollectCall(random, render, reset_options, bar, EpisodeValues(keep_episode_stats),
                            EpisodeValues(keep_episode_stats))
+        quota = None if n_step is not None else self._episode_quota(int(target))
+        # the ledger reports what the call is certain to report as it comes (bounded memory however long)
+        self._ledger.open_call(call.returns, call.lens, n_step=None if n_step is None else int(n_step), quota=quota)
         try:
-            if n_step is not None:
-                steps = self._loop.collect_steps(int(n_step), call)
+            if quota is None:
+                steps = self._loop.collect_steps(int(target), call)
             else:
-                steps = self._loop.collect_episodes(self._episode_quota(int(target)), call)
+                steps = self._loop.collect_episodes(quota, call)
+        except BaseException as exc:
+            self._count_failed_call(exc)
+            raise
         finally:
+            self._ledger.close_call()
             try:
                 bar.close()
             finally:
@@ -440,6 +447,21 @@ class Collector:
             returns_moments=None if keep_episode_stats else call.returns.moments(),
             lens_moments=None if keep_episode_stats else call.lens.moments(),
         )
+
+    def _count_failed_call(self, exc: BaseException) -> None:
+        """A call that raises reports nothing; the transitions its ledger had reported early are no longer held
+        for a later call, so they are counted in ``collect_step``/``collect_episode`` and named on the error."""
+        steps, episodes = self._ledger.close_call()
+        if not steps:
+            return
+        self.collect_step += steps
+        self.collect_episode += episodes
+        add_note = getattr(exc, "add_note", None)  # Python 3.11+
+        if add_note is not None:
+            add_note(
+                f"this collect call had counted {steps} steps and {episodes} episodes before it failed (added to "
+                "collect_step/collect_episode); a later call reports only what was recorded after them"
+            )
 
     def _episode_quota(self, n_episode: int) -> np.ndarray:
         """Episodes each env owes: n // N, plus one for n % N envs drawn at random."""
