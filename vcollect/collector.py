@@ -385,6 +385,10 @@ class Collector:
                 only their count, mean, M2, minimum and maximum (``returns_moments``/``lens_moments``, read by
                 ``returns_stat``/``lens_stat``), in bounded memory however many episodes the call collects.
 
+        A call that raises reports nothing: the transitions it recorded are reported by later calls, except
+        those a long call had already counted (added to ``collect_step``/``collect_episode`` and named in a
+        note on the error).
+
         Returns:
             What the call collected: counts, time, speed and the returns and lengths of its episodes.
 
