@@ -6,6 +6,7 @@ Every worker here is a real Ray actor process writing real HDF5 shards under tmp
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -283,6 +284,35 @@ def test_exact_counts_across_two_workers(ray_ready: Any, tmp_path: Path) -> None
             dc.set_policy_weights({"bias": 0})
     with pytest.raises(CollectorStateError, match="closed"):
         dc.collect(n_step=2, random=True)
+
+
+def test_without_episode_stats_workers_reply_moments_and_the_driver_keeps_a_bounded_amount(
+    ray_ready: Any, tmp_path: Path
+) -> None:
+    """keep_episode_stats=False (the CLI's choice): no per-episode arrays come back from the workers or stay
+    with the driver, so what it keeps per call does not grow with the call; counts stay exact."""
+    dataset_id = counting_dataset(tmp_path)
+    with DistributedCollector(
+        CountingEnv, None, num_workers=2, envs_per_worker=3, store=dataset_id, root=tmp_path, seed=1,
+        env_kwargs={"episode_length": 5}, flush_every_call=True,
+    ) as dc:
+        kept_bytes, stored = [], 0
+        for kind, n in [("n_step", 3_000), ("n_step", 30_000), ("n_episode", 6_001)]:
+            stats = dc.collect(**{kind: n}, random=True, keep_episode_stats=False)
+            assert (stats.n_collected_steps if kind == "n_step" else stats.n_collected_episodes) == n
+            for part in [stats, *dc.last_worker_stats.values()]:
+                assert part.returns.size == part.lens.size == 0
+                assert part.returns_moments is not None and part.lens_moments is not None
+                assert part.returns_moments.count == part.lens_moments.count == part.n_collected_episodes > 0
+            assert stats.returns_stat is not None and stats.lens_stat is not None
+            assert (stats.returns_stat.mean, stats.returns_stat.std, stats.lens_stat.max) == (5.0, 0.0, 5.0)
+            ds = load_dataset(dataset_id, root=tmp_path)
+            assert ds.total_episodes - stored == stats.n_collected_episodes
+            stored = ds.total_episodes
+            kept_bytes.append(len(pickle.dumps((stats, dc.last_worker_stats))))
+        assert max(kept_bytes) < 1.2 * kept_bytes[0], kept_bytes  # 10x the steps: the same few numbers
+        kept = dc.collect(n_episode=7, random=True)  # the default keeps every episode's values
+        assert kept.returns.tolist() == [5.0] * 7 and kept.returns_moments is None
 
 
 def test_dataset_is_the_union_of_worker_episodes_and_replays(ray_ready: Any, tmp_path: Path) -> None:

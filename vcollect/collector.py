@@ -18,7 +18,13 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from vcollect.buffers import VectorRingBuffer
-from vcollect.collecting.calls import call_stats, checked_count, checked_seed, episode_quota
+from vcollect.collecting.calls import (
+    call_stats,
+    checked_count,
+    checked_seed,
+    count_failed_call,
+    episode_quota,
+)
 from vcollect.collecting.closing import Closing
 from vcollect.collecting.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
 from vcollect.collecting.options import CollectorOptions, CollectorSettings
@@ -154,19 +160,11 @@ class Collector:
         self.context.on_episode_done_hook = hook
 
     def get_on_step_hook(self) -> StepHook | None:
-        """The step hook set.
-
-        Returns:
-            The hook; None when none is set.
-        """
+        """Return the step hook set (None when none is)."""
         return self.context.on_step_hook
 
     def get_on_episode_done_hook(self) -> EpisodeRolloutHook | None:
-        """The episode-done hook set.
-
-        Returns:
-            The hook; None when none is set.
-        """
+        """Return the episode-done hook set (None when none is)."""
         return self.context.on_episode_done_hook
 
     @property
@@ -285,6 +283,9 @@ class Collector:
     ) -> CollectStats:
         """Collect exactly ``n_step`` transitions or exactly ``n_episode`` whole episodes.
 
+        A call that raises reports nothing: later calls report what it recorded, except what a long call had
+        counted already (added to ``collect_step``/``collect_episode``, named in a note on the error).
+
         Args:
             n_step: Transitions to collect; the last batch steps only as many envs as still needed, and
                 unfinished episodes carry over to the next call.
@@ -329,12 +330,17 @@ class Collector:
             bar = ThrottledBar(tqdm(total=count, unit="step" if n_step is not None else "ep"))
         call = CollectCall(random, render, reset_options, bar, EpisodeValues(keep_episode_stats),
                            EpisodeValues(keep_episode_stats))
+        quota = None if n_step is not None else episode_quota(count, self.num_envs, self._rng)
+        # the ledger reports what the call is certain to report as it comes (bounded memory however long)
+        self._ledger.open_call(call.returns, call.lens, n_step=count if quota is None else None, quota=quota)
         try:
-            if n_step is not None:
-                steps = self._loop.collect_steps(count, call)
-            else:
-                steps = self._loop.collect_episodes(episode_quota(count, self.num_envs, self._rng), call)
+            steps = self._loop.collect_steps(count, call) if quota is None else self._loop.collect_episodes(quota, call)
+        except BaseException as exc:
+            early = count_failed_call(self._ledger, exc)  # what it had reported early is no longer held
+            self.collect_step, self.collect_episode = self.collect_step + early[0], self.collect_episode + early[1]
+            raise
         finally:
+            self._ledger.close_call()
             try:
                 bar.close()
             finally:

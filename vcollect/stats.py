@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -270,6 +270,23 @@ class CollectStats:
         if self.lens_moments is not None:
             return self.lens_moments.summary()
         return SummaryStats.from_sequence(self.lens)
+
+    def summarised(self) -> CollectStats:
+        """These stats with the episodes' returns and lengths kept only as their moments (arrays emptied), as
+        ``collect(keep_episode_stats=False)`` reports them.
+
+        Returns:
+            The same stats (of the same class), or self where they keep only moments already.
+        """
+        if self.returns_moments is not None and self.lens_moments is not None and not self.returns.size:
+            return self
+        return replace(
+            self,
+            returns=self.returns[:0],
+            lens=self.lens[:0],
+            returns_moments=self.returns_moments if self.returns_moments is not None else Moments.of(self.returns),
+            lens_moments=self.lens_moments if self.lens_moments is not None else Moments.of(self.lens),
+        )
 
     @classmethod
     def merge(cls, parts: list[CollectStats], collect_time: float | None = None) -> CollectStats:

@@ -454,7 +454,10 @@ def run_collect_distributed(
         store_options=_store_options(args),
     )
     try:
-        stats = collector.collect(n_step=n_step, n_episode=n_episode, random=policy_factory is None)
+        stats = collector.collect(
+            n_step=n_step, n_episode=n_episode, random=policy_factory is None,
+            keep_episode_stats=False,  # the summary needs only their moments: workers ship no per-episode arrays
+        )
     finally:
         collector.close()
     where = f"{args.ray_workers} Ray workers x {args.num_envs} x {args.backend}"

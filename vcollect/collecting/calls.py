@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from vcollect.collecting.ledger import TransitionLedger
 from vcollect.collecting.step_context import CollectCall
 from vcollect.stats import AbandonedEpisode, CollectStats
 
-__all__ = ["call_stats", "checked_count", "checked_seed", "episode_quota"]
+__all__ = ["call_stats", "checked_count", "checked_seed", "count_failed_call", "episode_quota"]
 
 
 def checked_count(n_step: object, n_episode: object) -> int:
@@ -101,3 +102,27 @@ def call_stats(
         returns_moments=None if kept else call.returns.moments(),
         lens_moments=None if kept else call.lens.moments(),
     )
+
+
+def count_failed_call(ledger: TransitionLedger, exc: BaseException) -> tuple[int, int]:
+    """End a collect call that raised: the steps and episodes its ledger had reported early, named on ``exc``.
+
+    A long call's ledger reports what the call is certain to report as it comes; when the call then raises,
+    those transitions are no longer held for a later call, so the collector adds them to
+    ``collect_step``/``collect_episode`` and a note on the exception says so (from Python 3.11).
+
+    Args:
+        ledger: The collector's ledger, its call still open.
+        exc: The exception the call raises.
+
+    Returns:
+        (steps, episodes) counted before the failure.
+    """
+    steps, episodes = ledger.close_call()
+    add_note = getattr(exc, "add_note", None)
+    if steps and add_note is not None:
+        add_note(
+            f"this collect call had counted {steps} steps and {episodes} episodes before it failed (added to "
+            "collect_step/collect_episode); a later call reports only what was recorded after them"
+        )
+    return steps, episodes

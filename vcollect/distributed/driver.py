@@ -271,7 +271,14 @@ class DistributedCollector:
         """transport="object_store": the actor that writes the dataset (None otherwise)."""
         return self._sink
 
-    def collect(self, n_step: int | None = None, n_episode: int | None = None, *, random: bool = False) -> CollectStats:
+    def collect(
+        self,
+        n_step: int | None = None,
+        n_episode: int | None = None,
+        *,
+        random: bool = False,
+        keep_episode_stats: bool = True,
+    ) -> CollectStats:
         """Collect exactly n_step transitions or exactly n_episode episodes over all workers.
 
         The total is split into per-worker quotas (n // W or one more; the extra ones rotate over the
@@ -283,10 +290,15 @@ class DistributedCollector:
         quotas, then the first failure is raised (a death as WorkerLostError carrying the stats so far); a
         worker that failed without dying is counted nothing in the call and still owes what it owed.
 
+        ``keep_episode_stats=False`` (as the CLI collects): workers reply, and the stats keep, only the
+        moments of the episodes' returns and lengths (``returns_moments``/``lens_moments``), so a call of
+        any length ships and holds a bounded amount per worker.
+
         Args:
             n_step: Transitions to collect over all workers.
             n_episode: Episodes to collect over all workers (give exactly one of the two).
             random: Act with random actions instead of the workers' policies.
+            keep_episode_stats: Keep every episode's return and length; False keeps only their moments.
 
         Returns:
             The workers' stats merged.
@@ -316,7 +328,7 @@ class DistributedCollector:
         failed: set[int] = set()  # workers whose call failed without dying: they still owe what they owed
         ray = self._ray
         start = time.perf_counter()
-        running = {self._submit_collect(w, remaining[w], by_steps, random): w for w in remaining}
+        running = {self._submit_collect(w, remaining[w], by_steps, random, keep_episode_stats): w for w in remaining}
         while running:
             ready, _ = ray.wait(list(running), num_returns=1, timeout=self._worker_timeout)
             if not ready:  # no reply within worker_timeout: the silent workers are killed, then read as dead
@@ -331,13 +343,15 @@ class DistributedCollector:
                 with contextlib.suppress(Exception):  # an unreachable actor must not commit after it is read
                     ray.kill(self._workers[w])
                 lost = self._salvage(w)
+                if not keep_episode_stats:
+                    lost = lost.summarised()
                 parts[w].append(lost)
                 remaining[w] -= lost.n_collected_steps if by_steps else lost.n_collected_episodes
                 failure = self._replace_or_fail(w, "collect", exc)
                 if failure is not None:
                     errors.append(failure)
                 elif remaining[w] > 0:
-                    running[self._submit_collect(w, remaining[w], by_steps, random)] = w
+                    running[self._submit_collect(w, remaining[w], by_steps, random, keep_episode_stats)] = w
                 continue
             except ray.exceptions.RayError as exc:
                 errors.append(VCollectError(f"{self._name(w)}: the Ray call for collect failed: {exc}"))
@@ -362,6 +376,9 @@ class DistributedCollector:
             for w, p in sorted(parts.items()) if p
         }
         stats = CollectStats.merge(list(self.last_worker_stats.values()), collect_time=elapsed)
+        if not keep_episode_stats:
+            self.last_worker_stats = {w: s.summarised() for w, s in self.last_worker_stats.items()}
+            stats = stats.summarised()
         if errors:
             first = errors[0]
             if isinstance(first, WorkerLostError):
@@ -516,8 +533,10 @@ class DistributedCollector:
         return replace(self._base_spec, env_id_offset=offset, seed=self.worker_seeds[w], sink_key=key,
                        weights=self._weights)
 
-    def _submit_collect(self, w: int, quota: int, by_steps: bool, random: bool) -> Any:
-        return self._workers[w].collect.remote(quota if by_steps else None, None if by_steps else quota, bool(random))
+    def _submit_collect(self, w: int, quota: int, by_steps: bool, random: bool, keep_episode_stats: bool) -> Any:
+        return self._workers[w].collect.remote(
+            quota if by_steps else None, None if by_steps else quota, bool(random), bool(keep_episode_stats)
+        )
 
     def _salvage(self, w: int) -> CollectStats:
         """Stats of what dead worker w committed since its last reply, less the steps its unfinished episodes

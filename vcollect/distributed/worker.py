@@ -147,10 +147,13 @@ class CollectorWorker:
         """Build the vector env, policy, store writer and collector; reply with pid, node and spaces."""
         return self._guard(self._setup, spec)
 
-    def collect(self, n_step: int | None, n_episode: int | None, random: bool) -> tuple[bool, Any]:
+    def collect(
+        self, n_step: int | None, n_episode: int | None, random: bool, keep_episode_stats: bool = True
+    ) -> tuple[bool, Any]:
         """Collect this worker's quota (with ``flush_every_call``, commit its episodes as a shard), reply with
-        its CollectStats."""
-        return self._guard(self._collect, n_step, n_episode, random)
+        its CollectStats (without ``keep_episode_stats``, its episodes' returns and lengths as moments only:
+        a reply of a bounded size however many episodes)."""
+        return self._guard(self._collect, n_step, n_episode, random, keep_episode_stats)
 
     def flush(self) -> tuple[bool, Any]:
         """Commit every episode the writer holds; reply its writer's shard names."""
@@ -205,9 +208,10 @@ class CollectorWorker:
             "action_space": act_space,
         }
 
-    def _collect(self, n_step: int | None, n_episode: int | None, random: bool) -> WorkerReply:
+    def _collect(self, n_step: int | None, n_episode: int | None, random: bool, keep_episode_stats: bool) -> WorkerReply:
         stats = self.collector.collect(
-            n_step=n_step, n_episode=n_episode, random=random, reset_before_collect=not self.started
+            n_step=n_step, n_episode=n_episode, random=random, reset_before_collect=not self.started,
+            keep_episode_stats=keep_episode_stats,
         )
         self.started = True
         if self.writer is not None and self.flush_every_call:
@@ -218,7 +222,8 @@ class CollectorWorker:
         carry[unfinished] = buffer.episode_lengths[unfinished]
         shards, episodes, steps = self._written()
         return WorkerReply(stats.n_collected_steps, stats.n_collected_episodes, stats.collect_time, stats.returns,
-                           stats.lens, carry=carry, shards=shards, pending_episodes=episodes, pending_steps=steps)
+                           stats.lens, returns_moments=stats.returns_moments, lens_moments=stats.lens_moments,
+                           carry=carry, shards=shards, pending_episodes=episodes, pending_steps=steps)
 
     def _written(self) -> tuple[tuple[str, ...], int, int]:
         """(committed shard names, episodes and steps held in none of them), read as one consistent snapshot:
