@@ -19,7 +19,7 @@ from tests.envs import CountingEnv, FailingEnv
 from tests.sinks import ListStore
 from vcollect import Collector, make_vector
 from vcollect.async_collector import AsyncCollector
-from vcollect.ledger import TransitionLedger
+from vcollect.collecting.ledger import TransitionLedger
 from vcollect.policies import RandomPolicy
 
 NEVER = 1 << 40  # a ledger that never reports early: the reference
