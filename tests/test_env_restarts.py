@@ -439,3 +439,23 @@ def test_cli_max_env_restarts_is_checked(cli: Cli) -> None:
     ]:
         result = cli("collect", "CartPole-v1", "--steps", "10", *args)
         assert result.returncode == 2 and message in result.stderr, result
+
+
+def test_distributed_workers_report_the_episodes_their_envs_abandoned(ray_ready: Any, tmp_path: Path) -> None:
+    from vcollect.distributed import DistributedCollector
+
+    with DistributedCollector(
+        FlakyEnv, None, num_workers=2, envs_per_worker=2, backend="subproc",
+        backend_kwargs={"max_restarts": 1, "num_workers": 2}, seed=0,
+        env_kwargs={"marker": marker_in(tmp_path), "fail_step": 3, "mode": "raise"},
+    ) as dc:
+        stats = dc.collect(n_step=81, random=True)
+        per_worker = dict(dc.last_worker_stats)
+    assert stats.n_collected_steps == 81
+    assert len(stats.abandoned) == 1
+    abandoned = stats.abandoned[0]
+    assert abandoned.steps == 2 and "FlakyEnv failed at step 3" in abandoned.error
+    # named by its env id across the workers: worker w holds env ids 2w and 2w + 1
+    (worker,) = [w for w, s in per_worker.items() if s.abandoned]
+    assert per_worker[worker].abandoned == (abandoned,)
+    assert abandoned.env_id in (2 * worker, 2 * worker + 1)

@@ -221,9 +221,12 @@ class CollectorWorker:
         unfinished = buffer.unfinished()
         carry[unfinished] = buffer.episode_lengths[unfinished]
         shards, episodes, steps = self._written()
+        # episodes given up on restarted envs, named by their env ids across all workers (as stored)
+        abandoned = tuple(a._replace(env_id=a.env_id + self.offset) for a in stats.abandoned)
         return WorkerReply(stats.n_collected_steps, stats.n_collected_episodes, stats.collect_time, stats.returns,
                            stats.lens, returns_moments=stats.returns_moments, lens_moments=stats.lens_moments,
-                           carry=carry, shards=shards, pending_episodes=episodes, pending_steps=steps)
+                           abandoned=abandoned, carry=carry, shards=shards, pending_episodes=episodes,
+                           pending_steps=steps)
 
     def _written(self) -> tuple[tuple[str, ...], int, int]:
         """(committed shard names, episodes and steps held in none of them), read as one consistent snapshot:
