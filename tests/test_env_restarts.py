@@ -431,6 +431,20 @@ def test_cli_async_max_env_restarts_carries_on(tmp_path: Path, cli: Cli) -> None
         np.testing.assert_array_equal(np.asarray(episode.observations).ravel(), np.arange(EPISODE + 1))
 
 
+def test_cli_ray_workers_max_env_restarts_carries_on(tmp_path: Path, cli: Cli) -> None:
+    kwargs = f'{{"marker": "{marker_in(tmp_path)}", "mode": "raise"}}'
+    result = cli("collect", "tests.restart_envs:Flaky-v0", "--num-envs", "2", "--backend", "subproc", "--episodes", "6",
+                 "--env-kwargs", kwargs, "--max-env-restarts", "1", "--ray-workers", "1", "--no-progress",
+                 "--dataset", "cli/flaky-ray-v0")
+    assert result.returncode == 0, result
+    assert "abandoned 1 episodes (2 steps, not stored)" in result.stdout, result.stdout
+    assert "FlakyEnv failed at step 3" in result.stdout
+    dataset = load_dataset("cli/flaky-ray-v0", root=tmp_path)
+    assert dataset.total_episodes == 6
+    for episode in dataset.iterate_episodes():
+        np.testing.assert_array_equal(np.asarray(episode.observations).ravel(), np.arange(EPISODE + 1))
+
+
 def test_cli_max_env_restarts_is_checked(cli: Cli) -> None:
     for args, message in [
         (["--backend", "dummy", "--max-env-restarts", "1"], "--max-env-restarts needs a backend"),

@@ -33,6 +33,7 @@ from vcollect.envs.factory import RESTART_BACKENDS, TIMEOUT_BACKENDS
 from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarning, VCollectError
 
 if TYPE_CHECKING:
+    from vcollect.stats import CollectStats
     from vcollect.store import StoreOptions
 
 
@@ -182,14 +183,11 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     if args.max_env_restarts < 0:
         raise UsageError(f"--max-env-restarts must be >= 0, got {args.max_env_restarts}")
-    if args.max_env_restarts:
-        if args.backend not in RESTART_BACKENDS:
-            raise UsageError(
-                f"--max-env-restarts needs a backend that runs each env in a process it can replace "
-                f"({', '.join(sorted(RESTART_BACKENDS))}), not {args.backend!r}"
-            )
-        if args.ray_workers is not None:
-            raise UsageError("--max-env-restarts is not supported with --ray-workers")
+    if args.max_env_restarts and args.backend not in RESTART_BACKENDS:
+        raise UsageError(
+            f"--max-env-restarts needs a backend that runs each env in a process it can replace "
+            f"({', '.join(sorted(RESTART_BACKENDS))}), not {args.backend!r}"
+        )
     env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")
     env_factory, env_spec = resolve_env(args.env_id, env_kwargs)
     if args.dataset is not None:
@@ -284,14 +282,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         raise
     collector_name = "AsyncCollector" if args.use_async else "Collector"
     console.print(stats_table(stats, args.env_id, f"{args.num_envs} x {args.backend}, {collector_name}"))
-    if stats.abandoned:
-        first = stats.abandoned[0]
-        console.print(
-            Text(
-                f"abandoned {stats.n_abandoned_episodes} episodes ({sum(a.steps for a in stats.abandoned):,} steps, not "
-                f"stored) whose env workers were restarted; the first, env {first.env_id}: {first.error.splitlines()[0]}"
-            )
-        )
+    _say_abandoned(console, stats)
     if store is not None:
         note = ""
         if cut[0] and args.unfinished == "drop":
@@ -452,6 +443,7 @@ def run_collect_distributed(
         seed_every_reset=not args.seed_first_reset_only,
         unfinished=args.unfinished,
         store_options=_store_options(args),
+        backend_kwargs={"max_restarts": args.max_env_restarts} if args.max_env_restarts else None,
     )
     try:
         stats = collector.collect(
@@ -462,9 +454,22 @@ def run_collect_distributed(
         collector.close()
     where = f"{args.ray_workers} Ray workers x {args.num_envs} x {args.backend}"
     console.print(stats_table(stats, args.env_id, where))
+    _say_abandoned(console, stats)
     if args.dataset is not None:
         console.print(Text(f"dataset {args.dataset}: appended {stats.n_collected_episodes:,} episodes"))
     return EXIT_OK
+
+
+def _say_abandoned(console: Console, stats: CollectStats) -> None:
+    """One line on the episodes given up because their env workers were restarted (none: nothing)."""
+    if stats.abandoned:
+        first = stats.abandoned[0]
+        console.print(
+            Text(
+                f"abandoned {stats.n_abandoned_episodes} episodes ({sum(a.steps for a in stats.abandoned):,} steps, not "
+                f"stored) whose env workers were restarted; the first, env {first.env_id}: {first.error.splitlines()[0]}"
+            )
+        )
 
 
 def _compression_arg(text: str) -> str | int:
