@@ -21,6 +21,12 @@ RAY_QUIET_ENV = {
     "RAY_DISABLE_IMPORT_WARNING": "1",
 }
 
+# Tianshou's replay buffers compile their numba kernels in every process that builds one (about 7 s of CPU
+# per process: each test worker, the README's Tianshou block, the DQN benchmark's subprocess); the tests
+# feed them a few hundred rows, which the same kernels run as plain Python in far less time. Set before
+# any test module imports Tianshou (numba reads it when imported), inherited by the processes tests start.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
+
 # pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment where the controller had
 # none; the commands under test size their tables by COLUMNS, so the workers take the controller's values.
 TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
