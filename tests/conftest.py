@@ -21,6 +21,12 @@ RAY_QUIET_ENV = {
     "RAY_DISABLE_IMPORT_WARNING": "1",
 }
 
+# Tianshou's replay buffers compile their numba kernels in every process that builds one (about 7 s of CPU
+# per process: each test worker, the README's Tianshou block, the DQN benchmark's subprocess); the tests
+# feed them a few hundred rows, which the same kernels run as plain Python in far less time. Set before
+# any test module imports Tianshou (numba reads it when imported), inherited by the processes tests start.
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
+
 # pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment where the controller had
 # none; the commands under test size their tables by COLUMNS, so the workers take the controller's values.
 TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")
@@ -33,13 +39,36 @@ def pytest_configure_node(node: Any) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """(xdist worker) Set COLUMNS and LINES as the controller has them."""
+    """(xdist controller) Keep the workers' order of test files; (xdist worker) set COLUMNS and LINES as the
+    controller has them."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     given = getattr(config, "workerinput", {}).get("terminal_size_env")
     for name, value in (given or {}).items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """(xdist worker) Hand pytest-xdist the heaviest test files first, so none is left to run alone at the end.
+
+    ``--dist loadfile`` hands each worker a whole file when it runs short of work, in the order collected
+    (``pytest_configure`` above turns off xdist's own ordering by number of tests, which put a few-test
+    file of a minute last). Files with more tests marked ``slow`` come first, then files with more tests;
+    the tests of a file keep their order. A run without pytest-xdist keeps pytest's order.
+    """
+    if not hasattr(config, "workerinput"):
+        return
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    heaviest_first = sorted(
+        by_file.values(),
+        key=lambda tests: (-sum(test.get_closest_marker("slow") is not None for test in tests), -len(tests)),
+    )
+    items[:] = [item for tests in heaviest_first for item in tests]
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,8 @@ from vcollect.errors import ActionError, UnfinishedEpisodesWarning, WorkerLostEr
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.layout.dataset_info import SHARDS_DIR
 
+pytestmark = pytest.mark.slow  # each test starts and replaces real Ray actors: 5 to 10 s apiece
+
 CARTPOLE_OBS = gym.spaces.Box(
     np.array([-4.8, -np.inf, -0.41887903, -np.inf], np.float32),
     np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),

@@ -15,6 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.layout.dataset_info import SHARDS_DIR
@@ -57,6 +58,7 @@ def wait_for(condition: Any, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_sigkilled_driver_takes_its_workers_down(ray_local: Any, tmp_path: Path) -> None:
     # the object-store transport: the driver owns the worker actors and the writer actor, all must end
     # (the shared_fs transport differs only in having no writer actor; dropped from the suite for time)

@@ -14,6 +14,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "dqn_cartpole.py"
 RANDOM_RETURN = 22.0  # CartPole-v1's mean return under uniformly random actions
 
 
+@pytest.mark.slow
 def test_dqn_example_learns_on_a_short_budget(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     main = runpy.run_path(str(EXAMPLE), run_name="vcollect_example_dqn_cartpole")["main"]
@@ -84,6 +85,7 @@ def test_update_with_tianshou_dqns_defaults_is_tianshous_update() -> None:
             torch.testing.assert_close(mine, tianshou, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_dqn_benchmark_runs_every_row_on_both_sides() -> None:
     """benchmarks/bench_dqn_vs_tianshou.py on a tiny budget: each schedule prints a Tianshou and a vcollect
     row, the latter with its speed-ups (a smoke run; the speeds themselves are in benchmarks/RESULTS.md)."""

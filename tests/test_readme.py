@@ -22,6 +22,8 @@ import pytest
 
 from vcollect.store import list_datasets, load_dataset
 
+pytestmark = pytest.mark.slow  # every test reads the runs of all README blocks, about 70 s of CPU together
+
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 TIMEOUT = 240  # seconds per block; all of them together take about 15 s on 2 cores

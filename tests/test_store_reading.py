@@ -89,6 +89,7 @@ def make_many_shards(root: Path, n_shards: int) -> Path:
     return template.parent
 
 
+@pytest.mark.slow
 def test_a_thousand_shards_read_whole_with_128_file_descriptors(tmp_path: Path) -> None:
     """Takes about 10 s (1,000 shard opens at load on 2 shared cores)."""
     n = 1000
