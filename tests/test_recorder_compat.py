@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vcollect import DataCollector, load_dataset
-from vcollect.errors import DatasetExistsError, DatasetNotFoundError, InvalidDatasetIdError
+from vcollect.errors import DatasetExistsError, DatasetNotFoundError, InvalidDatasetIdError, MetadataKeyError
 from vcollect.store.read.reader import StoredDataset
 
 
@@ -79,6 +79,21 @@ def test_save_to_disk_writes_at_any_folder_and_load_dataset_reads_it_by_path(tmp
         assert again.metadata["author"] == "me" and again.metadata["purpose"] == "compat"
         np.testing.assert_array_equal(again[2].actions, data[2].actions)
     assert StoredDataset(load_dataset(folder)).root == folder.parent  # its parent bounds every rename or deletion
+
+
+def test_save_to_disk_takes_minari_04_metadata_naming_the_dataset_and_refuses_before_writing(tmp_path: Path) -> None:
+    env = DataCollector(gym.make("CartPole-v1"), root=tmp_path / "staging")
+    play(env, 2)
+    folder = tmp_path / "out" / "saved"
+    with pytest.warns(UserWarning, match="'cartpole-test-v0' is not stored: the folder 'saved' names the dataset"):
+        data = env.save_to_disk(folder, {"dataset_id": "cartpole-test-v0", "author": "me"})
+    assert (data.id, data.total_episodes, data.metadata["author"]) == ("saved", 2, "me")
+    play(env, 1)
+    refused = tmp_path / "out" / "refused"
+    with pytest.warns(DeprecationWarning), pytest.raises(MetadataKeyError, match="total_steps"):
+        env.save_to_disk(refused, {"total_steps": 5})
+    env.close()
+    assert not refused.exists()  # checked before anything was written
 
 
 def test_a_str_that_reads_as_an_id_is_always_an_id_never_a_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

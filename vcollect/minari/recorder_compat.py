@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vcollect.store.layout.dataset_info import check_metadata_update
 from vcollect.store.layout.naming import is_dataset_id
 
 __all__ = ["MINARI_CREATE_KEYS", "dataset_place", "flush_steps_from", "save_to_disk"]
@@ -60,7 +61,10 @@ def save_to_disk(collector: Any, path: str | os.PathLike[str], dataset_metadata:
     The folder must not exist, or be empty; any name will do (see :func:`dataset_place`):
     ``load_dataset(path)`` reads the dataset again, and ``.../old/cartpole-random-v0`` is also the id
     ``old/cartpole-random-v0`` under the root ``...``. Keys of ``dataset_metadata`` that create_dataset takes
-    (author, algorithm_name, ...) go there, the rest become plain metadata.
+    (author, algorithm_name, ...) go there, the rest become plain metadata. A ``dataset_id`` key (Minari 0.4's
+    scripts named the dataset in its metadata) is not stored: the folder names the dataset, and a
+    UserWarning says so when the two differ. The metadata is checked before anything is written, so a key
+    the dataset may not take leaves no dataset behind.
 
     Args:
         collector: The DataCollector.
@@ -72,6 +76,7 @@ def save_to_disk(collector: Any, path: str | os.PathLike[str], dataset_metadata:
 
     Raises:
         DatasetExistsError: A dataset is at ``path`` already.
+        MetadataKeyError: ``dataset_metadata`` names a key that describes the stored data (spaces, totals, ...).
     """
     warnings.warn("DataCollector.save_to_disk(path, dataset_metadata) is deprecated: use "
                   "create_dataset(dataset_id, root=..., **metadata)", DeprecationWarning, stacklevel=3)
@@ -80,7 +85,13 @@ def save_to_disk(collector: Any, path: str | os.PathLike[str], dataset_metadata:
     if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
         folder.rmdir()  # an empty folder made for the dataset (as Minari's users did): the dataset takes its place
     metadata = dict(dataset_metadata or {})
+    named = metadata.pop("dataset_id", None)
+    if named is not None and str(named) != folder.name:
+        warnings.warn(f"save_to_disk: dataset_metadata['dataset_id'] {named!r} is not stored: the folder "
+                      f"{folder.name!r} names the dataset (load_dataset({str(folder)!r}) reads it)", UserWarning,
+                      stacklevel=3)
     arguments = {key: metadata.pop(key) for key in MINARI_CREATE_KEYS if key in metadata}
+    metadata = check_metadata_update(metadata)  # before anything is written: a refused key leaves no dataset
     dataset = collector.create_dataset(target, root=root, **arguments)
     if metadata:
         dataset.update_metadata(metadata)
