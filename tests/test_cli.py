@@ -955,6 +955,37 @@ def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(
     assert {int(episode.env_id) // 2 for episode in dataset} == {0, 1}
 
 
+def test_ray_workers_under_the_command_name_its_flag_and_an_overwrite_does_not_say_appended(
+    tmp_path: Path, cli: Cli, ray_local: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vcollect.distributed as distributed
+
+    made: list[dict[str, Any]] = []
+
+    class Recorded(distributed.DistributedCollector):
+        """The DistributedCollector the command makes, its keyword arguments kept."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "DistributedCollector", Recorded)
+    common = ("collect", "CartPole-v1", "--ray-workers", "1", "--num-envs", "2", "--backend", "dummy", "--seed", "1",
+              "--no-progress", "--dataset", "ray/over-v0")
+    first = cli(*common, "--episodes", "3")
+    assert first.returncode == 0, first.stderr
+    assert "dataset ray/over-v0: wrote 3 episodes" in " ".join(first.stdout.split())
+    again = cli(*common, "--episodes", "2", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    text = " ".join(again.stdout.split())
+    assert "dataset ray/over-v0: wrote 2 episodes" in text and "appended" not in text
+    assert load_dataset("ray/over-v0", root=tmp_path).total_episodes == 2
+    more = cli(*common, "--episodes", "2", "--append")
+    assert more.returncode == 0, more.stderr
+    assert "dataset ray/over-v0: appended 2 episodes" in " ".join(more.stdout.split())
+    assert [kwargs["unfinished_hint"] for kwargs in made] == ["--unfinished truncate"] * 3
+
+
 def test_ray_workers_must_be_positive(tmp_path: Path, cli: Cli) -> None:
     result = cli("collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
     assert_usage_error(result, "--ray-workers")

@@ -35,6 +35,9 @@ from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarn
 if TYPE_CHECKING:
     from vcollect.store import StoreOptions
 
+#: What the collectors' warning about episodes still running (dropped) names for this command.
+UNFINISHED_HINT = "--unfinished truncate"
+
 
 def add_collect_parser(
     commands: argparse._SubParsersAction[CommandParser], *, backends: list[str], root_help: str
@@ -249,6 +252,7 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
             collector = collector_class(
                 policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
                 seed_every_reset=not args.seed_first_reset_only, unfinished=args.unfinished,
+                unfinished_hint=UNFINISHED_HINT,
             )
             watchdog = None
             if args.timeout is not None and args.backend not in TIMEOUT_BACKENDS:
@@ -453,6 +457,7 @@ def run_collect_distributed(
         collector="async" if args.use_async else "sync",
         seed_every_reset=not args.seed_first_reset_only,
         unfinished=args.unfinished,
+        unfinished_hint=UNFINISHED_HINT,
         store_options=_store_options(args),
     )
     try:
@@ -462,7 +467,8 @@ def run_collect_distributed(
     where = f"{args.ray_workers} Ray workers x {args.num_envs} x {args.backend}"
     console.print(stats_table(stats, args.env_id, where))
     if args.dataset is not None:
-        console.print(Text(f"dataset {args.dataset}: appended {stats.n_collected_episodes:,} episodes"))
+        done = "appended" if args.append else "wrote"
+        console.print(Text(f"dataset {args.dataset}: {done} {stats.n_collected_episodes:,} episodes"))
     return EXIT_OK
 
 
