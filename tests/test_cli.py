@@ -1000,6 +1000,71 @@ def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path, cli: Cl
     assert load_dataset("pool/cartpole-v0", root=tmp_path).total_episodes >= 6
 
 
+def test_a_namespaced_id_gets_its_module_imported_in_every_worker(tmp_path: Path, cli: Cli) -> None:
+    """``ALE/Pong-v5`` as Python takes it once ale_py is imported: the command imports ale_py itself, and
+    its subprocess workers do too (the id goes to them as ``ale_py:ALE/Pong-v5``)."""
+    pytest.importorskip("ale_py")
+    result = cli("collect", "ALE/Pong-v5", "--num-envs", "2", "--backend", "subproc", "--steps", "40", "--seed", "0",
+                 "--no-progress", "--unfinished", "truncate", "--dataset", "ale/pong-v0")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # the spec of ALE/Pong-v5 (an entry point string) is stored: nothing to say
+    dataset = load_dataset("ale/pong-v0", root=tmp_path)
+    assert dataset.total_steps == 40 and dataset.env_spec is not None and dataset.env_spec.id == "ALE/Pong-v5"
+    assert dataset.metadata["collection"]["env_id"] == "ale_py:ALE/Pong-v5"
+
+
+def test_an_id_no_known_module_registers_fails_in_one_line_naming_the_module_form(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vcollect.cli import sources
+
+    assert_usage_error(cli("collect", "NoSuchSpace/Thing-v0", "--steps", "5"), "unknown environment id",
+                       "vcollect collect MODULE:NoSuchSpace/Thing-v0")
+    assert_usage_error(cli("collect", "NoSuchThing-v0", "--steps", "5"), "vcollect collect MODULE:NoSuchThing-v0")
+    monkeypatch.setitem(sources.NAMESPACE_MODULES, "NoSuchSpace", ("no_such_module_here", "no-such-package"))
+    assert_usage_error(cli("collect", "NoSuchSpace/Thing-v0", "--steps", "5"),
+                       "namespace 'NoSuchSpace' is registered by no_such_module_here",
+                       "pip install 'no-such-package'")
+    assert_usage_error(cli("collect", "NoSuchTask-v9", "--backend", "envpool", "--steps", "5"),
+                       "unknown environment id 'NoSuchTask-v9'", "nor is it an EnvPool task")
+
+
+def test_the_envpool_backend_takes_envpool_task_ids_as_make_vector_does(tmp_path: Path, cli: Cli) -> None:
+    """``Pong-v5`` is an EnvPool task, not a gymnasium id: collected as ``make_vector('Pong-v5',
+    backend='envpool')`` builds it, and the dataset's missing env spec is said in one warning line."""
+    pytest.importorskip("envpool")
+    assert_usage_error(cli("collect", "Pong-v5", "--steps", "5"), "unknown environment id 'Pong-v5'")
+    result = cli("collect", "Pong-v5", "--backend", "envpool", "--num-envs", "2", "--steps", "30", "--seed", "0",
+                 "--no-progress", "--unfinished", "truncate", "--dataset", "pool/pong-v0")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vcollect collect: warning: EnvPool task 'Pong-v5' has no "), lines
+    assert "cannot be replayed" in lines[0] and "recover_environment() raises" in lines[0]
+    dataset = load_dataset("pool/pong-v0", root=tmp_path)
+    assert dataset.total_steps >= 30 and dataset.env_spec is None
+    pool = make_vector("Pong-v5", 2, backend="envpool")
+    try:
+        assert dataset.observation_space == pool.single_observation_space
+        assert dataset.action_space == pool.single_action_space
+    finally:
+        pool.close()
+
+
+def test_an_env_whose_spec_cannot_be_stored_is_said_once_at_collect_time(tmp_path: Path, cli: Cli) -> None:
+    """tests.cli_envs registers UnstorableCounter-v0 with a class (a callable) as its entry point: gymnasium
+    cannot write that spec as JSON, so the command says, once, what the dataset will lack."""
+    result = cli("collect", "tests.cli_envs:UnstorableCounter-v0", "--num-envs", "2", "--backend", "dummy",
+                 "--episodes", "2", "--no-progress", "--dataset", "cli/nospec-v0")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("vcollect collect: warning: the env spec of 'UnstorableCounter-v0' cannot be stored")
+    assert "entry_point" in lines[0] and "cannot be replayed (vcollect verify --replay)" in lines[0]
+    assert "recover_environment() raises" in lines[0]
+    assert load_dataset("cli/nospec-v0", root=tmp_path).env_spec is None
+    assert_usage_error(cli("verify", "cli/nospec-v0", "--replay", "1"), "stores no env spec")
+
+
 def test_verify_a_sound_dataset_then_each_kind_of_damage(tmp_path: Path, cli: Cli) -> None:
     """`vcollect verify` is quiet and exits 0 on a sound dataset (with episodes replayed from their seeds),
     then names an altered episode that no longer replays, a deleted shard and a copied one, exiting 1."""

@@ -11,12 +11,11 @@ handed over then is reported with an EpisodesLostWarning instead of an error.
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from typing import Literal
 
 from vcollect.collecting.step_context import StepContext
-from vcollect.errors import CollectorStateError, EpisodesLostWarning, UnfinishedEpisodesWarning
+from vcollect.errors import CollectorStateError, EpisodesLostWarning, UnfinishedEpisodesWarning, warn_user
 from vcollect.store.sink import EpisodeSink
 
 __all__ = ["Closing"]
@@ -68,12 +67,11 @@ class Closing:
         episodes, steps = self.context.settle_unfinished(unfinished)
         if episodes and not self.warned_unfinished:
             self.warned_unfinished = True
-            warnings.warn(
+            warn_user(
                 f"{episodes} episodes still running at {when} ({steps} steps) were not stored; pass "
                 f"{self.truncate_hint} to store them with their last step marked truncated (said once per "
                 "collector: its later resets and its close drop running episodes alike)",
                 UnfinishedEpisodesWarning,
-                stacklevel=_caller_level(),
             )
 
     def close(self, unfinished: Literal["drop", "truncate"], when: str, *, close_envs: bool) -> None:
@@ -121,16 +119,3 @@ class Closing:
             warnings.warn(f"Collector was {why}: {lost} ({type(exc).__name__}: {exc}); close the collector (or use "
                           "it in a with block) to see such errors where they happen", EpisodesLostWarning, stacklevel=3)
 
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def _caller_level() -> int:
-    """The ``stacklevel`` (for a warning given by the function calling this) of the first frame outside the
-    vcollect package: the user's line, whether it called reset, collect or close."""
-    frame = sys._getframe(1)
-    level = 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-        level += 1
-    return level
