@@ -1,7 +1,9 @@
 """Envs and policy factories that `vcollect collect` subprocesses import in the CLI tests.
 
 Importing this module registers ``InfoCounter-v0``; the tests name it ``tests.cli_envs:InfoCounter-v0``
-so the command (and its worker processes) import this module themselves.
+so the command (and its worker processes) import this module themselves. The envs are registered with
+entry point strings, so their specs are stored with a dataset; ``UnstorableCounter-v0`` is registered with
+the class itself (a callable), whose spec gymnasium cannot write as JSON.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ class InfoCounterEnv(gym.Env):
         return np.array([self.t], np.float32), float(action), self.t >= self.episode_length, False, info
 
 
-gym.register("InfoCounter-v0", entry_point=InfoCounterEnv)
+gym.register("InfoCounter-v0", entry_point="tests.cli_envs:InfoCounterEnv")
+gym.register("UnstorableCounter-v0", entry_point=InfoCounterEnv)
 
 
 class ConstantPolicy:
@@ -71,7 +74,7 @@ class ExplodingEnv(InfoCounterEnv):
         return super().step(action)
 
 
-gym.register("Exploding-v0", entry_point=ExplodingEnv)
+gym.register("Exploding-v0", entry_point="tests.cli_envs:ExplodingEnv")
 
 
 class HangingEnv(InfoCounterEnv):
@@ -91,4 +94,4 @@ class HangingEnv(InfoCounterEnv):
         return super().step(action)
 
 
-gym.register("Hanging-v0", entry_point=HangingEnv)
+gym.register("Hanging-v0", entry_point="tests.cli_envs:HangingEnv")

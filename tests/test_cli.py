@@ -955,6 +955,37 @@ def test_collect_on_ray_workers_writes_exact_episodes_into_one_dataset(
     assert {int(episode.env_id) // 2 for episode in dataset} == {0, 1}
 
 
+def test_ray_workers_under_the_command_name_its_flag_and_an_overwrite_does_not_say_appended(
+    tmp_path: Path, cli: Cli, ray_local: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import vcollect.distributed as distributed
+
+    made: list[dict[str, Any]] = []
+
+    class Recorded(distributed.DistributedCollector):
+        """The DistributedCollector the command makes, its keyword arguments kept."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "DistributedCollector", Recorded)
+    common = ("collect", "CartPole-v1", "--ray-workers", "1", "--num-envs", "2", "--backend", "dummy", "--seed", "1",
+              "--no-progress", "--dataset", "ray/over-v0")
+    first = cli(*common, "--episodes", "3")
+    assert first.returncode == 0, first.stderr
+    assert "dataset ray/over-v0: wrote 3 episodes" in " ".join(first.stdout.split())
+    again = cli(*common, "--episodes", "2", "--overwrite")
+    assert again.returncode == 0, again.stderr
+    text = " ".join(again.stdout.split())
+    assert "dataset ray/over-v0: wrote 2 episodes" in text and "appended" not in text
+    assert load_dataset("ray/over-v0", root=tmp_path).total_episodes == 2
+    more = cli(*common, "--episodes", "2", "--append")
+    assert more.returncode == 0, more.stderr
+    assert "dataset ray/over-v0: appended 2 episodes" in " ".join(more.stdout.split())
+    assert [kwargs["unfinished_hint"] for kwargs in made] == ["--unfinished truncate"] * 3
+
+
 def test_ray_workers_must_be_positive(tmp_path: Path, cli: Cli) -> None:
     result = cli("collect", "CartPole-v1", "--ray-workers", "0", "--episodes", "1")
     assert_usage_error(result, "--ray-workers")
@@ -967,6 +998,71 @@ def test_collect_on_the_envpool_backend_uses_the_task_id(tmp_path: Path, cli: Cl
     assert table_value(result.stdout, "episodes") == "6"
     # EnvPool steps all envs at once: surplus episodes of the last step are stored too, never dropped.
     assert load_dataset("pool/cartpole-v0", root=tmp_path).total_episodes >= 6
+
+
+def test_a_namespaced_id_gets_its_module_imported_in_every_worker(tmp_path: Path, cli: Cli) -> None:
+    """``ALE/Pong-v5`` as Python takes it once ale_py is imported: the command imports ale_py itself, and
+    its subprocess workers do too (the id goes to them as ``ale_py:ALE/Pong-v5``)."""
+    pytest.importorskip("ale_py")
+    result = cli("collect", "ALE/Pong-v5", "--num-envs", "2", "--backend", "subproc", "--steps", "40", "--seed", "0",
+                 "--no-progress", "--unfinished", "truncate", "--dataset", "ale/pong-v0")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # the spec of ALE/Pong-v5 (an entry point string) is stored: nothing to say
+    dataset = load_dataset("ale/pong-v0", root=tmp_path)
+    assert dataset.total_steps == 40 and dataset.env_spec is not None and dataset.env_spec.id == "ALE/Pong-v5"
+    assert dataset.metadata["collection"]["env_id"] == "ale_py:ALE/Pong-v5"
+
+
+def test_an_id_no_known_module_registers_fails_in_one_line_naming_the_module_form(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vcollect.cli import sources
+
+    assert_usage_error(cli("collect", "NoSuchSpace/Thing-v0", "--steps", "5"), "unknown environment id",
+                       "vcollect collect MODULE:NoSuchSpace/Thing-v0")
+    assert_usage_error(cli("collect", "NoSuchThing-v0", "--steps", "5"), "vcollect collect MODULE:NoSuchThing-v0")
+    monkeypatch.setitem(sources.NAMESPACE_MODULES, "NoSuchSpace", ("no_such_module_here", "no-such-package"))
+    assert_usage_error(cli("collect", "NoSuchSpace/Thing-v0", "--steps", "5"),
+                       "namespace 'NoSuchSpace' is registered by no_such_module_here",
+                       "pip install 'no-such-package'")
+    assert_usage_error(cli("collect", "NoSuchTask-v9", "--backend", "envpool", "--steps", "5"),
+                       "unknown environment id 'NoSuchTask-v9'", "nor is it an EnvPool task")
+
+
+def test_the_envpool_backend_takes_envpool_task_ids_as_make_vector_does(tmp_path: Path, cli: Cli) -> None:
+    """``Pong-v5`` is an EnvPool task, not a gymnasium id: collected as ``make_vector('Pong-v5',
+    backend='envpool')`` builds it, and the dataset's missing env spec is said in one warning line."""
+    pytest.importorskip("envpool")
+    assert_usage_error(cli("collect", "Pong-v5", "--steps", "5"), "unknown environment id 'Pong-v5'")
+    result = cli("collect", "Pong-v5", "--backend", "envpool", "--num-envs", "2", "--steps", "30", "--seed", "0",
+                 "--no-progress", "--unfinished", "truncate", "--dataset", "pool/pong-v0")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vcollect collect: warning: EnvPool task 'Pong-v5' has no "), lines
+    assert "cannot be replayed" in lines[0] and "recover_environment() raises" in lines[0]
+    dataset = load_dataset("pool/pong-v0", root=tmp_path)
+    assert dataset.total_steps >= 30 and dataset.env_spec is None
+    pool = make_vector("Pong-v5", 2, backend="envpool")
+    try:
+        assert dataset.observation_space == pool.single_observation_space
+        assert dataset.action_space == pool.single_action_space
+    finally:
+        pool.close()
+
+
+def test_an_env_whose_spec_cannot_be_stored_is_said_once_at_collect_time(tmp_path: Path, cli: Cli) -> None:
+    """tests.cli_envs registers UnstorableCounter-v0 with a class (a callable) as its entry point: gymnasium
+    cannot write that spec as JSON, so the command says, once, what the dataset will lack."""
+    result = cli("collect", "tests.cli_envs:UnstorableCounter-v0", "--num-envs", "2", "--backend", "dummy",
+                 "--episodes", "2", "--no-progress", "--dataset", "cli/nospec-v0")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("vcollect collect: warning: the env spec of 'UnstorableCounter-v0' cannot be stored")
+    assert "entry_point" in lines[0] and "cannot be replayed (vcollect verify --replay)" in lines[0]
+    assert "recover_environment() raises" in lines[0]
+    assert load_dataset("cli/nospec-v0", root=tmp_path).env_spec is None
+    assert_usage_error(cli("verify", "cli/nospec-v0", "--replay", "1"), "stores no env spec")
 
 
 def test_verify_a_sound_dataset_then_each_kind_of_damage(tmp_path: Path, cli: Cli) -> None:

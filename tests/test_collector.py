@@ -682,10 +682,54 @@ def test_unfinished_episodes_at_a_reset_follow_the_same_choice_and_without_a_sto
         warnings.simplefilter("error")
         with Collector(None, counting_fns(2, length=10), seed=0) as plain:  # no store: nothing to lose
             plain.collect(n_step=5, random=True, reset_before_collect=True)
-    with pytest.warns(UnfinishedEpisodesWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once per collector: at the reset above
         collector.close()
+    assert sum(len(e.rewards) for e in store.episodes) == 0  # the close dropped the running ones too
     with pytest.raises(ValueError, match="unfinished must be 'drop' or 'truncate'"):
         Collector(None, counting_fns(1), unfinished="keep")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("collector_class", ["Collector", "AsyncCollector"])
+def test_the_unfinished_episodes_warning_comes_once_per_collector_naming_its_keyword(
+    collector_class: str, recwarn: pytest.WarningsRecorder
+) -> None:
+    import warnings
+
+    """Four step-count calls that each reset (dropping 2 running episodes), then a close that drops 2 more:
+    one warning, at the first reset, naming the class made; a second collector says it once again."""
+    from vcollect import AsyncCollector
+    from vcollect.errors import UnfinishedEpisodesWarning
+
+    cls = Collector if collector_class == "Collector" else AsyncCollector
+    warnings.simplefilter("always")  # not Python's once per line and text: count every warning given
+    for _ in range(2):
+        store = ListStore()
+        collector = cls(None, counting_fns(2, length=10), store=store, seed=0)
+        for _ in range(4):
+            collector.collect(n_step=6, random=True, reset_before_collect=True)
+        collector.close()
+        assert store.episodes == []  # every episode was cut short and dropped
+    said = [w for w in recwarn.list if issubclass(w.category, UnfinishedEpisodesWarning)]
+    assert len(said) == 2, [str(w.message) for w in said]
+    for warning in said:
+        text = str(warning.message)
+        assert text.startswith("2 episodes still running at reset (6 steps) were not stored"), text
+        assert f"pass {collector_class}(..., unfinished='truncate')" in text and "once per collector" in text
+        assert warning.filename == __file__  # pointed at the caller's line
+
+
+def test_an_entry_point_names_its_own_option_in_the_unfinished_warning() -> None:
+    from vcollect.errors import UnfinishedEpisodesWarning
+
+    collector = Collector(None, counting_fns(2, length=10), store=ListStore(), seed=0,
+                          unfinished_hint="--unfinished truncate")
+    collector.collect(n_step=5, random=True, reset_before_collect=True)
+    with pytest.warns(UnfinishedEpisodesWarning, match="pass --unfinished truncate to store them") as said:
+        collector.close()
+    assert len(said) == 1 and "Collector(" not in str(said[0].message)
+    with pytest.raises(TypeError, match="unfinished_hint must be a string or None"):
+        Collector(None, counting_fns(1), unfinished_hint=3)  # type: ignore[typeddict-item]
 
 
 class NanRewardEnv(CountingEnv):

@@ -668,3 +668,37 @@ def test_a_worker_killed_holding_uncommitted_episodes_is_warned_about_at_close(
         with pytest.warns(UnfinishedEpisodesWarning, match=r"workers 1 \(2 episodes, 10 steps\) died holding"):
             dc.close()
     assert sorted(ep.env_id for ep in load_dataset(dataset_id, root=tmp_path)) == [0, 1]  # worker 0's, committed
+
+
+@pytest.mark.parametrize("hint", [None, "--unfinished truncate"])
+def test_a_worker_names_the_option_of_the_entry_point_that_made_it(
+    tmp_path: Path, ray_local: Any, hint: str | None
+) -> None:
+    """A worker's collector warns once about the episodes its close drops, naming DistributedCollector's
+    keyword, or the option its maker named (the command line's flag)."""
+    import functools
+    import warnings
+    from dataclasses import replace
+
+    from vcollect.distributed.worker import CollectorWorker, WorkerSpec
+
+    env = CountingEnv(10)
+    EpisodeStore.create("w/hint-v0", env.observation_space, env.action_space, root=tmp_path, overwrite=True).close()
+    spec = WorkerSpec(env=functools.partial(CountingEnv, 10), env_kwargs={}, backend="dummy", backend_kwargs={},
+                      num_envs=2, env_id_offset=0, policy_fn=None, seed=0, collector="sync", store_id="w/hint-v0",
+                      root=str(tmp_path))
+    if hint is not None:
+        spec = replace(spec, unfinished_hint=hint)
+    worker = CollectorWorker(0)
+    assert worker.setup(spec)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert worker.collect(5, None, True)[0] and worker.collect(4, None, True)[0]
+        assert worker.reset(None)[0]  # drops 2 running episodes: said here
+        assert worker.collect(6, None, True)[0]
+        assert worker.close()[0]  # drops 2 more: not said again
+    said = [str(w.message) for w in caught if issubclass(w.category, UnfinishedEpisodesWarning)]
+    assert len(said) == 1, said
+    assert said[0].startswith("2 episodes still running at reset (9 steps) were not stored; pass ")
+    assert (hint or "DistributedCollector(..., unfinished='truncate')") in said[0]
+    assert hint is None or "Collector(" not in said[0]

@@ -64,3 +64,35 @@ def test_a_sink_that_forwards_the_store_records_the_spec_too(tmp_path: Path) -> 
         sink.close()
     data = load_dataset("spec/guarded-v0", root=tmp_path)
     assert data.env_spec is not None and data.env_spec.id == "CartPole-v1"
+
+
+def test_an_env_registered_with_a_callable_says_at_collect_time_what_its_dataset_lacks(tmp_path: Path) -> None:
+    """gymnasium cannot write a spec whose entry point is a callable as JSON: the Collector offering it to
+    its store warns once, at the user's line, naming replay and recover_environment; nothing is recorded."""
+    import warnings
+
+    from vcollect.errors import EnvSpecNotStoredWarning
+
+    gym.register("CallableCounting-v0", entry_point=lambda: CountingEnv(5))
+    try:
+        envs = make_vector("CallableCounting-v0", 2)
+        store = EpisodeStore.create("spec/callable-v0", envs.single_observation_space, envs.single_action_space,
+                                    root=tmp_path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            collector = Collector(None, envs, store=store, seed=0)
+            collector.collect(n_episode=4, random=True, reset_before_collect=True)
+            collector.close()
+        store.close()
+    finally:
+        gym.registry.pop("CallableCounting-v0")
+    said = [w for w in caught if issubclass(w.category, EnvSpecNotStoredWarning)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    text = str(said[0].message)
+    assert text.startswith("the env spec of 'CallableCounting-v0' cannot be stored with the dataset (")
+    assert "vcollect verify --replay" in text and "recover_environment() raises" in text
+    assert said[0].filename == __file__
+    data = load_dataset("spec/callable-v0", root=tmp_path)
+    assert data.env_spec is None and data.total_episodes == 4
+    with pytest.raises(ValueError, match="no env_spec stored"):
+        data.recover_environment()

@@ -82,8 +82,8 @@ class Collector:
         buffer: The rings to record into (a ``VectorRingBuffer`` with one ring per env); None makes one.
         store: Where every completed episode is written (an ``EpisodeSink`` of the envs' spaces).
         **options: The keyword options (``seed``, ``exploration_noise``, ``validate``, ``record_infos``,
-            ``seed_every_reset``, ``stage_blocks``, ``unfinished``, ``check_finite`` and the hooks), shared
-            with AsyncCollector; defaults and meaning: vcollect.collecting.options.CollectorSettings.
+            ``seed_every_reset``, ``stage_blocks``, ``unfinished``, ``unfinished_hint``, ``check_finite`` and the
+            hooks), shared with AsyncCollector; defaults and meaning: vcollect.collecting.options.CollectorSettings.
 
     Raises:
         TypeError: An option no collector takes, ``buffer`` not a VectorRingBuffer, or ``store`` not a whole
@@ -119,7 +119,8 @@ class Collector:
         self.record_infos = settings.record_infos
         self.exploration_noise = settings.exploration_noise
         self.validate = settings.validate
-        self._closing = Closing(context, self.store)
+        hint = settings.unfinished_hint or f"{type(self).__name__}(..., unfinished='truncate')"
+        self._closing = Closing(context, self.store, hint)
         self._reseed(settings.seed)
         self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
         self._loop: StepLoop = self._make_loop(settings.stage_blocks)

@@ -2,11 +2,15 @@
 
 Every error derives from :class:`VCollectError` and, where Python or Minari raise a built-in type for the
 same fault, from that type too (``ValueError``, ``IndexError``, ``FileNotFoundError``, ...). README.md's
-"Errors" table lists each one, when it is raised and its base classes.
+"Errors" table lists each one, when it is raised and its base classes. :func:`warn_user` gives a warning
+the location of the user's line that led to it.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from typing import Any
 
 __all__ = [
@@ -24,6 +28,7 @@ __all__ = [
     "EnvAttributeError",
     "EnvOutputError",
     "EnvSpecMismatchError",
+    "EnvSpecNotStoredWarning",
     "EnvWorkerError",
     "EpisodeIndexError",
     "EpisodesLostWarning",
@@ -136,6 +141,12 @@ class UnfinishedEpisodesWarning(UserWarning):
     """Episodes still running when a collector writing to a store closed or reset were not stored."""
 
 
+class EnvSpecNotStoredWarning(UserWarning):
+    """The envs' spec cannot be stored with the dataset (a callable entry point, or kwargs that are not
+    JSON-able): its episodes cannot be replayed (``vcollect verify --replay``) and
+    ``Dataset.recover_environment()`` raises."""
+
+
 class EpisodesLostWarning(UserWarning):
     """Finished episodes of a store or collector nobody closed could not be committed (at interpreter exit, or
     when it was garbage-collected); the message counts the episodes and steps lost and says why."""
@@ -233,3 +244,22 @@ class EnvOutputError(EnvWorkerError):
 
     Like every EnvWorkerError it names the env id and carries the traceback text of where it was found.
     """
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_user(message: str, category: type[Warning]) -> None:
+    """``warnings.warn(message, category)`` located at the first frame outside the vcollect package: the
+    user's line (a call to reset, collect, close or a constructor), however deep inside vcollect it is given.
+
+    Args:
+        message: The warning's text.
+        category: Its class.
+    """
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level + 1)

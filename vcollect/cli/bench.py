@@ -14,7 +14,7 @@ from rich.table import Table
 from vcollect.cli.checks import check_count, check_seed
 from vcollect.cli.exits import EXIT_OK, CommandParser, UsageError
 from vcollect.cli.output import cell
-from vcollect.cli.sources import available_backends, make_envs, resolve_env
+from vcollect.cli.sources import available_backends, make_envs, qualified_env_id, resolve_env
 
 
 def add_bench_parser(commands: argparse._SubParsersAction[CommandParser], *, backends: list[str]) -> None:
@@ -75,7 +75,9 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     for name, value in (("--num-envs", args.num_envs), ("--steps", args.steps), ("--rounds", args.rounds)):
         check_count(name, value)
     check_seed("--seed", args.seed)
+    args.env_id = qualified_env_id(args.env_id)  # ALE/Pong-v5 -> ale_py:ALE/Pong-v5
     env_factory, _ = resolve_env(args.env_id)
+    assert env_factory is not None  # None only for an EnvPool task id with backend="envpool"
     measures: dict[str, Callable[[], float]] = {
         "raw": lambda: raw_loop_speed(env_factory, args.num_envs, args.steps, args.seed)
     }

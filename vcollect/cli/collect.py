@@ -27,14 +27,23 @@ from vcollect.cli.datasets import check_replaceable
 from vcollect.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, CommandParser, UsageError
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import stats_table
-from vcollect.cli.sources import load_policy_factory, make_envs, resolve_env, vector_source
+from vcollect.cli.sources import load_policy_factory, make_envs, qualified_env_id, resolve_env, vector_source
 from vcollect.envs.base import TIMEOUT_HINT
 from vcollect.envs.factory import RESTART_BACKENDS, TIMEOUT_BACKENDS
-from vcollect.errors import DatasetError, EnvWorkerError, UnfinishedEpisodesWarning, VCollectError
+from vcollect.errors import (
+    DatasetError,
+    EnvSpecNotStoredWarning,
+    EnvWorkerError,
+    UnfinishedEpisodesWarning,
+    VCollectError,
+)
 
 if TYPE_CHECKING:
     from vcollect.stats import CollectStats
     from vcollect.store import StoreOptions
+
+#: What the collectors' warning about episodes still running (dropped) names for this command.
+UNFINISHED_HINT = "--unfinished truncate"
 
 
 def add_collect_parser(
@@ -189,7 +198,8 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
             f"({', '.join(sorted(RESTART_BACKENDS))}), not {args.backend!r}"
         )
     env_kwargs = _json_option(args.env_kwargs, "--env-kwargs")
-    env_factory, env_spec = resolve_env(args.env_id, env_kwargs)
+    args.env_id = qualified_env_id(args.env_id, args.backend)  # ALE/Pong-v5 -> ale_py:ALE/Pong-v5
+    env_factory, env_spec = resolve_env(args.env_id, env_kwargs, args.backend)
     if args.dataset is not None:
         parse_dataset_id(args.dataset)
         exists = (dataset_path(args.dataset, args.root) / DATASET_FILE).is_file()
@@ -242,10 +252,13 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 cleanup.callback(store.close)
                 before = len(store.shards_written)
                 sink = GuardedSink(store, guard)
-            collector = collector_class(
-                policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
-                seed_every_reset=not args.seed_first_reset_only, unfinished=args.unfinished,
-            )
+            with warnings.catch_warnings():  # a spec that cannot be stored was said when the store was made
+                warnings.simplefilter("ignore", EnvSpecNotStoredWarning)
+                collector = collector_class(
+                    policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
+                    seed_every_reset=not args.seed_first_reset_only, unfinished=args.unfinished,
+                    unfinished_hint=UNFINISHED_HINT,
+                )
             watchdog = None
             if args.timeout is not None and args.backend not in TIMEOUT_BACKENDS:
                 watchdog = _Watchdog(args.timeout, functools.partial(_hang_message, args, store))
@@ -402,7 +415,7 @@ def _hang_message(args: argparse.Namespace, store: Any, idle: float) -> str:
 def run_collect_distributed(
     args: argparse.Namespace,
     console: Console,
-    env_factory: Callable[[], gym.Env],
+    env_factory: Callable[[], gym.Env] | None,
     env_spec: Any,
     env_kwargs: Mapping[str, Any],
     policy_factory: Callable[..., Any] | None,
@@ -423,11 +436,17 @@ def run_collect_distributed(
     except ImportError as exc:
         raise UsageError(str(exc)) from None
     if args.dataset is not None and not args.append:
-        env = env_factory()
-        try:
-            _open_store(args, _Spaces(env.observation_space, env.action_space), env_spec, EpisodeStore).close()
-        finally:
-            env.close()
+        if env_factory is None:  # an EnvPool task id: a pool of one env gives the spaces
+            pool = make_envs(args.env_id, 1, args.backend, env_kwargs)
+            spaces = _Spaces(pool.single_observation_space, pool.single_action_space)
+            pool.close()
+        else:
+            env = env_factory()
+            try:
+                spaces = _Spaces(env.observation_space, env.action_space)
+            finally:
+                env.close()
+        _open_store(args, spaces, env_spec, EpisodeStore).close()
     source = vector_source(args.env_id, args.backend, env_kwargs, in_this_process=False)
     collector = DistributedCollector(
         source.env,
@@ -442,6 +461,7 @@ def run_collect_distributed(
         collector="async" if args.use_async else "sync",
         seed_every_reset=not args.seed_first_reset_only,
         unfinished=args.unfinished,
+        unfinished_hint=UNFINISHED_HINT,
         store_options=_store_options(args),
         backend_kwargs={"max_restarts": args.max_env_restarts} if args.max_env_restarts else None,
     )
@@ -456,7 +476,8 @@ def run_collect_distributed(
     console.print(stats_table(stats, args.env_id, where))
     _say_abandoned(console, stats)
     if args.dataset is not None:
-        console.print(Text(f"dataset {args.dataset}: appended {stats.n_collected_episodes:,} episodes"))
+        done = "appended" if args.append else "wrote"
+        console.print(Text(f"dataset {args.dataset}: {done} {stats.n_collected_episodes:,} episodes"))
     return EXIT_OK
 
 
@@ -525,10 +546,7 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         metadata["author"] = args.author
     if args.description is not None:
         metadata["description"] = args.description
-    try:
-        spec_json: Any = env_spec.to_json()
-    except (TypeError, ValueError):
-        spec_json = None  # an env spec with unserializable kwargs: store the dataset without it
+    spec_json = _spec_json(args, env_spec)
     if args.frame_stack is not None:  # a stack size the env's observations do not have is a usage error
         from vcollect.store.write.frame_stack import frame_stack_of
 
@@ -547,6 +565,29 @@ def _open_store(args: argparse.Namespace, envs: Any, env_spec: Any, store_class:
         options=_store_options(args),
         frame_stack=args.frame_stack,  # with --append the dataset's own layout applies
     )
+
+
+def _spec_json(args: argparse.Namespace, env_spec: Any) -> str | None:
+    """The env spec's JSON to store with the dataset; where there is none to store (a callable entry point,
+    kwargs that are not JSON-able, an EnvPool task id gymnasium does not know), one warning line on stderr
+    saying what the dataset will lack."""
+    from vcollect.store.write.env_spec_record import UNSTORED_SPEC_LACKS, env_spec_json
+
+    if env_spec is None:
+        _warning_line(f"EnvPool task {args.env_id!r} has no gymnasium env spec to store with the dataset, so "
+                      f"{UNSTORED_SPEC_LACKS}")
+        return None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EnvSpecNotStoredWarning)
+        spec_json = env_spec_json(env_spec)
+    for warning in caught:
+        _warning_line(str(warning.message))
+    return spec_json
+
+
+def _warning_line(message: str) -> None:
+    """``vcollect collect: warning: MESSAGE`` on stderr, on one line."""
+    print(f"vcollect collect: warning: {' '.join(message.split())}", file=sys.stderr)
 
 
 def _remove_if_empty(args: argparse.Namespace, store: Any) -> bool:

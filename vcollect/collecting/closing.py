@@ -1,7 +1,8 @@
 """Closing: a collector's open/closed state and what its resets and its close do with the episodes it holds.
 
 At a reset or a close the finished episodes queued for the store are handed over and the ones still
-running are settled (stored truncated or dropped with a warning: the collector's ``unfinished``); a close
+running are settled (stored truncated or dropped: the collector's ``unfinished``; the first drop is said
+in an UnfinishedEpisodesWarning that names the option to pass where the collector was made); a close
 then flushes the store and closes the envs. A collector with a store that nobody closes is closed at
 interpreter exit or when garbage-collected (vcollect.exit_commits), its envs left open; what cannot be
 handed over then is reported with an EpisodesLostWarning instead of an error.
@@ -14,7 +15,7 @@ import warnings
 from typing import Literal
 
 from vcollect.collecting.step_context import StepContext
-from vcollect.errors import CollectorStateError, EpisodesLostWarning
+from vcollect.errors import CollectorStateError, EpisodesLostWarning, UnfinishedEpisodesWarning, warn_user
 from vcollect.store.sink import EpisodeSink
 
 __all__ = ["Closing"]
@@ -26,11 +27,16 @@ class Closing:
     Args:
         context: The collector's StepContext (its envs, its episode writer and running episodes).
         store: The collector's sink, flushed at close (None: no store).
+        truncate_hint: How the user asks for ``unfinished="truncate"`` where the collector was made (e.g.
+            ``"Collector(..., unfinished='truncate')"`` or a command's flag), named in the warning.
     """
 
-    def __init__(self, context: StepContext, store: EpisodeSink | None) -> None:
+    def __init__(self, context: StepContext, store: EpisodeSink | None, truncate_hint: str) -> None:
         self.context = context
         self.store = store
+        self.truncate_hint = truncate_hint
+        self.warned_unfinished = False
+        """Whether the UnfinishedEpisodesWarning was given (once per collector)."""
         self.was_reset = False
         """Whether the envs were reset at least once (only then are there running episodes to settle)."""
         self.closed = False
@@ -51,12 +57,22 @@ class Closing:
 
         Args:
             unfinished: What becomes of the running episodes: ``"truncate"`` stores them with their last step
-                marked truncated, ``"drop"`` leaves them out with an UnfinishedEpisodesWarning.
+                marked truncated, ``"drop"`` leaves them out, the first time with an UnfinishedEpisodesWarning
+                (once per collector: a loop of ``collect(n_step=..., reset_before_collect=True)`` says it once).
             when: The moment named in that warning ("reset", "close", ...).
         """
         self.context.write_queued()
-        if self.was_reset:
-            self.context.settle_unfinished(unfinished, when)
+        if not self.was_reset:
+            return
+        episodes, steps = self.context.settle_unfinished(unfinished)
+        if episodes and not self.warned_unfinished:
+            self.warned_unfinished = True
+            warn_user(
+                f"{episodes} episodes still running at {when} ({steps} steps) were not stored; pass "
+                f"{self.truncate_hint} to store them with their last step marked truncated (said once per "
+                "collector: its later resets and its close drop running episodes alike)",
+                UnfinishedEpisodesWarning,
+            )
 
     def close(self, unfinished: Literal["drop", "truncate"], when: str, *, close_envs: bool) -> None:
         """Settle the episodes, flush the store and (with ``close_envs``) close the envs; once.
@@ -102,3 +118,4 @@ class Closing:
                     "store says so when it is closed)")
             warnings.warn(f"Collector was {why}: {lost} ({type(exc).__name__}: {exc}); close the collector (or use "
                           "it in a with block) to see such errors where they happen", EpisodesLostWarning, stacklevel=3)
+

@@ -25,6 +25,7 @@ class CollectorOptions(TypedDict, total=False):
     seed_every_reset: bool
     stage_blocks: bool
     unfinished: Literal["drop", "truncate"]
+    unfinished_hint: str | None
     check_finite: bool
     on_step_hook: StepHook | None
     on_episode_done_hook: EpisodeRolloutHook | None
@@ -42,13 +43,16 @@ class CollectorSettings:
         seed_every_reset: seed every reset (False: only each env's first).
         stage_blocks: record NEXT_STEP backends' steps in blocks.
         unfinished: what becomes of episodes still running at close or reset: ``"drop"`` or ``"truncate"``.
+        unfinished_hint: how the UnfinishedEpisodesWarning tells the user to ask for ``"truncate"``, for an
+            entry point that makes the collector for its user (a command's ``--unfinished truncate``); None:
+            the collector's own keyword (``Collector(..., unfinished='truncate')``).
         check_finite: with ``validate``, refuse NaN/inf in observations of unbounded Box spaces.
         on_step_hook: called on every step before it is recorded.
         on_episode_done_hook: called on every finished episode.
 
     ``unfinished``: what becomes of the episodes still running when a collector with a store is closed or
     reset. ``"drop"`` (default): they are not stored, and an ``UnfinishedEpisodesWarning`` gives their count
-    and steps; every stored episode then ended as its env ended it, and the stored episodes are exactly
+    and steps (once per collector, at the first reset or close that drops any); every stored episode then ended as its env ended it, and the stored episodes are exactly
     those CollectStats reported. ``"truncate"``: they are stored, their last step marked truncated (as
     Minari's DataCollector stores an episode cut short by a reset), so the dataset holds every step
     collected; they are reported by no CollectStats, and their last step's truncation is not the env's.
@@ -65,6 +69,7 @@ class CollectorSettings:
     Raises:
         TypeError: an option that no collector takes.
         ValueError: ``unfinished`` is neither ``"drop"`` nor ``"truncate"``.
+        TypeError: ``unfinished_hint`` is neither a string nor None.
     """
 
     seed: int | None = None
@@ -74,6 +79,7 @@ class CollectorSettings:
     seed_every_reset: bool = True
     stage_blocks: bool = True
     unfinished: Literal["drop", "truncate"] = "drop"
+    unfinished_hint: str | None = None
     check_finite: bool = False
     on_step_hook: StepHook | None = None
     on_episode_done_hook: EpisodeRolloutHook | None = None
@@ -81,3 +87,5 @@ class CollectorSettings:
     def __post_init__(self) -> None:
         if self.unfinished not in ("drop", "truncate"):
             raise ValueError(f"unfinished must be 'drop' or 'truncate', got {self.unfinished!r}")
+        if self.unfinished_hint is not None and not isinstance(self.unfinished_hint, str):
+            raise TypeError(f"unfinished_hint must be a string or None, got {type(self.unfinished_hint).__name__}")

@@ -10,7 +10,6 @@ import points one way: collector -> loops -> step context -> parts.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -26,7 +25,7 @@ from vcollect.collecting.ledger import TransitionLedger
 from vcollect.collecting.reset_seeds import ResetSeeds
 from vcollect.envs import VectorEnv
 from vcollect.envs.restarts import RestartsEnvs
-from vcollect.errors import HookOutputError, ObservationError, UnfinishedEpisodesWarning
+from vcollect.errors import HookOutputError, ObservationError
 from vcollect.hooks import EpisodeRolloutHook, StepHook, StepRollout, check_episode_extras
 from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
 from vcollect.stats import AbandonedEpisode, EpisodeValues
@@ -320,27 +319,25 @@ class StepContext:
         if self.writer is not None:
             self.writer.write_queued()
 
-    def settle_unfinished(self, unfinished: Literal["drop", "truncate"], when: str) -> None:
+    def settle_unfinished(self, unfinished: Literal["drop", "truncate"]) -> tuple[int, int]:
         """The episodes still running when a collector with a store closes or resets: stored with their last
-        step marked truncated (``"truncate"``), or not stored, with an UnfinishedEpisodesWarning (``"drop"``)."""
+        step marked truncated (``"truncate"``), or not stored (``"drop"``).
+
+        Returns:
+            The episodes and steps not stored (0, 0 with ``"truncate"`` or no store).
+        """
         if self.writer is None:
-            return
+            return 0, 0
         running = self.buffer.unfinished()
         if running.size == 0:
-            return
+            return 0, 0
         if unfinished == "truncate":
             extras = None
             if self.on_episode_done_hook is not None:
                 extras = [self.episode_extras(env_id) for env_id in running.tolist()]
             self.writer.truncated(running, extras)
-            return
-        steps = int(self.buffer.episode_lengths[running].sum())
-        warnings.warn(
-            f"{running.size} episodes still running at {when} ({steps} steps) were not stored; pass "
-            "Collector(..., unfinished='truncate') to store them with their last step marked truncated",
-            UnfinishedEpisodesWarning,
-            stacklevel=3,
-        )
+            return 0, 0
+        return int(running.size), int(self.buffer.episode_lengths[running].sum())
 
 
 def take_rows(space: gym.Space[Any], batch: Any, positions: np.ndarray) -> Any:

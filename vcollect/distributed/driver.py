@@ -111,6 +111,9 @@ class DistributedCollector:
         seed_every_reset: Goes to each worker's collector, as to a Collector in this process.
         exploration_noise: The same (the policy's ``add_exploration_noise``, e.g. EpsilonGreedy's).
         unfinished: The same: "drop" or "truncate".
+        unfinished_hint: How the workers' UnfinishedEpisodesWarning tells the user to ask for "truncate", for
+            an entry point that makes this collector for its user (None: ``DistributedCollector(...,
+            unfinished='truncate')``).
         validate: The same.
         stage_blocks: The same.
         check_finite: The same.
@@ -159,6 +162,7 @@ class DistributedCollector:
         seed_every_reset: bool = True,
         exploration_noise: bool = False,
         unfinished: str = "drop",
+        unfinished_hint: str | None = None,
         validate: bool = True,
         stage_blocks: bool = True,
         check_finite: bool = False,
@@ -236,6 +240,7 @@ class DistributedCollector:
             store_id=None if use_sink else store, root=None if use_sink else self.root,
             store_options=options, seed_every_reset=seed_every_reset,
             exploration_noise=bool(exploration_noise), unfinished=unfinished, max_in_flight=int(max_in_flight),
+            unfinished_hint=unfinished_hint or "DistributedCollector(..., unfinished='truncate')",
             validate=bool(validate), stage_blocks=bool(stage_blocks), check_finite=bool(check_finite),
             flush_every_call=self.flush_every_call,
         )

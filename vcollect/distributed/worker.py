@@ -89,6 +89,7 @@ class WorkerSpec:
     seed_every_reset: bool = True
     exploration_noise: bool = False
     unfinished: str = "drop"
+    unfinished_hint: str = "DistributedCollector(..., unfinished='truncate')"  # named by the dropped-episodes warning
     sink_actor: Any = None  # transport="object_store": the driver-side ShardWriterActor (store_id is then None)
     sink_key: str = ""  # this worker generation's writer name at the sink actor
     max_in_flight: int = 4
@@ -190,7 +191,8 @@ class CollectorWorker:
                 policy.load_state_dict(require_ray().get(spec.weights))
             self.collector = cls(
                 policy, envs, store=self.writer, seed=spec.seed, seed_every_reset=spec.seed_every_reset,
-                exploration_noise=spec.exploration_noise, unfinished=spec.unfinished, validate=spec.validate,
+                exploration_noise=spec.exploration_noise, unfinished=spec.unfinished,
+                unfinished_hint=spec.unfinished_hint, validate=spec.validate,
                 stage_blocks=spec.stage_blocks, check_finite=spec.check_finite,
             )
         except BaseException:

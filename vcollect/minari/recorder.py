@@ -32,7 +32,13 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import EnvSpec
 
-from vcollect.errors import CollectorStateError, DatasetExistsError, InfoStructureError, SpaceMismatchError
+from vcollect.errors import (
+    CollectorStateError,
+    DatasetExistsError,
+    EnvSpecNotStoredWarning,
+    InfoStructureError,
+    SpaceMismatchError,
+)
 from vcollect.infos import InfoPath, flatten_info, info_name, nest_info, stack_rows
 from vcollect.minari.callbacks import (
     STEP_DATA_KEYS,
@@ -503,7 +509,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
             warnings.warn(
                 f"the {what} spec {spec.id!r} is not JSON-serializable ({exc}); the dataset will not be able to "
                 "recover the environment",
-                UserWarning,
+                EnvSpecNotStoredWarning,
                 stacklevel=3,
             )
             return None

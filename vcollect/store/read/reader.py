@@ -491,19 +491,28 @@ class Dataset:
         )
         self._cum_lengths = None
 
-    def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions") -> Any:
+    def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions", *,
+                         cache_bytes: int | None = None) -> Any:
         """This view as a map-style ``torch.utils.data.Dataset``, read on demand and safe in DataLoader workers
         (each opens its own files).
 
+        A DataLoader reads each batch of transitions at once (torch's ``__getitems__``), as
+        :meth:`steps_at` does, and its default collate takes the batch's arrays whole.
+
         Args:
             items: What one item is: a transition, or a whole episode.
+            cache_bytes: As :meth:`sample_steps`' (default :data:`SAMPLE_CACHE_BYTES`); each DataLoader worker
+                builds its own in-memory copy of the sampled columns when they fit (0 never copies).
 
         Returns:
             The torch dataset (vcollect/store/read/torch_dataset.py).
+
+        Raises:
+            ValueError: ``items`` is neither 'transitions' nor 'episodes', or ``cache_bytes`` is negative.
         """
         from vcollect.store.read.torch_dataset import TorchDataset
 
-        return TorchDataset(self, items)
+        return TorchDataset(self, items, cache_bytes)
 
     def close(self) -> None:
         """Close the shard files this dataset (and its views) holds open; reading later reopens them."""
