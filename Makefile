@@ -13,13 +13,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# Dev install: every extra the test suite exercises; torch pinned by requirements-dev.txt.
-# --no-compile: Python compiles the modules the tests import when they first import them, instead of pip
-# compiling all ~19k files of torch, jax, ray and the rest up front (over a minute of one core).
+# Dev install: every extra the test suite exercises; torch pinned by requirements-dev.txt. pip compiles
+# every module to bytecode once (about a minute of one core): where PYTHONDONTWRITEBYTECODE is set (as on
+# the CI machines) no process writes bytecode, so without it every process the tests start (test workers,
+# subprocess envs, Ray actors, CLI runs) compiles torch, Ray and the rest again from source.
 $(VENV)/.installed-dev: pyproject.toml requirements-dev.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet --no-compile -c requirements-dev.txt -r requirements-dev.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c requirements-dev.txt -r requirements-dev.txt -e '.[dev]'
 	touch $(VENV)/.installed $@
 
 # The demo writes under the default datasets root ($VCOLLECT_DATASETS_PATH if set, else
@@ -41,6 +42,7 @@ typecheck: $(VENV)/.installed-dev
 # one local Ray per worker that runs Ray tests); then the few tests that compare wall-clock times of envs
 # running at once (marker "timing") alone, so no other test takes their cores.
 unit: $(VENV)/.installed-dev
+	$(BIN)/python -m compileall -q vcollect tests  # this checkout's bytecode too (see the dev install)
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=20 -m "not timing"
 	$(BIN)/python -m pytest -q -m timing
 
