@@ -702,3 +702,23 @@ def test_torch_policy_follows_a_thread_count_the_program_changes_later(two_threa
 def test_torch_policy_rejects_a_bad_num_threads(bad: Any) -> None:
     with pytest.raises((ValueError, TypeError)):
         TorchPolicy(torch.nn.Linear(3, 2), spaces.Discrete(2), num_threads=bad)
+
+
+@pytest.mark.parametrize(("name", "hidden", "extra"), [("TorchPolicy", "torch", "torch"),
+                                                       ("TianshouPolicy", "tianshou", "tianshou")])
+def test_a_policy_whose_package_is_missing_names_its_extra(
+    monkeypatch: pytest.MonkeyPatch, name: str, hidden: str, extra: str
+) -> None:
+    import importlib
+    import sys
+
+    import vcollect.policies
+
+    for module in [m for m in sys.modules if m == hidden or m.startswith(hidden + ".")]:
+        monkeypatch.delitem(sys.modules, module)
+    monkeypatch.setitem(sys.modules, hidden, None)  # as if not installed
+    for module in ("vcollect.policies.torch_policy", "vcollect.policies.tianshou_policy"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    with pytest.raises(ModuleNotFoundError, match=rf"needs {hidden}, which is not installed: pip install 'vcollect\[{extra}\]'"):
+        getattr(vcollect.policies, name)
+    importlib.import_module("vcollect.policies")  # the package itself still imports

@@ -39,11 +39,27 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     """Import TorchPolicy (torch) and TianshouPolicy (torch, tianshou) only when they are asked for."""
     if name == "TorchPolicy":
-        from vcollect.policies.torch_policy import TorchPolicy
-
+        try:
+            from vcollect.policies.torch_policy import TorchPolicy
+        except ModuleNotFoundError as exc:
+            raise _missing_extra(name, "torch", exc) from exc
         return TorchPolicy
     if name == "TianshouPolicy":
-        from vcollect.policies.tianshou_policy import TianshouPolicy
-
+        try:
+            from vcollect.policies.tianshou_policy import TianshouPolicy
+        except ModuleNotFoundError as exc:
+            raise _missing_extra(name, "tianshou", exc) from exc
         return TianshouPolicy
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _missing_extra(name: str, extra: str, exc: ModuleNotFoundError) -> ModuleNotFoundError:
+    """The error for ``name`` when a package its extra installs (torch, tianshou) is missing: one line naming
+    the extra. Any other missing module is ``exc`` itself."""
+    missing = (exc.name or "").split(".")[0]
+    if missing not in ("torch", "tianshou"):
+        return exc
+    return ModuleNotFoundError(
+        f"vcollect.policies.{name} needs {missing}, which is not installed: pip install 'vcollect[{extra}]'",
+        name=exc.name,
+    )
