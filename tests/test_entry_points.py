@@ -413,20 +413,26 @@ def env_route(collector: Collector) -> tuple[Any, ...]:
     return type(envs), inner_type, envs.capabilities, type(collector._loop)
 
 
-def count_batched_writes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Episodes handed to EpisodeStore.write_episodes or take_episodes (one entry per batch), from now on."""
-    batches: list[int] = []
+def count_batched_writes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Episodes handed to EpisodeStore.take_episodes or write_episodes: (method, episodes) per batch, from now on."""
+    batches: list[tuple[str, int]] = []
     for name in ("write_episodes", "take_episodes"):
         method = getattr(EpisodeStore, name)
 
         @functools.wraps(method)
         def spied(self: Any, observations: Any, actions: Any, rewards: Any, terminations: Any, truncations: Any,
-                  lengths: Any, _method: Any = method, **kwargs: Any) -> Any:
-            batches.append(len(lengths))
+                  lengths: Any, _method: Any = method, _name: str = name, **kwargs: Any) -> Any:
+            batches.append((_name, len(lengths)))
             return _method(self, observations, actions, rewards, terminations, truncations, lengths, **kwargs)
 
         monkeypatch.setattr(EpisodeStore, name, spied)
     return batches
+
+
+def assert_handed_over(batches: list[tuple[str, int]], total_episodes: int) -> None:
+    """Every stored episode came in a batch handed over uncopied (take_episodes: the collector's fast path)."""
+    assert sum(n for _, n in batches) == total_episodes, f"episodes through the batched calls: {batches}"
+    assert {name for name, _ in batches} == {"take_episodes"}, f"batches not handed over uncopied: {batches}"
 
 
 @pytest.mark.parametrize("progress", [True, False], ids=["progress-bar", "no-progress"])
@@ -435,7 +441,7 @@ def test_cli_collector_takes_the_python_route(backend: str, progress: bool, tmp_
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """``vcollect collect --dataset`` (vcollect.cli.main, in process) builds the collector Python builds for the
     backend: same vector env, capabilities and step loop, and an EpisodeSink that takes every episode through
-    EpisodeStore.write_episodes; with its default flags (progress bar) as with --no-progress."""
+    EpisodeStore.take_episodes (handed over, uncopied); with its default flags (progress bar) as with --no-progress."""
     from vcollect.cli import main as cli_main
 
     built: list[tuple[Collector, tuple[Any, ...], dict[str, Any]]] = []
@@ -470,7 +476,7 @@ def test_cli_collector_takes_the_python_route(backend: str, progress: bool, tmp_
         python.close()
     dataset = load_dataset("route/cli-v0", root=tmp_path)
     assert dataset.total_episodes >= 6
-    assert sum(batches) == dataset.total_episodes, f"episodes through write_episodes: {batches}"
+    assert_handed_over(batches, dataset.total_episodes)
 
 
 @pytest.mark.parametrize("backend", ["dummy", "gymnasium"])
@@ -478,7 +484,7 @@ def test_ray_worker_collector_takes_the_python_route(backend: str, tmp_path: Pat
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """A DistributedCollector worker's body (distributed.worker.CollectorWorker, run in process) builds the collector
     Python builds: same vector env, capabilities and step loop, with the worker's EpisodeStore itself as the
-    sink (batched writes), storing global env ids (worker 1 of 2-env workers: 2 and 3)."""
+    sink (batches handed over uncopied), storing global env ids (worker 1 of 2-env workers: 2 and 3)."""
     from vcollect.distributed.worker import CollectorWorker, WorkerSpec
 
     env = gym.make("CartPole-v1")
@@ -509,7 +515,7 @@ def test_ray_worker_collector_takes_the_python_route(backend: str, tmp_path: Pat
     dataset = load_dataset("route/ray-v0", root=tmp_path)
     assert dataset.total_episodes == committed >= 4
     assert {e.env_id for e in dataset} <= {2, 3}
-    assert sum(batches) == dataset.total_episodes, f"episodes through write_episodes: {batches}"
+    assert_handed_over(batches, dataset.total_episodes)
 
 
 def epsilon_greedy_torch_policy(observation_space: gym.Space, action_space: gym.Space) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -95,13 +95,8 @@ class GuardedSink:
         infos: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> None:
         """Buffer several finished episodes in the store; a Ctrl-C never cuts the batch in half."""
-        # infos only when given: a store without an infos parameter still takes every other batch
-        extra: dict[str, Any] = {} if infos is None else {"infos": infos}
-        with self.guard.critical():
-            self.store.write_episodes(
-                observations, actions, rewards, terminations, truncations, lengths,
-                seeds=seeds, env_ids=env_ids, options=options, **extra,
-            )
+        self._guarded(self.store.write_episodes, (observations, actions, rewards, terminations, truncations, lengths),
+                      seeds, env_ids, options, infos)
 
     def take_episodes(
         self,
@@ -118,12 +113,23 @@ class GuardedSink:
         infos: Sequence[Mapping[str, Any] | None] | None = None,
     ) -> None:
         """The store's ``take_episodes`` (arrays handed over, kept uncopied); a Ctrl-C never cuts the batch."""
+        self._guarded(self.store.take_episodes, (observations, actions, rewards, terminations, truncations, lengths),
+                      seeds, env_ids, options, infos)
+
+    def _guarded(
+        self,
+        write: Callable[..., None],
+        arrays: tuple[Any, ...],
+        seeds: Sequence[int | None],
+        env_ids: Sequence[int],
+        options: Sequence[Mapping[str, Any] | None] | None,
+        infos: Sequence[Mapping[str, Any] | None] | None,
+    ) -> None:
+        """One batch written inside the guard's critical section; ``infos=`` passed only when given (a store
+        without an infos parameter still takes every other batch)."""
         extra: dict[str, Any] = {} if infos is None else {"infos": infos}
         with self.guard.critical():
-            self.store.take_episodes(
-                observations, actions, rewards, terminations, truncations, lengths,
-                seeds=seeds, env_ids=env_ids, options=options, **extra,
-            )
+            write(*arrays, seeds=seeds, env_ids=env_ids, options=options, **extra)
 
     def write_episode(self, observations: Any, actions: Any, rewards: Any, terminations: Any, truncations: Any,
                       **kwargs: Any) -> None:
