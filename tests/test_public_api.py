@@ -128,6 +128,8 @@ DATASET_MEMBERS = {
     # vcollect's own
     "as_torch_dataset", "close", "episode_lengths", "episode_returns", "episode_seeded", "path", "sample_steps",
     "steps_at", "verify",
+    # seeing the data
+    "render_env", "render_episode",
 }
 RING_MEMBERS = {
     "action_space", "add", "add_all", "bind_spaces", "capacity", "episode", "episode_lengths", "episode_returns",

@@ -25,12 +25,16 @@ __all__ = [
     "DatasetExistsError",
     "DatasetNotFoundError",
     "DiskFullError",
+    "EncoderUnavailableError",
     "EnvAttributeError",
     "EnvOutputError",
     "EnvSpecMismatchError",
+    "EnvSpecNotStoredError",
     "EnvSpecNotStoredWarning",
+    "EnvUnavailableError",
     "EnvWorkerError",
     "EpisodeIndexError",
+    "EpisodeNotSeededError",
     "EpisodesLostWarning",
     "ForeignJournalWarning",
     "HookOutputError",
@@ -40,7 +44,9 @@ __all__ = [
     "NamespaceExistsError",
     "NamespaceNotEmptyError",
     "NamespaceNotFoundError",
+    "NoImageObservationsError",
     "ObservationError",
+    "ReplayDivergenceError",
     "SpaceMismatchError",
     "UnfinishedEpisodesWarning",
     "UnsafePathError",
@@ -244,6 +250,45 @@ class EnvOutputError(EnvWorkerError):
 
     Like every EnvWorkerError it names the env id and carries the traceback text of where it was found.
     """
+
+
+class EpisodeNotSeededError(DatasetError, ValueError):
+    """An episode asked to be replayed was stored without the seed of its reset (``seed_every_reset=False``
+    or an env that restarts itself), so it cannot be replayed alone."""
+
+
+class EnvSpecNotStoredError(DatasetError, ValueError):
+    """A dataset stores no env spec, so its env cannot be made (``recover_environment``, a replay)."""
+
+
+class EnvUnavailableError(DatasetError, RuntimeError):
+    """A dataset's env spec cannot be made here (a package not installed, an id gymnasium does not know);
+    the message names the spec and the requirements stored with the dataset."""
+
+
+class ReplayDivergenceError(DatasetError):
+    """A replayed episode differs from what is stored (an observation, reward or termination).
+
+    Args:
+        episode: The episode's id in its dataset.
+        step: The step at which the replay diverged (0: the reset observation).
+        problem: What differs, in words.
+    """
+
+    def __init__(self, episode: int, step: int, problem: str) -> None:
+        self.episode = int(episode)
+        self.step = int(step)
+        self.problem = problem
+        super().__init__(f"episode {episode} diverged from its replay at step {step}: {problem}")
+
+
+class NoImageObservationsError(DatasetError, ValueError):
+    """Frames were asked of stored observations that are not images (an HxW, HxWx1 or HxWx3 uint8 Box, or
+    a stack of them); replay the episode instead (``source="replay"``)."""
+
+
+class EncoderUnavailableError(VCollectError, ImportError):
+    """The video encoder is not installed: ``pip install 'vcollect[render]'`` (imageio and imageio-ffmpeg)."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -191,6 +191,14 @@ class DatasetIndex:
             late_metadata=late,
         )
 
+    def episode_column(self, episode_id: int, name: str, obs_rows: bool) -> np.ndarray:
+        """One column's rows of one episode as stored (a frame stack's single frames, not rebuilt): its T+1
+        observation rows (``obs_rows``) or T step rows; no other column is read."""
+        shard, row = self.locate(episode_id)
+        s = int(self.shard_of[episode_id])
+        first = int(shard.obs_offset[row] if obs_rows else shard.step_offset[row])
+        return self.files.read(s, shard, name, slice(first, first + int(shard.length[row]) + int(obs_rows)))
+
     def locate(self, episode_id: int) -> tuple[StoredShard, int]:
         """(shard, row) of one episode by global id."""
         if not 0 <= episode_id < self.total_episodes:

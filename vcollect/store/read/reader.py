@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from vcollect.errors import CorruptDatasetError, DamagedDatasetError, EpisodeIndexError
+from vcollect.errors import (
+    CorruptDatasetError,
+    DamagedDatasetError,
+    EnvSpecNotStoredError,
+    EnvUnavailableError,
+    EpisodeIndexError,
+)
 from vcollect.spaces import leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import (
     check_metadata_update,
@@ -367,7 +373,7 @@ class Dataset:
             The env.
 
         Raises:
-            ValueError: The dataset stores no env spec.
+            EnvSpecNotStoredError: The dataset stores no env spec (a ValueError).
         """
         requirements = self._index.info.get("metadata", {}).get("requirements") or []
         if isinstance(requirements, str):
@@ -378,8 +384,88 @@ class Dataset:
         if eval_env and not has_eval_spec:
             warnings.warn(f"dataset {self.id!r} has no eval_env_spec; using its env_spec", UserWarning, stacklevel=2)
         if spec is None:
-            raise ValueError(f"dataset {self.id!r} has no env_spec stored; it cannot recover the environment")
+            raise EnvSpecNotStoredError(f"dataset {self.id!r} has no env_spec stored; it cannot recover the environment")
         return gym.make(spec, **kwargs)
+
+    def render_env(self, **kwargs: Any) -> gym.Env[Any, Any]:
+        """The env the data came from, made to render: ``recover_environment(render_mode="rgb_array")``, for
+        :meth:`render_episode` to replay several episodes in one env.
+
+        Args:
+            **kwargs: Passed to ``gym.make`` besides ``render_mode``.
+
+        Returns:
+            The env (close it when done).
+
+        Raises:
+            EnvSpecNotStoredError: The dataset stores no env spec.
+            EnvUnavailableError: The env spec cannot be made here (a package not installed, an unknown id);
+                the message names the requirements stored with the dataset.
+        """
+        spec = self.env_spec
+        try:
+            return self.recover_environment(render_mode="rgb_array", **kwargs)
+        except (gym.error.Error, ImportError) as exc:
+            requirements = self._index.info.get("metadata", {}).get("requirements") or []
+            if isinstance(requirements, str):
+                requirements = [requirements]
+            needs = ("install what it stores as requirements: " + ", ".join(map(str, requirements))
+                     if requirements else "it stores no requirements; install the package that registers the env")
+            name = spec.id if spec is not None else "?"
+            raise EnvUnavailableError(
+                f"dataset {self.id!r}: its env {name!r} cannot be made here ({type(exc).__name__}: {exc}); {needs}"
+            ) from exc
+
+    def render_episode(
+        self,
+        i: int,
+        *,
+        source: Literal["auto", "frames", "replay"] = "auto",
+        size: tuple[int, int] | None = None,
+        annotate: bool = False,
+        env: gym.Env[Any, Any] | None = None,
+    ) -> np.ndarray:
+        """The frames of the i-th episode of this view: the reset's, then one after each of its T steps.
+
+        From the stored observations when they are images (a uint8 Box of HxW, HxWx1 or HxWx3, or a stack of
+        them: the newest frame of each), or by replaying the episode from its reset seed and actions in the
+        dataset's env rendered with ``render_mode="rgb_array"``, each step checked against the stored
+        observation, reward and termination (vcollect/store/read/episode_frames.py).
+
+        Args:
+            i: The episode's position in this view (as ``dataset[i]``).
+            source: "frames", "replay", or "auto": frames when the observations are images, else replay.
+            size: Scale the frames to (width, height) (None: as stored or rendered).
+            annotate: Add a strip below each frame with the episode id, the step and the return so far.
+            env: An env from :meth:`render_env` to replay in, left open (None: one is made and closed).
+
+        Returns:
+            (T+1, H, W, 3) uint8 frames.
+
+        Raises:
+            EpisodeIndexError: ``i`` is not a position of this view.
+            ValueError: ``source`` is none of the three.
+            NoImageObservationsError: ``source="frames"`` and the observations are not images.
+            EpisodeNotSeededError: A replay of an episode stored without its reset seed.
+            EnvSpecNotStoredError, EnvUnavailableError: A replay, and the env cannot be made (see render_env).
+            ReplayDivergenceError: The replay differs from what is stored (naming the episode and step).
+        """
+        from vcollect.store.read.episode_frames import episode_frames, label_frames, resize_frames
+
+        if source not in ("auto", "frames", "replay"):
+            raise ValueError(f"source must be 'auto', 'frames' or 'replay', got {source!r}")
+        count = self.total_episodes
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not -count <= int(i) < count:
+            raise EpisodeIndexError(f"episode {i!r} is not in dataset {self.id!r}, which holds {count} episodes "
+                                    f"(positions 0 to {count - 1})")
+        episode_id = int(self._episode_indices[int(i)])
+        frames = episode_frames(self._index, episode_id, source=source, make_env=self.render_env, env=env)
+        if size is not None:
+            frames = resize_frames(frames, size)
+        if annotate:
+            rewards = self._index.episode_column(episode_id, "rewards", obs_rows=False)
+            frames = label_frames(frames, episode_id, rewards)
+        return frames
 
     # ------------------------------------------------------------------ transitions
 
