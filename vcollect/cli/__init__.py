@@ -1,6 +1,6 @@
 """The ``vcollect`` command: collect experience into datasets, inspect, transform, export and benchmark.
 
-Commands: collect, list, show, combine, split, export, import-minari, delete, bench (``--help`` on each).
+Commands: collect, list, show, combine, split, export, import-minari, delete, bench, render (``--help`` on each).
 Bad input (unknown env id or dataset, malformed dataset id, a policy or env module that does not import,
 envs that cannot be made with the given --env-kwargs, bad options or paths, deleting or replacing a dataset
 through a symbolic link) prints one line on stderr naming the option and exits with status 2; a failure
@@ -8,7 +8,7 @@ while running (an env that raised) exits 1; Ctrl-C during ``collect`` keeps ever
 exits 130. Errors of the library that name its Python parameters are said with the command's flags.
 
 This module assembles the parser and runs the command; each command group lives in its own module
-(collect, datasets, bench), with what they share in sources (env and policy resolution), interrupts
+(collect, datasets, bench, render), with what they share in sources (env and policy resolution), interrupts
 (Ctrl-C), output (tables) and exits (exit statuses). Their public names are re-exported here.
 """
 
@@ -44,6 +44,7 @@ from vcollect.cli.exits import (
 )
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import human_size, make_console, print_error, stats_table
+from vcollect.cli.render import add_render_parser, run_render
 from vcollect.cli.sources import (
     VectorSource,
     available_backends,
@@ -89,6 +90,7 @@ __all__ = [
     "run_import_minari",
     "run_list",
     "run_show",
+    "run_render",
     "run_split",
     "stats_table",
     "vector_source",
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_collect_parser(commands, backends=backends, root_help=root_help)
     add_dataset_parsers(commands, root_help=root_help)
     add_bench_parser(commands, backends=backends)
+    add_render_parser(commands, root_help=root_help)
     return parser
 
 
