@@ -27,6 +27,10 @@ RAY_QUIET_ENV = {
 # any test module imports Tianshou (numba reads it when imported), inherited by the processes tests start.
 os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 
+# MuJoCo renders offscreen through EGL here (no display); read when mujoco is first imported, so set before
+# any test module imports it, and inherited by the processes tests start.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
 # pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment where the controller had
 # none; the commands under test size their tables by COLUMNS, so the workers take the controller's values.
 TERMINAL_SIZE_VARS = ("COLUMNS", "LINES")

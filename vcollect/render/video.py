@@ -1,8 +1,8 @@
 """Video files from frames: MP4 (H.264), WebM (VP9) and GIF, encoded by the ffmpeg that imageio-ffmpeg ships
 (the ``render`` extra), frames streamed to it as they come.
 
-Frames are (H, W, 3) uint8 and all of one size per file; odd sides are padded by one black row or column
-(H.264 and VP9 in 4:2:0 need even sides). GIFs get one palette for the whole file (ffmpeg's palettegen),
+Frames are (H, W, 3) uint8 and all of one size per file; odd sides of an MP4 or WebM are padded by one black
+row or column (H.264 and VP9 in 4:2:0 need even sides). GIFs get one palette for the whole file (ffmpeg's palettegen),
 which keeps them small: pass a small size and a low fps for a GIF meant for a README.
 """
 
@@ -86,7 +86,7 @@ class VideoWriter:
         if batch.shape[1:3] != self._size:
             raise ValueError(f"every frame of {str(self.path)!r} must be {self._size}, got {batch.shape[1:3]}")
         h, w = self._size
-        if h % 2 or w % 2:
+        if self.format != ".gif" and (h % 2 or w % 2):
             padded = np.zeros((batch.shape[0], h + h % 2, w + w % 2, 3), dtype=np.uint8)
             padded[:, :h, :w] = batch
             batch = padded
@@ -96,7 +96,8 @@ class VideoWriter:
     def _open(self, height: int, width: int) -> None:
         self._size = (height, width)
         codec, pix_fmt, params = FORMATS[self.format]
-        size = (width + width % 2, height + height % 2)
+        even = self.format != ".gif"
+        size = (width + width % 2, height + height % 2) if even else (width, height)
         self._gen = self._ffmpeg.write_frames(
             str(self.path), size, fps=self.fps, codec=codec, pix_fmt_out=pix_fmt, quality=None,
             macro_block_size=1, output_params=list(params), ffmpeg_log_level="error",
@@ -105,8 +106,11 @@ class VideoWriter:
 
     @property
     def size(self) -> tuple[int, int] | None:
-        """(height, width) of the frames written (before any padding to even sides); None before the first."""
-        return self._size
+        """(height, width) of the file's frames (an MP4's or WebM's padded to even sides); None before the first."""
+        if self._size is None:
+            return None
+        h, w = self._size
+        return (h + h % 2, w + w % 2) if self.format != ".gif" else (h, w)
 
     def close(self) -> None:
         """Finish the file (waits for the encoder)."""
