@@ -35,6 +35,7 @@ from vcollect.envs import VectorEnv
 from vcollect.errors import CollectorStateError
 from vcollect.exit_commits import ExitStage, register_exit_close
 from vcollect.hooks import EpisodeRolloutHook, StepHook
+from vcollect.monitor import LiveFeed, as_monitors
 from vcollect.policies import Policy
 from vcollect.policies.wrapping import as_policy
 from vcollect.stats import CollectStats, EpisodeValues
@@ -124,6 +125,10 @@ class Collector:
         self._reseed(settings.seed)
         self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
         self._loop: StepLoop = self._make_loop(settings.stage_blocks)
+        monitors = as_monitors(settings.monitor)
+        self._live: LiveFeed | None = None
+        if monitors and context.tally is not None:
+            self._live = LiveFeed(monitors, context.tally, lambda: self.buffer.episode_lengths)
         if self._writer is not None:  # hands its queued episodes to the store if never closed (vcollect.exit_commits)
             register_exit_close(self, ExitStage.COLLECTOR)
 
@@ -327,8 +332,12 @@ class Collector:
         self._actor.begin_call()
         start = time.perf_counter()
         bar: ProgressBar = NoBar()
-        if progress:
-            bar = ThrottledBar(tqdm(total=count, unit="step" if n_step is not None else "ep"))
+        shown = tqdm(total=count, unit="step" if n_step is not None else "ep") if progress else None
+        if self._live is not None:
+            self._live.begin(shown)
+            bar = ThrottledBar(shown if shown is not None else NoBar(), on_move=self._live.moved)
+        elif shown is not None:
+            bar = ThrottledBar(shown)
         call = CollectCall(random, render, reset_options, bar, EpisodeValues(keep_episode_stats),
                            EpisodeValues(keep_episode_stats))
         quota = None if n_step is not None else episode_quota(count, self.num_envs, self._rng)
@@ -343,6 +352,8 @@ class Collector:
         finally:
             self._ledger.close_call()
             try:
+                if self._live is not None:
+                    self._live.end()
                 bar.close()
             finally:
                 self.context.write_queued()  # every episode finished in the call reaches the store, even on an error

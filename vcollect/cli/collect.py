@@ -22,7 +22,7 @@ import numpy as np
 from rich.console import Console
 from rich.text import Text
 
-from vcollect.cli.checks import check_count, check_seed
+from vcollect.cli.checks import check_count, check_folder, check_seed
 from vcollect.cli.datasets import check_replaceable
 from vcollect.cli.exits import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, CommandParser, UsageError
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
@@ -37,6 +37,7 @@ from vcollect.errors import (
     UnfinishedEpisodesWarning,
     VCollectError,
 )
+from vcollect.monitor import FiguresLog, TensorBoardMonitor
 
 if TYPE_CHECKING:
     from vcollect.stats import CollectStats
@@ -132,8 +133,27 @@ def add_collect_parser(
         "with exact counts; past K the run fails as with 0 (default: 0, never restart)",
     )
     collect.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    collect.add_argument("--live", action="store_true",
+                         help="show live figures beside the progress bar: steps/s, episodes, the mean return of "
+                         "the last 100 episodes and the slowest env's step rate")
+    collect.add_argument("--tensorboard", default=None, metavar="DIR",
+                         help="write the live figures to TensorBoard event files in DIR (needs torch and "
+                         "tensorboard)")
     collect.add_argument("--root", default=None, metavar="DIR", help=root_help)
     collect.set_defaults(handler=run_collect)
+
+
+def _monitors(args: argparse.Namespace) -> list[Any]:
+    """The live monitors --live and --tensorboard ask for (the figures beside the bar need one: a FiguresLog)."""
+    monitors: list[Any] = []
+    if args.tensorboard is not None:
+        try:
+            monitors.append(TensorBoardMonitor(args.tensorboard))
+        except ImportError as exc:
+            raise UsageError(f"--tensorboard: {exc}") from None
+    elif args.live:
+        monitors.append(FiguresLog())
+    return monitors
 
 
 def _collector_class(use_async: bool) -> Any:
@@ -211,6 +231,10 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
             check_replaceable(args.dataset, args.root)
     elif args.append or args.overwrite or args.record_infos:
         raise UsageError("--append, --overwrite and --record-infos need --dataset ID")
+    if (args.live or args.tensorboard is not None) and args.ray_workers is not None:
+        raise UsageError("--live and --tensorboard watch one local collector; they are not supported with --ray-workers")
+    if args.tensorboard is not None:
+        check_folder("--tensorboard", args.tensorboard)
     policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
     collector_class = _collector_class(args.use_async)  # here too for --ray-workers: said as --async, not collector=
     if args.ray_workers is not None:
@@ -252,12 +276,16 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
                 cleanup.callback(store.close)
                 before = len(store.shards_written)
                 sink = GuardedSink(store, guard)
+            monitors = _monitors(args)
+            for monitor in monitors:
+                if isinstance(monitor, TensorBoardMonitor):
+                    cleanup.callback(monitor.close)
             with warnings.catch_warnings():  # a spec that cannot be stored was said when the store was made
                 warnings.simplefilter("ignore", EnvSpecNotStoredWarning)
                 collector = collector_class(
                     policy, envs, store=sink, seed=args.seed, record_infos=args.record_infos,
                     seed_every_reset=not args.seed_first_reset_only, unfinished=args.unfinished,
-                    unfinished_hint=UNFINISHED_HINT,
+                    unfinished_hint=UNFINISHED_HINT, monitor=monitors or None,
                 )
             watchdog = None
             if args.timeout is not None and args.backend not in TIMEOUT_BACKENDS:

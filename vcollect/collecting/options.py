@@ -7,10 +7,12 @@ and checks the values, once, when a collector is built.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
 from vcollect.hooks import EpisodeRolloutHook, StepHook
+from vcollect.monitor import Monitor
 
 __all__ = ["CollectorOptions", "CollectorSettings"]
 
@@ -29,6 +31,7 @@ class CollectorOptions(TypedDict, total=False):
     check_finite: bool
     on_step_hook: StepHook | None
     on_episode_done_hook: EpisodeRolloutHook | None
+    monitor: Monitor | Sequence[Monitor] | None
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,8 @@ class CollectorSettings:
         check_finite: with ``validate``, refuse NaN/inf in observations of unbounded Box spaces.
         on_step_hook: called on every step before it is recorded.
         on_episode_done_hook: called on every finished episode.
+        monitor: given live figures (steps/s, episodes, mean return, per-env rates) a few times a second
+            while collecting (vcollect.monitor); one or several.
 
     ``unfinished``: what becomes of the episodes still running when a collector with a store is closed or
     reset. ``"drop"`` (default): they are not stored, and an ``UnfinishedEpisodesWarning`` gives their count
@@ -83,6 +88,7 @@ class CollectorSettings:
     check_finite: bool = False
     on_step_hook: StepHook | None = None
     on_episode_done_hook: EpisodeRolloutHook | None = None
+    monitor: Monitor | Sequence[Monitor] | None = None
 
     def __post_init__(self) -> None:
         if self.unfinished not in ("drop", "truncate"):

@@ -25,6 +25,7 @@ from vcollect.collecting.step_context import StepContext
 from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
 from vcollect.envs.base import BaseVectorEnv
 from vcollect.envs.info_recording import InfoRecordingEnv
+from vcollect.monitor import EpisodeTally, as_monitors
 from vcollect.policies import Policy
 from vcollect.store.sink import AcceptsEnvSpec, EpisodeSink, check_sink
 
@@ -192,4 +193,6 @@ def build_context(
     )
     context.on_step_hook = settings.on_step_hook
     context.on_episode_done_hook = settings.on_episode_done_hook
+    if as_monitors(settings.monitor):
+        context.tally = EpisodeTally(context.num_envs)
     return context

@@ -32,12 +32,15 @@ class ThrottledBar:
             count added since it was last moved, at most once per ``interval``, and closed by :meth:`close`.
         interval: seconds between two moves of ``bar`` (tqdm's own default redraw period, 0.1 s).
         clock: the monotonic clock read (seconds).
+        on_move: called each time the bar is moved on (live figures taken then: vcollect.monitor).
     """
 
-    def __init__(self, bar: Any, interval: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, bar: Any, interval: float = 0.1, clock: Callable[[], float] = time.monotonic,
+                 on_move: Callable[[], None] | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
         self.bar = bar
+        self.on_move = on_move
         self.n = 0
         """The count so far (every update added in, shown or not yet)."""
         self.interval = float(interval)
@@ -67,6 +70,8 @@ class ThrottledBar:
         self._left = self._stride
         if now >= self._due:
             self._move()
+            if self.on_move is not None:
+                self.on_move()
             self._due = now + self.interval
 
     def _move(self) -> None:

@@ -27,6 +27,7 @@ from vcollect.envs import VectorEnv
 from vcollect.envs.restarts import RestartsEnvs
 from vcollect.errors import HookOutputError, ObservationError
 from vcollect.hooks import EpisodeRolloutHook, StepHook, StepRollout, check_episode_extras
+from vcollect.monitor import EpisodeTally
 from vcollect.spaces import BatchCheck, flatten_batch, leaves, unflatten_batch
 from vcollect.stats import AbandonedEpisode, EpisodeValues
 
@@ -115,6 +116,8 @@ class StepContext:
         """The next reset seed of every env id, looked up when read (for a step that restarts ended envs)."""
         self.on_step_hook: StepHook | None = None
         self.on_episode_done_hook: EpisodeRolloutHook | None = None
+        self.tally: EpisodeTally | None = None
+        """Told of every episode end where a monitor watches the collector (vcollect.monitor)."""
         self.restarter: RestartsEnvs | None = None
         """The backend, where it declares ``restarts_envs`` (it replaces failed envs; vcollect.envs.restarts)."""
         if self.capabilities.restarts_envs:
@@ -289,6 +292,8 @@ class StepContext:
     def ended(self, finished: np.ndarray) -> None:
         """The episodes of ``finished`` just ended, whole in their rings: run the episode-done hook (if set)
         and queue them for the store, one by one, so that those before a hook that raises are stored."""
+        if self.tally is not None:
+            self.tally.add(finished, self.buffer.episode_lengths[finished], self.buffer.episode_returns[finished])
         if self.on_episode_done_hook is None:
             if self.writer is not None:
                 self.writer.ended(finished)

@@ -192,5 +192,7 @@ class BlockLoop(AllEnvLoop):
         c.ledger.push_rows(~restarts if restarted.size else None, ends.mask, ends.returns, ends.lengths)
         if c.writer is not None and ends.env_ids.size:
             c.writer.block_ended(ends, restarts)
+        if c.tally is not None and ends.env_ids.size:
+            c.tally.add(ends.env_ids, ends.lengths, ends.returns)
         if restarted.size:
             c.self_started(restarted, policy_state=random)
