@@ -47,6 +47,7 @@ from vcollect.store.read.shard_census import ON_DAMAGE, OnDamage, take_census
 from vcollect.store.read.shard_reader import StoredShard
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
+from vcollect.store.write.shard import EpisodeRows
 
 __all__ = [
     "MAX_OPEN_FILES",
@@ -463,6 +464,37 @@ class Dataset:
             "truncations": idx.gather("truncations", np.dtype(np.bool_), steps, limit),
         }
 
+    def episode_rows(self, episode_indices: Iterable[int] | None = None) -> EpisodeRows:
+        """The steps of whole episodes, concatenated in the order given, read column by column (each column's
+        rows split by shard once, in file order; no episode decoded on its own): what a ring preloads.
+
+        Args:
+            episode_indices: Global episode ids (None: all of this view's, in order).
+
+        Returns:
+            Flat leaf arrays (observations T+1 rows per episode, stacks rebuilt for a ``frame_stack``
+            dataset; actions, rewards, terminations and truncations T rows) and the episodes' lengths.
+
+        Raises:
+            EpisodeIndexError: An id is not in this view.
+            TypeError: The ids are not integers.
+        """
+        idx = self._index
+        ids = self._global_ids(episode_indices)
+        lengths = idx.length[ids]
+        obs_rows = _episode_row_ranges(idx.global_obs_offset[ids], lengths + 1)
+        step_rows = _episode_row_ranges(idx.global_step_offset[ids], lengths)
+        starts = np.repeat(idx.global_obs_offset[ids], lengths + 1)
+        obs = [idx.gather_obs(column_path("observations", leaf.name), leaf.dtype, obs_rows, starts, 0)
+               for leaf in idx.obs_leaves]
+        steps = idx.row_groups(step_rows, False)
+        acts = [idx.gather(column_path("actions", leaf.name), leaf.dtype, steps, 0) for leaf in idx.act_leaves]
+        return EpisodeRows(
+            obs, acts, idx.gather("rewards", np.dtype(np.float64), steps, 0),
+            idx.gather("terminations", np.dtype(np.bool_), steps, 0),
+            idx.gather("truncations", np.dtype(np.bool_), steps, 0), lengths.tolist(),
+        )
+
     def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
         """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).
 
@@ -623,6 +655,13 @@ def default_max_open_files() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_OPEN_FILES
     return max(MIN_OPEN_FILES, min(MAX_OPEN_FILES, int(soft) // 4))
+
+
+def _episode_row_ranges(offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``offsets[i] .. offsets[i] + counts[i] - 1`` for every i, concatenated (vectorised)."""
+    total = int(counts.sum())
+    firsts = np.cumsum(counts) - counts
+    return np.repeat(offsets - firsts, counts) + np.arange(total, dtype=np.int64)
 
 
 def view_of(dataset: Dataset, episode_indices: np.ndarray) -> Dataset:
