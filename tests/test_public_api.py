@@ -130,11 +130,15 @@ DATASET_MEMBERS = {
     "steps_at", "verify",
     # seeing the data
     "render_env", "render_episode",
+    # offline-to-online: what a ring preloads
+    "episode_rows",
 }
 RING_MEMBERS = {
     "action_space", "add", "add_all", "bind_spaces", "capacity", "episode", "episode_lengths", "episode_returns",
     "extras", "has_spaces", "keep_overflow", "num_envs", "observation_space", "reset", "sample", "start_episodes",
     "unfinished",
+    # offline-to-online: preloading and checkpoints
+    "extend_from", "load", "save",
 }
 
 

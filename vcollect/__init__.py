@@ -12,7 +12,7 @@ import warnings
 from typing import Any
 
 from vcollect.async_collector import AsyncCollector
-from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
+from vcollect.buffers import MixedSampler, PrioritizedVectorRingBuffer, VectorRingBuffer
 from vcollect.collector import Collector
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
 from vcollect.hooks import EpisodeRolloutHookMCReturn
@@ -62,6 +62,7 @@ __all__ = [
     "EpisodeRolloutHookMCReturn",
     "EpisodeStore",
     "EpsilonGreedy",
+    "MixedSampler",
     "Policy",
     "PrioritizedVectorRingBuffer",
     "RandomPolicy",

@@ -16,8 +16,11 @@ from typing import Any
 __all__ = [
     "ActionError",
     "BufferNotReadyError",
+    "CheckpointExistsError",
+    "CheckpointMismatchError",
     "CodecUnavailableError",
     "CollectorStateError",
+    "CorruptCheckpointError",
     "CorruptDatasetError",
     "CorruptShardError",
     "DamagedDatasetError",
@@ -47,6 +50,7 @@ __all__ = [
     "NoImageObservationsError",
     "ObservationError",
     "ReplayDivergenceError",
+    "RingInUseError",
     "SpaceMismatchError",
     "UnfinishedEpisodesWarning",
     "UnsafePathError",
@@ -289,6 +293,22 @@ class NoImageObservationsError(DatasetError, ValueError):
 
 class EncoderUnavailableError(VCollectError, ImportError):
     """The video encoder is not installed: ``pip install 'vcollect[render]'`` (imageio and imageio-ffmpeg)."""
+
+class CheckpointExistsError(VCollectError, FileExistsError):
+    """A ring checkpoint was to be saved at a path that exists (pass ``overwrite=True`` to replace it)."""
+
+
+class CheckpointMismatchError(VCollectError, ValueError):
+    """A ring checkpoint holds another kind of ring, other spaces, env count or capacity than the ones its
+    loader asked for; the message names what differs."""
+
+
+class CorruptCheckpointError(VCollectError, ValueError):
+    """A ring checkpoint cannot be read back whole: not a checkpoint, truncated, or its data fails its checksums."""
+
+
+class RingInUseError(VCollectError, ValueError):
+    """A ring was to be filled from a dataset while episodes are running in it (preload before collecting)."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

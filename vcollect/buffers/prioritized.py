@@ -9,13 +9,15 @@ write, no tree work in the collection path); the tree takes them in one vectoris
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from vcollect.buffers.checkpoint import CheckpointReader
 from vcollect.buffers.episodes import EpisodeEnds
+from vcollect.buffers.preload import EpisodeSource
 from vcollect.buffers.ring import VectorRingBuffer
 from vcollect.buffers.sampling import (
     check_count,
@@ -173,6 +175,37 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         base = before - before % c
         self._note((base + (before - base + np.arange(len(rewards) + 1)[:, None]) % c).reshape(-1))
         return ends
+
+    def extend_from(self, dataset: EpisodeSource, episodes: Iterable[int] | None = None) -> None:
+        """As :meth:`VectorRingBuffer.extend_from`, the rows written given the largest priority so far.
+
+        Args:
+            dataset: A vcollect ``Dataset`` (or a view of one).
+            episodes: Global episode ids to preload, in order (None: all of the dataset's).
+        """
+        self._note(self._preload(dataset, episodes))
+
+    # ------------------------------------------------------------------------------------ checkpoints
+    def _checkpoint_header(self) -> dict[str, Any]:
+        self._sync()  # every row at its priority: the notes need not be saved
+        return {**super()._checkpoint_header(), "alpha": self.alpha, "beta": self.beta,
+                "weight_norm": self.weight_norm, "max_priority": self.max_priority}
+
+    def _checkpoint_arrays(self) -> dict[str, np.ndarray]:
+        return {**super()._checkpoint_arrays(), "priority/leaves": self._tree.leaves(), "priority/fresh": self._fresh}
+
+    @classmethod
+    def _checkpoint_kwargs(cls, header: Mapping[str, Any]) -> dict[str, Any]:
+        return {**super()._checkpoint_kwargs(header), "alpha": float(header["alpha"]), "beta": float(header["beta"]),
+                "weight_norm": bool(header["weight_norm"])}
+
+    def _restore(self, ckpt: CheckpointReader) -> None:
+        super()._restore(ckpt)
+        ckpt.read_into("priority/fresh", self._fresh)
+        leaves = np.empty(self._tree.size, dtype=np.float64)
+        ckpt.read_into("priority/leaves", leaves)
+        self._tree.set(np.arange(self._tree.size), leaves)
+        self.max_priority = float(ckpt.header["max_priority"])
 
     def _sync(self) -> None:
         """Give the rows written since the last sync their priority: the largest so far if they hold a step."""

@@ -12,19 +12,26 @@ microseconds.
 
 from __future__ import annotations
 
+import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
+from vcollect.buffers.checkpoint import CheckpointReader, write_checkpoint
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, SpilledChunk
+from vcollect.buffers.preload import EpisodeSource, check_source, preload
 from vcollect.buffers.row_writes import row_items, scatter_rows, write_columns, write_extras
 from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
-from vcollect.errors import BufferNotReadyError
+from vcollect.errors import BufferNotReadyError, CheckpointMismatchError, CorruptCheckpointError
 from vcollect.held_rows import HeldRows
-from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
+from vcollect.spaces import allocate, flatten_batch, leaves, space_from_dict, space_to_dict, unflatten_batch
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["EpisodeEnds", "EpisodeSlice", "RingWriter", "VectorRingBuffer"]
 
@@ -684,6 +691,196 @@ class VectorRingBuffer:
     def __getitem__(self, indices: Any) -> dict[str, Any]:
         """The transitions at flat rows ``indices`` (a batch's ``indices``), as Tianshou's ``buffer[indices]``."""
         return transitions_at(self, indices)
+
+    # ------------------------------------------------------------------------------ preload, checkpoints
+    def extend_from(self, dataset: EpisodeSource, episodes: Iterable[int] | None = None) -> None:
+        """Fill the rings with whole episodes of a dataset, read column by column and written at once.
+
+        Episode i (in the order given) goes to env ring ``i % num_envs``, after its last row, exactly as
+        ``start_episodes`` and one ``add`` per step would write it; the episodes are then data, not running
+        episodes (the next ``start_episodes`` of an env follows them). Where an env's share holds more rows
+        than its ring, its oldest rows are overwritten. A ring made without spaces takes the dataset's.
+
+        Args:
+            dataset: A vcollect ``Dataset`` (or a view of one).
+            episodes: Global episode ids to preload, in order (None: all of the dataset's).
+
+        Raises:
+            SpaceMismatchError: The dataset's spaces differ from the ring's (the message names both).
+            RingInUseError: Episodes are running in the ring, or it holds episode-hook columns.
+            EpisodeIndexError: An episode id is not in the dataset.
+            TypeError: ``dataset`` is not a vcollect Dataset.
+        """
+        self._preload(dataset, episodes)
+
+    def _preload(self, dataset: EpisodeSource, episodes: Iterable[int] | None) -> np.ndarray:
+        """extend_from's work; returns the flat rows written."""
+        check_source(self, dataset)
+        return preload(self, dataset.episode_rows(episodes))
+
+    def _checkpoint_header(self) -> dict[str, Any]:
+        """The JSON-able part of the ring's state: how to make it again, and its scalars."""
+        return {
+            "kind": type(self).__name__,
+            "num_envs": self.num_envs,
+            "capacity": self.capacity,
+            "keep_overflow": self.keep_overflow,
+            "observation_space": space_to_dict(self.observation_space),
+            "action_space": space_to_dict(self.action_space),
+            "headroom": int(self._headroom),
+            "rng": self._rng.bit_generator.state,
+            "extras": list(self.extras),
+            "overflow": {str(env): len(chunks) for env, chunks in self._overflow.items()},
+        }
+
+    def _row_arrays(self) -> dict[str, np.ndarray]:
+        """The arrays every ring of these spaces and sizes has, by checkpoint name (the live arrays)."""
+        arrays: dict[str, np.ndarray] = {}
+        for i, a in enumerate(self._obs_flat):
+            arrays[f"obs/{i}"] = a
+        for i, a in enumerate(self._act_flat):
+            arrays[f"act/{i}"] = a
+        arrays.update(rewards=self._rew_flat, terminations=self._term_flat, truncations=self._trunc_flat,
+                      has_step=self._has_flat, episode_lengths=self.episode_lengths,
+                      episode_returns=self.episode_returns, last_flat=self._last_flat, has_episode=self._has_episode,
+                      spilled=self._spilled)
+        return arrays
+
+    def _checkpoint_arrays(self) -> dict[str, np.ndarray]:
+        """The ring's arrays by checkpoint name (the live arrays themselves, never copies)."""
+        arrays = self._row_arrays()
+        for i, column in enumerate(self.extras.values()):
+            arrays[f"extras/{i}"] = column
+        for env, chunks in self._overflow.items():
+            for k, chunk in enumerate(chunks):
+                prefix = f"overflow/{env}/{k}"
+                arrays.update({f"{prefix}/obs/{i}": a for i, a in enumerate(chunk.observations)})
+                arrays.update({f"{prefix}/act/{i}": a for i, a in enumerate(chunk.actions)})
+                arrays.update({f"{prefix}/rewards": chunk.rewards, f"{prefix}/terminations": chunk.terminations,
+                               f"{prefix}/truncations": chunk.truncations})
+        return arrays
+
+    def save(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+        """Write the ring to a checkpoint file that :meth:`load` makes the same ring again from: every row,
+        the episodes running (their lengths, returns and rows copied aside), each env's write position and
+        the sampling generator, so collection and sampling go on exactly where they stopped.
+
+        The arrays are streamed into the file chunk by chunk straight from the ring's memory (no copy of the
+        ring), each chunk with a checksum; the file is written under a temporary name, fsynced and renamed,
+        so a save killed at any point leaves the checkpoint that was at ``path`` before, whole.
+
+        Args:
+            path: The checkpoint file to write (its folder must exist).
+            overwrite: Replace a checkpoint at ``path`` (it stays readable until the new one is whole).
+
+        Returns:
+            The path written.
+
+        Raises:
+            CheckpointExistsError: ``path`` exists and ``overwrite`` is false.
+            BufferNotReadyError: The ring has no spaces yet.
+            FileNotFoundError: The folder of ``path`` does not exist.
+        """
+        if not self.has_spaces:
+            raise BufferNotReadyError("this ring has no spaces (nor rows) yet: there is nothing to save")
+        return write_checkpoint(path, self._checkpoint_header(), self._checkpoint_arrays(), overwrite=overwrite)
+
+    @classmethod
+    def _checkpoint_kwargs(cls, header: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments that make the ring of a checkpoint's header (allocated, empty)."""
+        return {"num_envs": int(header["num_envs"]), "capacity": int(header["capacity"]),
+                "observation_space": space_from_dict(header["observation_space"]),
+                "action_space": space_from_dict(header["action_space"]),
+                "keep_overflow": bool(header["keep_overflow"])}
+
+    def _restore(self, ckpt: CheckpointReader) -> None:
+        """Read a checkpoint's arrays and scalars into this ring, made from its header."""
+        header = ckpt.header
+        for name, arr in self._row_arrays().items():
+            ckpt.read_into(name, arr)
+        n = self.num_envs * self.capacity
+        for i, name in enumerate(header["extras"]):
+            column = ckpt.read(f"extras/{i}")
+            if column.shape[:1] != (n,):
+                raise CorruptCheckpointError(f"{ckpt.path}: extras column {name!r} has {column.shape[:1]} rows, not {n}")
+            self.extras[str(name)] = column
+        for env, count in header["overflow"].items():
+            chunks = []
+            for k in range(int(count)):
+                prefix = f"overflow/{int(env)}/{k}"
+                chunks.append(SpilledChunk(
+                    [ckpt.read(f"{prefix}/obs/{i}") for i in range(len(self._obs_flat))],
+                    [ckpt.read(f"{prefix}/act/{i}") for i in range(len(self._act_flat))],
+                    ckpt.read(f"{prefix}/rewards"), ckpt.read(f"{prefix}/terminations"),
+                    ckpt.read(f"{prefix}/truncations"),
+                ))
+            self._overflow[int(env)] = chunks
+        self._headroom = int(header["headroom"])
+        state = header["rng"]
+        if not isinstance(state, dict) or state.get("bit_generator") != "PCG64":
+            raise CorruptCheckpointError(f"{ckpt.path}: the sampling generator's state is not a PCG64 state")
+        self._rng = np.random.Generator(np.random.PCG64())
+        self._rng.bit_generator.state = state
+        last = self._last_flat
+        if last.size and (int(last.min()) < 0 or int(last.max()) >= n):
+            raise CorruptCheckpointError(f"{ckpt.path}: write positions outside the rings")
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        observation_space: gym.Space[Any] | None = None,
+        action_space: gym.Space[Any] | None = None,
+        num_envs: int | None = None,
+        capacity: int | None = None,
+    ) -> Self:
+        """Make the ring a checkpoint written by :meth:`save` holds, as it was: rows, running episodes, write
+        positions, sampling generator (and a prioritized ring's priorities). What is given is checked against
+        the checkpoint before anything is allocated.
+
+        Args:
+            path: The checkpoint file.
+            observation_space: The observation space the ring must have (None: any).
+            action_space: The action space the ring must have (None: any).
+            num_envs: The number of env rings it must have (None: any).
+            capacity: The rows per env ring it must have (None: any).
+
+        Returns:
+            The ring.
+
+        Raises:
+            CheckpointMismatchError: The checkpoint holds another kind of ring, or differs from what was given
+                (the message names each difference).
+            CorruptCheckpointError: The file is not a ring checkpoint, is truncated, or fails its checksums.
+            FileNotFoundError: No file at ``path``.
+        """
+        with CheckpointReader(path) as ckpt:
+            header = ckpt.header
+            kind = header.get("kind")
+            if kind != cls.__name__:
+                raise CheckpointMismatchError(
+                    f"{ckpt.path} holds a {kind}, not a {cls.__name__}: load it with {kind}.load"
+                )
+            try:
+                kwargs = cls._checkpoint_kwargs(header)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CorruptCheckpointError(f"{ckpt.path}: unreadable ring description in its header ({exc!r})") from None
+            wanted = {"observation_space": observation_space, "action_space": action_space, "num_envs": num_envs,
+                      "capacity": capacity}
+            differs = [f"its {name} is {kwargs[name]}, {value} was asked for" for name, value in wanted.items()
+                       if value is not None and kwargs[name] != value]
+            if differs:
+                raise CheckpointMismatchError(f"{ckpt.path} does not hold the ring asked for: " + "; ".join(differs))
+            ring = cls(**kwargs)
+            try:
+                ring._restore(ckpt)
+            except (KeyError, TypeError, ValueError) as exc:
+                if isinstance(exc, CorruptCheckpointError):
+                    raise
+                raise CorruptCheckpointError(f"{ckpt.path}: unreadable ring state ({exc!r})") from None
+        return ring
+
 
 
 class RingWriter:

@@ -6,11 +6,11 @@ import os
 import shutil
 from pathlib import Path
 
+from vcollect.durable import folder_lock, fsync_dir
 from vcollect.errors import DatasetError, DatasetNotFoundError
 from vcollect.store.layout.containment import check_contained
 from vcollect.store.layout.dataset_dir import nested_datasets
 from vcollect.store.layout.dataset_info import DATASET_FILE
-from vcollect.store.layout.durable import folder_lock, fsync_dir
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.staging import hidden_dir, remove_stale_staging
 

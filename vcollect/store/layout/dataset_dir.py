@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from vcollect.durable import folder_lock, fsync_dir
 from vcollect.errors import (
     DatasetError,
     DatasetExistsError,
@@ -32,7 +33,6 @@ from vcollect.store.layout.dataset_info import (
     read_dataset_info,
     write_json_atomic,
 )
-from vcollect.store.layout.durable import folder_lock, fsync_dir
 from vcollect.store.layout.manifest import MANIFEST_DIR
 from vcollect.store.layout.staging import (
     exchange_paths,

@@ -18,9 +18,9 @@ from typing import Any
 
 import gymnasium as gym
 
+from vcollect.durable import TMP_SUFFIX, folder_lock, fsync_dir
 from vcollect.errors import CorruptDatasetError, DatasetNotFoundError, DiskFullError, MetadataKeyError
 from vcollect.spaces import space_from_dict, space_to_dict
-from vcollect.store.layout.durable import TMP_SUFFIX, folder_lock, fsync_dir
 from vcollect.store.layout.schema import json_default, to_json
 from vcollect.store.layout.shard_format import SHARD_SUFFIX
 

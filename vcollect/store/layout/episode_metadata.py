@@ -20,9 +20,9 @@ from typing import Any
 import h5py
 import numpy as np
 
+from vcollect.durable import folder_lock
 from vcollect.errors import CorruptDatasetError, MetadataKeyError
 from vcollect.store.layout.dataset_info import dataset_files, read_json_object, write_json_atomic
-from vcollect.store.layout.durable import folder_lock
 from vcollect.store.layout.schema import json_default
 
 __all__ = [

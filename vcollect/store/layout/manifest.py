@@ -25,7 +25,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from vcollect.store.layout.durable import fsync_dir
+from vcollect.durable import fsync_dir
 from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR
 
 __all__ = [

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from vcollect.durable import fsync_dir
 from vcollect.errors import (
     CorruptDatasetError,
     DatasetError,
@@ -44,7 +45,6 @@ from vcollect.errors import (
 )
 from vcollect.store.layout.containment import check_contained, is_plain_relative
 from vcollect.store.layout.dataset_info import read_side_file, write_json_atomic
-from vcollect.store.layout.durable import fsync_dir
 from vcollect.store.layout.staging import JOURNAL_NAME_FILE, is_stale, pid_space, publish_dir
 
 __all__ = ["JOURNAL_RE", "journal_key_path", "journal_signature", "publish_together", "recover_publishes"]

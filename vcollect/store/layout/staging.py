@@ -12,19 +12,17 @@ from __future__ import annotations
 import ctypes
 import errno
 import functools
-import hashlib
 import os
 import re
 import shutil
-import socket
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+from vcollect.durable import TMP_SUFFIX, folder_lock, fsync_dir, pid_space, process_alive
 from vcollect.errors import DatasetError, DatasetExistsError, UnsafePathError
 from vcollect.store.layout.containment import check_contained
-from vcollect.store.layout.durable import TMP_SUFFIX, folder_lock, fsync_dir
 from vcollect.store.layout.shard_format import SHARD_SUFFIX
 
 __all__ = [
@@ -63,30 +61,6 @@ _JSON_TMP_RE = re.compile(r"dataset\.json\.\d+\.[0-9a-f]+" + re.escape(TMP_SUFFI
 _HIDDEN_DIR_RE = re.compile(
     r"\.(?P<name>.+)\.(?P<kind>staging|replaced|deleting)-(?P<space>[0-9a-f]{8})-(?P<pid>\d+)-[0-9a-f]{12}"
 )
-
-
-@functools.cache
-def pid_space() -> str:
-    """8 hex digits naming this process-id space: the same for processes that can see each other's pids."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
-        namespace = os.readlink("/proc/self/ns/pid")
-    except OSError:  # no /proc: the host name (pids are then only compared on one machine)
-        boot, namespace = socket.gethostname(), ""
-    return hashlib.sha1(f"{boot}|{namespace}".encode(), usedforsecurity=False).hexdigest()[:8]
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (in this process-id space)."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):  # OverflowError: no pid is that large
-        return False
-    except PermissionError:  # exists, owned by another user
-        return True
-    except OSError:
-        return True
-    return True
 
 
 def is_stale(space: str, pid: int, path: Path) -> bool:

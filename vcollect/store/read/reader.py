@@ -53,6 +53,7 @@ from vcollect.store.read.shard_census import ON_DAMAGE, OnDamage, take_census
 from vcollect.store.read.shard_reader import StoredShard
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
+from vcollect.store.write.shard import EpisodeRows
 
 __all__ = [
     "MAX_OPEN_FILES",
@@ -469,7 +470,8 @@ class Dataset:
 
     # ------------------------------------------------------------------ transitions
 
-    def sample_steps(self, batch_size: int, *, cache_bytes: int | None = None) -> dict[str, Any]:
+    def sample_steps(self, batch_size: int, *, cache_bytes: int | None = None, n_step: int | None = None,
+                     gamma: float | None = None) -> dict[str, Any]:
         """Draw ``batch_size`` transitions uniformly (with replacement) over all steps of this view.
 
         Episodes are not decoded: rows are gathered from the shards directly. On the first call the sampled
@@ -481,19 +483,23 @@ class Dataset:
             batch_size: How many transitions to draw.
             cache_bytes: The most bytes that in-memory copy may take (default :data:`SAMPLE_CACHE_BYTES`,
                 64 MiB; 0 never copies).
+            n_step: With ``gamma``, add n-step returns as :meth:`steps_at` does.
+            gamma: The discount of the n-step returns.
 
         Returns:
             ``observations``, ``actions``, ``rewards``, ``next_observations``, ``terminations`` and
-            ``truncations``, one row per transition (nested batches for Dict/Tuple spaces).
+            ``truncations``, one row per transition (nested batches for Dict/Tuple spaces); the n-step keys
+            with ``n_step``.
 
         Raises:
-            ValueError: The view has no steps, or ``cache_bytes`` is negative.
+            ValueError: The view has no steps, ``cache_bytes`` is negative, or bad ``n_step`` / ``gamma``.
         """
         cum = self._cumulative_lengths()
         total = int(cum[-1]) if cum.size else 0
         if total == 0:
             raise ValueError(f"dataset {self.id!r} has no steps to sample")
-        return self.steps_at(self._rng.integers(0, total, size=batch_size), cache_bytes=cache_bytes)
+        return self.steps_at(self._rng.integers(0, total, size=batch_size), cache_bytes=cache_bytes, n_step=n_step,
+                             gamma=gamma)
 
     def _cumulative_lengths(self) -> np.ndarray:
         """Running sum of this view's episode lengths (computed once): maps step positions to episodes."""
@@ -501,20 +507,30 @@ class Dataset:
             self._cum_lengths = np.cumsum(self._index.length[self._episode_indices])
         return self._cum_lengths
 
-    def steps_at(self, positions: Any, *, cache_bytes: int | None = None) -> dict[str, Any]:
+    def steps_at(self, positions: Any, *, cache_bytes: int | None = None, n_step: int | None = None,
+                 gamma: float | None = None) -> dict[str, Any]:
         """The transitions at given step positions of this view, as sample_steps returns them.
+
+        With ``n_step=n`` and ``gamma`` (both or neither) the batch also holds the n-step keys a ring's
+        ``sample`` gives, computed the same way: from step t, m steps (up to n, stopping after a step that
+        terminates or truncates and at the episode's last step), ``n_step_returns`` (the sum over j < m of
+        ``gamma**j * reward[t + j]``, summed backward), ``n_step_next_observations`` (the observation after
+        step t + m - 1) and ``n_step_discounts`` (``gamma**m``, 0 where step t + m - 1 terminated).
 
         Args:
             positions: Ints in [0, steps of this view), the view's steps counted episode by episode in order.
             cache_bytes: As sample_steps'.
+            n_step: With ``gamma``, add n-step returns over at most this many steps (>= 1).
+            gamma: The discount of the n-step returns, in [0, 1].
 
         Returns:
             The transitions, in the order of ``positions``.
 
         Raises:
             IndexError: A position is out of range.
-            ValueError: ``cache_bytes`` is negative.
+            ValueError: ``cache_bytes`` is negative, or bad ``n_step`` / ``gamma``.
         """
+        nstep = _checked_nstep(n_step, gamma)
         limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         if limit < 0:
             raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
@@ -540,7 +556,7 @@ class Dataset:
         steps = idx.row_groups(step_rows, False)  # split by shard once for the five step columns
         for leaf in idx.act_leaves:
             acts.append(idx.gather(column_path("actions", leaf.name), leaf.dtype, steps, limit))
-        return {
+        batch = {
             "observations": unflatten_batch(idx.observation_space, obs),
             "actions": unflatten_batch(idx.action_space, acts),
             "rewards": idx.gather("rewards", np.dtype(np.float64), steps, limit),
@@ -548,6 +564,69 @@ class Dataset:
             "terminations": idx.gather("terminations", np.dtype(np.bool_), steps, limit),
             "truncations": idx.gather("truncations", np.dtype(np.bool_), steps, limit),
         }
+        if nstep is not None:
+            batch.update(self._nstep_targets(step_rows, obs_rows, starts, idx.length[episodes] - within, limit, *nstep))
+        return batch
+
+    def _nstep_targets(self, step_rows: np.ndarray, obs_rows: np.ndarray, starts: np.ndarray, left: np.ndarray,
+                       limit: int, n_step: int, gamma: float) -> dict[str, Any]:
+        """steps_at's n-step keys for steps at global ``step_rows`` / ``obs_rows`` with ``left`` steps to their
+        episode's end (the step itself included)."""
+        idx = self._index
+        ahead = np.arange(n_step)
+        rows = step_rows[:, None] + np.minimum(ahead, left[:, None] - 1)  # (batch, n), clamped inside the episode
+        groups = idx.row_groups(rows.reshape(-1), False)
+        rew = idx.gather("rewards", np.dtype(np.float64), groups, limit).reshape(rows.shape)
+        term = idx.gather("terminations", np.dtype(np.bool_), groups, limit).reshape(rows.shape)
+        ended = term | idx.gather("truncations", np.dtype(np.bool_), groups, limit).reshape(rows.shape)
+        stop = ended | (ahead >= left[:, None] - 1)  # the walk stops after such a step
+        stop[:, -1] = True
+        m = stop.argmax(axis=1) + 1  # steps taken
+        last = m - 1
+        batch = np.arange(len(m))
+        returns = rew[batch, last]
+        for j in range(n_step - 2, -1, -1):  # backward, as a ring sums them
+            returns = np.where(j < last, rew[:, j] + gamma * returns, returns)
+        powers = np.ones(n_step + 1)
+        powers[1:] = np.cumprod(np.full(n_step, gamma))
+        boot = [idx.gather_obs(column_path("observations", leaf.name), leaf.dtype, obs_rows + m, starts, limit)
+                for leaf in idx.obs_leaves]
+        return {
+            "n_step_returns": returns,
+            "n_step_next_observations": unflatten_batch(idx.observation_space, boot),
+            "n_step_discounts": np.where(term[batch, last], 0.0, powers[m]),
+        }
+
+    def episode_rows(self, episode_indices: Iterable[int] | None = None) -> EpisodeRows:
+        """The steps of whole episodes, concatenated in the order given, read column by column (each column's
+        rows split by shard once, in file order; no episode decoded on its own): what a ring preloads.
+
+        Args:
+            episode_indices: Global episode ids (None: all of this view's, in order).
+
+        Returns:
+            Flat leaf arrays (observations T+1 rows per episode, stacks rebuilt for a ``frame_stack``
+            dataset; actions, rewards, terminations and truncations T rows) and the episodes' lengths.
+
+        Raises:
+            EpisodeIndexError: An id is not in this view.
+            TypeError: The ids are not integers.
+        """
+        idx = self._index
+        ids = self._global_ids(episode_indices)
+        lengths = idx.length[ids]
+        obs_rows = _episode_row_ranges(idx.global_obs_offset[ids], lengths + 1)
+        step_rows = _episode_row_ranges(idx.global_step_offset[ids], lengths)
+        starts = np.repeat(idx.global_obs_offset[ids], lengths + 1)
+        obs = [idx.gather_obs(column_path("observations", leaf.name), leaf.dtype, obs_rows, starts, 0)
+               for leaf in idx.obs_leaves]
+        steps = idx.row_groups(step_rows, False)
+        acts = [idx.gather(column_path("actions", leaf.name), leaf.dtype, steps, 0) for leaf in idx.act_leaves]
+        return EpisodeRows(
+            obs, acts, idx.gather("rewards", np.dtype(np.float64), steps, 0),
+            idx.gather("terminations", np.dtype(np.bool_), steps, 0),
+            idx.gather("truncations", np.dtype(np.bool_), steps, 0), lengths.tolist(),
+        )
 
     def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
         """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).
@@ -709,6 +788,26 @@ def default_max_open_files() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_OPEN_FILES
     return max(MIN_OPEN_FILES, min(MAX_OPEN_FILES, int(soft) // 4))
+
+
+def _checked_nstep(n_step: Any, gamma: Any) -> tuple[int, float] | None:
+    """``(n_step, gamma)`` checked (an int >= 1 and a real in [0, 1]), or None when neither is given."""
+    if n_step is None and gamma is None:
+        return None
+    if n_step is None or gamma is None:
+        raise ValueError(f"n_step and gamma go together: pass both or neither, got n_step={n_step!r}, gamma={gamma!r}")
+    if isinstance(n_step, bool) or not isinstance(n_step, (int, np.integer)) or n_step < 1:
+        raise ValueError(f"n_step must be an int >= 1, got {n_step!r}")
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) or not 0.0 <= float(gamma) <= 1.0:
+        raise ValueError(f"gamma must be a discount factor, a real number in [0, 1] (e.g. 0.99), got {gamma!r}")
+    return int(n_step), float(gamma)
+
+
+def _episode_row_ranges(offsets: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``offsets[i] .. offsets[i] + counts[i] - 1`` for every i, concatenated (vectorised)."""
+    total = int(counts.sum())
+    firsts = np.cumsum(counts) - counts
+    return np.repeat(offsets - firsts, counts) + np.arange(total, dtype=np.int64)
 
 
 def view_of(dataset: Dataset, episode_indices: np.ndarray) -> Dataset:

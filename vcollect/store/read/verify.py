@@ -10,10 +10,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from vcollect.durable import TMP_SUFFIX
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf, batch_contains, leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import SHARDS_DIR, dataset_files, dataset_spaces
-from vcollect.store.layout.durable import TMP_SUFFIX
 from vcollect.store.layout.manifest import (
     MANIFEST_DIR,
     SUMMARY_CHECKSUM,

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vcollect.durable import fsync_dir
 from vcollect.errors import DatasetError, DiskFullError
 from vcollect.store.layout.dataset_dir import NO_SPACE, HeldDir, Identity, check_identity
-from vcollect.store.layout.durable import fsync_dir
 from vcollect.store.layout.manifest import record_commit
 from vcollect.store.write.compression import Compression
 from vcollect.store.write.shard import PendingShard, write_shard

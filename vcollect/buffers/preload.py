@@ -1,0 +1,126 @@
+"""Preloading rings from a dataset: whole episodes written into the rings at once, vectorised over all their rows.
+
+The dataset is anything that offers its spaces and ``episode_rows`` (:class:`EpisodeSource`: a vcollect
+``Dataset``); functions of a ring's flat arrays (``VectorRingBuffer`` internals), kept apart from its
+per-step write path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+
+from vcollect.errors import RingInUseError, SpaceMismatchError
+
+if TYPE_CHECKING:
+    from vcollect.buffers.ring import VectorRingBuffer
+
+__all__ = ["EpisodeColumns", "EpisodeSource", "preload"]
+
+
+class EpisodeColumns(Protocol):
+    """Whole episodes' rows concatenated in order, in flat leaf form (observations T+1 rows per episode,
+    the step columns T rows)."""
+
+    @property
+    def obs(self) -> list[np.ndarray]: ...
+    @property
+    def acts(self) -> list[np.ndarray]: ...
+    @property
+    def rewards(self) -> np.ndarray: ...
+    @property
+    def terminations(self) -> np.ndarray: ...
+    @property
+    def truncations(self) -> np.ndarray: ...
+    @property
+    def lengths(self) -> Sequence[int]: ...
+
+
+@runtime_checkable
+class EpisodeSource(Protocol):
+    """What a ring preloads from: spaces, and whole episodes' rows read at once (a vcollect ``Dataset``)."""
+
+    @property
+    def observation_space(self) -> gym.Space[Any]: ...
+    @property
+    def action_space(self) -> gym.Space[Any]: ...
+    def episode_rows(self, episode_indices: Iterable[int] | None = None) -> EpisodeColumns: ...
+
+
+def check_source(ring: VectorRingBuffer, source: Any) -> None:
+    """Refuse a source that is not an EpisodeSource, or whose spaces are not the ring's, and a ring with running
+    episodes or episode-hook columns; give a ring without spaces the source's."""
+    if not isinstance(source, EpisodeSource):
+        raise TypeError(
+            f"extend_from takes a vcollect Dataset (load_dataset(...)), got {type(source).__name__}"
+        )
+    if not ring.has_spaces:
+        ring.bind_spaces(source.observation_space, source.action_space)
+        return
+    for what, mine, theirs in (("observation", ring.observation_space, source.observation_space),
+                               ("action", ring.action_space, source.action_space)):
+        if mine != theirs:
+            raise SpaceMismatchError(
+                f"the dataset's {what} space {theirs} differs from the ring's {what} space {mine}; preload a "
+                "dataset collected from the ring's envs, or make the ring with the dataset's spaces"
+            )
+    running = np.flatnonzero(ring._has_episode)
+    if running.size:
+        raise RingInUseError(
+            f"envs {running[:8].tolist()} have episodes running in this ring: preload with extend_from before "
+            "collecting (then reset the collector with reset_buffer=False), or preload a new ring"
+        )
+    if ring.extras:
+        raise RingInUseError(
+            f"this ring holds episode-hook columns {sorted(ring.extras)} that the dataset's steps have no values "
+            "for; preload a ring that no episode-done hook has written to"
+        )
+
+
+def preload(ring: VectorRingBuffer, episodes: EpisodeColumns) -> np.ndarray:
+    """Write whole episodes into the rings, episode i into env ring ``i % num_envs``, each after its ring's last
+    row, as ``start_episodes`` and one ``add`` per step would, followed by giving the episode up (it is data,
+    not a running episode: the ring's next ``start_episodes`` follows it). Where an env's episodes hold more
+    rows than its ring, the oldest rows are overwritten, as those writes would. Returns the flat rows written.
+    """
+    n, c = ring.num_envs, ring.capacity
+    lengths = np.asarray(episodes.lengths, dtype=np.int64)
+    count = lengths.size
+    if count == 0:
+        return np.zeros(0, dtype=np.intp)
+    rows = lengths + 1
+    env = np.arange(count, dtype=np.int64) % n
+    # each episode's first row among its env's rows written now: cumulative rows of the env's earlier episodes
+    order = np.argsort(env, kind="stable")
+    env_rows = rows[order]
+    ends = np.cumsum(env_rows)
+    firsts_sorted = ends - env_rows
+    per_env = np.bincount(env, weights=rows, minlength=n).astype(np.int64)
+    env_base = np.concatenate([[0], np.cumsum(per_env)[:-1]])
+    first = np.empty(count, dtype=np.int64)
+    first[order] = firsts_sorted - env_base[env[order]]
+    # every row: its env, its place among the env's rows written now, whether it holds a step
+    row_env = np.repeat(env, rows)
+    within = np.arange(int(rows.sum()), dtype=np.int64) - np.repeat(np.cumsum(rows) - rows, rows)
+    place = np.repeat(first, rows) + within
+    is_step = within < np.repeat(lengths, rows)
+    keep = place >= per_env[row_env] - c  # the last c rows of each env survive
+    start = (ring._last_flat % c + 1) % c  # the row after each env's last row
+    flat = (row_env * c + (start[row_env] + place) % c).astype(np.intp)
+    kept = flat[keep]
+    for store, values in zip(ring._obs_flat, episodes.obs):
+        store[kept] = values[keep]
+    step_keep = keep[is_step]
+    step_rows = flat[is_step][step_keep]
+    for store, values in zip(ring._act_flat, episodes.acts):
+        store[step_rows] = values[step_keep]
+    ring._rew_flat[step_rows] = episodes.rewards[step_keep]
+    ring._term_flat[step_rows] = episodes.terminations[step_keep]
+    ring._trunc_flat[step_rows] = episodes.truncations[step_keep]
+    ring._has_flat[kept] = is_step[keep]
+    touched = np.unique(env)
+    ring._last_flat[touched] = touched * c + (start[touched] + per_env[touched] - 1) % c  # their last rows written
+    return kept
