@@ -29,6 +29,7 @@ from tianshou.data import Collector as TianshouCollector  # noqa: E402
 from tianshou.env import DummyVectorEnv as TianshouDummyVectorEnv  # noqa: E402
 from tianshou.utils.net.common import Net, Recurrent  # noqa: E402
 from tianshou.utils.net.continuous import ContinuousActorProbabilistic  # noqa: E402
+from tianshou.utils.torch_utils import policy_within_training_step  # noqa: E402
 from torch.distributions import Independent, Normal  # noqa: E402
 
 from tests.sinks import ListStore  # noqa: E402
@@ -225,24 +226,108 @@ def greedy_actions(policy: DiscreteQLearningPolicy, obs: np.ndarray) -> np.ndarr
         return policy.model(torch.as_tensor(obs))[0].argmax(dim=1).numpy()
 
 
-def test_exploration_noise_is_the_policys_own_and_only_when_the_collector_asks() -> None:
-    """DQN with eps_inference=1: greedy without exploration_noise, uniformly random with it."""
+def collected(policy: Any, n_step: int = 300, **options: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The observations and actions of n_step transitions on CartPole, numpy's global generator seeded
+    (Tianshou's DQN draws its epsilon from it)."""
+    np.random.seed(0)
+    sink = ListStore()
     env_fns = [seeded("CartPole-v1", list(range(100, 200)))]
-    results = {}
+    collector = Collector(policy, DummyVectorEnv(env_fns), store=sink, seed=0, unfinished="truncate", **options)
+    collector.reset()
+    collector.collect(n_step=n_step)
+    collector.close()
+    obs = np.concatenate([e.observations[:-1] for e in sink.episodes])
+    acts = np.concatenate([e.actions for e in sink.episodes])
+    assert len(acts) == n_step
+    return obs, acts
+
+
+def test_a_wrapped_policy_explores_as_in_tianshous_collector_under_the_callers_flag() -> None:
+    """TianshouPolicy(policy) (exploration_noise=False): noise only where the collector asks, at the epsilon
+    the caller's flag picks: eps_inference outside a training step, eps_training inside one."""
+    non_greedy = {}
     for noise in (False, True):
         policy = dqn_policy(eps_inference=1.0)
-        sink = ListStore()
-        collector = Collector(
-            policy, DummyVectorEnv(env_fns), store=sink, seed=0, exploration_noise=noise, unfinished="truncate"
-        )
-        collector.reset()
-        collector.collect(n_step=300)
-        collector.close()
-        obs = np.concatenate([e.observations[:-1] for e in sink.episodes])
-        acts = np.concatenate([e.actions for e in sink.episodes])
-        results[noise] = float(np.mean(acts != greedy_actions(policy, obs)))
-    assert results[False] == 0.0
-    assert 0.3 < results[True] < 0.7  # a random action differs from the greedy one half of the time
+        obs, acts = collected(TianshouPolicy(policy), exploration_noise=noise)
+        non_greedy[noise] = int(np.sum(acts != greedy_actions(policy, obs)))
+    assert non_greedy[False] == 0
+    assert 90 < non_greedy[True] < 210  # a random action differs from the greedy one half of the time
+    policy = dqn_policy(eps_training=1.0)
+    obs, acts = collected(TianshouPolicy(policy), exploration_noise=True)
+    assert np.array_equal(acts, greedy_actions(policy, obs))  # eps_inference (0) outside the training step
+    with policy_within_training_step(policy):
+        obs, acts = collected(TianshouPolicy(policy), exploration_noise=True)
+    assert 90 < int(np.sum(acts != greedy_actions(policy, obs))) < 210
+
+
+ROUTES = {  # how the user asks for exploration: (wrapper's exploration_noise or None: unwrapped, collector's)
+    "collector given the policy": (None, True),
+    "TianshouPolicy(exploration_noise=True)": (True, False),
+    "both": (True, True),
+}
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("context", ["none", "disabled"])
+def test_exploration_noise_explores_at_eps_training_outside_any_training_step(route: str, context: str) -> None:
+    """With eps_training 1.0 the collected actions are uniformly random (counted against the greedy ones),
+    with 0.0 all greedy (eps_inference is then 1.0, so a call outside the training step would be random),
+    whether the caller is in no context or in policy_within_training_step(enabled=False); the flag is set
+    back after each call, and asking twice (wrapper and collector) adds the noise once."""
+    wrapper, collector_noise = ROUTES[route]
+    results = {}
+    for eps in (1.0, 0.0):
+        policy = dqn_policy(eps_training=eps, eps_inference=1.0 - eps)
+        given = policy if wrapper is None else TianshouPolicy(policy, exploration_noise=wrapper)
+        if context == "disabled":
+            with policy_within_training_step(policy, enabled=False):
+                obs, acts = collected(given, exploration_noise=collector_noise)
+        else:
+            obs, acts = collected(given, exploration_noise=collector_noise)
+        assert policy.is_within_training_step is False
+        results[eps] = (int(np.sum(acts != greedy_actions(policy, obs))), np.bincount(acts, minlength=2))
+    assert results[0.0][0] == 0
+    non_greedy, counts = results[1.0]
+    assert 110 < non_greedy < 190 and counts.min() > 110  # binomial(300, 1/2): both actions, half non-greedy
+    policy = dqn_policy(eps_training=1.0)
+    once = collected(TianshouPolicy(policy, exploration_noise=True))[1]
+    assert np.array_equal(once, collected(TianshouPolicy(policy, exploration_noise=True), exploration_noise=True)[1])
+
+
+class FlagRecordingPolicy(TianshouBasePolicy):
+    """Action 0 always; records is_within_training_step in forward and in add_exploration_noise."""
+
+    def __init__(self) -> None:
+        super().__init__(action_space=gym.spaces.Discrete(2))
+        self.flags: list[tuple[str, bool]] = []
+
+    def forward(self, batch: Any, state: Any = None, **kwargs: Any) -> Batch:
+        self.flags.append(("forward", self.is_within_training_step))
+        return Batch(act=np.zeros(len(batch.obs), np.int64))
+
+    def add_exploration_noise(self, act: Any, batch: Any) -> Any:
+        self.flags.append(("noise", self.is_within_training_step))
+        return act
+
+
+def test_exploring_calls_run_forward_and_noise_in_the_training_step_and_others_under_the_callers_flag() -> None:
+    obs = np.zeros((2, 4), np.float32)
+    policy = FlagRecordingPolicy()
+    TianshouPolicy(policy, exploration_noise=True)(obs)
+    assert policy.flags == [("forward", True), ("noise", True)] and not policy.is_within_training_step
+    policy.flags.clear()
+    wrapped = TianshouPolicy(policy)
+    actions, _ = wrapped(obs)
+    wrapped.add_exploration_noise(actions, obs)
+    with policy_within_training_step(policy):
+        actions, _ = wrapped(obs)
+        wrapped.add_exploration_noise(actions, obs)
+    assert policy.flags == [("forward", False), ("noise", False), ("forward", True), ("noise", True)]
+    policy.flags.clear()
+    TianshouPolicy(policy, exploration_noise=True).add_exploration_noise(actions, obs)
+    assert policy.flags == []  # the call added the noise already
+    with pytest.raises(TypeError, match="exploration_noise must be True or False"):
+        TianshouPolicy(policy, exploration_noise="yes")  # type: ignore[arg-type]
 
 
 def test_torch_policy_accepts_tianshou_nets_returning_output_and_state() -> None:

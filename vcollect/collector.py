@@ -52,7 +52,10 @@ class Collector:
 
     A Tianshou policy or Algorithm is wrapped in ``vcollect.policies.TianshouPolicy`` (recognised by
     isinstance against Tianshou's classes when tianshou is imported), without infos: a policy that asks for
-    them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last. With a ``store``
+    them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last; with
+    ``exploration_noise=True`` it acts as in Tianshou's training step (its training-time exploration, such as
+    DQN's ``eps_training``, whether or not the caller entered ``policy_within_training_step``; wrap it in
+    ``TianshouPolicy(p)`` yourself to follow the caller's flag as Tianshou's Collector does). With a ``store``
     (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every completed episode is written
     whole, with the seed of its reset and its env id; a ``buffer`` given with a store is switched to keep
     episodes longer than its rings whole (as ``keep_overflow=True`` does). ``seed`` seeds the generator behind
@@ -104,7 +107,7 @@ class Collector:
         **options: Unpack[CollectorOptions],
     ) -> None:
         settings = CollectorSettings(**options)
-        self.policy = as_policy(policy)  # a Tianshou Policy/Algorithm is wrapped in TianshouPolicy
+        self.policy = as_policy(policy, settings.exploration_noise)  # a Tianshou Policy/Algorithm: TianshouPolicy
         self.context = context = build_context(
             self.policy, envs, buffer, store, settings, batched_recv=self.handles_batched_recv
         )

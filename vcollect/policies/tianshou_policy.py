@@ -1,12 +1,14 @@
 """TianshouPolicy: a Tianshou 2.x policy (or Algorithm, for its policy) called by vcollect's collectors.
 
 Imports torch and tianshou; ``vcollect.policies`` exposes it lazily, and the collectors wrap a Tianshou
-policy in it by themselves (vcollect.policies.wrapping.as_policy), with ``pass_infos=False``.
+policy in it by themselves (vcollect.policies.wrapping.as_policy), with ``pass_infos=False`` and their own
+``exploration_noise``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -14,6 +16,7 @@ import torch
 from tianshou.algorithm.algorithm_base import Algorithm
 from tianshou.algorithm.algorithm_base import Policy as TianshouBasePolicy
 from tianshou.data import Batch, to_numpy
+from tianshou.utils.torch_utils import policy_within_training_step
 
 from vcollect.errors import ActionError
 from vcollect.policies.torch_threads import call_with_threads, check_num_threads
@@ -38,11 +41,29 @@ class TianshouPolicy:
     that reads a key of it fails with Batch's error for a missing key. A policy passed to a collector
     unwrapped gets the default; wrap it to pass infos.
 
-    Then, as in Tianshou's Collector: the collector's ``exploration_noise=True`` calls
-    ``add_exploration_noise`` (the policy's own, e.g. DQN's epsilon: ``eps_training`` while
-    ``policy.is_within_training_step`` is set, ``eps_inference`` otherwise), and ``map_action`` maps
-    the result into the env's action space. vcollect stores the mapped action (the one the env
-    received, so stored episodes replay); Tianshou's buffer stores the raw one.
+    Exploration: a Tianshou policy explores as in training only while its ``is_within_training_step`` flag
+    is set (DQN's ``add_exploration_noise`` takes ``eps_training`` then, ``eps_inference`` otherwise;
+    policies with ``deterministic_eval``, such as SAC's or PPO's actor, sample only then). Tianshou's trainer
+    sets it (``policy_within_training_step``) around its training collector's calls; a script collecting
+    outside a trainer has it unset, and its "exploring" collector then explores at ``eps_inference``
+    (0 by default: every action greedy). Two ways, chosen here:
+
+    - ``exploration_noise=True``: every call is a training-step call, whatever the caller did. The forward
+      pass and then the policy's ``add_exploration_noise`` run inside ``policy_within_training_step(policy)``
+      (the flag is set back afterwards), so the actions returned carry the policy's training exploration
+      (DQN's ``eps_training``), whichever collector or plain caller asks. ``add_exploration_noise`` below
+      then returns actions unchanged (no second noise). A Tianshou policy handed to vcollect's Collector
+      unwrapped is wrapped with the collector's own ``exploration_noise``, so ``Collector(dqn, envs,
+      exploration_noise=True)`` collects epsilon-greedy data at ``eps_training`` anywhere.
+    - ``exploration_noise=False`` (default): as Tianshou's Collector, the flag as the caller left it: the
+      forward pass runs under it, and where a collector asks for noise (its ``exploration_noise=True``)
+      ``add_exploration_noise`` below adds the policy's noise under it too (``eps_training`` inside the
+      caller's training step, ``eps_inference`` outside: an evaluation collector's epsilon).
+
+    The policy's own noise draws from its own generator (DQN's: numpy's global one, ``np.random.seed``).
+    Then ``map_action`` maps the actions into the env's action space, as in Tianshou's Collector. vcollect
+    stores the mapped action (the one the env received, so stored episodes replay); Tianshou's buffer stores
+    the raw one.
 
     Hidden state (``result.state``) is kept per env id (a ``Batch`` as a dict of its arrays) and the
     rows of envs that start a new episode are zeroed, as Tianshou's Collector does.
@@ -51,13 +72,18 @@ class TianshouPolicy:
         policy: A tianshou Policy, or an Algorithm (its ``policy`` is wrapped).
         num_threads: torch's thread count during each call, as for TorchPolicy (None: leave it as it is).
         pass_infos: Pass the envs' infos as ``batch.info`` (see above).
+        exploration_noise: Explore in every call, as in Tianshou's training step (see above); False: as
+            Tianshou's Collector, under the caller's flag, where a collector asks.
 
     Raises:
-        TypeError: ``policy`` is no tianshou Policy or Algorithm, or ``pass_infos`` is not a bool.
+        TypeError: ``policy`` is no tianshou Policy or Algorithm, or ``pass_infos`` or ``exploration_noise``
+            is not a bool.
         ValueError: A bad ``num_threads``.
     """
 
-    def __init__(self, policy: Any, *, num_threads: int | None = 1, pass_infos: bool = False) -> None:
+    def __init__(
+        self, policy: Any, *, num_threads: int | None = 1, pass_infos: bool = False, exploration_noise: bool = False
+    ) -> None:
         if isinstance(policy, Algorithm):
             policy = policy.policy
         if not isinstance(policy, TianshouBasePolicy):
@@ -71,6 +97,9 @@ class TianshouPolicy:
         if not isinstance(pass_infos, bool):
             raise TypeError(f"pass_infos must be True or False, got {pass_infos!r}")
         self.wants_infos = pass_infos  # read by the collectors when they are built (SupportsInfos)
+        if not isinstance(exploration_noise, bool):
+            raise TypeError(f"exploration_noise must be True or False, got {exploration_noise!r}")
+        self.exploration_noise = exploration_noise
         # switched to eval mode per call by their flags: torch's train(False) walks the module tree, which
         # costs about half of a small net's forward pass
         self._modules = list(policy.modules())
@@ -105,21 +134,29 @@ class TianshouPolicy:
         for module in training:
             module.training = False
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self._step():
                 result = policy(batch, None if state is None else _to_tianshou(state))
+                actions = to_numpy(result.act)
+                if not isinstance(actions, np.ndarray):
+                    raise ActionError(
+                        f"{type(policy).__name__} returned act of type {type(actions).__name__}; TianshouPolicy "
+                        "needs an array of actions (one row per env)"
+                    )
+                if self.exploration_noise:
+                    actions = policy.add_exploration_noise(actions, batch)
         finally:
             for module in training:
                 module.training = True
-        actions = to_numpy(result.act)
-        if not isinstance(actions, np.ndarray):
-            raise ActionError(
-                f"{type(policy).__name__} returned act of type {type(actions).__name__}; TianshouPolicy needs an "
-                "array of actions (one row per env)"
-            )
         return actions, _from_tianshou(result.get("state", None))
 
+    def _step(self) -> AbstractContextManager[None]:
+        """Inside Tianshou's training step while this wrapper explores in every call, else as it is."""
+        return policy_within_training_step(self.policy) if self.exploration_noise else nullcontext()
+
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
-        """The policy's ``add_exploration_noise(actions, batch)`` on the batch it acted on.
+        """The policy's ``add_exploration_noise(actions, batch)`` on the batch it acted on, under the caller's
+        training-step flag as in Tianshou's Collector; with ``exploration_noise=True`` the actions as they are
+        (the call added the training step's noise already).
 
         Args:
             actions: The raw actions.
@@ -128,6 +165,8 @@ class TianshouPolicy:
         Returns:
             The actions with the policy's noise.
         """
+        if self.exploration_noise:
+            return actions
         batch = self._batch if obs is self._batch_obs and self._batch is not None else Batch(obs=obs, info=Batch())
         return self.policy.add_exploration_noise(actions, batch)
 

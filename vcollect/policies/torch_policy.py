@@ -30,16 +30,28 @@ class TorchPolicy:
     -> concatenated logits (k, sum(nvec)); MultiBinary -> logits, ``> 0`` or Bernoulli; Box -> values
     (k, *shape) clipped to the bounds, or tanh-squashed into them with ``squash=True`` (a ``(mean,
     log_std)`` pair is sampled from a Gaussian when not deterministic). Dict/Tuple action spaces take a
-    dict/tuple of such outputs. With ``recurrent=True`` the module is called as ``module(obs, hidden)
-    -> (out, hidden)`` (hidden None at first) and the state handed back has the env axis first
-    (``hidden_batch_dim``: the batch axis of the module's hidden; default 1 as torch's GRU/LSTM keep it).
+    dict/tuple of such outputs.
 
-    Tianshou's networks (``Net``, ``Recurrent``, the actors: instances of its ``ActionReprNet``, and
-    ``RecurrentActorProb``; recognised by isinstance when tianshou is imported, see
-    vcollect.policies.tianshou_types) work as they are: they return ``(output, state)`` also when not
-    recurrent (``returns_state``, default: True for them; pass True for a module of your own that does
-    the same), their state is batch-first (``hidden_batch_dim`` 0) and may be a ``Batch`` (kept as a
-    dict), and their Gaussian actors give ``(loc, std)``, taken as ``(mean, log(std))``. To run a whole
+    Modules that return ``(output, state)`` (Tianshou's convention: ``forward(obs, state=None, info=None) ->
+    (logits, state)``; Tianshou's own ``Net``, ``Recurrent`` and actors, or any module of yours) work as they
+    are. Whether a module does is read from what its first call returns, not from its class
+    (``returns_state=None``): a pair whose second item is None, or whose whole does not have the shape of an
+    output for the action space while its first item may, is ``(output, state)``. One ambiguity is settled
+    for outputs: for a Box space a pair of two tensors of the same shape is ``(mean, log_std)``; pass
+    ``returns_state=True`` for a module whose state has its action's shape.
+
+    State: a module whose first call returns a state that is not None keeps it (``recurrent=None``, the
+    default): the state is carried per env id by the collectors (each env's rows, the env axis first), handed
+    back as ``module(obs, state)`` for the next step of those envs (``module(obs)`` while there is none), and
+    zeroed for env ids that start a new episode (``reset_state``). Such a state is taken to be batch-first,
+    as Tianshou's are (``hidden_batch_dim`` 0; pass 1 for a torch GRU/LSTM's ``(layers, batch, H)``); a
+    ``Batch`` state is kept as a dict. With ``recurrent=True`` the module is always called as ``module(obs,
+    hidden) -> (out, hidden)`` (hidden None at first), its hidden's batch axis ``hidden_batch_dim`` (default 1
+    as torch's GRU/LSTM keep it, 0 for Tianshou's networks); ``recurrent=False`` drops any state a module
+    returns (each call starts from none).
+
+    Tianshou's Gaussian actors (recognised by class when tianshou is imported, see
+    vcollect.policies.tianshou_types) give ``(loc, std)``, taken as ``(mean, log(std))``. To run a whole
     Tianshou policy (its action mapping and exploration noise), use TianshouPolicy instead.
 
     ``num_threads`` defaults to 1 because the small networks and batches of collection (one row per env)
@@ -52,13 +64,13 @@ class TorchPolicy:
         action_space: The envs' single action space.
         device: Where observations are sent and the module runs.
         deterministic: Take the argmax / mean action rather than sampling.
-        recurrent: Call ``module(obs, hidden) -> (out, hidden)`` and keep the hidden state per env.
+        recurrent: True: call ``module(obs, hidden) -> (out, hidden)`` and keep the hidden state per env;
+            None: keep a state if the module returns one (see above); False: keep none.
         squash: Tanh-squash Box outputs into the bounds instead of clipping them.
-        hidden_batch_dim: The batch axis of the module's hidden state (None: 1, as torch's GRU/LSTM keep
-            it; 0 for Tianshou's networks).
+        hidden_batch_dim: The batch axis of the module's hidden state (None: 1 with ``recurrent=True``, as
+            torch's GRU/LSTM keep it; 0 for Tianshou's networks and for a state found by ``recurrent=None``).
         num_threads: Torch's intra-op thread count while the policy runs, CPU only (None: leave torch's).
-        returns_state: Whether the module returns ``(output, state)`` also when not recurrent (None: True
-            for Tianshou's networks).
+        returns_state: Whether the module returns ``(output, state)`` (None: read from its first output).
 
     Raises:
         ValueError: ``num_threads`` is not a positive int or None.
@@ -71,25 +83,23 @@ class TorchPolicy:
         device: str | torch.device = "cpu",
         deterministic: bool = True,
         *,
-        recurrent: bool = False,
+        recurrent: bool | None = None,
         squash: bool = False,
         hidden_batch_dim: int | None = None,
         num_threads: int | None = 1,
         returns_state: bool | None = None,
     ) -> None:
         self.num_threads = check_num_threads(num_threads)
-        tianshou_net = is_tianshou_net(module)
-        # Tianshou's nets return (output, state) even when not recurrent; their state is batch-first
-        self.returns_state = tianshou_net if returns_state is None else bool(returns_state)
+        # decided by the module's first output where None (_decide)
+        self.returns_state = None if returns_state is None else bool(returns_state)
         if hidden_batch_dim is None:
-            hidden_batch_dim = 0 if tianshou_net else 1
-        self._tianshou_net = tianshou_net
+            hidden_batch_dim = 1 if recurrent is True and not is_tianshou_net(module) else 0
         self._std_scale = net_gives_std(module)
         self.device = torch.device(device)
         self.module = module.to(self.device)
         self.action_space = action_space
         self.deterministic = deterministic
-        self.recurrent = recurrent
+        self.recurrent = None if recurrent is None else bool(recurrent)
         self.squash = squash
         # torch.nn.GRU/LSTM keep hidden as (num_layers, batch, H): batch on axis 1; GRUCell-style on 0
         self.hidden_batch_dim = hidden_batch_dim
@@ -116,24 +126,45 @@ class TorchPolicy:
     def _act(self, obs: Any, state: Any) -> tuple[Any, Any]:
         with torch.inference_mode():
             inputs = _to_tensors(obs, self.device)
+            hidden: Any = None if state is None else _state_to_hidden(state, self.hidden_batch_dim, self.device)
             if self.recurrent:
-                hidden = (
-                    None if state is None else _state_to_hidden(state, self.hidden_batch_dim, self.device)
-                )
                 out, hidden = self.module(inputs, hidden)
-                if self._tianshou_net and is_tianshou_batch(hidden):
-                    hidden = hidden.to_dict()
             else:
-                out = self.module(inputs)
+                result = self.module(inputs) if hidden is None else self.module(inputs, hidden)
+                if self.returns_state is None:
+                    self._decide(result, obs)
                 if self.returns_state:
-                    out = _output_of(out)
+                    out, hidden = _output_and_state(result)
+                else:
+                    out, hidden = result, None
+                if self.recurrent is False:
+                    hidden = None
+            if hidden is not None and is_tianshou_batch(hidden):
+                hidden = hidden.to_dict()
             if self._std_scale and isinstance(out, tuple):  # Tianshou's Gaussian: (loc, std)
                 out = (out[0], torch.log(out[1]))
             actions = self._map(out, self.deterministic)
-        if not self.recurrent:
+        if hidden is None:
             return actions, None
         # Outside inference mode the clone is a normal tensor, so the collector may write rows into it.
         return actions, _hidden_to_state(hidden, self.hidden_batch_dim)
+
+    def _decide(self, result: Any, obs: Any) -> None:
+        """Whether the module returns ``(output, state)``, from its first output; a state found here must
+        have the batch on ``hidden_batch_dim``."""
+        self.returns_state = _is_output_and_state(result, self.action_space)
+        if not self.returns_state or result[1] is None or self.recurrent is False:
+            return
+        batch = len(next(iter(_leaves_of(obs))))
+        for leaf in _leaves_of(result[1]):
+            shape = tuple(getattr(leaf, "shape", ()))
+            if len(shape) <= self.hidden_batch_dim or shape[self.hidden_batch_dim] != batch:
+                raise ActionError(
+                    f"{type(self.module).__name__} returned a state of shape {shape} for a batch of {batch} "
+                    f"observations; TorchPolicy keeps a state whose axis {self.hidden_batch_dim} is the batch "
+                    "(hidden_batch_dim): pass hidden_batch_dim for another axis (1: a torch GRU/LSTM's), or "
+                    "recurrent=False to drop the state"
+                )
 
     def reset_state(self, state: Any, env_ids: np.ndarray) -> Any:
         """Zero, in place, the state rows of ``env_ids`` (env axis first; tuples/dicts of rows too).
@@ -172,14 +203,58 @@ class TorchPolicy:
         return self.module.load_state_dict(weights, strict=strict)
 
 
-def _output_of(result: Any) -> Any:
-    """The output of a module returning ``(output, state)`` (Tianshou's nets); ActionError otherwise."""
+def _output_and_state(result: Any) -> tuple[Any, Any]:
+    """A module's ``(output, state)`` result split; ActionError for anything else."""
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ActionError(
             f"TorchPolicy(returns_state=True) needs the module to return (output, state), got "
             f"{type(result).__name__}; pass returns_state=False for a module returning its output alone"
         )
-    return result[0]
+    return result[0], result[1]
+
+
+def _is_output_and_state(result: Any, space: gym.Space[Any]) -> bool:
+    """Whether a module's result is ``(output, state)`` rather than its output: a pair whose second item is
+    None, or that has not the form of an output for ``space`` (a Box pair of equal shapes is one:
+    ``(mean, log_std)``)."""
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return False
+    return result[1] is None or not _has_output_form(result, space)
+
+
+def _has_output_form(out: Any, space: gym.Space[Any]) -> bool:
+    """Whether ``out`` has the form of module output for ``space``: a tensor per leaf (for a Box also a
+    pair of tensors of one shape), dicts and tuples as the space nests them."""
+    if isinstance(space, spaces.Box):
+        if isinstance(out, (tuple, list)):
+            return (
+                len(out) == 2
+                and all(isinstance(part, torch.Tensor) for part in out)
+                and out[0].shape == out[1].shape
+            )
+        return isinstance(out, torch.Tensor)
+    if isinstance(space, spaces.Dict):
+        return isinstance(out, Mapping) and all(
+            key in out and _has_output_form(out[key], sub) for key, sub in space.spaces.items()
+        )
+    if isinstance(space, spaces.Tuple):
+        return (
+            isinstance(out, (tuple, list))
+            and len(out) == len(space.spaces)
+            and all(_has_output_form(part, sub) for part, sub in zip(out, space.spaces))
+        )
+    return isinstance(out, torch.Tensor)
+
+
+def _leaves_of(tree: Any) -> list[Any]:
+    """The arrays/tensors of a nested state or observation (dicts, tuples, lists), in order."""
+    if isinstance(tree, Mapping):
+        return [leaf for value in tree.values() for leaf in _leaves_of(value)]
+    if isinstance(tree, (tuple, list)):
+        return [leaf for value in tree for leaf in _leaves_of(value)]
+    if is_tianshou_batch(tree):
+        return _leaves_of(tree.to_dict())
+    return [tree]
 
 
 def _to_tensors(obs: Any, device: torch.device) -> Any:
