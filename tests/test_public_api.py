@@ -128,11 +128,15 @@ DATASET_MEMBERS = {
     # vcollect's own
     "as_torch_dataset", "close", "episode_lengths", "episode_returns", "episode_seeded", "path", "sample_steps",
     "steps_at", "verify",
+    # slices for sequence models
+    "sample_slices", "slices_at",
 }
 RING_MEMBERS = {
     "action_space", "add", "add_all", "bind_spaces", "capacity", "episode", "episode_lengths", "episode_returns",
     "extras", "has_spaces", "keep_overflow", "num_envs", "observation_space", "reset", "sample", "start_episodes",
     "unfinished",
+    # slices for sequence models
+    "sample_slices",
 }
 
 
