@@ -27,7 +27,14 @@ from vcollect.buffers.sampling import (
 )
 from vcollect.buffers.sum_tree import SumTree
 from vcollect.held_rows import HeldRows
-from vcollect.slices import Pad, SliceRequest, check_slice_request, check_windows, slice_generator, window_counts
+from vcollect.slices import (
+    Pad,
+    SliceRequest,
+    check_slice_request,
+    check_windows,
+    slice_generator,
+    window_counts,
+)
 
 # Rounds of drawing window starts from the sum tree (rejecting those too near an episode's end) before the
 # remaining windows are drawn from every window's weight.

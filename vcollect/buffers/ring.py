@@ -20,8 +20,8 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, SpilledChunk
-from vcollect.buffers.row_writes import row_items, scatter_rows, write_columns, write_extras
 from vcollect.buffers.ring_slices import draw_uniform, gather_slices
+from vcollect.buffers.row_writes import row_items, scatter_rows, write_columns, write_extras
 from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
 from vcollect.errors import BufferNotReadyError
 from vcollect.held_rows import HeldRows

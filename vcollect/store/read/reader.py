@@ -42,7 +42,12 @@ from vcollect.store.layout.publish_journal import recover_publishes
 from vcollect.store.layout.shard_format import column_path, shard_layout
 from vcollect.store.layout.staging import remove_stale_staging
 from vcollect.store.read.dataset_index import DatasetIndex, EpisodeData
-from vcollect.store.read.dataset_slices import draw_view_windows, gather_view_windows, view_positions, window_at
+from vcollect.store.read.dataset_slices import (
+    draw_view_windows,
+    gather_view_windows,
+    view_positions,
+    window_at,
+)
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.requirements import warn_unmet_requirements
 from vcollect.store.read.shard_census import ON_DAMAGE, OnDamage, take_census
