@@ -45,6 +45,7 @@ __all__ = [
     "returns_to_go",
     "shape_rows",
     "slice_generator",
+    "window_returns",
     "window_counts",
     "window_steps",
 ]
@@ -159,8 +160,12 @@ def check_windows(counts: np.ndarray, lengths: np.ndarray, request: SliceRequest
 def window_steps(lengths: np.ndarray, starts: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
     """(steps, mask), both (batch, length): each window row's step in its episode clamped to the episode
     (padded rows repeat its first or last step, so they can be gathered), and whether the row is a step."""
-    steps = np.asarray(starts, dtype=np.int64)[:, None] + np.arange(length, dtype=np.int64)
-    last = np.asarray(lengths, dtype=np.int64)[:, None] - 1
+    begin = np.asarray(starts, dtype=np.int64)
+    steps = begin[:, None] + np.arange(length, dtype=np.int64)
+    ends = np.asarray(lengths, dtype=np.int64)
+    if begin.size and int(begin.min()) >= 0 and int((ends - begin).min()) >= length:  # no window padded
+        return steps, np.ones(steps.shape, dtype=bool)
+    last = ends[:, None] - 1
     mask = (steps >= 0) & (steps <= last)
     return np.clip(steps, 0, last), mask
 
@@ -180,6 +185,22 @@ def discounted_sums(rewards: np.ndarray, cum: np.ndarray | None, first: np.ndarr
     within = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
     terms = rewards.take(first[owner] + within) * np.power(gamma, within)
     return np.bincount(owner, weights=terms, minlength=len(first))
+
+
+def window_returns(rewards: np.ndarray, cum: np.ndarray, first: np.ndarray, lengths: np.ndarray, starts: np.ndarray,
+                   steps: np.ndarray, mask: np.ndarray, window_rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """(batch, length) returns-to-go of windows of episodes whose steps lie at linear ``first`` on (``rewards``
+    and their running sums ``cum``, a leading 0): ``steps`` and ``mask`` as :func:`window_steps` gives them,
+    ``window_rewards`` the windows' rewards (0 at padded rows). Plain sums are differences of ``cum``;
+    discounted ones run backward over the window from the sum after it."""
+    if gamma == 1.0:
+        out = cum.take(first + lengths)[:, None] - cum.take(first[:, None] + steps)
+        if not mask.all():
+            out[~mask] = 0.0
+        return out
+    last = np.minimum(np.asarray(starts, dtype=np.int64) + steps.shape[1], lengths)  # the step after each window
+    after = discounted_sums(rewards, None, first + last, lengths - last, gamma)
+    return returns_to_go(window_rewards, mask, after, gamma)
 
 
 def returns_to_go(rewards: np.ndarray, mask: np.ndarray, after: np.ndarray, gamma: float) -> np.ndarray:

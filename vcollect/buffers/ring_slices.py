@@ -24,12 +24,11 @@ from vcollect.buffers.sampling import check_count, gather_transitions
 from vcollect.slices import (
     SliceRequest,
     check_windows,
-    discounted_sums,
     draw_windows,
     lowest_start,
-    returns_to_go,
     shape_rows,
     window_counts,
+    window_returns,
     window_steps,
 )
 
@@ -148,13 +147,11 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num), size, length, padded)
     if padded is not None:
         batch["indices"][padded] = -1
-    last = np.minimum(np.asarray(starts) + length, lengths)  # the step after each window's last step
-    after = discounted_sums(episodes.rewards(ring), episodes.cum_rewards(ring) if request.gamma == 1.0 else None,
-                            base + last, lengths - last, request.gamma)
     batch.update(
         mask=mask,
-        timesteps=np.where(mask, steps, 0),
-        returns_to_go=returns_to_go(batch["rewards"], mask, after, request.gamma),
+        timesteps=steps if padded is None else np.where(mask, steps, 0),
+        returns_to_go=window_returns(episodes.rewards(ring), episodes.cum_rewards(ring), base, lengths, starts,
+                                     steps, mask, batch["rewards"], request.gamma),
         partial=episodes.partial.take(which),
         episode_ids=episodes.rows.take(base),
         start_indices=np.asarray(starts, dtype=np.int64),

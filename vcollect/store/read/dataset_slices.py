@@ -15,10 +15,9 @@ import numpy as np
 from vcollect.errors import EpisodeIndexError
 from vcollect.slices import (
     SliceRequest,
-    discounted_sums,
     draw_windows,
-    returns_to_go,
     shape_rows,
+    window_returns,
     window_steps,
 )
 
@@ -76,13 +75,12 @@ def gather_view_windows(dataset: Dataset, index: DatasetIndex, positions: np.nda
     padded = None if mask.all() else ~mask
     batch = shape_rows(dataset.steps_at((first[:, None] + steps).reshape(-1), cache_bytes=cache_bytes),
                        size, length, padded)
-    last = np.minimum(starts + length, lengths)  # the step after each window's last step
     rewards, cum = index.step_rewards()
-    after = discounted_sums(rewards, cum, index.global_step_offset.take(ids) + last, lengths - last, request.gamma)
     batch.update(
         mask=mask,
-        timesteps=np.where(mask, steps, 0),
-        returns_to_go=returns_to_go(batch["rewards"], mask, after, request.gamma),
+        timesteps=steps if padded is None else np.where(mask, steps, 0),
+        returns_to_go=window_returns(rewards, cum, index.global_step_offset.take(ids), lengths, starts, steps, mask,
+                                     batch["rewards"], request.gamma),
         partial=np.zeros(size, dtype=bool),
         episode_ids=ids,
         start_indices=np.asarray(starts, dtype=np.int64),
