@@ -135,7 +135,7 @@ def pong_rows(steps: int, calls: int, batch: int, length: int) -> None:
             rew = np.zeros(t)
             rew[rng.integers(0, t, 20)] = rng.choice([-1.0, 1.0], 20)
             store.write_episode(stacks(pong_frames(t + 1, rng)), rng.integers(0, 6, t), rew,
-                                np.eye(1, t, t - 1, dtype=bool)[0], np.zeros(t, bool), env_id=0)
+                                np.eye(1, t, t - 1, dtype=bool)[0], np.zeros(t, bool), seed=None, env_id=0)
             written += t
         store.close()
         ds = load_dataset("bench/pong-like-v0", root=Path(tmp))
