@@ -132,6 +132,8 @@ DATASET_MEMBERS = {
     "render_env", "render_episode",
     # offline-to-online: what a ring preloads
     "episode_rows",
+    # slices for sequence models
+    "sample_slices", "slices_at",
 }
 RING_MEMBERS = {
     "action_space", "add", "add_all", "bind_spaces", "capacity", "episode", "episode_lengths", "episode_returns",
@@ -139,6 +141,8 @@ RING_MEMBERS = {
     "unfinished",
     # offline-to-online: preloading and checkpoints
     "extend_from", "load", "save",
+    # slices for sequence models
+    "sample_slices",
 }
 
 

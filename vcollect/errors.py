@@ -51,6 +51,7 @@ __all__ = [
     "ObservationError",
     "ReplayDivergenceError",
     "RingInUseError",
+    "SliceLengthError",
     "SpaceMismatchError",
     "UnfinishedEpisodesWarning",
     "UnsafePathError",
@@ -328,3 +329,19 @@ def warn_user(message: str, category: type[Warning]) -> None:
         frame = frame.f_back
         level += 1
     warnings.warn(message, category, stacklevel=level + 1)
+
+
+class SliceLengthError(VCollectError, ValueError):
+    """No stored episode offers a window of the length asked (``sample_slices`` with ``pad="none"`` and every
+    episode shorter); the message names the longest episode and its steps.
+
+    Args:
+        message: What was asked and what the longest episode holds.
+        length: The window length asked.
+        longest_steps: The steps of the longest episode (0 when there is none).
+    """
+
+    def __init__(self, message: str, *, length: int, longest_steps: int) -> None:
+        self.length = length
+        self.longest_steps = longest_steps
+        super().__init__(message)

@@ -10,7 +10,7 @@ write, no tree work in the collection path); the tree takes them in one vectoris
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -19,6 +19,7 @@ from vcollect.buffers.checkpoint import CheckpointReader
 from vcollect.buffers.episodes import EpisodeEnds
 from vcollect.buffers.preload import EpisodeSource
 from vcollect.buffers.ring import VectorRingBuffer
+from vcollect.buffers.ring_slices import HeldEpisodes, draw_weighted, gather_slices, held_episodes
 from vcollect.buffers.sampling import (
     check_count,
     check_rows,
@@ -28,6 +29,18 @@ from vcollect.buffers.sampling import (
 )
 from vcollect.buffers.sum_tree import SumTree
 from vcollect.held_rows import HeldRows
+from vcollect.slices import (
+    Pad,
+    SliceRequest,
+    check_slice_request,
+    check_windows,
+    slice_generator,
+    window_counts,
+)
+
+# Rounds of drawing window starts from the sum tree (rejecting those too near an episode's end) before the
+# remaining windows are drawn from every window's weight.
+_SLICE_ROUNDS = 4
 
 # Added to |priority| so that no transition's probability becomes 0 (Tianshou adds float32's eps too).
 _EPS = float(np.finfo(np.float32).eps)
@@ -253,6 +266,93 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             p *= np.count_nonzero(self._has_flat) / self._tree.total
         batch["weights"] = np.power(p, -self.beta, out=p)
         return batch
+
+    def sample_slices(
+        self, batch_size: int, length: int, *, pad: Pad = "none", by: Literal["window", "episode"] = "window",
+        gamma: float = 1.0, stack_num: int = 1, priority: Literal["first", "max"] = "first",
+        seed: int | None = None, rng: np.random.Generator | None = None,
+    ) -> dict[str, Any]:
+        """As :meth:`VectorRingBuffer.sample_slices`, each window drawn in proportion to the priority
+        (``priority ** alpha``) of its first step, or of the largest over its steps (``priority="max"``), with
+        importance ``weights`` per window, the batch's largest 1.
+
+        With ``priority="first"`` and ``pad`` "none" or "end", starts are drawn from the sum tree (cost
+        grows with the batch; starts too near an episode's end are drawn again); otherwise every window's
+        weight is taken (cost grows with the steps held).
+
+        Args:
+            batch_size: How many windows (0: an empty batch of the right shapes).
+            length: Steps per window.
+            pad: Where windows may be padded: "none", "start", "end" or "both".
+            by: Only "window" (windows are drawn by priority).
+            gamma: The discount of ``returns_to_go``.
+            stack_num: Stack observations this deep.
+            priority: "first" (the window's first step's) or "max" (the largest of its steps').
+            seed: Seeds a generator for this call (else ``rng``, else the ring's own).
+            rng: The generator to draw with.
+
+        Returns:
+            :meth:`VectorRingBuffer.sample_slices`' dict with ``weights`` (float64, one per window). Update
+            priorities with the rows of ``indices`` (e.g. ``indices[:, 0]`` where ``mask[:, 0]``).
+
+        Raises:
+            SliceLengthError: ``pad="none"`` and every episode held is shorter than ``length``.
+            ValueError: A bad argument.
+        """
+        request = check_slice_request(batch_size, length, pad, by, gamma)
+        if request.by != "window":
+            raise ValueError("a prioritized ring draws windows by priority: use by='window' (or a VectorRingBuffer "
+                             "to draw episodes uniformly)")
+        if priority not in ("first", "max"):
+            raise ValueError(f"priority must be 'first' (the window's first step's) or 'max', got {priority!r}")
+        gen = slice_generator(rng, seed, self._rng)
+        self._sync()
+        episodes = held_episodes(self)
+        if request.batch_size == 0:
+            which = starts = np.zeros(0, dtype=np.int64)
+            p = np.zeros(0)
+        elif priority == "first" and request.pad in ("none", "end"):
+            which, starts, p = self._draw_starts(episodes, request, gen)
+        else:
+            which, starts, p = draw_weighted(episodes, self._tree[episodes.rows], request, priority, gen, self.capacity)
+        batch = gather_slices(self, episodes, which, starts, request, stack_num)
+        rows = batch["indices"]
+        self._fresh[rows[rows >= 0]] = True
+        batch["weights"] = np.power(p / p.min(), -self.beta) if p.size else p
+        return batch
+
+    def _draw_starts(self, episodes: HeldEpisodes, request: SliceRequest, rng: np.random.Generator,
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows drawn by their first step's priority from the sum tree: rows drawn, those whose window
+        would run past its episode's end (``pad="none"``) drawn again; what a few rounds miss is drawn from
+        every window's weight. The kept draws, in order, are independent draws of valid windows."""
+        size, length = request.batch_size, request.length
+        counts = window_counts(episodes.lengths, length, request.pad)
+        check_windows(counts, episodes.lengths, request, lambda k: episodes.describe(k, self.capacity))
+        where = episodes.linear_of_row(self._tree.size)
+        kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        have, drawn, share = 0, 0, 1.0
+        for _ in range(_SLICE_ROUNDS):
+            want = size - have if share == 1.0 else int((size - have) / max(share, 1e-3) * 1.25) + 8
+            rows, leaf, _ = draw_priority_rows(self._tree, want, rng)
+            linear = where.take(rows)
+            which = np.searchsorted(episodes.first, linear, side="right") - 1
+            starts = linear - episodes.first.take(which)
+            drawn += want
+            if request.pad == "none":
+                ok = starts + length <= episodes.lengths.take(which)
+                which, starts, leaf = which[ok], starts[ok], leaf[ok]
+            kept.append((which, starts, leaf))
+            have += which.size
+            share = have / drawn
+            if have >= size:
+                break
+        if have < size:
+            kept.append(draw_weighted(episodes, self._tree[episodes.rows],
+                                      SliceRequest(size - have, length, request.pad, "window", request.gamma),
+                                      "first", rng, self.capacity)[:3])
+        which, starts, leaf = (np.concatenate(part)[:size] for part in zip(*kept))
+        return which, starts, leaf
 
     def priorities(self, indices: np.ndarray) -> np.ndarray:
         """The current ``priority ** alpha`` of some rows.

@@ -16,7 +16,7 @@ import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -24,10 +24,12 @@ import numpy as np
 from vcollect.buffers.checkpoint import CheckpointReader, write_checkpoint
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, SpilledChunk
 from vcollect.buffers.preload import EpisodeSource, check_source, preload
+from vcollect.buffers.ring_slices import draw_uniform, gather_slices
 from vcollect.buffers.row_writes import row_items, scatter_rows, write_columns, write_extras
 from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
 from vcollect.errors import BufferNotReadyError, CheckpointMismatchError, CorruptCheckpointError
 from vcollect.held_rows import HeldRows
+from vcollect.slices import Pad, check_slice_request, slice_generator
 from vcollect.spaces import allocate, flatten_batch, leaves, space_from_dict, space_to_dict, unflatten_batch
 
 if TYPE_CHECKING:
@@ -178,12 +180,15 @@ class VectorRingBuffer:
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
         self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (RingWriter.set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
+        self._writes = 0  # write calls so far: a slice index built at another count is stale
+        self._slice_index: Any = None  # (write count, the episodes held), built by sample_slices
         self.reset()
 
     # ------------------------------------------------------------------------------------------ state
     def reset(self) -> None:
         """Forget everything stored: no episodes, no transitions, no overflow."""
         c = self.capacity
+        self._writes += 1
         self._has_flat.fill(False)
         self.episode_lengths.fill(0)
         self.episode_returns.fill(0.0)
@@ -208,6 +213,7 @@ class VectorRingBuffer:
             obs_batch: Their first observations, batched in ``env_ids`` order.
         """
         env_ids = np.asarray(env_ids)
+        self._writes += 1
         rows = self._next_flat[self._last_flat[env_ids]]
         obs = flatten_batch(self.observation_space, obs_batch) if self._obs_nested else (obs_batch,)
         for store, items, value in zip(self._obs_flat, self._obs_items, obs):
@@ -226,6 +232,7 @@ class VectorRingBuffer:
         rows stay as transitions whose last next observation is the newest row, which holds no step, so no
         sampled transition crosses into the episode that follows."""
         env_ids = np.asarray(env_ids)
+        self._writes += 1
         self._has_episode[env_ids] = False
         self.episode_lengths[env_ids] = 0
         self.episode_returns[env_ids] = 0.0
@@ -252,6 +259,7 @@ class VectorRingBuffer:
             next_obs: The observations that followed, batched.
         """
         env_ids = np.asarray(env_ids)
+        self._writes += 1
         if self.keep_overflow:
             if self._headroom <= 0:
                 self._spill_full(env_ids)
@@ -301,6 +309,7 @@ class VectorRingBuffer:
             started: Ascending env ids that begin a new episode with this row (None: none).
             stepped: The bool mask of the other envs, where the caller has it.
         """
+        self._writes += 1
         if started is not None and started.size == 0:
             started = stepped = None
         elif started is not None and stepped is None:
@@ -362,6 +371,7 @@ class VectorRingBuffer:
         k, n, c = len(rewards), self.num_envs, self.capacity
         if not 1 <= k <= c - 1:
             raise ValueError(f"add_steps takes 1 to {c - 1} steps (capacity - 1) at once, got {k}")
+        self._writes += 1
         stepped = ~restarts
         ended = (terminations | truncations) & stepped
         if np.count_nonzero(ended[:-1] > restarts[1:]):
@@ -881,6 +891,45 @@ class VectorRingBuffer:
                 raise CorruptCheckpointError(f"{ckpt.path}: unreadable ring state ({exc!r})") from None
         return ring
 
+    def sample_slices(
+        self, batch_size: int, length: int, *, pad: Pad = "none", by: Literal["window", "episode"] = "window",
+        gamma: float = 1.0, stack_num: int = 1, seed: int | None = None, rng: np.random.Generator | None = None,
+    ) -> dict[str, Any]:
+        """Draw windows of ``length`` consecutive steps of one episode (slices, for sequence models), with
+        replacement; a window never crosses an episode or an env's ring.
+
+        Every window is equally likely (``by="window"``; long episodes are not under-sampled), or every
+        episode first (``by="episode"``). ``pad="none"`` takes windows inside an episode; ``"start"``,
+        ``"end"`` and ``"both"`` also take windows reaching before its first or past its last step, whose rows
+        outside it are 0 and ``mask`` False (each episode then offers T, T or T + length - 1 windows:
+        see :mod:`vcollect.slices`). The episode table is built once per state of the ring (vectorised over
+        its rows) and reused until the next write; a draw then costs the batch.
+
+        Args:
+            batch_size: How many windows (0: an empty batch of the right shapes).
+            length: Steps per window.
+            pad: Where windows may be padded: "none", "start", "end" or "both".
+            by: "window" (each window equally likely) or "episode" (each episode, then its windows).
+            gamma: The discount of ``returns_to_go`` (1: plain sums).
+            stack_num: Stack observations this deep, as :meth:`sample`.
+            seed: Seeds a generator for this call (else ``rng``, else the ring's own).
+            rng: The generator to draw with.
+
+        Returns:
+            :meth:`sample`'s keys, each with leading (batch, length) axes (``indices`` -1 at padded rows), and
+            ``mask`` (bool: the row is a step), ``timesteps`` (each row's step in its episode, counted from the
+            oldest one the ring holds), ``returns_to_go`` (float64: the discounted sum of the row's reward and
+            every later one of its episode; an episode still running sums to its newest step), ``partial``
+            (per window: its episode has not ended), ``episode_ids`` (the flat row of the episode's first
+            step held) and ``start_indices`` (the window's first step in the episode; negative when padded).
+
+        Raises:
+            SliceLengthError: ``pad="none"`` and every episode held is shorter than ``length``.
+            ValueError: A bad argument, or ``seed`` and ``rng`` both given.
+        """
+        request = check_slice_request(batch_size, length, pad, by, gamma)
+        episodes, which, starts = draw_uniform(self, request, slice_generator(rng, seed, self._rng))
+        return gather_slices(self, episodes, which, starts, request, stack_num)
 
 
 class RingWriter:

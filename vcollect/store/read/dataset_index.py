@@ -120,12 +120,13 @@ class DatasetIndex:
         self._cache: dict[str, np.ndarray] | None = None
         self._cache_size: int | None = None
         self._cache_lock = threading.Lock()
+        self._rewards: tuple[np.ndarray, np.ndarray] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (e.g. into a DataLoader worker) without the sampling cache, its lock or open files: the
         copy rebuilds them on use, so no process reads through another's file handles."""
         state = self.__dict__.copy()
-        state["_cache"], state["_cache_lock"] = None, None
+        state["_cache"], state["_cache_lock"], state["_rewards"] = None, None, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -198,6 +199,17 @@ class DatasetIndex:
         s = int(self.shard_of[episode_id])
         first = int(shard.obs_offset[row] if obs_rows else shard.step_offset[row])
         return self.files.read(s, shard, name, slice(first, first + int(shard.length[row]) + int(obs_rows)))
+    def step_rewards(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every step's reward in global step order, and their running sums with a leading 0 (for
+        returns-to-go); read once, shard by shard, and kept."""
+        if self._rewards is None:
+            rewards = np.empty(self.total_steps)
+            for s, shard in enumerate(self.shards):
+                rewards[self.step_base[s] : self.step_base[s + 1]] = self.files.read(s, shard, "rewards", slice(None))
+            cum = np.zeros(rewards.size + 1)
+            np.cumsum(rewards, out=cum[1:])
+            self._rewards = rewards, cum
+        return self._rewards
 
     def locate(self, episode_id: int) -> tuple[StoredShard, int]:
         """(shard, row) of one episode by global id."""

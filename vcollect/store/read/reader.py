@@ -28,6 +28,7 @@ from vcollect.errors import (
     EnvUnavailableError,
     EpisodeIndexError,
 )
+from vcollect.slices import Pad, check_slice_request, slice_generator
 from vcollect.spaces import leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import (
     check_metadata_update,
@@ -47,6 +48,12 @@ from vcollect.store.layout.publish_journal import recover_publishes
 from vcollect.store.layout.shard_format import column_path, shard_layout
 from vcollect.store.layout.staging import remove_stale_staging
 from vcollect.store.read.dataset_index import DatasetIndex, EpisodeData
+from vcollect.store.read.dataset_slices import (
+    draw_view_windows,
+    gather_view_windows,
+    view_positions,
+    window_at,
+)
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.requirements import warn_unmet_requirements
 from vcollect.store.read.shard_census import ON_DAMAGE, OnDamage, take_census
@@ -628,6 +635,80 @@ class Dataset:
             idx.gather("truncations", np.dtype(np.bool_), steps, 0), lengths.tolist(),
         )
 
+    def sample_slices(
+        self, batch_size: int, length: int, *, pad: Pad = "none", by: Literal["window", "episode"] = "window",
+        gamma: float = 1.0, seed: int | None = None, rng: np.random.Generator | None = None,
+        cache_bytes: int | None = None,
+    ) -> dict[str, Any]:
+        """Draw windows of ``length`` consecutive steps of one episode of this view (slices, for sequence
+        models), with replacement, read as :meth:`steps_at` reads steps (frame stacks rebuilt, the sampling
+        cache used where built).
+
+        Every window is equally likely (``by="window"``; long episodes are not under-sampled), or every
+        episode first (``by="episode"``). ``pad="none"`` takes windows inside an episode; ``"start"``,
+        ``"end"`` and ``"both"`` also take windows reaching before its first or past its last step, whose rows
+        outside it are 0 and ``mask`` False (see :mod:`vcollect.slices`). A call costs the batch and a pass
+        over the view's episode lengths; the rewards are read once, on the first call, for returns-to-go.
+
+        Args:
+            batch_size: How many windows (0: an empty batch of the right shapes).
+            length: Steps per window.
+            pad: Where windows may be padded: "none", "start", "end" or "both".
+            by: "window" (each window equally likely) or "episode" (each episode, then its windows).
+            gamma: The discount of ``returns_to_go`` (1: plain sums).
+            seed: Seeds a generator for this call (else ``rng``, else the dataset's, see :meth:`set_seed`).
+            rng: The generator to draw with.
+            cache_bytes: As :meth:`sample_steps`'.
+
+        Returns:
+            :meth:`sample_steps`' keys, each with leading (batch, length) axes, and ``mask`` (bool: the row is a
+            step), ``timesteps`` (each row's step in its episode), ``returns_to_go`` (float64: the discounted
+            sum of the row's reward and every later one of its episode), ``partial`` (per window; False, a
+            stored episode has ended), ``episode_ids`` (global ids, as ``EpisodeData.id``) and
+            ``start_indices`` (the window's first step in its episode; negative when padded at the start).
+            ``slices_at(batch["episode_ids"], batch["start_indices"], length)`` reads the same windows again.
+
+        Raises:
+            SliceLengthError: ``pad="none"`` and every episode of the view is shorter than ``length``.
+            ValueError: A bad argument, or ``seed`` and ``rng`` both given.
+        """
+        request = check_slice_request(batch_size, length, pad, by, gamma)
+        positions, starts = draw_view_windows(self._episode_indices, self.episode_lengths, request,
+                                              slice_generator(rng, seed, self._rng))
+        return gather_view_windows(self, self._index, positions, self._episode_indices, self._cumulative_lengths(),
+                                   starts, request, cache_bytes)
+
+    def slices_at(self, episodes: Any, starts: Any, length: int, *, gamma: float = 1.0,
+                  cache_bytes: int | None = None) -> dict[str, Any]:
+        """The windows of ``length`` steps of given episodes from given steps, as :meth:`sample_slices` returns
+        them (a batch of one for scalars).
+
+        Args:
+            episodes: Global episode ids (``EpisodeData.id``, a batch's ``episode_ids``) of this view.
+            starts: Each window's first step in its episode; from ``1 - length`` (padded at the start) to the
+                episode's last step (padded at the end past it).
+            length: Steps per window.
+            gamma: The discount of ``returns_to_go``.
+            cache_bytes: As :meth:`sample_steps`'.
+
+        Returns:
+            :meth:`sample_slices`' dict, one window per (episode, start).
+
+        Raises:
+            EpisodeIndexError: An episode is not in this view.
+            IndexError: A window holds no step of its episode.
+            ValueError: A bad ``length`` or ``gamma``, or not one start per episode.
+        """
+        ids = np.asarray(episodes, dtype=np.int64).reshape(-1)
+        begin = np.asarray(starts, dtype=np.int64).reshape(-1)
+        if ids.shape != begin.shape:
+            raise ValueError(f"slices_at takes one start per episode, got {ids.size} episodes and {begin.size} starts")
+        request = check_slice_request(ids.size, length, "both", "window", gamma)
+        positions = view_positions(self._episode_indices, self._index.total_episodes, ids)
+        begin = window_at(self._index.length.take(ids), begin, request.length)
+        return gather_view_windows(self, self._index, positions, self._episode_indices, self._cumulative_lengths(),
+                                   begin, request, cache_bytes)
+
     def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
         """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).
 
@@ -656,28 +737,34 @@ class Dataset:
         )
         self._cum_lengths = None
 
-    def as_torch_dataset(self, items: Literal["transitions", "episodes"] = "transitions", *,
-                         cache_bytes: int | None = None) -> Any:
+    def as_torch_dataset(self, items: Literal["transitions", "episodes", "slices"] = "transitions", *,
+                         cache_bytes: int | None = None, length: int | None = None, pad: Pad = "none",
+                         gamma: float = 1.0) -> Any:
         """This view as a map-style ``torch.utils.data.Dataset``, read on demand and safe in DataLoader workers
         (each opens its own files).
 
-        A DataLoader reads each batch of transitions at once (torch's ``__getitems__``), as
-        :meth:`steps_at` does, and its default collate takes the batch's arrays whole.
+        A DataLoader reads each batch of transitions (or of slices) at once (torch's ``__getitems__``), as
+        :meth:`steps_at` (:meth:`slices_at`) does, and its default collate takes the batch's arrays whole.
 
         Args:
-            items: What one item is: a transition, or a whole episode.
+            items: What one item is: a transition, a whole episode, or a window of ``length`` steps (every
+                window :meth:`sample_slices` could draw with ``pad``, each once: shuffle to draw uniformly).
             cache_bytes: As :meth:`sample_steps`' (default :data:`SAMPLE_CACHE_BYTES`); each DataLoader worker
                 builds its own in-memory copy of the sampled columns when they fit (0 never copies).
+            length: Steps per window (slices only).
+            pad: Where windows may be padded (slices only).
+            gamma: The discount of the windows' ``returns_to_go`` (slices only).
 
         Returns:
             The torch dataset (vcollect/store/read/torch_dataset.py).
 
         Raises:
-            ValueError: ``items`` is neither 'transitions' nor 'episodes', or ``cache_bytes`` is negative.
+            ValueError: ``items`` is not 'transitions', 'episodes' or 'slices', ``cache_bytes`` is negative,
+                or slices without a good ``length`` / ``pad`` / ``gamma``.
         """
         from vcollect.store.read.torch_dataset import TorchDataset
 
-        return TorchDataset(self, items, cache_bytes)
+        return TorchDataset(self, items, cache_bytes, length=length, pad=pad, gamma=gamma)
 
     def close(self) -> None:
         """Close the shard files this dataset (and its views) holds open; reading later reopens them."""

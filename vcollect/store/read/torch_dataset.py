@@ -21,41 +21,60 @@ import numpy as np
 import torch
 import torch.utils.data
 
-Items = Literal["transitions", "episodes"]
+from vcollect.slices import Pad, check_slice_request, lowest_start, window_counts
+
+Items = Literal["transitions", "episodes", "slices"]
 
 #: dtype kinds torch.as_tensor takes whole (bool, ints, floats, complex); others collate row by row.
 _TENSOR_KINDS = frozenset("biufc")
 
 
 class TorchDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
-    """Items are transitions (``len`` = steps of the view) or whole episodes (``len`` = episodes).
+    """Items are transitions (``len`` = steps of the view), whole episodes (``len`` = episodes) or slices
+    (``len`` = the windows of ``length`` steps the view's episodes offer with ``pad``, episode by episode).
 
     A transition is the dict ``Dataset.sample_steps`` gives for one row (observations, actions, rewards,
     next_observations, terminations, truncations), numpy arrays that torch's default collate stacks into
     tensors. An episode is a dict of its arrays (observations with T+1 rows, actions, rewards,
     terminations, truncations) plus ``id``; episodes differ in length, so batch them with
-    ``batch_size=None`` or a collate function of your own.
+    ``batch_size=None`` or a collate function of your own. A slice is one window of
+    ``Dataset.slices_at`` (each key with a leading ``length`` axis, plus ``mask``, ``timesteps``,
+    ``returns_to_go``, ...), which default collate stacks to (batch, length, ...).
 
     Args:
         dataset: The vcollect Dataset (or view) to read.
         items: What one item is: a transition, or a whole episode.
-        cache_bytes: Passed to ``Dataset.steps_at`` for transitions (None: its default); each DataLoader
-            worker process builds its own in-memory copy when the columns fit.
+        cache_bytes: Passed to ``Dataset.steps_at`` for transitions and slices (None: its default); each
+            DataLoader worker process builds its own in-memory copy when the columns fit.
+        length: Steps per window (slices only).
+        pad: Where windows may be padded (slices only): "none", "start", "end" or "both".
+        gamma: The discount of the windows' ``returns_to_go`` (slices only).
 
     Raises:
-        ValueError: ``items`` is neither 'transitions' nor 'episodes', or ``cache_bytes`` is negative.
+        ValueError: ``items`` is not 'transitions', 'episodes' or 'slices', ``cache_bytes`` is negative, or
+            slices without a good ``length`` / ``pad`` / ``gamma``.
     """
 
-    def __init__(self, dataset: Any, items: Items = "transitions", cache_bytes: int | None = None) -> None:
-        if items not in ("transitions", "episodes"):
-            raise ValueError(f"items must be 'transitions' or 'episodes', got {items!r}")
+    def __init__(self, dataset: Any, items: Items = "transitions", cache_bytes: int | None = None, *,
+                 length: int | None = None, pad: Pad = "none", gamma: float = 1.0) -> None:
+        if items not in ("transitions", "episodes", "slices"):
+            raise ValueError(f"items must be 'transitions', 'episodes' or 'slices', got {items!r}")
         if cache_bytes is not None and cache_bytes < 0:
             raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
         self.dataset = dataset
         self.items = items
         self.cache_bytes = cache_bytes
         self._episode_indices = np.asarray(dataset.episode_indices, dtype=np.int64)
-        self._length = int(dataset.total_steps) if items == "transitions" else len(self._episode_indices)
+        if items == "slices":
+            if length is None:
+                raise ValueError("items='slices' needs the window length: as_torch_dataset('slices', length=64)")
+            self._request = check_slice_request(0, length, pad, "window", gamma)
+            counts = window_counts(np.asarray(dataset.episode_lengths), self._request.length, pad)
+            self._counts = counts
+            self._windows = np.cumsum(counts)  # windows before and in each episode: item -> (episode, start)
+            self._length = int(self._windows[-1]) if counts.size else 0
+        else:
+            self._length = int(dataset.total_steps) if items == "transitions" else len(self._episode_indices)
 
     def __len__(self) -> int:
         return self._length
@@ -73,6 +92,8 @@ class TorchDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             IndexError: ``item`` is out of range.
         """
         position = self._positions([item])
+        if self.items == "slices":
+            return _row(self._slices(position), 0)  # type: ignore[no-any-return]
         if self.items == "transitions":
             batch = self.dataset.steps_at(position, cache_bytes=self.cache_bytes)
             return _row(batch, 0)  # type: ignore[no-any-return]
@@ -94,6 +115,8 @@ class TorchDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
         positions = self._positions(indices)
         if self.items == "episodes":
             return self._episodes(positions)
+        if self.items == "slices":
+            return TransitionRows(self._slices(positions), len(positions))
         batch = self.dataset.steps_at(positions, cache_bytes=self.cache_bytes)
         return TransitionRows(batch, len(positions))
 
@@ -107,6 +130,14 @@ class TorchDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             bad = positions[(positions < -self._length) | (positions >= self._length)][0]
             raise IndexError(f"item {int(bad)} out of range for {self._length} {self.items}")
         return positions % self._length if low < 0 else positions
+
+    def _slices(self, positions: np.ndarray) -> dict[str, Any]:
+        """The windows at ``positions`` (counted episode by episode, each episode's by start), read at once."""
+        which = np.searchsorted(self._windows, positions, side="right")
+        before = self._windows.take(which) - self._counts.take(which)
+        starts = lowest_start(self._request.length, self._request.pad) + positions - before
+        return self.dataset.slices_at(self._episode_indices.take(which), starts, self._request.length,  # type: ignore[no-any-return]
+                                      gamma=self._request.gamma, cache_bytes=self.cache_bytes)
 
     def _episodes(self, positions: np.ndarray) -> list[dict[str, Any]]:
         """The episodes at ``positions`` of this view, each a dict of its arrays plus ``id``."""

@@ -1,0 +1,500 @@
+"""Slices (windows of consecutive steps of one episode) from rings and datasets, against a brute-force
+reference that lists every window of every episode held: contents, masks, timesteps, returns-to-go, frame
+stacks, wrap-around rings, abandoned and running episodes, both ring kinds, datasets with and without
+frame_stack and Zstandard, uniform and prioritized draws, and the bad inputs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+import vcollect
+from vcollect.buffers.prioritized import PrioritizedVectorRingBuffer
+from vcollect.buffers.ring import RingWriter, VectorRingBuffer
+from vcollect.errors import EpisodeIndexError, SliceLengthError
+from vcollect.slices import PADS, lowest_start, window_counts
+from vcollect.store import EpisodeStore
+
+OBS = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
+ACT = gym.spaces.Discrete(3)
+
+
+# ------------------------------------------------------------------------------------------ ring reference
+class RingModel:
+    """A ring written step by step beside a plain log of every row each env wrote, oldest first."""
+
+    def __init__(self, ring: VectorRingBuffer) -> None:
+        self.ring = ring
+        self.c = ring.capacity
+        self.logs: list[list[dict[str, Any]]] = [[] for _ in range(ring.num_envs)]
+        self.serial = 0
+        self.counter = 0
+
+    def _obs(self, env: int) -> np.ndarray:
+        self.counter += 1
+        return np.array([self.counter, env], np.float32)
+
+    def start(self, envs: list[int]) -> None:
+        if not envs:
+            return
+        obs = [self._obs(e) for e in envs]
+        self.ring.start_episodes(np.array(envs), np.stack(obs))
+        for e, o in zip(envs, obs):
+            self.serial += 1
+            self.logs[e].append({"episode": self.serial, "obs": o, "step": None})
+
+    def step(self, envs: list[int], rng: np.random.Generator, p_end: float) -> None:
+        actions = rng.integers(0, 3, len(envs))
+        rewards = rng.integers(-3, 4, len(envs)).astype(np.float64)
+        ends = rng.random(len(envs)) < p_end
+        term = ends & (rng.random(len(envs)) < 0.5)
+        trunc = ends & ~term
+        obs = [self._obs(e) for e in envs]
+        self.ring.add(np.array(envs), actions, rewards, term, trunc, np.stack(obs))
+        for i, e in enumerate(envs):
+            row = self.logs[e][-1]
+            row["step"] = (int(actions[i]), float(rewards[i]), bool(term[i]), bool(trunc[i]))
+            self.logs[e].append({"episode": row["episode"], "obs": obs[i], "step": None})
+        self.start([e for e, end in zip(envs, ends) if end])
+
+    def abandon(self, env: int) -> None:
+        RingWriter(self.ring).abandon_episodes(np.array([env]))
+        self.start([env])
+
+    def episodes(self) -> list[dict[str, Any]]:
+        """Every episode's steps the ring holds: runs of held step rows of one episode."""
+        out = []
+        for env, log in enumerate(self.logs):
+            held0 = max(0, len(log) - self.c)
+            run: list[int] = []
+            for i in range(held0, len(log)):
+                is_step = log[i]["step"] is not None
+                if is_step and run and log[run[-1]]["episode"] == log[i]["episode"] and run[-1] == i - 1:
+                    run.append(i)
+                    continue
+                if run:
+                    out.append(self._episode(env, run))
+                run = [i] if is_step else []
+            if run:
+                out.append(self._episode(env, run))
+        return out
+
+    def _episode(self, env: int, run: list[int]) -> dict[str, Any]:
+        log = self.logs[env]
+        last = log[run[-1]]["step"]
+        return {"env": env, "rows": run, "id": env * self.c + run[0] % self.c, "partial": not (last[2] or last[3])}
+
+    def flat(self, env: int, i: int) -> int:
+        return env * self.c + i % self.c
+
+    @staticmethod
+    def _stack(log: list[dict[str, Any]], at: int, first: int, stack: int) -> np.ndarray:
+        """The observation at log row ``at`` stacked ``stack`` deep, clamped to the episode's first row held."""
+        obs = [log[max(at - m, first)]["obs"] for m in range(stack - 1, -1, -1)]
+        return obs[0] if stack == 1 else np.stack(obs)
+
+    def windows(self, length: int, pad: str, stack: int, gamma: float) -> dict[tuple[int, int], dict[str, Any]]:
+        """Every window of every held episode, by (episode id, start), each row as the batch should hold it."""
+        out = {}
+        for ep in self.episodes():
+            log, rows, env = self.logs[ep["env"]], ep["rows"], ep["env"]
+            t_len = len(rows)
+            rewards = [log[i]["step"][1] for i in rows]
+            low = lowest_start(length, pad)
+            for s in range(low, low + int(window_counts(np.array([t_len]), length, pad)[0])):
+                win: dict[str, list[Any]] = {k: [] for k in ("obs", "next", "act", "rew", "term", "trunc", "idx",
+                                                               "mask", "t", "rtg")}
+                for j in range(length):
+                    t = s + j
+                    if not 0 <= t < t_len:
+                        for key in win:
+                            win[key].append(None)
+                        win["mask"][-1] = False
+                        continue
+                    i = rows[t]
+                    act, rew, term, trunc = log[i]["step"]
+                    win["obs"].append(self._stack(log, i, rows[0], stack))
+                    win["next"].append(self._stack(log, i + 1, rows[0], stack))
+                    win["act"].append(act)
+                    win["rew"].append(rew)
+                    win["term"].append(term)
+                    win["trunc"].append(trunc)
+                    win["idx"].append(self.flat(env, i))
+                    win["mask"].append(True)
+                    win["t"].append(t)
+                    win["rtg"].append(sum(r * gamma ** (u - t) for u, r in enumerate(rewards) if u >= t))
+                win["partial"] = ep["partial"]  # type: ignore[assignment]
+                out[(ep["id"], s)] = win
+        return out
+
+
+def check_window(batch: dict[str, Any], b: int, want: dict[str, Any], obs_shape: tuple[int, ...]) -> None:
+    mask = np.array(want["mask"])
+    assert np.array_equal(batch["mask"][b], mask)
+    assert batch["partial"][b] == want["partial"]
+    for j, real in enumerate(mask):
+        if not real:
+            assert not batch["observations"][b, j].any() and not batch["next_observations"][b, j].any()
+            assert batch["actions"][b, j] == 0 and batch["rewards"][b, j] == 0 and batch["returns_to_go"][b, j] == 0
+            assert batch["timesteps"][b, j] == 0 and not batch["terminations"][b, j]
+            assert "indices" not in batch or batch["indices"][b, j] == -1
+            continue
+        assert batch["observations"][b, j].shape == obs_shape
+        np.testing.assert_array_equal(batch["observations"][b, j], want["obs"][j])
+        np.testing.assert_array_equal(batch["next_observations"][b, j], want["next"][j])
+        assert batch["actions"][b, j] == want["act"][j] and batch["rewards"][b, j] == want["rew"][j]
+        assert batch["terminations"][b, j] == want["term"][j] and batch["truncations"][b, j] == want["trunc"][j]
+        assert batch["timesteps"][b, j] == want["t"][j]
+        assert batch["returns_to_go"][b, j] == pytest.approx(want["rtg"][j], rel=1e-9, abs=1e-9)
+        if "indices" in want and "indices" in batch:
+            assert batch["indices"][b, j] == want["idx"][j]
+    if "indices" in batch:
+        assert np.array_equal(batch["indices"][b][mask], np.array(want["idx"])[mask])
+
+
+ops = st.lists(
+    st.one_of(st.tuples(st.just("step"), st.integers(1, 7)), st.tuples(st.just("abandon"), st.integers(0, 2))),
+    min_size=0, max_size=45,
+)
+
+
+def run_model(ring: VectorRingBuffer, operations: list[tuple[str, int]], seed: int, p_end: float) -> RingModel:
+    model = RingModel(ring)
+    rng = np.random.default_rng(seed)
+    model.start(list(range(ring.num_envs)))
+    for kind, arg in operations:
+        if kind == "step":
+            envs = [e for e in range(ring.num_envs) if arg >> e & 1] or [0]
+            model.step(envs, rng, p_end)
+        else:
+            model.abandon(arg % ring.num_envs)
+    return model
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_envs=st.integers(1, 3), capacity=st.integers(3, 11), operations=ops, seed=st.integers(0, 2**16),
+       p_end=st.sampled_from([0.0, 0.15, 0.4]), length=st.integers(1, 5), stack=st.sampled_from([1, 2]),
+       gamma=st.sampled_from([1.0, 0.9]), prioritized=st.booleans())
+def test_ring_slices_match_every_window_held(num_envs: int, capacity: int, operations: list[tuple[str, int]],
+                                              seed: int, p_end: float, length: int, stack: int, gamma: float,
+                                              prioritized: bool) -> None:
+    if prioritized:
+        ring: VectorRingBuffer = PrioritizedVectorRingBuffer(num_envs, capacity, OBS, ACT, alpha=0.6, beta=0.4)
+    else:
+        ring = VectorRingBuffer(num_envs, capacity, OBS, ACT)
+    model = run_model(ring, operations, seed, p_end)
+    obs_shape = (2,) if stack == 1 else (stack, 2)
+    for pad in PADS:
+        want = model.windows(length, pad, stack, gamma)
+        if not want:
+            with pytest.raises(SliceLengthError):
+                ring.sample_slices(4, length, pad=pad, seed=seed)
+            continue
+        batch = ring.sample_slices(30 * len(want) + 10, length, pad=pad, gamma=gamma, stack_num=stack, seed=seed)
+        drawn = list(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+        assert set(drawn) == set(want), "every window is drawn, and nothing else"
+        for b, key in enumerate(drawn[:40]):
+            check_window(batch, b, want[key], obs_shape)
+        if prioritized:
+            assert batch["weights"].shape == (len(drawn),) and batch["weights"].max() == pytest.approx(1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(capacity=st.integers(4, 12), operations=ops, seed=st.integers(0, 2**16), length=st.integers(1, 4))
+def test_ring_slices_by_episode_draw_each_episode(capacity: int, operations: list[tuple[str, int]], seed: int,
+                                                  length: int) -> None:
+    ring = VectorRingBuffer(2, capacity, OBS, ACT)
+    model = run_model(ring, operations, seed, 0.3)
+    want = model.windows(length, "end", 1, 1.0)
+    if not want:
+        return
+    batch = ring.sample_slices(40 * len(want), length, pad="end", by="episode", seed=seed)
+    drawn = set(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+    assert drawn == set(want)
+
+
+def test_ring_wraps_and_keeps_episodes_apart() -> None:
+    """One env, capacity 6: a long episode wraps around the ring's end; the window never joins the episode
+    that follows, whose rows come right after."""
+    ring = VectorRingBuffer(1, 6, OBS, ACT)
+    model = RingModel(ring)
+    rng = np.random.default_rng(0)
+    model.start([0])
+    for _ in range(9):
+        model.step([0], rng, 0.0)
+    want = model.windows(3, "none", 1, 1.0)
+    assert len(model.episodes()) == 1 and len(want) == 3  # 5 steps held, rows 4, 5, 0, 1, 2
+    batch = ring.sample_slices(200, 3, seed=1)
+    assert set(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist())) == set(want)
+    assert (batch["indices"] % 6 == np.array([[4, 5, 0], [5, 0, 1], [0, 1, 2]])[batch["start_indices"]]).all()
+    assert batch["partial"].all()  # the running episode: its returns-to-go run to its newest step
+    for b, key in enumerate(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist())):
+        check_window(batch, b, want[key], (2,))
+
+
+def test_ring_partial_flag_and_returns_to_go() -> None:
+    ring = VectorRingBuffer(2, 20, OBS, ACT)
+    ring.start_episodes(np.array([0, 1]), np.zeros((2, 2), np.float32))
+    for t in range(4):
+        done = np.array([t == 3, False])
+        ring.add(np.array([0, 1]), np.zeros(2, np.int64), np.array([1.0, 2.0]) * (t + 1), done, np.zeros(2, bool),
+                 np.zeros((2, 2), np.float32))
+    batch = ring.sample_slices(50, 4, seed=0)
+    env = batch["episode_ids"] // 20
+    assert (batch["partial"] == (env == 1)).all()
+    rtg = np.where(env[:, None] == 0, [10.0, 9.0, 7.0, 4.0], [20.0, 18.0, 14.0, 8.0])
+    np.testing.assert_array_equal(batch["returns_to_go"], rtg)
+    discounted = ring.sample_slices(5, 2, seed=0, gamma=0.5, pad="end")
+    r = np.where(discounted["mask"], discounted["rewards"], 0)
+    # rtg[t] = r[t] + 0.5 * rtg[t + 1] inside the episode
+    inside = discounted["mask"][:, 1]
+    np.testing.assert_allclose(discounted["returns_to_go"][inside, 0],
+                               r[inside, 0] + 0.5 * discounted["returns_to_go"][inside, 1])
+
+
+def test_ring_slices_are_uniform_over_windows() -> None:
+    """Episodes of 3, 10 and 25 steps: each window (not each episode) equally likely, a chi-square test at a
+    fixed seed."""
+    ring = VectorRingBuffer(1, 64, OBS, ACT)
+    ring.start_episodes(np.array([0]), np.zeros((1, 2), np.float32))
+    for steps in (3, 10, 25):
+        for t in range(steps):
+            ring.add(np.array([0]), np.array([0]), np.array([1.0]), np.array([t == steps - 1]), np.array([False]),
+                     np.zeros((1, 2), np.float32))
+        ring.start_episodes(np.array([0]), np.zeros((1, 2), np.float32))
+    for pad, windows in (("none", 1 + 8 + 23), ("both", 3 + 10 + 25 + 3 * 2)):
+        batch = ring.sample_slices(40_000, 3, pad=pad, seed=123)
+        counts = Counter(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+        assert len(counts) == windows
+        assert stats.chisquare(list(counts.values())).pvalue > 1e-3
+    episodes = Counter(ring.sample_slices(30_000, 3, by="episode", seed=5)["episode_ids"].tolist())
+    assert len(episodes) == 3 and stats.chisquare(list(episodes.values())).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("priority", ["first", "max"])
+@pytest.mark.parametrize("pad", ["none", "end", "both"])
+def test_prioritized_slices_follow_the_priorities(priority: str, pad: str) -> None:
+    ring = PrioritizedVectorRingBuffer(1, 32, OBS, ACT, alpha=1.0, beta=0.5)
+    ring.start_episodes(np.array([0]), np.zeros((1, 2), np.float32))
+    for steps in (6, 9):
+        for t in range(steps):
+            ring.add(np.array([0]), np.array([0]), np.array([1.0]), np.array([t == steps - 1]), np.array([False]),
+                     np.zeros((1, 2), np.float32))
+        ring.start_episodes(np.array([0]), np.zeros((1, 2), np.float32))
+    rows = ring.sample(0)["indices"]
+    priorities = np.arange(1, rows.size + 1, dtype=np.float64)
+    ring.update_weight(rows, priorities)
+    p = dict(zip(rows.tolist(), ring.priorities(rows).tolist()))
+    batch = ring.sample_slices(60_000, 3, pad=pad, priority=priority, seed=7)
+    keys = list(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+    weight_of = {}
+    for b, key in enumerate(keys[:2000]):
+        real = batch["indices"][b][batch["mask"][b]]
+        w = p[int(real[0])] if priority == "first" else max(p[int(r)] for r in real)
+        weight_of[key] = w
+    counts = Counter(keys)
+    assert set(counts) == set(weight_of)
+    expected = np.array([weight_of[k] for k in counts])
+    assert stats.chisquare(list(counts.values()), expected / expected.sum() * len(keys)).pvalue > 1e-3
+    w_all = np.array([weight_of[k] for k in keys])
+    np.testing.assert_allclose(batch["weights"], (w_all / w_all.min()) ** -0.5)
+
+
+def test_ring_slices_bad_input() -> None:
+    ring = VectorRingBuffer(2, 10, OBS, ACT)
+    with pytest.raises(SliceLengthError, match="no episodes"):
+        ring.sample_slices(4, 2)
+    model = run_model(ring, [("step", 3)] * 3, 0, 0.0)
+    assert len(model.episodes()) == 2
+    with pytest.raises(SliceLengthError, match=r"longest, env \d's episode from ring row 0, has 3; ask for length <= 3") as err:
+        ring.sample_slices(4, 5)
+    assert err.value.length == 5 and err.value.longest_steps == 3 and isinstance(err.value, ValueError)
+    empty = ring.sample_slices(0, 5, stack_num=2)
+    assert empty["observations"].shape == (0, 5, 2, 2) and empty["mask"].shape == (0, 5)
+    assert empty["episode_ids"].shape == (0,) and empty["returns_to_go"].dtype == np.float64
+    mask = ring.sample_slices(30, 5, pad="end", seed=0)["mask"]
+    real = mask.sum(axis=1)  # padded past each episode's end only: the steps left from the start, then padding
+    assert set(real.tolist()) == {1, 2, 3} and (mask == (np.arange(5) < real[:, None])).all()
+    with pytest.raises(ValueError, match="pad must be one of"):
+        ring.sample_slices(4, 2, pad="left")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="length must be >= 1"):
+        ring.sample_slices(4, 0)
+    with pytest.raises(ValueError, match="not both"):
+        ring.sample_slices(4, 2, seed=1, rng=np.random.default_rng(1))
+    with pytest.raises(ValueError, match="gamma"):
+        ring.sample_slices(4, 2, gamma=1.5)
+    prioritized = PrioritizedVectorRingBuffer(1, 10, OBS, ACT, alpha=0.6, beta=0.4)
+    with pytest.raises(ValueError, match="by='window'"):
+        prioritized.sample_slices(4, 2, by="episode")
+
+
+def test_ring_index_follows_writes() -> None:
+    """The episode table is kept between calls and rebuilt after any write."""
+    ring = VectorRingBuffer(1, 8, OBS, ACT)
+    model = run_model(ring, [("step", 1)] * 3, 0, 0.0)
+    first = ring.sample_slices(20, 2, seed=0)
+    assert set(first["start_indices"].tolist()) == {0, 1}
+    model.step([0], np.random.default_rng(1), 0.0)
+    assert set(ring.sample_slices(40, 2, seed=0)["start_indices"].tolist()) == {0, 1, 2}
+    ring.reset()
+    with pytest.raises(SliceLengthError):
+        ring.sample_slices(2, 2)
+
+
+# --------------------------------------------------------------------------------------- dataset reference
+def dataset_windows(ds: vcollect.Dataset, length: int, pad: str, gamma: float) -> dict[tuple[int, int], dict[str, Any]]:
+    out = {}
+    for ep in ds.iterate_episodes():
+        t_len = len(ep)
+        low = lowest_start(length, pad)
+        for s in range(low, low + int(window_counts(np.array([t_len]), length, pad)[0])):
+            win: dict[str, Any] = {k: [] for k in ("obs", "next", "act", "rew", "term", "trunc", "mask", "t", "rtg")}
+            for j in range(length):
+                t = s + j
+                real = 0 <= t < t_len
+                win["mask"].append(real)
+                if not real:
+                    for key in ("obs", "next", "act", "rew", "term", "trunc", "t", "rtg"):
+                        win[key].append(None)
+                    continue
+                win["obs"].append(ep.observations[t])
+                win["next"].append(ep.observations[t + 1])
+                win["act"].append(ep.actions[t])
+                win["rew"].append(ep.rewards[t])
+                win["term"].append(ep.terminations[t])
+                win["trunc"].append(ep.truncations[t])
+                win["t"].append(t)
+                win["rtg"].append(float(np.sum(ep.rewards[t:] * gamma ** np.arange(t_len - t))))
+            win["partial"] = False
+            out[(ep.id, s)] = win
+    return out
+
+
+def reference_stacks(frames: np.ndarray, k: int) -> np.ndarray:
+    """gymnasium's FrameStackObservation with reset padding: each observation the last k frames."""
+    idx = np.maximum(np.arange(len(frames))[:, None] + np.arange(1 - k, 1), 0)
+    return frames[idx]
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, vcollect.Dataset]:
+    root = tmp_path_factory.mktemp("slices")
+    rng = np.random.default_rng(0)
+    lengths = [1, 4, 9, 2, 6, 12, 3]
+    out = {}
+    plain = EpisodeStore.create("s/plain-v0", OBS, ACT, root=root, shard_steps=12)
+    stacked_space = gym.spaces.Box(0, 255, (3, 6, 5), np.uint8)
+    stacked = EpisodeStore.create("s/stacked-v0", stacked_space, ACT, root=root, frame_stack=3, shard_steps=12)
+    zero = EpisodeStore.create("s/stacked-raw-v0", stacked_space, ACT, root=root, frame_stack=3, compression="none")
+    for i, t in enumerate(lengths):
+        act, rew = rng.integers(0, 3, t), rng.integers(-2, 5, t).astype(np.float64)
+        term = np.eye(1, t, t - 1, dtype=bool)[0] & (i % 2 == 0)
+        trunc = np.eye(1, t, t - 1, dtype=bool)[0] & (i % 2 == 1)
+        plain.write_episode(rng.normal(size=(t + 1, 2)).astype(np.float32), act, rew, term, trunc, seed=i, env_id=0)
+        frames = rng.integers(0, 256, (t + 1, 6, 5), dtype=np.uint8)
+        for store in (stacked, zero):
+            store.write_episode(reference_stacks(frames, 3), act, rew, term, trunc, seed=i, env_id=1)
+    for store in (plain, stacked, zero):
+        store.close()
+    for name in ("plain", "stacked", "stacked-raw"):
+        out[name] = vcollect.load_dataset(f"s/{name}-v0", root=root)
+    return out
+
+
+@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-raw"])
+@pytest.mark.parametrize("pad", PADS)
+@pytest.mark.parametrize("gamma", [1.0, 0.8])
+@pytest.mark.parametrize("cache_bytes", [0, None])
+def test_dataset_slices_match_every_window(datasets: dict[str, vcollect.Dataset], name: str, pad: str, gamma: float,
+                                           cache_bytes: int | None) -> None:
+    ds = datasets[name]
+    length = 4
+    want = dataset_windows(ds, length, pad, gamma)
+    batch = ds.sample_slices(25 * len(want), length, pad=pad, gamma=gamma, seed=3, cache_bytes=cache_bytes)
+    drawn = list(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+    assert set(drawn) == set(want)
+    shape = ds.observation_space.shape
+    for b, key in enumerate(drawn[:60]):
+        check_window(batch, b, want[key], shape)
+    again = ds.slices_at(batch["episode_ids"][:60], batch["start_indices"][:60], length, gamma=gamma)
+    for key, value in again.items():
+        np.testing.assert_array_equal(value, batch[key][:60])
+
+
+def test_dataset_slices_are_uniform_and_by_episode(datasets: dict[str, vcollect.Dataset]) -> None:
+    ds = datasets["plain"]
+    counts = Counter(zip(*(ds.sample_slices(40_000, 3, seed=11)[k].tolist() for k in ("episode_ids", "start_indices"))))
+    assert len(counts) == sum(max(t - 2, 0) for t in ds.episode_lengths)
+    assert stats.chisquare(list(counts.values())).pvalue > 1e-3
+    episodes = Counter(ds.sample_slices(20_000, 3, by="episode", seed=12)["episode_ids"].tolist())
+    assert set(episodes) == {int(i) for i in np.flatnonzero(ds.episode_lengths >= 3)}
+    assert stats.chisquare(list(episodes.values())).pvalue > 1e-3
+
+
+def test_dataset_slices_of_a_view(datasets: dict[str, vcollect.Dataset]) -> None:
+    ds = datasets["plain"]
+    view = ds.filter_episodes(lambda ep: len(ep) % 2 == 0)
+    batch = view.sample_slices(500, 2, seed=0)
+    assert set(batch["episode_ids"].tolist()) == {1, 3, 4, 5}
+    with pytest.raises(EpisodeIndexError, match="episode 2 is not in this dataset"):
+        view.slices_at([2], [0], 2)
+
+
+def test_dataset_slices_bad_input(datasets: dict[str, vcollect.Dataset]) -> None:
+    ds = datasets["plain"]
+    with pytest.raises(SliceLengthError, match=r"the longest, episode 5, has 12; ask for length <= 12") as err:
+        ds.sample_slices(8, 13)
+    assert err.value.longest_steps == 12
+    empty = ds.sample_slices(0, 13)
+    assert empty["observations"].shape == (0, 13, 2) and empty["actions"].shape == (0, 13)
+    assert empty["mask"].shape == (0, 13) and empty["start_indices"].shape == (0,)
+    with pytest.raises(IndexError, match="holds no step"):
+        ds.slices_at([0], [1], 3)  # episode 0 has one step
+    with pytest.raises(IndexError, match="holds no step"):
+        ds.slices_at([1], [-3], 3)
+    with pytest.raises(ValueError, match="one start per episode"):
+        ds.slices_at([1, 2], [0], 3)
+    one = ds.slices_at(5, -1, 3)
+    assert one["mask"].tolist() == [[False, True, True]] and one["timesteps"].tolist() == [[0, 0, 1]]
+
+
+# ------------------------------------------------------------------------------------------- torch view
+def test_torch_dataset_of_slices(datasets: dict[str, vcollect.Dataset]) -> None:
+    torch = pytest.importorskip("torch")
+    ds = datasets["stacked"]
+    items = ds.as_torch_dataset("slices", length=3, pad="start")
+    want = dataset_windows(ds, 3, "start", 1.0)
+    assert len(items) == len(want) == ds.total_steps
+    keys = [(int(items[i]["episode_ids"]), int(items[i]["start_indices"])) for i in range(len(items))]
+    assert set(keys) == set(want) and len(set(keys)) == len(keys)
+    loader = torch.utils.data.DataLoader(items, batch_size=7, shuffle=False)
+    batches = list(loader)
+    assert batches[0]["observations"].shape == (7, 3, 3, 6, 5) and batches[0]["mask"].dtype == torch.bool
+    got = torch.cat([b["observations"] for b in batches]).numpy()
+    assert np.array_equal(got, np.stack([items[i]["observations"] for i in range(len(items))]))
+    with pytest.raises(ValueError, match="length"):
+        ds.as_torch_dataset("slices")
+    with pytest.raises(IndexError):
+        items[len(items)]
+
+
+def test_torch_slices_in_worker_processes(datasets: dict[str, vcollect.Dataset]) -> None:
+    import multiprocessing
+
+    torch = pytest.importorskip("torch")
+    ds = datasets["plain"]
+    items = ds.as_torch_dataset("slices", length=2)
+    ds.sample_steps(4, cache_bytes=0)  # the parent holds open files a forked worker inherits
+    loader = torch.utils.data.DataLoader(items, batch_size=5, num_workers=2, shuffle=False, timeout=120,
+                                         multiprocessing_context=multiprocessing.get_context("fork"))
+    got = torch.cat([b["returns_to_go"] for b in loader]).numpy()
+    want = ds.slices_at(*zip(*[(items[i]["episode_ids"], items[i]["start_indices"]) for i in range(len(items))]), 2)
+    np.testing.assert_array_equal(got, want["returns_to_go"])
+
