@@ -31,7 +31,7 @@ from tests.doc_blocks import (
 )
 from vcollect.store import list_datasets, load_dataset
 
-# every test reads the runs of all README blocks (each run twice), about 140 s of CPU together: on a loaded
+# every test reads the runs of all README blocks (each run twice), about 80 s of CPU together: on a loaded
 # machine more than the suite's 300 s default per test, all of it in the one module fixture
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
