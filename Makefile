@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_ID := demo/cartpole-random-v0
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck docs unit bench clean
 
 # Base install: the library alone (what `make demo` needs).
 $(VENV)/.installed: pyproject.toml
@@ -46,10 +46,15 @@ unit: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=20 -m "not timing"
 	$(BIN)/python -m pytest -q -m timing
 
-test: lint typecheck unit
+# The documentation site into site/ (open site/index.html; nothing is fetched, so it builds and reads
+# offline). --strict: a broken link or cross-reference, or a docstring warning, fails the build.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint typecheck docs unit
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python benchmarks/compare.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .benchmarks
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .benchmarks site

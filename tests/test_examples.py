@@ -129,3 +129,13 @@ def test_bc_pong_learns_the_teacher_from_dataloader_workers(tmp_path: Path) -> N
     assert result["steps"] == 1600, "every collected step is stored (unfinished episodes truncated)"
     assert result["accuracy"] > result["constant"] + 0.15, result
     assert dataset_ids(tmp_path) == default_dataset_ids("bc_pong")
+
+
+def test_bc_pong_without_the_atari_extra_says_so_in_one_line(tmp_path: Path) -> None:
+    """With torch installed but ale_py hidden, the Pong example names the atari extra in one line."""
+    from tests.doc_blocks import Run, finish, one_line_naming, start
+
+    run = finish(start([sys.executable, str(EXAMPLES / "bc_pong.py")], tmp_path, hidden=["ale_py"]), Run(tmp_path))
+    if "torch extra" in run.stderr:
+        pytest.skip("torch is not installed here: the example stops at torch first")
+    assert one_line_naming(run, "atari"), (run.returncode, run.stdout, run.stderr)

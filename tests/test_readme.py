@@ -9,104 +9,43 @@ processes, each on its own copy of the quick start's datasets root.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 import shutil
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.doc_blocks import (
+    REPO,
+    Run,
+    blocks,
+    declared_extra,
+    finish,
+    imported_extras,
+    missing_module,
+    one_line_naming,
+    run_hiding_extra,
+    start,
+    start_python_block,
+)
 from vcollect.store import list_datasets, load_dataset
 
-pytestmark = pytest.mark.slow  # every test reads the runs of all README blocks, about 70 s of CPU together
+# every test reads the runs of all README blocks (each run twice), about 80 s of CPU together: on a loaded
+# machine more than the suite's 300 s default per test, all of it in the one module fixture
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
-TIMEOUT = 240  # seconds per block; all of them together take about 15 s on 2 cores
-# Read by Ray when a block starts it: a local instance of the block's own (not one this test session or
-# anything else on the machine runs), no usage-stats prompt or upload, no import warning.
-RAY_ENV = {"RAY_ADDRESS": "local", "RAY_USAGE_STATS_ENABLED": "0", "RAY_DEDUP_LOGS": "0",
-           "RAY_DISABLE_IMPORT_WARNING": "1"}
-
-
-def blocks(language: str) -> list[tuple[str, str]]:
-    """(section heading, code) of every fenced block in ``language``, in README order."""
-    found: list[tuple[str, str]] = []
-    heading = ""
-    for match in re.finditer(r"^## (?P<heading>[^\n]+)$|^```(?P<lang>\w+)\n(?P<code>.*?)^```$", README, re.M | re.S):
-        if match.group("heading"):
-            heading = match.group("heading").strip()
-        elif match.group("lang") == language:
-            found.append((heading, match.group("code")))
-    return found
-
-
-PYTHON = blocks("python")
+PYTHON = blocks(README, "python")
 NAMES = [f"{i}-{re.sub(r'[^a-z]+', '-', heading.lower()).strip('-')}" for i, (heading, _) in enumerate(PYTHON)]
 CODE = {name: code for name, (_, code) in zip(NAMES, PYTHON)}
 QUICK_START = NAMES[[heading for heading, _ in PYTHON].index("Quick start")]
-(CLI_BLOCK,) = [code for heading, code in blocks("bash") if heading == "Command line"]
+(CLI_BLOCK,) = [code for heading, code in blocks(README, "bash") if heading == "Command line"]
 
 
 def needs_missing_module(code: str) -> str | None:
-    """The optional module a block imports that is not installed here, if any (ray for the distributed one)."""
-    for module, package in (("vcollect.distributed", "ray"), ("minari", "minari"), ("ray", "ray")):
-        if re.search(rf"^\s*(import|from) {re.escape(module)}\b", code, re.M) and importlib.util.find_spec(package) is None:
-            return package
-    return None
-
-
-@dataclass
-class Run:
-    """One block run: where it ran and how it ended."""
-
-    folder: Path
-    returncode: int | None = None
-    stdout: str = ""
-    stderr: str = ""
-
-    @property
-    def datasets(self) -> Path:
-        return self.folder / "datasets"
-
-
-def environment(folder: Path) -> dict[str, str]:
-    """A reader's environment for a block run in ``folder``: this checkout's vcollect, roots of its own."""
-    bin_dir = str(Path(sys.executable).parent)  # the `vcollect` command of this environment, for the CLI block
-    return {
-        **os.environ,
-        **RAY_ENV,
-        "PYTHONPATH": str(REPO),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "VCOLLECT_DATASETS_PATH": str(folder / "datasets"),
-        "MINARI_DATASETS_PATH": str(folder / "minari"),
-    }
-
-
-def start(command: list[str], folder: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(command, cwd=folder, env=environment(folder), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-
-
-def finish(process: subprocess.Popen[str], run: Run) -> Run:
-    try:
-        run.stdout, run.stderr = process.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        run.stdout, run.stderr = process.communicate()
-    run.returncode = process.returncode
-    return run
-
-
-def start_python_block(name: str, code: str, folder: Path) -> subprocess.Popen[str]:
-    """Write the block to ``folder/<name>.py`` and run it as ``python <name>.py`` in ``folder``."""
-    script = folder / f"{name}.py"
-    script.write_text(code, encoding="utf-8")
-    return start([sys.executable, script.name], folder)
+    """The optional module a block needs that is not installed here, if any (ray for the distributed one)."""
+    return missing_module(code)
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +68,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
         processes[name] = (start_python_block(name, code, run.folder), run)
     for name, (process, run) in processes.items():
         results[name] = finish(process, run)
+    # then each block again, in the folder of its first run: a reader re-runs a block after editing it
+    again = {name: (start_python_block(name, CODE[name], run.folder), Run(run.folder)) for name, run in results.items()}
+    for name, (process, run) in again.items():
+        results[f"{name} again"] = finish(process, run)
     results["cli"] = finish(cli_process, cli)
     return results
 
@@ -150,6 +93,30 @@ def test_python_block_runs_alone(name: str, code: str, runs: dict[str, Run]) -> 
         pytest.skip(f"block {name} needs {missing}, which is not installed here")
     run = runs[name]
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_python_block_runs_again_where_it_ran(name: str, runs: dict[str, Run]) -> None:
+    """A block re-run in the same folder still works: it overwrites or cleans up what it made."""
+    if f"{name} again" not in runs:
+        pytest.skip(f"block {name} needs {needs_missing_module(CODE[name])}, which is not installed here")
+    run = runs[f"{name} again"]
+    assert run.returncode == 0, run.stderr
+
+
+def test_blocks_say_the_extra_they_need_in_their_first_lines() -> None:
+    for name, code in CODE.items():
+        for extra in imported_extras(code):
+            assert declared_extra(code) in (extra, "tianshou" if extra == "torch" else extra), (name, extra)
+    assert declared_extra(CODE[NAMES[[h for h, _ in PYTHON].index("Coming from Minari")]]) == "minari"  # parquet
+
+
+@pytest.mark.parametrize("name", [name for name, code in CODE.items() if declared_extra(code)])
+def test_block_without_its_extra_fails_in_one_line_naming_it(name: str, tmp_path: Path) -> None:
+    extra = declared_extra(CODE[name])
+    assert extra is not None
+    run = run_hiding_extra(name, "python", CODE[name], tmp_path, extra)
+    assert one_line_naming(run, extra), (run.returncode, run.stdout, run.stderr)
 
 
 def test_blocks_that_use_the_subprocess_backend_have_the_main_guard() -> None:
