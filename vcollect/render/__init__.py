@@ -1,3 +1,8 @@
 """Rendering stored episodes to video: the labels drawn on frames (text.py), the video files (video.py) and
 several episodes laid out in one file (episodes.py). Frames themselves come from
 ``Dataset.render_episode`` (vcollect/store/read/episode_frames.py)."""
+
+from vcollect.render.episodes import RenderedVideo, pick_episodes, render_video
+from vcollect.render.video import VideoWriter
+
+__all__ = ["RenderedVideo", "VideoWriter", "pick_episodes", "render_video"]
