@@ -44,6 +44,7 @@ __all__ = [
     "SpaceMismatchError",
     "UnfinishedEpisodesWarning",
     "UnsafePathError",
+    "UnsupportedBufferMethodError",
     "VCollectError",
     "WorkerLostError",
 ]
@@ -244,6 +245,12 @@ class EnvOutputError(EnvWorkerError):
 
     Like every EnvWorkerError it names the env id and carries the traceback text of where it was found.
     """
+
+
+class UnsupportedBufferMethodError(VCollectError, AttributeError, NotImplementedError):
+    """A Tianshou algorithm (or a user) asked vcollect.tianshou's replay-buffer adapter for a member of
+    Tianshou's ReplayBuffer it does not implement; the message names the member and the vcollect version.
+    An AttributeError, so ``hasattr`` is False for it as for any missing member."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
