@@ -123,23 +123,23 @@ class VectorReplayBuffer:
 
     @property
     def rew(self) -> np.ndarray:
-        """Every slot's reward (0 where empty), read-only."""
-        return _read_only(self._synced().rew)
+        """Every slot's reward (0 where empty): the buffer's own array (do not write it)."""
+        return self._synced().rew
 
     @property
     def terminated(self) -> np.ndarray:
-        """Every slot's termination flag, read-only."""
-        return _read_only(self._synced().terminated)
+        """Every slot's termination flag: the buffer's own array (do not write it)."""
+        return self._synced().terminated
 
     @property
     def truncated(self) -> np.ndarray:
-        """Every slot's truncation flag, read-only."""
-        return _read_only(self._synced().truncated)
+        """Every slot's truncation flag: the buffer's own array (do not write it)."""
+        return self._synced().truncated
 
     @property
     def done(self) -> np.ndarray:
-        """Every slot's ``terminated | truncated``, read-only."""
-        return _read_only(self._synced().done)
+        """Every slot's ``terminated | truncated``: the buffer's own array (do not write it)."""
+        return self._synced().done
 
     @property
     def obs(self) -> Any:
@@ -495,12 +495,6 @@ def ReplayBuffer(size: int, **kwargs: Any) -> VectorReplayBuffer:  # noqa: N802 
         A VectorReplayBuffer of one sub-buffer.
     """
     return VectorReplayBuffer(size, 1, single=True, **kwargs)
-
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.flags.writeable = False
-    return view
 
 
 def _with_axis(value: Any, lead: bool) -> Any:
