@@ -20,6 +20,7 @@ import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import tianshou.data as ts
 from tianshou.data import Batch
 
 import vcollect
@@ -27,6 +28,7 @@ from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.flat_rows import FlatRows
 from vcollect.errors import UnsupportedBufferMethodError
 from vcollect.tianshou.batches import as_nested, batch_space, to_batch
+from vcollect.tianshou.hdf5 import fill_from_tianshou, layout_of, read_tianshou, to_tianshou
 from vcollect.tianshou.slots import SlotLayout
 
 __all__ = ["ReplayBuffer", "VectorReplayBuffer"]
@@ -382,6 +384,69 @@ class VectorReplayBuffer:
             np.where(ended, lengths, 0),
             base + (layout.count[ids] - lengths) % size,
         )
+
+    @property
+    def is_single(self) -> bool:
+        """Whether ``add`` takes one unbatched step without ``buffer_ids`` (a ReplayBuffer)."""
+        return self._single
+
+    def save_hdf5(self, path: str, compression: str | None = None) -> None:
+        """Save in Tianshou's HDF5 layout: Tianshou's ``load_hdf5`` reads the file as the Tianshou buffer of the
+        same transitions at the same indices (a ReplayBuffer or VectorReplayBuffer).
+
+        Args:
+            path: The file to write.
+            compression: h5py's compression of every array (e.g. "gzip").
+        """
+        to_tianshou(self).save_hdf5(path, compression=compression)
+
+    @classmethod
+    def load_hdf5(cls, path: str, device: str | None = None) -> VectorReplayBuffer:
+        """Load a buffer saved by Tianshou's ``save_hdf5`` (or this class's) into vcollect's rings.
+
+        Args:
+            path: The HDF5 file.
+            device: Accepted as Tianshou's is (tensors in the file are read as arrays).
+
+        Returns:
+            The buffer: the file's transitions at their indices.
+        """
+        return cls.from_tianshou(read_tianshou(path))
+
+    @classmethod
+    def from_tianshou(cls, source: Any) -> VectorReplayBuffer:
+        """A buffer holding a Tianshou ReplayBuffer's or VectorReplayBuffer's transitions at their indices.
+
+        Args:
+            source: The Tianshou buffer.
+
+        Returns:
+            The new buffer (same size and sub-buffers, stack_num).
+        """
+        size, num, single = layout_of(source)
+        buffer = cls(size * num, num, stack_num=source.stack_num, single=single)
+        fill_from_tianshou(buffer, source)
+        return buffer
+
+    @classmethod
+    def from_data(
+        cls, obs: Any, act: Any, rew: Any, terminated: Any, truncated: Any, done: Any, obs_next: Any
+    ) -> VectorReplayBuffer:
+        """A ReplayBuffer of the given per-step arrays (h5py datasets, as Tianshou's ``from_data``), in order.
+
+        Args:
+            obs: Observations.
+            act: Actions.
+            rew: Rewards.
+            terminated: Termination flags.
+            truncated: Truncation flags.
+            done: Either flag (as Tianshou takes it).
+            obs_next: Next observations.
+
+        Returns:
+            One sub-buffer of ``len(obs)`` slots holding them.
+        """
+        return cls.from_tianshou(ts.ReplayBuffer.from_data(obs, act, rew, terminated, truncated, done, obs_next))
 
     def hasnull(self) -> bool:
         """Whether a NaN was stored (observations, actions, rewards) since the buffer was last emptied."""
