@@ -43,8 +43,8 @@ def _imports(side: str) -> tuple[Any, Any]:
 
 
 def _logger(name: str) -> tuple[Any, str]:
-    from torch.utils.tensorboard import SummaryWriter
     from tianshou.utils import TensorboardLogger
+    from torch.utils.tensorboard import SummaryWriter
 
     log_path = tempfile.mkdtemp(prefix=f"ts-{name}-")
     return TensorboardLogger(SummaryWriter(log_path)), log_path

@@ -307,7 +307,7 @@ class VectorReplayBuffer:
         indices = np.asarray(index)
         if depth == 1:
             return to_batch(self._values(indices, key))
-        frames = []
+        frames: list[Any] = []
         for _ in range(depth):
             frames.insert(0, self._values(indices, key))
             indices = self.prev(indices)

@@ -9,6 +9,7 @@ the buffer handed to ``algorithm.update``), ``policy``, ``collect_step`` / ``col
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -221,11 +222,15 @@ class Collector:
 def _vector_env(env: Any) -> Any:
     """What vcollect's Collector steps for a Tianshou vector env; anything else as it is."""
     if isinstance(env, TianshouDummyVectorEnv):
-        envs = [worker.env for worker in env.workers]
-        return DummyVectorEnv([lambda env=one: env for one in envs])
+        return DummyVectorEnv([_given(worker.env) for worker in env.workers])
     if isinstance(env, TianshouVectorEnv):
         return SubprocVectorEnv(list(env._env_fns))
     return env
+
+
+def _given(env: Any) -> Callable[[], Any]:
+    """A factory returning the env already made (a Tianshou DummyVectorEnv's)."""
+    return lambda: env
 
 
 def _reset_options(gym_reset_kwargs: dict[str, Any] | None) -> dict[str, Any] | None:
