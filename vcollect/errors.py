@@ -55,6 +55,7 @@ __all__ = [
     "SpaceMismatchError",
     "UnfinishedEpisodesWarning",
     "UnsafePathError",
+    "UnsupportedBufferMethodError",
     "VCollectError",
     "WorkerLostError",
 ]
@@ -310,6 +311,10 @@ class CorruptCheckpointError(VCollectError, ValueError):
 
 class RingInUseError(VCollectError, ValueError):
     """A ring was to be filled from a dataset while episodes are running in it (preload before collecting)."""
+class UnsupportedBufferMethodError(VCollectError, AttributeError, NotImplementedError):
+    """A Tianshou algorithm (or a user) asked vcollect.tianshou's replay-buffer adapter for a member of
+    Tianshou's ReplayBuffer it does not implement; the message names the member and the vcollect version.
+    An AttributeError, so ``hasattr`` is False for it as for any missing member."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

@@ -1,0 +1,127 @@
+"""SlotLayout: Tianshou's VectorReplayBuffer index laid over vcollect's per-env rings.
+
+Tianshou's ``VectorReplayBuffer(total_size, buffer_num)`` concatenates ``buffer_num`` sub-buffers of
+``size = ceil(total_size / buffer_num)`` slots; env ``e``'s ``m``-th transition since the buffer was last
+emptied sits at index ``e * size + m % size``, and each sub-buffer keeps its newest ``size`` transitions.
+The layout keeps exactly that index over a ring of ``2 * size + 1`` rows per env (a ring stores an episode
+of T steps in T + 1 rows, so ``2 * size + 1`` rows always hold the newest ``size`` transitions): ``row_of``
+maps each index to the flat ring row of its transition (-1 for a slot not filled yet), and the per-index
+rewards and flags Tianshou's return computations read as whole arrays are kept beside it.
+
+The layout follows the ring's writes (``sync``): each env's rows written since the last sync are walked in
+order and their step rows take the next slots, as Tianshou's insertion does. Where more rows may have been
+written than a ring holds, or the writer is unknown, the layout is rebuilt from the ring's contents: the
+newest ``size`` transitions of each env keep their order, and their slots then count from the oldest
+transition still in the ring.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vcollect.buffers.flat_rows import FlatRows
+
+__all__ = ["SlotLayout"]
+
+
+class SlotLayout:
+    """Tianshou's indices ``env * size + slot`` over a ring of ``2 * size + 1`` rows per env.
+
+    Args:
+        num_envs: Sub-buffers (one ring per env).
+        size: Slots per sub-buffer (Tianshou's ``ceil(total_size / buffer_num)``).
+    """
+
+    def __init__(self, num_envs: int, size: int) -> None:
+        self.num_envs, self.size = int(num_envs), int(size)
+        self.maxsize = self.num_envs * self.size
+        self.row_of = np.full(self.maxsize, -1, dtype=np.intp)
+        self.rew = np.zeros(self.maxsize, dtype=np.float64)
+        self.terminated = np.zeros(self.maxsize, dtype=bool)
+        self.truncated = np.zeros(self.maxsize, dtype=bool)
+        self.done = np.zeros(self.maxsize, dtype=bool)
+        self.count = np.zeros(self.num_envs, dtype=np.int64)  # transitions given a slot since the last clear
+        self.cursor: np.ndarray | None = None  # each env's newest flat row at the last sync
+        self.has_null = False  # a NaN was seen in a transition given a slot since the last clear
+        self._unfinished: np.ndarray | None = None
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Transitions held per env (at most ``size``)."""
+        return np.minimum(self.count, self.size)
+
+    def clear(self, last_rows: np.ndarray | None) -> None:
+        """Forget every slot (the ring was emptied); the next rows written after ``last_rows`` fill slot 0.
+
+        Args:
+            last_rows: Each env's newest flat row now (None: the ring has no rows yet).
+        """
+        self.row_of.fill(-1)
+        for array in (self.rew, self.terminated, self.truncated, self.done):
+            array.fill(0)
+        self.count.fill(0)
+        self.cursor = last_rows
+        self.has_null = False
+        self._unfinished = None
+
+    def changed(self, rows: FlatRows) -> bool:
+        """Whether the ring was written since the last sync (by newest rows; a writer that went once exactly
+        around a ring is not seen: the writers that use the layout sync after each write)."""
+        return self.cursor is None or not np.array_equal(rows.last_rows, self.cursor)
+
+    def sync(self, rows: FlatRows, max_rows_written: int | None) -> None:
+        """Give the step rows written since the last sync their slots.
+
+        Args:
+            rows: The ring's rows.
+            max_rows_written: An upper bound on the rows any env wrote since the last sync; None when unknown
+                (the layout is rebuilt from the ring's contents).
+        """
+        capacity = rows.ring.capacity
+        last = rows.last_rows
+        if self.cursor is None or max_rows_written is None or max_rows_written >= capacity - 1:
+            self.clear(last)
+            self.cursor = rows.next_rows[last]  # every env's oldest row: the walk below covers the whole ring
+        base = np.arange(self.num_envs, dtype=np.intp) * capacity
+        written = (last - self.cursor) % capacity
+        span = int(written.max()) if written.size else 0
+        self.cursor = last
+        if span == 0:
+            return
+        self._unfinished = None
+        start = self.cursor - written - base  # (the old cursor) each env's first row to walk, within its ring
+        grid = (start[:, None] + np.arange(span)) % capacity + base[:, None]
+        steps = rows.has[grid] & (np.arange(span) < written[:, None])
+        new = steps.sum(axis=1)
+        # the k-th new step of env e takes slot (count + k) % size; only the newest `size` of them are kept
+        order = np.cumsum(steps, axis=1) - 1
+        keep = steps & (order >= (new - self.size)[:, None])
+        env = np.broadcast_to(np.arange(self.num_envs)[:, None], grid.shape)[keep]
+        virtual = env * self.size + (self.count[env] + order[keep]) % self.size
+        row = grid[keep]
+        self.count += new
+        self.row_of[virtual] = row
+        self.rew[virtual] = rows.rewards[row]
+        self.terminated[virtual] = term = rows.terminations[row]
+        self.truncated[virtual] = trunc = rows.truncations[row]
+        self.done[virtual] = term | trunc
+        if not self.has_null:
+            self.has_null = rows.any_nan(row)
+
+    def unfinished(self, rows: FlatRows) -> np.ndarray:
+        """Indices of transitions whose episode goes on past them but whose next step is not stored: each
+        env's newest transition unless it ended the episode, and one whose episode was cut by a reset.
+
+        Args:
+            rows: The ring's rows.
+
+        Returns:
+            Those indices, ascending.
+        """
+        if self._unfinished is None:
+            filled = np.flatnonzero(self.row_of >= 0)
+            row = self.row_of[filled]
+            cut = ~self.done[filled] & ~rows.has[rows.next_rows[row]]
+            self._unfinished = filled[cut]
+        return self._unfinished
+
