@@ -1,6 +1,6 @@
 """The ``vcollect`` command: collect experience into datasets, inspect, transform, export and benchmark.
 
-Commands: collect, list, show, combine, split, export, import-minari, delete, bench (``--help`` on each).
+Commands: collect, list, show, combine, split, export, import-minari, delete, bench, view (``--help`` on each).
 Bad input (unknown env id or dataset, malformed dataset id, a policy or env module that does not import,
 envs that cannot be made with the given --env-kwargs, bad options or paths, deleting or replacing a dataset
 through a symbolic link) prints one line on stderr naming the option and exits with status 2; a failure
@@ -52,6 +52,7 @@ from vcollect.cli.sources import (
     resolve_env,
     vector_source,
 )
+from vcollect.cli.view import add_view_parser, run_view
 from vcollect.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
@@ -90,6 +91,7 @@ __all__ = [
     "run_list",
     "run_show",
     "run_split",
+    "run_view",
     "stats_table",
     "vector_source",
 ]
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_collect_parser(commands, backends=backends, root_help=root_help)
     add_dataset_parsers(commands, root_help=root_help)
     add_bench_parser(commands, backends=backends)
+    add_view_parser(commands, root_help=root_help)
     return parser
 
 
