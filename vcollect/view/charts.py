@@ -1,7 +1,8 @@
 """Charts as inline SVG, drawn on the server: a histogram and a line chart of per-step values.
 
-No script and no outside asset: each chart is one ``<svg>`` element a page embeds or serves. Histogram bars
-carry their bin and count as ``data-`` attributes and a ``<title>`` (the browser's tooltip).
+No script and no outside asset: each chart is one ``<svg>`` element a page embeds or serves, styled by its
+own attributes (it looks the same as an ``<img>``, where no page style reaches it). Histogram bars carry
+their bin and count as ``data-`` attributes and a ``<title>`` (the browser's tooltip).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ __all__ = ["MAX_LINE_POINTS", "histogram_svg", "line_svg"]
 MAX_LINE_POINTS = 2000
 
 _WIDTH, _HEIGHT = 380, 190
-_LEFT, _RIGHT, _TOP, _BOTTOM = 46, 12, 24, 34
+_LEFT, _RIGHT, _TOP, _BOTTOM = 46, 12, 34, 34
 
 
 def _number(value: float) -> str:
@@ -33,8 +34,11 @@ def _frame(title: str, xlabel: str, ylabel: str, css_class: str) -> list[str]:
     """The opening of a chart: the svg element, its title and axis labels."""
     return [
         f'<svg class="chart {css_class}" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_WIDTH} {_HEIGHT}" '
-        f'width="{_WIDTH}" height="{_HEIGHT}" role="img" aria-label="{escape(title)}">',
-        f'<text class="title" x="{_WIDTH / 2}" y="15" text-anchor="middle">{escape(title)}</text>',
+        f'width="{_WIDTH}" height="{_HEIGHT}" role="img" aria-label="{escape(title)}" '
+        'font-family="system-ui, sans-serif" font-size="10" fill="#4a535c">',
+        f'<rect x="0" y="0" width="{_WIDTH}" height="{_HEIGHT}" fill="#fafbfc" stroke="#e3e6ea"/>',
+        f'<text class="title" x="{_WIDTH / 2}" y="15" text-anchor="middle" font-size="12" fill="#1d2125">'
+        f"{escape(title)}</text>",
         f'<text class="label" x="{(_LEFT + _WIDTH - _RIGHT) / 2}" y="{_HEIGHT - 4}" '
         f'text-anchor="middle">{escape(xlabel)}</text>',
         f'<text class="label" x="10" y="{(_TOP + _HEIGHT - _BOTTOM) / 2}" text-anchor="middle" '
@@ -83,12 +87,12 @@ def histogram_svg(values: Sequence[float] | np.ndarray, *, title: str, xlabel: s
         left, right = float(edges[i]), float(edges[i + 1])
         span = _number(left + 0.5) if integral and right - left == 1.0 else f"{_number(left)} to {_number(right)}"
         parts.append(
-            f'<rect class="bar" x="{x:.2f}" y="{y:.2f}" width="{max(bar_w - 1, 0.5):.2f}" height="{height:.2f}" '
+            f'<rect class="bar" fill="#3f7fbf" x="{x:.2f}" y="{y:.2f}" width="{max(bar_w - 1, 0.5):.2f}" height="{height:.2f}" '
             f'data-count="{count}" data-low="{left!r}" data-high="{right!r}">'
             f"<title>{escape(span)}: {count:,} episode{'s' if count != 1 else ''}</title></rect>"
         )
     parts += [
-        f'<line class="axis" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_LEFT + plot_w}" y2="{_TOP + plot_h}"/>',
+        f'<line class="axis" stroke="#888" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_LEFT + plot_w}" y2="{_TOP + plot_h}"/>',
         f'<text class="tick" x="{_LEFT}" y="{_TOP + plot_h + 12}" text-anchor="start">{escape(_number(lo))}</text>',
         f'<text class="tick" x="{_LEFT + plot_w}" y="{_TOP + plot_h + 12}" text-anchor="end">{escape(_number(hi))}</text>',
         f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 8}" text-anchor="end">{top:,}</text>',
@@ -107,7 +111,7 @@ def _thinned(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return steps[keep], values[keep]
 
 
-def _polyline(steps: np.ndarray, values: np.ndarray, span: int, css_class: str) -> tuple[str, float, float]:
+def _polyline(steps: np.ndarray, values: np.ndarray, span: int, style: str) -> tuple[str, float, float]:
     """A polyline of ``values`` over ``span`` steps scaled to the plot; with its low and high value."""
     plot_w, plot_h = _WIDTH - _LEFT - _RIGHT, _HEIGHT - _TOP - _BOTTOM
     lo, hi = float(values.min()), float(values.max())
@@ -115,7 +119,7 @@ def _polyline(steps: np.ndarray, values: np.ndarray, span: int, css_class: str) 
     xs = _LEFT + plot_w * steps / max(span - 1, 1)
     ys = _TOP + plot_h - plot_h * (values - lo) / scale - (plot_h / 2 if hi == lo else 0.0)
     points = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs.tolist(), ys.tolist()))
-    return f'<polyline class="{css_class}" fill="none" points="{points}"/>', lo, hi
+    return f'<polyline {style} fill="none" points="{points}"/>', lo, hi
 
 
 def line_svg(rewards: Sequence[float] | np.ndarray, *, title: str, css_class: str = "rewards") -> str:
@@ -137,15 +141,16 @@ def line_svg(rewards: Sequence[float] | np.ndarray, *, title: str, css_class: st
         return "\n".join(parts + ["</svg>"])
     plot_h = _HEIGHT - _TOP - _BOTTOM
     steps, thinned = _thinned(data)
-    reward_line, r_lo, r_hi = _polyline(steps, thinned, data.size, "reward")
+    reward_line, r_lo, r_hi = _polyline(steps, thinned, data.size, 'class="reward" stroke="#3f7fbf" stroke-width="1.2"')
     csteps, cumulative = _thinned(np.cumsum(data))
-    return_line, c_lo, c_hi = _polyline(csteps, cumulative, data.size, "return")
+    return_line, c_lo, c_hi = _polyline(
+        csteps, cumulative, data.size, 'class="return" stroke="#d0702a" stroke-width="1" stroke-dasharray="4 3"')
     parts += [
         return_line,
         reward_line,
         f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 8}" text-anchor="end">{escape(_number(r_hi))}</text>',
         f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + plot_h}" text-anchor="end">{escape(_number(r_lo))}</text>',
-        f'<text class="tick return" x="{_WIDTH - _RIGHT}" y="{_TOP - 2}" text-anchor="end">'
+        f'<text class="tick return" fill="#d0702a" x="{_WIDTH - _RIGHT}" y="{_TOP - 6}" text-anchor="end">'
         f"return so far {escape(_number(c_lo))} to {escape(_number(c_hi))}</text>",
         f'<text class="tick" x="{_LEFT}" y="{_TOP + plot_h + 12}" text-anchor="start">0</text>',
         f'<text class="tick" x="{_WIDTH - _RIGHT}" y="{_TOP + plot_h + 12}" text-anchor="end">{data.size - 1:,}</text>',

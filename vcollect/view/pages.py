@@ -37,9 +37,7 @@ dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:
 dl.facts dt{color:#69737d}dl.facts dd{margin:0;overflow-wrap:anywhere}
 pre{background:#f4f6f8;padding:6px;overflow:auto;max-height:260px;margin:4px 0}
 .charts{display:flex;flex-wrap:wrap;gap:14px;margin:10px 0}
-.chart{background:#fafbfc;border:1px solid #e3e6ea}.chart .bar{fill:#3f7fbf}.chart .bar:hover{fill:#f0a030}
-.chart text{font-size:10px;fill:#4a535c}.chart .title{font-size:12px;fill:#1d2125}.chart .axis{stroke:#888}
-.chart .reward{stroke:#3f7fbf;stroke-width:1.2}.chart .return{stroke:#d0702a;stroke-width:1;stroke-dasharray:4 3}
+.chart .bar:hover{fill:#f0a030}
 .player{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
 video{background:#111;max-width:520px;max-height:420px}
 input[type=search]{width:340px;padding:4px}button{cursor:pointer}
@@ -216,7 +214,7 @@ def _json_script(element_id: str, value: Any) -> str:
 def _document(title: str, body: str, script: str) -> str:
     """A whole HTML document with the shared style and its script inline."""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
             f"<title>{escape(title)}</title><style>{_STYLE}</style></head>\n<body>\n{body}\n"
             f"<script>{script}</script>\n</body></html>\n")
 
