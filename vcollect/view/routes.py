@@ -201,14 +201,17 @@ class ViewApp:
         if path in ("/", "/index.html"):
             return _html(self.listing_html())
         match = _DATASET_ROUTE.match(path)
-        if match is None:
-            if path.startswith("/d/") and _DATASET_ROUTE.match(path + "/"):
-                return Response(HTTPStatus.MOVED_PERMANENTLY, "text/plain", b"", {"Location": parts.path + "/"})
+        slash = _DATASET_ROUTE.match(path + "/") if match is None else None
+        if match is None and (slash is None or slash["page"] is not None or slash["id"] != path[3:]):
             return _text(HTTPStatus.NOT_FOUND, f"no page at {path}")
-        dataset_id = match["id"]
+        route = match if match is not None else slash
+        assert route is not None
+        dataset_id = route["id"]
         located = locate_served(self.root, dataset_id)
         if located.folder is None:
             return _text(located.status, located.message)
+        if match is None:  # a dataset's page without its trailing slash: its relative links need one
+            return Response(HTTPStatus.MOVED_PERMANENTLY, "text/plain", b"", {"Location": parts.path + "/"})
         try:
             return self._dataset_response(dataset_id, match, parse_qs(parts.query))
         except DatasetNotFoundError as exc:
