@@ -92,7 +92,7 @@ def histogram_svg(values: Sequence[float] | np.ndarray, *, title: str, xlabel: s
             f"<title>{escape(span)}: {count:,} episode{'s' if count != 1 else ''}</title></rect>"
         )
     parts += [
-        f'<line class="axis" stroke="#888" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_LEFT + plot_w}" y2="{_TOP + plot_h}"/>',
+        f'<line class="axis" stroke="gray" x1="{_LEFT}" y1="{_TOP + plot_h}" x2="{_LEFT + plot_w}" y2="{_TOP + plot_h}"/>',
         f'<text class="tick" x="{_LEFT}" y="{_TOP + plot_h + 12}" text-anchor="start">{escape(_number(lo))}</text>',
         f'<text class="tick" x="{_LEFT + plot_w}" y="{_TOP + plot_h + 12}" text-anchor="end">{escape(_number(hi))}</text>',
         f'<text class="tick" x="{_LEFT - 4}" y="{_TOP + 8}" text-anchor="end">{top:,}</text>',

@@ -39,7 +39,7 @@ pre{background:#f4f6f8;padding:6px;overflow:auto;max-height:260px;margin:4px 0}
 .charts{display:flex;flex-wrap:wrap;gap:14px;margin:10px 0}
 .chart .bar:hover{fill:#f0a030}
 .player{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
-video{background:#111;max-width:520px;max-height:420px}
+video{background:black;max-width:520px;max-height:420px}
 input[type=search]{width:340px;padding:4px}button{cursor:pointer}
 .controls{display:flex;gap:10px;align-items:center;flex-wrap:wrap;margin:6px 0}
 """
