@@ -18,13 +18,9 @@ from typing import Any
 import numpy as np
 
 from vcollect.errors import DamagedDatasetError, DatasetError
-from vcollect.store import (
-    get_namespace_metadata,
-    list_datasets,
-    list_local_namespaces,
-    load_dataset,
-    parse_dataset_id,
-)
+from vcollect.store import list_datasets, list_local_namespaces, load_dataset, parse_dataset_id, resolve_root
+from vcollect.store.layout.dataset_info import read_json_object
+from vcollect.store.layout.namespaces import NAMESPACE_METADATA_FILE
 from vcollect.store.read.reader import Dataset, StoredDataset
 
 __all__ = ["DatasetCard", "EpisodeTable", "NamespaceGroup", "VerifyReport", "dataset_card", "listing_groups",
@@ -59,6 +55,7 @@ def listing_groups(root: str | os.PathLike[str] | None) -> list[NamespaceGroup]:
         The groups, namespaces sorted by name.
     """
     datasets = list_datasets(root)
+    root_path = resolve_root(root)
     members: dict[str | None, dict[str, dict[str, Any]]] = {None: {}}
     for namespace in list_local_namespaces(root):
         members.setdefault(namespace, {})
@@ -70,8 +67,9 @@ def listing_groups(root: str | os.PathLike[str] | None) -> list[NamespaceGroup]:
     for namespace in sorted(n for n in members if n is not None):
         description: str | None = None
         note: str | None = None
-        try:
-            value = get_namespace_metadata(namespace, root).get("description")
+        try:  # the namespace is known to exist: its file is read without walking the root again
+            metadata = read_json_object(root_path.joinpath(*namespace.split("/"), NAMESPACE_METADATA_FILE)) or {}
+            value = metadata.get("description")
             description = None if value is None else str(value)
         except DatasetError as exc:  # an unreadable namespace_metadata.json: said, the datasets still listed
             note = str(exc)
