@@ -109,6 +109,13 @@ def test_nothing_outside_the_root_is_served(server: tuple[str, int], path: str) 
         assert status == 403 and b"symbolic link" in body
 
 
+def test_only_loopback_host_names_are_answered(server: tuple[str, int]) -> None:
+    for host in (f"127.0.0.1:{server[1]}", f"localhost:{server[1]}", f"[::1]:{server[1]}"):
+        assert request(server, "GET", "/", headers={"Host": host})[0] == 200, host
+    status, _, body = request(server, "GET", "/", headers={"Host": f"attacker.example:{server[1]}"})
+    assert status == 403 and b"localhost only" in body and FRAMES_ID.encode() not in body
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 def test_every_method_but_get_and_head_is_refused(server: tuple[str, int], root: Path, method: str) -> None:
     status, headers, body = request(server, method, f"/d/{CARTPOLE_ID}/", body=b"x" if method != "OPTIONS" else None)

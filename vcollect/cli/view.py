@@ -42,7 +42,7 @@ def add_view_parser(commands: argparse._SubParsersAction[CommandParser], *, root
     view.add_argument("--fps", type=float, default=30.0, metavar="F", help="frames per second of the videos (default 30)")
     view.add_argument("--static", default=None, metavar="OUT_DIR",
                       help="write the pages into this folder instead of serving them")
-    view.add_argument("--videos", type=int, default=3, metavar="N",
+    view.add_argument("--videos", type=int, default=None, metavar="N",
                       help="with --static: the first N episodes of each dataset get a video (default 3)")
     view.add_argument("--verify", action="store_true",
                       help="with --static: run verify on each dataset and show its report (reads every shard)")
@@ -58,9 +58,9 @@ def run_view(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(f"--fps must be a number in (0, {MAX_FPS:g}], got {args.fps:g}")
     if not 0 <= args.port <= 65535:
         raise UsageError(f"--port must be in 0..65535, got {args.port}")
-    if args.videos < 0:
+    if args.videos is not None and args.videos < 0:
         raise UsageError(f"--videos must be a non-negative integer, got {args.videos}")
-    if args.static is None and (args.verify or args.videos != 3):
+    if args.static is None and (args.verify or args.videos is not None):
         raise UsageError("--videos and --verify go with --static; the served page renders videos and verifies on request")
     root = resolve_root(args.root)
     app = ViewApp(root, fps=args.fps)
@@ -76,7 +76,8 @@ def _write(app: ViewApp, out_dir: Path, args: argparse.Namespace, console: Conso
     from vcollect.view.static_site import write_static
 
     ids = None if args.dataset_id is None else [args.dataset_id]
-    site = write_static(app, out_dir, dataset_ids=ids, videos=args.videos, verify=args.verify)
+    site = write_static(app, out_dir, dataset_ids=ids, videos=3 if args.videos is None else args.videos,
+                        verify=args.verify)
     for note in site.notes:
         console.print(Text(f"note: {note}"), soft_wrap=True)
     console.print(Text(f"wrote {len(site.pages) - 1} dataset pages and {len(site.videos)} videos; open "

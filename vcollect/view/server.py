@@ -1,11 +1,14 @@
 """The read-only HTTP server of the dataset pages (stdlib ``http.server``, one thread per request).
 
 GET and HEAD only: every other method is answered 405 (nothing on the page changes data). Videos honour
-a single byte ``Range`` (206), which a ``<video>`` element asks for to learn the length and seek.
+a single byte ``Range`` (206), which a ``<video>`` element asks for to learn the length and seek. A server
+listening on a loopback address answers only requests addressed to a loopback name (``Host``: localhost,
+127.0.0.1, ::1), so a web page elsewhere cannot read the datasets through a name it points at 127.0.0.1.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,16 +16,37 @@ from typing import Any
 
 from vcollect.view.routes import Response, ViewApp
 
-__all__ = ["ALLOWED_METHODS", "make_server"]
+__all__ = ["ALLOWED_METHODS", "LOOPBACK_NAMES", "is_loopback", "make_server"]
 
 #: The methods the server answers; any other gets 405.
 ALLOWED_METHODS = ("GET", "HEAD")
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
+#: The Host names a loopback server answers.
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
-def _handler_class(app: ViewApp) -> type[BaseHTTPRequestHandler]:
-    """A request handler class answering from ``app``."""
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or name to listen on) is this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str | None) -> str:
+    """The name in a Host header, without its port or IPv6 brackets."""
+    value = (header or "").strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def _handler_class(app: ViewApp, *, loopback_only: bool) -> type[BaseHTTPRequestHandler]:
+    """A request handler class answering from ``app`` (only loopback Host names when ``loopback_only``)."""
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "vcollect-view"
@@ -43,6 +67,11 @@ def _handler_class(app: ViewApp) -> type[BaseHTTPRequestHandler]:
         do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _refuse  # noqa: N815
 
         def _answer(self, *, head: bool) -> None:
+            name = _host_name(self.headers.get("Host"))
+            if loopback_only and name not in LOOPBACK_NAMES and not is_loopback(name):
+                self._send(Response(HTTPStatus.FORBIDDEN, "text/plain; charset=utf-8",
+                                    b"this page answers requests addressed to localhost only\n"), head=head)
+                return
             try:
                 response = app.respond(self.path)
             except Exception as exc:  # noqa: BLE001 - one bad request must not stop the server
@@ -102,6 +131,6 @@ def make_server(app: ViewApp, host: str = "127.0.0.1", port: int = 0) -> Threadi
     Raises:
         OSError: The address cannot be bound (a port in use: ``errno.EADDRINUSE``).
     """
-    server = ThreadingHTTPServer((host, port), _handler_class(app))
+    server = ThreadingHTTPServer((host, port), _handler_class(app, loopback_only=is_loopback(host)))
     server.daemon_threads = True
     return server
