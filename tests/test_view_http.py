@@ -6,6 +6,7 @@ pages, videos and reward curves as files that need no internet."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import select
@@ -183,3 +184,21 @@ def test_static_writes_pages_videos_and_curves(root: Path, tmp_path: Path) -> No
     for html in out.rglob("*.html"):  # no outside asset: every src/href is relative or inline
         links = re.findall(r'(?:src|href)="([^"]*)"', html.read_text())
         assert links and all(not re.match(r"^[a-z]+:", link) or link == "data:," for link in links), (html, links)
+
+
+def test_damaged_dataset_is_listed_and_shown_with_its_damage(tmp_path: Path) -> None:
+    from vcollect.view.routes import ViewApp
+
+    make_dataset(tmp_path, "ns/damaged-v0", [3, 4, 5, 6], episodes_per_shard=2)
+    shards = sorted((tmp_path / "ns" / "damaged-v0" / "shards").glob("*.h5"))
+    shards[-1].unlink()  # a recorded shard gone: damage, its episodes left out of every count
+    app = ViewApp(tmp_path)
+    listing = app.respond("/").body.decode()
+    assert "damaged</span> (1 problem" in listing
+    page = app.respond("/d/ns/damaged-v0/")
+    assert page.status == 200
+    text = page.body.decode()
+    assert "damaged: 1 problem found when loading" in text and shards[-1].name in text
+    assert '"episodes":[[0,0.0,3,100],[1,4.0,4,101]]' in text  # the whole shard's episodes only
+    report = json.loads(app.respond("/d/ns/damaged-v0/verify.json").body)
+    assert not report["ok"] and any(shards[-1].name in problem for problem in report["problems"])
