@@ -30,7 +30,7 @@ from vcollect.stats import CollectStats
 from vcollect.store import load_dataset
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ["collect", "list", "show", "combine", "split", "export", "import-minari", "verify", "delete", "bench"]
+COMMANDS = ["collect", "list", "show", "combine", "split", "export", "import-minari", "verify", "delete", "bench", "view"]
 # Backends the CLI tests run collect on (ray has its own tests and a slow start).
 LOCAL_BACKENDS = [name for name in BACKENDS if name != "ray"]
 

@@ -1,6 +1,7 @@
 """The ``vcollect`` command: collect experience into datasets, inspect, transform, export and benchmark.
 
-Commands: collect, list, show, combine, split, export, import-minari, delete, bench, render (``--help`` on each).
+Commands: collect, list, show, combine, split, export, import-minari, delete, bench, render, view (``--help`` on
+each).
 Bad input (unknown env id or dataset, malformed dataset id, a policy or env module that does not import,
 envs that cannot be made with the given --env-kwargs, bad options or paths, deleting or replacing a dataset
 through a symbolic link) prints one line on stderr naming the option and exits with status 2; a failure
@@ -53,6 +54,7 @@ from vcollect.cli.sources import (
     resolve_env,
     vector_source,
 )
+from vcollect.cli.view import add_view_parser, run_view
 from vcollect.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
@@ -92,6 +94,7 @@ __all__ = [
     "run_show",
     "run_render",
     "run_split",
+    "run_view",
     "stats_table",
     "vector_source",
 ]
@@ -114,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataset_parsers(commands, root_help=root_help)
     add_bench_parser(commands, backends=backends)
     add_render_parser(commands, root_help=root_help)
+    add_view_parser(commands, root_help=root_help)
     return parser
 
 

@@ -11,12 +11,13 @@ read, never its columns.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 from vcollect.errors import DatasetError, DatasetNotFoundError
-from vcollect.spaces import leaves
+from vcollect.spaces import Leaf, leaves
 from vcollect.store.layout.dataset_info import (
     DATASET_FILE,
     SHARDS_DIR,
@@ -65,6 +66,7 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
     if not root_path.is_dir():
         return out
     unreadable: list[OSError] = []
+    layouts: _Layouts = {}
     for dirpath, dirnames, filenames in os.walk(root_path, onerror=unreadable.append):
         if any(is_replaced_leftover(name) for name in dirnames):  # maybe an overwrite killed between its renames:
             remove_stale_staging(Path(dirpath), root_path)  # its old dataset is put back before this folder is walked
@@ -79,7 +81,7 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
             parse_dataset_id(dataset_id)
         except Exception:
             continue
-        entry = _listing_entry(path, dataset_id, root_path)
+        entry = _listing_entry(path, dataset_id, root_path, layouts)
         if entry is not None:
             out[dataset_id] = entry
     for exc in unreadable:  # a folder named like a dataset that cannot be listed may hide one: say so
@@ -95,17 +97,31 @@ def list_datasets(root: str | os.PathLike[str] | None = None) -> dict[str, dict[
     return dict(sorted(out.items()))
 
 
-def _listing_entry(path: Path, dataset_id: str, root_path: Path) -> dict[str, Any] | None:
-    """The ``list_datasets`` value of one dataset directory; None when it vanished while listing."""
-    try:
-        info = read_dataset_info(path, dataset_id, root_path)
+#: A listing's layouts already worked out: (spaces, frame stack) as JSON -> what _layout returns.
+_Layouts = dict[str, tuple[list[Leaf], list[Leaf], dict[str, Any]]]
+
+
+def _layout(info: dict[str, Any], layouts: _Layouts) -> tuple[list[Leaf], list[Leaf], dict[str, Any]]:
+    """(stored observation leaves, action leaves, expected shard layout) of a dataset.json, worked out once per
+    listing for datasets that share their spaces and frame stack (most under one root do)."""
+    key = json.dumps([info["observation_space"], info["action_space"], info.get("frame_stack")], sort_keys=True)
+    if key not in layouts:
         obs_space, act_space = dataset_spaces(info)
         stack = FrameStack.from_json(info.get("frame_stack"))
         expected = shard_layout(leaves(obs_space), leaves(act_space), None if stack is None else stack.to_json())
+        layouts[key] = (frame_leaves(leaves(obs_space), stack), leaves(act_space), expected)
+    return layouts[key]
+
+
+def _listing_entry(path: Path, dataset_id: str, root_path: Path, layouts: _Layouts) -> dict[str, Any] | None:
+    """The ``list_datasets`` value of one dataset directory; None when it vanished while listing (``layouts``:
+    the listing's layouts worked out so far)."""
+    try:
+        info = read_dataset_info(path, dataset_id, root_path)
+        obs_leaves, act_leaves, expected = _layout(info, layouts)
         manifest = read_manifest(path)  # before listing shards/, as a read does
         committed, temporary = dataset_files(path)
-        census = take_census(path, manifest, committed, frame_leaves(leaves(obs_space), stack), leaves(act_space),
-                             expected, counts_only=True)
+        census = take_census(path, manifest, committed, obs_leaves, act_leaves, expected, counts_only=True)
         if census.layout_problem is not None:
             raise DatasetError(census.layout_problem)
         size = (path / DATASET_FILE).stat().st_size + sum(_size_or_zero(shard.path) for shard in census.shards)
