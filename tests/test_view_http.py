@@ -142,7 +142,8 @@ def test_video_is_served_whole_and_by_range(server: tuple[str, int]) -> None:
     status, _, body = request(server, "GET", f"/d/{FRAMES_ID}/episode/1.webm?fps=0")
     assert status == 400 and b"fps" in body
     status, _, body = request(server, "GET", f"/d/{CARTPOLE_ID}/episode/1.webm")
-    assert status == 404 and b"not images" in body
+    # its observations are not images and its stored steps are not CartPole's own: the replay says where it differs
+    assert status == 404 and b"no video of episode 1" in body and b"diverged from its replay at step 0" in body
 
 
 def test_port_in_use_is_one_line_and_exit_2(root: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,7 @@ Stored images: the first observation leaf that is an image (a uint8 Box of HxW, 
 of them on axis 0 (the newest frame shown; a ``frame_stack`` dataset's stored single frames are read as
 they lie, no stack rebuilt). Replays are checked against the stored observations as they go
 (episode_replay.replay_steps): a divergence raises, it is never rendered. Labels (episode id, step,
-return so far) go in a strip below each frame (vcollect/render/text.py).
+return so far) go in a strip below each frame (vcollect/frame_text.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect.errors import EnvUnavailableError, EpisodeNotSeededError, NoImageObservationsError
-from vcollect.render.text import GLYPH_WIDTH, label_strip
+from vcollect.frame_text import GLYPH_WIDTH, label_strip
 from vcollect.spaces import Leaf, leaves
 from vcollect.store.layout.shard_format import column_path
 from vcollect.store.read.dataset_index import DatasetIndex
