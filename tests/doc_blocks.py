@@ -34,6 +34,7 @@ EXTRA_MODULES = {
     "mujoco": ("mujoco",),
     "atari": ("ale_py",),
     "plot": ("matplotlib",),
+    "render": ("imageio", "imageio_ffmpeg"),
 }
 # Where a block says which extra it needs: in its first lines, in these words.
 NEEDS_EXTRA = re.compile(r"needs the (?P<extra>\w+) extra")

@@ -47,6 +47,8 @@ def test_every_public_package_has_an_api_page() -> None:
                     "vcollect.minari", "vcollect.distributed", "vcollect.errors"):
         assert re.search(rf"^::: {re.escape(package)}$", pages, re.M), package
     packages = {p.parent.name for p in (REPO / "vcollect").glob("*/__init__.py")}
-    internal = {"collecting", "cli"}  # the collectors' parts (users import the collectors) and the command
+    # the collectors' parts (users import the collectors), the command, and the page the command serves (users run
+    # `vcollect view`: it is documented with the commands and in the viewing-data story; nothing in it is imported)
+    internal = {"collecting", "cli", "view"}
     for name in packages - internal:
         assert re.search(rf"^::: vcollect\.{name}$", pages, re.M), name

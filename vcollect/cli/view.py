@@ -31,7 +31,9 @@ def add_view_parser(commands: argparse._SubParsersAction[CommandParser], *, root
         description="Serve a local, read-only page listing every dataset under the root, with a card per "
         "dataset (spaces, env spec, metadata, totals, verify on request, return and length histograms, a "
         "sortable and filterable episode table, an episode's video and reward curve rendered on demand). "
-        "--static OUT_DIR writes the same pages as files instead. The pages need no internet.",
+        "--static OUT_DIR writes the same pages as files instead. The pages need no internet. Videos "
+        "come from stored image observations, or from a replay in the env named in the dataset's env spec, "
+        "which may import any module: view datasets you trust.",
     )
     view.add_argument("dataset_id", metavar="ID", nargs="?", default=None,
                       help="a dataset to open (its page's address is printed); default: the listing")

@@ -11,6 +11,10 @@ both ask it for the same documents. Paths it answers (GET or HEAD)::
 
 A loaded dataset is kept (a few at once) while its dataset.json, shards/ and manifest/ are unchanged, so
 the page, its videos and its verify share one load; encoded videos are kept up to a byte budget.
+
+An episode's video is its frames from ``Dataset.render_episode`` (its stored image observations, or a replay
+checked against what is stored) encoded by ``vcollect.render``'s writer; an episode without frames is a 404
+whose text is the renderer's reason (no env spec, no seed, a divergence, an env that cannot be made here).
 """
 
 from __future__ import annotations
@@ -27,18 +31,33 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from vcollect.errors import DatasetError, DatasetNotFoundError
+from vcollect.errors import (
+    DatasetError,
+    DatasetNotFoundError,
+    EncoderUnavailableError,
+    EnvSpecNotStoredError,
+    EnvUnavailableError,
+    EpisodeNotSeededError,
+    NoImageObservationsError,
+    ReplayDivergenceError,
+)
+from vcollect.render.video import MEDIA_TYPES, encode_video, require_encoder
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR
 from vcollect.store.layout.manifest import MANIFEST_DIR
 from vcollect.store.read.reader import Dataset
 from vcollect.view.charts import line_svg
-from vcollect.view.frames import episode_frames, episode_rewards
 from vcollect.view.pages import dataset_page, index_page
 from vcollect.view.paths import locate_served
-from vcollect.view.summaries import DatasetCard, dataset_card, listing_groups, open_for_view, verify_report
-from vcollect.view.video import VIDEO_TYPES, encode_video, encoder_missing
+from vcollect.view.summaries import (
+    DatasetCard,
+    dataset_card,
+    episode_rewards,
+    listing_groups,
+    open_for_view,
+    verify_report,
+)
 
-__all__ = ["DEFAULT_FPS", "MAX_FPS", "LoadedDataset", "Response", "ViewApp"]
+__all__ = ["DEFAULT_FPS", "MAX_FPS", "MIN_VIDEO_SIDE", "NO_FRAMES", "LoadedDataset", "Response", "ViewApp"]
 
 #: Frames per second of a video unless the request says otherwise.
 DEFAULT_FPS = 30.0
@@ -48,6 +67,12 @@ MAX_FPS = 240.0
 KEPT_DATASETS = 4
 #: Bytes of encoded videos kept at once.
 KEPT_VIDEO_BYTES = 64 << 20
+#: Frames smaller than this on their shorter side are scaled up by a whole factor (each pixel repeated), so an
+#: 84x84 Atari frame plays at 168x168, not as a stamp.
+MIN_VIDEO_SIDE = 160
+#: What ``Dataset.render_episode`` raises for an episode it has no frames of: the page says why (404).
+NO_FRAMES = (NoImageObservationsError, EpisodeNotSeededError, EnvSpecNotStoredError, EnvUnavailableError,
+             ReplayDivergenceError)
 
 _DATASET_ROUTE = re.compile(r"^/d/(?P<id>.+?)/(?:(?P<page>index\.html)?|(?P<verify>verify\.json)|"
                             r"episode/(?P<episode>\d{1,18})(?:\.(?P<container>webm|mp4)|/(?P<rewards>rewards\.svg)))$")
@@ -107,7 +132,7 @@ class ViewApp:
         self.root = root
         self.fps = fps
         self._loaded: OrderedDict[str, LoadedDataset] = OrderedDict()
-        self._videos: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+        self._videos: OrderedDict[tuple[Any, ...], bytes | str] = OrderedDict()
         self._video_bytes = 0
         self._lock = threading.Lock()  # the caches, and loads (load warnings are caught process-wide)
 
@@ -151,22 +176,38 @@ class ViewApp:
             return read(entry.dataset)
 
     def video(self, dataset_id: str, episode_id: int, *, container: str = "webm", fps: float | None = None) -> bytes | str:
-        """An episode's video, or why there is none (no frames to show, no encoder)."""
+        """An episode's video file, or why it has none; both kept while the dataset is unchanged.
+
+        Args:
+            dataset_id: The dataset.
+            episode_id: The episode's global id.
+            container: "webm" (VP9) or "mp4" (H.264).
+            fps: Frames per second (None: the app's).
+
+        Returns:
+            The file's bytes: the episode's frames from ``Dataset.render_episode``, scaled up to
+            :data:`MIN_VIDEO_SIDE`, encoded by ``vcollect.render``'s writer; or, when it has no frames, the
+            renderer's reason (one of :data:`NO_FRAMES`' messages).
+
+        Raises:
+            EncoderUnavailableError: imageio-ffmpeg is not installed (the message names the extra).
+            DatasetNotFoundError, DatasetError: The dataset cannot be found or read.
+        """
         fps = self.fps if fps is None else fps
-        missing = encoder_missing()
-        if missing is not None:
-            return missing
+        require_encoder()  # before any frames are read or replayed
         entry = self.loaded(dataset_id)
         key = (dataset_id, entry.signature, episode_id, container, fps)
         with self._lock:
             if key in self._videos:
                 self._videos.move_to_end(key)
                 return self._videos[key]
-        with entry.lock:
-            frames = episode_frames(entry.dataset, episode_id)
-        if frames.frames is None:
-            return frames.reason or "no frames"
-        data = encode_video(frames.frames, container=container, fps=fps)
+        data: bytes | str
+        try:
+            with entry.lock:
+                frames = entry.dataset.render_episode(episode_id)
+            data = encode_video(frames, f".{container}", fps, min_side=MIN_VIDEO_SIDE)
+        except NO_FRAMES as exc:
+            data = str(exc)
         with self._lock:
             self._videos[key] = data
             self._video_bytes += len(data)
@@ -243,8 +284,10 @@ class ViewApp:
             if not 0 < fps <= MAX_FPS:
                 return _text(HTTPStatus.BAD_REQUEST, f"fps must be a number in (0, {MAX_FPS:g}], got {query['fps'][-1]!r}")
         container = match["container"]
-        video = self.video(dataset_id, episode_id, container=container, fps=fps)
+        try:
+            video = self.video(dataset_id, episode_id, container=container, fps=fps)
+        except EncoderUnavailableError as exc:
+            return _text(HTTPStatus.NOT_IMPLEMENTED, f"no video of episode {episode_id}: {exc}")
         if isinstance(video, str):
-            status = HTTPStatus.NOT_IMPLEMENTED if video == encoder_missing() else HTTPStatus.NOT_FOUND
-            return _text(status, f"no video of episode {episode_id}: {video}")
-        return Response(HTTPStatus.OK, VIDEO_TYPES[container][0], video)
+            return _text(HTTPStatus.NOT_FOUND, f"no video of episode {episode_id}: {video}")
+        return Response(HTTPStatus.OK, MEDIA_TYPES[f".{container}"], video)

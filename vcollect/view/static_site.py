@@ -5,7 +5,7 @@ Layout of the output folder::
 
     index.html                              the listing
     d/<id>/index.html                       each dataset's page
-    d/<id>/episode/<n>.webm                 the first ``videos`` episodes that have frames
+    d/<id>/episode/<n>.webm                 the first ``videos`` episodes that have frames (until one has none)
     d/<id>/episode/<n>/rewards.svg          their reward curves
 """
 
@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vcollect.errors import EncoderUnavailableError
 from vcollect.view.routes import ViewApp
 from vcollect.view.summaries import VerifyReport, listing_groups, verify_report
 
@@ -65,7 +66,10 @@ def write_static(app: ViewApp, out_dir: Path, *, dataset_ids: Sequence[str] | No
         written: list[int] = []
         note: str | None = None
         for episode_id in range(min(videos, entry.dataset.total_episodes)):
-            video = app.video(dataset_id, episode_id, container="webm")
+            try:
+                video: bytes | str = app.video(dataset_id, episode_id, container="webm")
+            except EncoderUnavailableError as exc:
+                video = str(exc)
             if isinstance(video, str):
                 note = f"episodes of {dataset_id} have no video: {video}"
                 break

@@ -4,6 +4,7 @@ A listing is ``list_datasets``' census (manifest lines standing in for shards; n
 by namespace. A card holds one dataset's spaces, env spec, metadata, totals and its episode table (id,
 return, length, seed), all from the episode tables ``load_dataset`` reads (manifest lines where they hold),
 never from step data. ``verify`` is the one slow check (it reads every shard whole): it runs only when asked.
+An episode's rewards (its reward curve) are read from that one episode on request.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from vcollect.store.layout.dataset_info import read_json_object
 from vcollect.store.layout.namespaces import NAMESPACE_METADATA_FILE
 from vcollect.store.read.reader import Dataset, StoredDataset
 
-__all__ = ["DatasetCard", "EpisodeTable", "NamespaceGroup", "VerifyReport", "dataset_card", "listing_groups",
-           "open_for_view", "verify_report"]
+__all__ = ["DatasetCard", "EpisodeTable", "NamespaceGroup", "VerifyReport", "dataset_card", "episode_rewards",
+           "listing_groups", "open_for_view", "verify_report"]
 
 
 @dataclass(frozen=True)
@@ -219,3 +220,17 @@ def verify_report(dataset: Dataset) -> VerifyReport:
     problems = dataset.verify()
     return VerifyReport(problems=list(problems), shards=len(StoredDataset(dataset).shard_paths),
                         episodes=dataset.total_episodes)
+
+
+def episode_rewards(dataset: Dataset, episode_id: int) -> np.ndarray:
+    """The rewards of the episode with global id ``episode_id``, one per step (float64).
+
+    Args:
+        dataset: The loaded dataset.
+        episode_id: The episode's global id.
+
+    Returns:
+        Its T rewards.
+    """
+    episode = next(iter(dataset.iterate_episodes([int(episode_id)])))
+    return np.asarray(episode.rewards, dtype=np.float64)
