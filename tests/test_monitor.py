@@ -97,7 +97,8 @@ def test_cli_live_and_tensorboard(tmp_path: Path, capsys: pytest.CaptureFixture[
     pytest.importorskip("torch")
     event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
     logs = tmp_path / "tb"
-    status = main(["collect", WALK_ID, "--num-envs", "2", "--steps", "600", "--seed", "0", "--live",
+    # the dummy backend: the test env is registered in this process only (subprocess workers would not know it)
+    status = main(["collect", WALK_ID, "--num-envs", "2", "--backend", "dummy", "--steps", "600", "--seed", "0", "--live",
                    "--tensorboard", str(logs), "--root", str(tmp_path)])
     out, err = capsys.readouterr()
     assert status == 0, (out, err)
