@@ -2,11 +2,15 @@
 ring from a CartPole dataset of 1M transitions.
 
     python benchmarks/bench_offline_to_online.py [--gb 1.0] [--dir DIR] [--steps 1000000] [--rounds 3]
+                                                 [--checkpoint-only]
 
 Save: ``ring.save`` (fsync included) against ``dd if=/dev/zero bs=8M conv=fdatasync`` of the same size in
-the same folder; load: ``VectorRingBuffer.load`` (checksums checked) against ``dd of=/dev/null`` of the same
-checkpoint (both from the page cache when it holds the file). Wall clock and this process's CPU time; the
-big files are deleted at the end.
+the same folder. Load: ``VectorRingBuffer.load`` (checksums checked) against ``dd of=/dev/null bs=8M`` of the
+same checkpoint, twice: from the page cache (warm) and with the checkpoint's pages dropped from it first
+(cold: ``posix_fadvise(DONTNEED)`` on that file only, before the load and again before ``dd``). Each is
+given in wall clock and CPU time (this process's; ``dd``'s from its rusage), since wall clock means little on
+a shared machine. For scale, the cost no load can avoid: making a new ring of the same size and touching
+every page of it (the kernel's page faults). The big files are deleted at the end.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import tempfile
 import time
@@ -32,12 +37,31 @@ def timed(fn):  # type: ignore[no-untyped-def]
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def dd_rate(args: list[str]) -> float:
-    """Bytes/s as dd reports them."""
+def dd(args: list[str]) -> tuple[float, float]:
+    """dd's wall seconds (as it reports them) and CPU seconds (user + system, from its rusage)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = subprocess.run(["dd", *args], capture_output=True, text=True, check=True).stderr
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     match = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", text)
     assert match, text
-    return int(match.group(1)) / float(match.group(2))
+    return float(match.group(2)), (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def drop_cached(path: Path) -> None:
+    """Drop this file's (clean) pages from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def touch_new_ring(ring: VectorRingBuffer) -> None:
+    """A new ring of ``ring``'s size with every page of its arrays written once."""
+    fresh = VectorRingBuffer(ring.num_envs, ring.capacity, ring.observation_space, ring.action_space)
+    for a in fresh._checkpoint_arrays().values():
+        a.fill(1)
 
 
 def bench_checkpoint(folder: Path, gb: float, rounds: int) -> None:
@@ -52,19 +76,31 @@ def bench_checkpoint(folder: Path, gb: float, rounds: int) -> None:
     nbytes = sum(a.nbytes for a in ring._checkpoint_arrays().values())
     path, dd_file = folder / "ring.h5", folder / "dd.bin"
     print(f"ring: {nbytes / 2**30:.2f} GiB ({ring.num_envs} x {ring.capacity} rows), folder {folder}")
+
+    def line(what: str, size: int, wall: float, cpu: float, dd_wall: float, dd_cpu: float) -> str:
+        return (f"{what} {wall:.2f} s wall / {cpu:.2f} s CPU = {size / wall / 1e6:.0f} MB/s (dd {dd_wall:.2f} s / "
+                f"{dd_cpu:.2f} s CPU = {size / dd_wall / 1e6:.0f} MB/s; ratio {dd_wall / wall:.2f} wall, "
+                f"{dd_cpu / cpu:.2f} CPU)")
+
     for r in range(rounds):
         _, save_wall, save_cpu = timed(lambda: ring.save(path, overwrite=True))
-        dd_write = dd_rate(["if=/dev/zero", f"of={dd_file}", "bs=8M", f"count={nbytes // (8 << 20)}", "conv=fdatasync"])
-        loaded, load_wall, load_cpu = timed(lambda: VectorRingBuffer.load(path))
-        dd_read = dd_rate([f"if={path}", "of=/dev/null", "bs=8M"])
-        del loaded
         size = path.stat().st_size
-        print(f"round {r}: save {save_wall:.2f} s wall {save_cpu:.2f} s CPU = {size / save_wall / 1e6:.0f} MB/s "
-              f"(dd write {dd_write / 1e6:.0f} MB/s, ratio {size / save_wall / dd_write:.2f}); "
-              f"load {load_wall:.2f} s wall {load_cpu:.2f} s CPU = {size / load_wall / 1e6:.0f} MB/s "
-              f"(dd read {dd_read / 1e6:.0f} MB/s, ratio {size / load_wall / dd_read:.2f})")
+        write = dd(["if=/dev/zero", f"of={dd_file}", "bs=8M", f"count={size // (8 << 20)}", "conv=fdatasync"])
+        dd_file.unlink()
+        _, warm_wall, warm_cpu = timed(lambda: VectorRingBuffer.load(path))
+        warm_dd = dd([f"if={path}", "of=/dev/null", "bs=8M"])
+        drop_cached(path)
+        _, cold_wall, cold_cpu = timed(lambda: VectorRingBuffer.load(path))
+        drop_cached(path)
+        cold_dd = dd([f"if={path}", "of=/dev/null", "bs=8M"])
+        _, touch_wall, touch_cpu = timed(lambda: touch_new_ring(ring))
+        print(f"round {r}:\n  " + "\n  ".join([
+            line("save", size, save_wall, save_cpu, *write),
+            line("load (warm)", size, warm_wall, warm_cpu, *warm_dd),
+            line("load (cold)", size, cold_wall, cold_cpu, *cold_dd),
+            f"new ring, every page touched: {touch_wall:.2f} s wall / {touch_cpu:.2f} s CPU",
+        ]), flush=True)
     path.unlink()
-    dd_file.unlink()
 
 
 def bench_preload(folder: Path, steps: int, rounds: int) -> None:
@@ -94,10 +130,12 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="folder on the disk measured (default: a temp dir)")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--checkpoint-only", action="store_true", help="skip the preloading benchmark")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="vcollect-o2o-") as tmp:
         bench_checkpoint(Path(tmp), args.gb, args.rounds)
-        bench_preload(Path(tmp), args.steps, args.rounds)
+        if not args.checkpoint_only:
+            bench_preload(Path(tmp), args.steps, args.rounds)
     print(f"load average: {os.getloadavg()}")
 
 
