@@ -28,13 +28,23 @@ import gymnasium as gym
 import numpy as np
 
 import vcollect
-from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers import VectorRingBuffer, checkpoint
 
 
 def timed(fn):  # type: ignore[no-untyped-def]
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
     return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def timed_split(fn):  # type: ignore[no-untyped-def]
+    """Wall seconds, CPU seconds, and the CPU split into user (Python, checksums) and system (the kernel's
+    copies and page faults)."""
+    wall, before = time.perf_counter(), os.times()
+    fn()
+    after = os.times()
+    user, system = after.user - before.user, after.system - before.system
+    return time.perf_counter() - wall, user + system, user, system
 
 
 def dd(args: list[str]) -> tuple[float, float]:
@@ -75,30 +85,34 @@ def bench_checkpoint(folder: Path, gb: float, rounds: int) -> None:
     ring._has_flat[:] = True
     nbytes = sum(a.nbytes for a in ring._checkpoint_arrays().values())
     path, dd_file = folder / "ring.h5", folder / "dd.bin"
-    print(f"ring: {nbytes / 2**30:.2f} GiB ({ring.num_envs} x {ring.capacity} rows), folder {folder}")
+    threads = getattr(checkpoint, "READ_THREADS", 1)
+    print(f"ring: {nbytes / 2**30:.2f} GiB ({ring.num_envs} x {ring.capacity} rows), folder {folder}, "
+          f"{os.cpu_count()} cores, {threads} reading threads, load average {os.getloadavg()[0]:.1f}")
 
-    def line(what: str, size: int, wall: float, cpu: float, dd_wall: float, dd_cpu: float) -> str:
-        return (f"{what} {wall:.2f} s wall / {cpu:.2f} s CPU = {size / wall / 1e6:.0f} MB/s (dd {dd_wall:.2f} s / "
-                f"{dd_cpu:.2f} s CPU = {size / dd_wall / 1e6:.0f} MB/s; ratio {dd_wall / wall:.2f} wall, "
-                f"{dd_cpu / cpu:.2f} CPU)")
+    def line(what: str, size: int, times: tuple[float, float, float, float], dd_wall: float, dd_cpu: float) -> str:
+        wall, cpu, user, system = times
+        return (f"{what} {wall:.2f} s wall / {cpu:.2f} s CPU (user {user:.2f}, system {system:.2f}) = "
+                f"{size / wall / 1e6:.0f} MB/s (dd {dd_wall:.2f} s / {dd_cpu:.2f} s CPU = {size / dd_wall / 1e6:.0f} "
+                f"MB/s; ratio {dd_wall / wall:.2f} wall, {dd_cpu / cpu:.2f} CPU)")
 
     for r in range(rounds):
-        _, save_wall, save_cpu = timed(lambda: ring.save(path, overwrite=True))
+        save = timed_split(lambda: ring.save(path, overwrite=True))
         size = path.stat().st_size
         write = dd(["if=/dev/zero", f"of={dd_file}", "bs=8M", f"count={size // (8 << 20)}", "conv=fdatasync"])
         dd_file.unlink()
-        _, warm_wall, warm_cpu = timed(lambda: VectorRingBuffer.load(path))
+        warm = timed_split(lambda: VectorRingBuffer.load(path))
         warm_dd = dd([f"if={path}", "of=/dev/null", "bs=8M"])
         drop_cached(path)
-        _, cold_wall, cold_cpu = timed(lambda: VectorRingBuffer.load(path))
+        cold = timed_split(lambda: VectorRingBuffer.load(path))
         drop_cached(path)
         cold_dd = dd([f"if={path}", "of=/dev/null", "bs=8M"])
-        _, touch_wall, touch_cpu = timed(lambda: touch_new_ring(ring))
+        touch_wall, touch_cpu, touch_user, touch_system = timed_split(lambda: touch_new_ring(ring))
         print(f"round {r}:\n  " + "\n  ".join([
-            line("save", size, save_wall, save_cpu, *write),
-            line("load (warm)", size, warm_wall, warm_cpu, *warm_dd),
-            line("load (cold)", size, cold_wall, cold_cpu, *cold_dd),
-            f"new ring, every page touched: {touch_wall:.2f} s wall / {touch_cpu:.2f} s CPU",
+            line("save", size, save, *write),
+            line("load (warm)", size, warm, *warm_dd),
+            line("load (cold)", size, cold, *cold_dd),
+            f"new ring, every page touched: {touch_wall:.2f} s wall / {touch_cpu:.2f} s CPU (user {touch_user:.2f}, "
+            f"system {touch_system:.2f})",
         ]), flush=True)
     path.unlink()
 
