@@ -93,7 +93,7 @@ def bench_checkpoint(folder: Path, gb: float, rounds: int) -> None:
         wall, cpu, user, system = times
         return (f"{what} {wall:.2f} s wall / {cpu:.2f} s CPU (user {user:.2f}, system {system:.2f}) = "
                 f"{size / wall / 1e6:.0f} MB/s (dd {dd_wall:.2f} s / {dd_cpu:.2f} s CPU = {size / dd_wall / 1e6:.0f} "
-                f"MB/s; ratio {dd_wall / wall:.2f} wall, {dd_cpu / cpu:.2f} CPU)")
+                f"MB/s; ratio {dd_wall / wall:.2f} wall, {dd_cpu / max(cpu, 1e-9):.2f} CPU)")
 
     for r in range(rounds):
         save = timed_split(lambda: ring.save(path, overwrite=True))
