@@ -2,11 +2,15 @@
 ring from a CartPole dataset of 1M transitions.
 
     python benchmarks/bench_offline_to_online.py [--gb 1.0] [--dir DIR] [--steps 1000000] [--rounds 3]
+                                                 [--checkpoint-only]
 
 Save: ``ring.save`` (fsync included) against ``dd if=/dev/zero bs=8M conv=fdatasync`` of the same size in
-the same folder; load: ``VectorRingBuffer.load`` (checksums checked) against ``dd of=/dev/null`` of the same
-checkpoint (both from the page cache when it holds the file). Wall clock and this process's CPU time; the
-big files are deleted at the end.
+the same folder. Load: ``VectorRingBuffer.load`` (checksums checked) against ``dd of=/dev/null bs=8M`` of the
+same checkpoint, twice: from the page cache (warm) and with the checkpoint's pages dropped from it first
+(cold: ``posix_fadvise(DONTNEED)`` on that file only, before the load and again before ``dd``). Each is
+given in wall clock and CPU time (this process's; ``dd``'s from its rusage), since wall clock means little on
+a shared machine. For scale, the cost no load can avoid: making a new ring of the same size and touching
+every page of it (the kernel's page faults). The big files are deleted at the end.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import subprocess
 import tempfile
 import time
@@ -23,7 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 import vcollect
-from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers import VectorRingBuffer, checkpoint
 
 
 def timed(fn):  # type: ignore[no-untyped-def]
@@ -32,12 +37,41 @@ def timed(fn):  # type: ignore[no-untyped-def]
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def dd_rate(args: list[str]) -> float:
-    """Bytes/s as dd reports them."""
+def timed_split(fn):  # type: ignore[no-untyped-def]
+    """Wall seconds, CPU seconds, and the CPU split into user (Python, checksums) and system (the kernel's
+    copies and page faults)."""
+    wall, before = time.perf_counter(), os.times()
+    fn()
+    after = os.times()
+    user, system = after.user - before.user, after.system - before.system
+    return time.perf_counter() - wall, user + system, user, system
+
+
+def dd(args: list[str]) -> tuple[float, float]:
+    """dd's wall seconds (as it reports them) and CPU seconds (user + system, from its rusage)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     text = subprocess.run(["dd", *args], capture_output=True, text=True, check=True).stderr
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     match = re.search(r"(\d+) bytes .* copied, ([\d.]+) s", text)
     assert match, text
-    return int(match.group(1)) / float(match.group(2))
+    return float(match.group(2)), (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def drop_cached(path: Path) -> None:
+    """Drop this file's (clean) pages from the page cache."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def touch_new_ring(ring: VectorRingBuffer) -> None:
+    """A new ring of ``ring``'s size with every page of its arrays written once."""
+    fresh = VectorRingBuffer(ring.num_envs, ring.capacity, ring.observation_space, ring.action_space)
+    for a in fresh._checkpoint_arrays().values():
+        a.fill(1)
 
 
 def bench_checkpoint(folder: Path, gb: float, rounds: int) -> None:
@@ -51,20 +85,36 @@ def bench_checkpoint(folder: Path, gb: float, rounds: int) -> None:
     ring._has_flat[:] = True
     nbytes = sum(a.nbytes for a in ring._checkpoint_arrays().values())
     path, dd_file = folder / "ring.h5", folder / "dd.bin"
-    print(f"ring: {nbytes / 2**30:.2f} GiB ({ring.num_envs} x {ring.capacity} rows), folder {folder}")
+    threads = getattr(checkpoint, "READ_THREADS", 1)
+    print(f"ring: {nbytes / 2**30:.2f} GiB ({ring.num_envs} x {ring.capacity} rows), folder {folder}, "
+          f"{os.cpu_count()} cores, {threads} reading threads, load average {os.getloadavg()[0]:.1f}")
+
+    def line(what: str, size: int, times: tuple[float, float, float, float], dd_wall: float, dd_cpu: float) -> str:
+        wall, cpu, user, system = times
+        return (f"{what} {wall:.2f} s wall / {cpu:.2f} s CPU (user {user:.2f}, system {system:.2f}) = "
+                f"{size / wall / 1e6:.0f} MB/s (dd {dd_wall:.2f} s / {dd_cpu:.2f} s CPU = {size / dd_wall / 1e6:.0f} "
+                f"MB/s; ratio {dd_wall / wall:.2f} wall, {dd_cpu / max(cpu, 1e-9):.2f} CPU)")
+
     for r in range(rounds):
-        _, save_wall, save_cpu = timed(lambda: ring.save(path, overwrite=True))
-        dd_write = dd_rate(["if=/dev/zero", f"of={dd_file}", "bs=8M", f"count={nbytes // (8 << 20)}", "conv=fdatasync"])
-        loaded, load_wall, load_cpu = timed(lambda: VectorRingBuffer.load(path))
-        dd_read = dd_rate([f"if={path}", "of=/dev/null", "bs=8M"])
-        del loaded
+        save = timed_split(lambda: ring.save(path, overwrite=True))
         size = path.stat().st_size
-        print(f"round {r}: save {save_wall:.2f} s wall {save_cpu:.2f} s CPU = {size / save_wall / 1e6:.0f} MB/s "
-              f"(dd write {dd_write / 1e6:.0f} MB/s, ratio {size / save_wall / dd_write:.2f}); "
-              f"load {load_wall:.2f} s wall {load_cpu:.2f} s CPU = {size / load_wall / 1e6:.0f} MB/s "
-              f"(dd read {dd_read / 1e6:.0f} MB/s, ratio {size / load_wall / dd_read:.2f})")
+        write = dd(["if=/dev/zero", f"of={dd_file}", "bs=8M", f"count={size // (8 << 20)}", "conv=fdatasync"])
+        dd_file.unlink()
+        warm = timed_split(lambda: VectorRingBuffer.load(path))
+        warm_dd = dd([f"if={path}", "of=/dev/null", "bs=8M"])
+        drop_cached(path)
+        cold = timed_split(lambda: VectorRingBuffer.load(path))
+        drop_cached(path)
+        cold_dd = dd([f"if={path}", "of=/dev/null", "bs=8M"])
+        touch_wall, touch_cpu, touch_user, touch_system = timed_split(lambda: touch_new_ring(ring))
+        print(f"round {r}:\n  " + "\n  ".join([
+            line("save", size, save, *write),
+            line("load (warm)", size, warm, *warm_dd),
+            line("load (cold)", size, cold, *cold_dd),
+            f"new ring, every page touched: {touch_wall:.2f} s wall / {touch_cpu:.2f} s CPU (user {touch_user:.2f}, "
+            f"system {touch_system:.2f})",
+        ]), flush=True)
     path.unlink()
-    dd_file.unlink()
 
 
 def bench_preload(folder: Path, steps: int, rounds: int) -> None:
@@ -94,10 +144,12 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="folder on the disk measured (default: a temp dir)")
     parser.add_argument("--steps", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--checkpoint-only", action="store_true", help="skip the preloading benchmark")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="vcollect-o2o-") as tmp:
         bench_checkpoint(Path(tmp), args.gb, args.rounds)
-        bench_preload(Path(tmp), args.steps, args.rounds)
+        if not args.checkpoint_only:
+            bench_preload(Path(tmp), args.steps, args.rounds)
     print(f"load average: {os.getloadavg()}")
 
 

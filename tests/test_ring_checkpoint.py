@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +211,44 @@ def test_a_save_killed_mid_write_leaves_the_previous_checkpoint_whole(tmp_path: 
     assert_same_ring(previous, PrioritizedVectorRingBuffer.load(path))
     previous.save(path, overwrite=True)  # the next save removes the dead writer's half file
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_arrays_of_many_chunks_read_by_threads_come_back_exactly_and_a_bad_chunk_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prioritized: bool
+) -> None:
+    from vcollect.buffers import checkpoint
+
+    monkeypatch.setattr(checkpoint, "CHUNK_BYTES", 84)  # obs/0: 7 rows of 12 B a chunk, 18 chunks, the last partial
+    monkeypatch.setattr(checkpoint, "READ_THREADS", 3)
+    ring = make_ring(prioritized, keep_overflow=True)
+    drive(ring, np.random.default_rng(2), 150)
+    path = ring.save(tmp_path / "ring.h5")
+    with checkpoint.CheckpointReader(path) as ckpt:
+        obs = ckpt._file["data/obs/0"]
+        assert obs.chunks == (7, 3) and obs.id.get_num_chunks() == 18
+    loaded = type(ring).load(path)
+    assert_same_ring(ring, loaded)
+    data = path.read_bytes()
+    for row in (0, 7 * 6 + 3, 119):  # the first chunk, a middle one, the partial last one
+        at = data.index(ring._obs_flat[0][row].tobytes())
+        flipped = bytearray(data)
+        flipped[at + 2] ^= 0x01
+        (tmp_path / "flipped.h5").write_bytes(bytes(flipped))
+        with pytest.raises(CorruptCheckpointError, match=f"'obs/0' fails the checksum of its chunk {row // 7};"):
+            type(ring).load(tmp_path / "flipped.h5")
+
+
+def test_a_chunk_read_past_the_end_of_the_file_says_so(tmp_path: Path) -> None:
+    from vcollect.buffers import checkpoint
+
+    path = tmp_path / "short.bin"
+    path.write_bytes(bytes(range(10)))
+    out = bytearray(16)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert checkpoint._read_chunk(fd, memoryview(out), 0) == "the file ends 10 bytes into it, 16 expected"
+        assert checkpoint._read_chunk(fd, memoryview(out)[:8], 2) == zlib.crc32(bytes(range(2, 10)))
+    finally:
+        os.close(fd)
+    assert bytes(out[:8]) == bytes(range(2, 10))

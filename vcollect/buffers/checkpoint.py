@@ -2,11 +2,12 @@
 published whole.
 
 Each array is one chunked HDF5 dataset (``data/<name>``) whose chunks (about :data:`CHUNK_BYTES`, whole
-rows) are written straight from the array's memory with HDF5's direct chunk writes, so a save copies
-nothing but the last, padded chunk of each array; ``crc32/<name>`` holds one CRC-32 per chunk, checked as the
-chunks are read back straight into the arrays that take them. The file is written under a temporary name
-and renamed into place (:func:`vcollect.durable.published_file`): a save killed at any point leaves the
-checkpoint that was at the path before, whole.
+rows, stored raw) are written straight from the array's memory with HDF5's direct chunk writes, so a save
+copies nothing but the last, padded chunk of each array; ``crc32/<name>`` holds one CRC-32 per chunk. A load
+asks HDF5 where each chunk lies and reads it by offset straight into the array that takes it, a few chunks at
+once on threads, each checked against its CRC-32. The file is written under a temporary name and renamed
+into place (:func:`vcollect.durable.published_file`): a save killed at any point leaves the checkpoint that
+was at the path before, whole.
 
 What a ring puts in a checkpoint, and how it is rebuilt from one, is the ring's (``VectorRingBuffer.save``
 and ``load``); this module only writes and reads the file.
@@ -18,6 +19,7 @@ import json
 import os
 import zlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +29,24 @@ import numpy as np
 from vcollect.durable import published_file
 from vcollect.errors import CheckpointExistsError, CorruptCheckpointError
 
-__all__ = ["CHUNK_BYTES", "FORMAT", "VERSION", "CheckpointReader", "write_checkpoint"]
+__all__ = ["CHUNK_BYTES", "FORMAT", "READ_THREADS", "VERSION", "CheckpointReader", "write_checkpoint"]
 
 #: The file's format tag (its ``format`` attribute) and version.
 FORMAT = "vcollect-ring-checkpoint"
 VERSION = 1
 #: Bytes of one chunk (whole rows; at least one row).
 CHUNK_BYTES = 4 << 20
+
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+#: Threads that read and check one array's chunks at once (at most 8, and no more than the cores usable).
+READ_THREADS = max(1, min(8, _usable_cores()))
 
 _NATIVE_KINDS = "biuf"  # stored as HDF5 numbers; any other dtype (text) as its bytes
 
@@ -47,6 +60,20 @@ def _stored(arr: np.ndarray) -> np.ndarray:
     if arr.dtype.kind in _NATIVE_KINDS:
         return arr
     return arr.reshape(arr.shape[0], -1).view(np.uint8).reshape(arr.shape[0], -1)
+
+
+def _read_chunk(fd: int, view: memoryview, offset: int) -> int | str:
+    """Read ``len(view)`` bytes of the file at ``offset`` into ``view``: their CRC-32, or why they could not be read."""
+    done = 0
+    try:
+        while done < len(view):
+            n = os.preadv(fd, [view[done:]], offset + done)
+            if n == 0:
+                return f"the file ends {done} bytes into it, {len(view)} expected"
+            done += n
+    except OSError as exc:
+        return str(exc)
+    return zlib.crc32(view)
 
 
 def _write_array(f: h5py.File, name: str, arr: np.ndarray) -> None:
@@ -129,10 +156,11 @@ class CheckpointReader:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._threads: ThreadPoolExecutor | None = None
         if not self.path.is_file():
             raise FileNotFoundError(f"no ring checkpoint at {self.path}")
         try:
-            self._file = h5py.File(self.path, "r")
+            self._file = h5py.File(self.path, "r", driver="sec2")
         except OSError as exc:
             raise CorruptCheckpointError(f"{self.path} is not a readable ring checkpoint (truncated or not HDF5): {exc}") from None
         try:
@@ -155,8 +183,23 @@ class CheckpointReader:
             raise CorruptCheckpointError(f"{self.path}: unreadable checkpoint header ({exc})") from None
 
     def close(self) -> None:
-        """Close the file."""
+        """Close the file (and stop the reading threads)."""
+        if self._threads is not None:
+            self._threads.shutdown()
+            self._threads = None
         self._file.close()
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="vcollect-checkpoint")
+        return self._threads
+
+    def _fd(self) -> int:
+        """HDF5's own descriptor of the open file: chunks are read by offset from the very file it parsed."""
+        try:
+            return int(self._file.id.get_vfd_handle())
+        except (OSError, ValueError, TypeError) as exc:
+            raise CorruptCheckpointError(f"{self.path}: cannot read the file's chunks ({exc})") from None
 
     def __enter__(self) -> CheckpointReader:
         return self
@@ -193,11 +236,14 @@ class CheckpointReader:
 
     def read_into(self, name: str, out: np.ndarray) -> None:
         """Read the checkpoint's array ``name`` into ``out`` (C-contiguous, of its shape and dtype), chunk by
-        chunk straight into ``out``'s memory, each chunk's CRC-32 checked.
+        chunk straight from the file into ``out``'s memory, each chunk's CRC-32 checked.
+
+        The chunks are read by a few threads at once (the reads and checksums run without the GIL), each at
+        the file offset HDF5 records for it; only a last, partial chunk goes through a chunk-sized buffer.
 
         Raises:
-            CorruptCheckpointError: It is missing, of another shape or dtype than ``out``, or a chunk is missing
-                or fails its checksum.
+            CorruptCheckpointError: It is missing, of another shape or dtype than ``out``, or a chunk is missing,
+                truncated or fails its checksum.
         """
         ds, dtype, shape = self._dataset(name)
         if dtype != out.dtype or shape != (out.shape if out.ndim else (1,)):
@@ -216,24 +262,29 @@ class CheckpointReader:
         if step < 1 or crcs.shape != (-(-rows // step),):
             raise self._corrupt(name, "has a chunk layout that does not match its checksums")
         chunk_bytes = step * target[:1].nbytes
-        pad: np.ndarray | None = None
         zero_row = (0,) * (target.ndim - 1)
+        offsets = []
         for i, start in enumerate(range(0, rows, step)):
-            part = target[start : start + step]
-            whole = part.shape[0] == step
-            if not whole:
-                pad = np.empty((step, *target.shape[1:]), dtype=target.dtype)
-            dest = part if whole else pad
-            view = memoryview(dest).cast("B")  # type: ignore[arg-type]
             try:
                 info = ds.id.get_chunk_info_by_coord((start, *zero_row))
-                if info.byte_offset is None or info.size != chunk_bytes:
-                    raise OSError(f"chunk {i} is {info.size} bytes, {chunk_bytes} expected")
-                ds.id.read_direct_chunk((start, *zero_row), out=view)
             except (OSError, ValueError, KeyError) as exc:
-                raise self._corrupt(name, f"cannot be read ({exc})") from None
-            if zlib.crc32(view) != int(crcs[i]):
+                raise self._corrupt(name, f"cannot be read (chunk {i}: {exc})") from None
+            if info.byte_offset is None or info.size != chunk_bytes or info.filter_mask:
+                raise self._corrupt(name, f"cannot be read (chunk {i} is {info.size} bytes, {chunk_bytes} expected)")
+            offsets.append(int(info.byte_offset))
+        last = target[(len(offsets) - 1) * step :]
+        pad = None if last.shape[0] == step else np.empty((step, *target.shape[1:]), dtype=target.dtype)
+        views = [memoryview(target[i * step : (i + 1) * step]).cast("B") for i in range(len(offsets) - 1)]  # type: ignore[arg-type]
+        views.append(memoryview(last if pad is None else pad).cast("B"))  # type: ignore[arg-type]
+        fd = self._fd()
+        if len(views) == 1:
+            results = [_read_chunk(fd, views[0], offsets[0])]
+        else:
+            results = list(self._pool().map(_read_chunk, [fd] * len(views), views, offsets))
+        for i, result in enumerate(results):
+            if isinstance(result, str):
+                raise self._corrupt(name, f"cannot be read (chunk {i}: {result})")
+            if result != int(crcs[i]):
                 raise self._corrupt(name, f"fails the checksum of its chunk {i}")
-            if not whole:
-                assert pad is not None
-                part[:] = pad[: part.shape[0]]
+        if pad is not None:
+            last[:] = pad[: last.shape[0]]
