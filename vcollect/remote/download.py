@@ -18,7 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
-from vcollect.errors import DatasetExistsError, RemoteDatasetNotFoundError
+from vcollect.errors import BucketNotFoundError, DatasetExistsError, RemoteDatasetNotFoundError
 from vcollect.remote.layout import (
     MINARI_DATA_DIR,
     MINARI_METADATA,
@@ -29,7 +29,7 @@ from vcollect.remote.layout import (
     namespace_file,
     parse_manifest_lines,
 )
-from vcollect.remote.location import Remote, remote_errors
+from vcollect.remote.location import Remote, bucket_exists, remote_errors
 from vcollect.remote.transfer import NoProgress, TransferProgress, fetch_object, read_object
 from vcollect.remote.upload import TransferReport
 from vcollect.store.layout.containment import check_contained
@@ -89,6 +89,10 @@ def remote_info(remote: Remote, dataset_id: str) -> tuple[bytes | None, bool]:
         pass
     with remote_errors(remote, f"downloading {dataset_id!r}"):
         minari = remote.fs.exists(remote.path(dataset_id, MINARI_DATA_DIR, MINARI_METADATA))
+    if not minari and not bucket_exists(remote):
+        raise BucketNotFoundError(
+            f"downloading {dataset_id!r}: the bucket {remote.bucket!r} of remote {remote.url!r} does not exist"
+        )
     return None, bool(minari)
 
 
