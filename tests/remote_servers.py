@@ -62,8 +62,8 @@ class GcsServer:
         return name
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
+@pytest.fixture(scope="session", name="s3_server")
+def s3_server_fixture() -> Iterator[S3Server]:
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
@@ -82,8 +82,8 @@ def s3_server() -> Iterator[S3Server]:
         handle.server.stop()
 
 
-@pytest.fixture(scope="session")
-def gcs_server() -> Iterator[GcsServer]:
+@pytest.fixture(scope="session", name="gcs_server")
+def gcs_server_fixture() -> Iterator[GcsServer]:
     from gcp_storage_emulator.server import create_server
 
     logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
@@ -110,4 +110,4 @@ def remote_url(kind: str, s3: S3Server | None, gcs: GcsServer | None, tmp: Any) 
     return f"file://{folder}"
 
 
-__all__ = ["S3_OPTIONS", "GcsServer", "S3Server", "free_port", "gcs_server", "remote_url", "s3_server"]
+__all__ = ["S3_OPTIONS", "GcsServer", "S3Server", "free_port", "gcs_server_fixture", "remote_url", "s3_server_fixture"]

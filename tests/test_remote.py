@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from remote_servers import gcs_server, remote_url, s3_server  # noqa: F401 - fixtures
+from remote_servers import gcs_server_fixture, remote_url, s3_server_fixture  # noqa: F401 - fixtures
 from small_datasets import make_dataset
 
 import vcollect

@@ -81,7 +81,24 @@ def _import(module: str) -> Any:
         ) from None
 
 
+#: Filesystems made, by what made them (a client costs a session and its connection pool to build).
+_MADE: dict[tuple[Any, ...], Any] = {}
+_SETTINGS = ("AWS_", "STORAGE_EMULATOR_HOST", "GOOGLE_", "GCLOUD_")
+
+
 def _filesystem(protocol: str, options: Mapping[str, Any], anonymous: bool) -> Any:
+    """The fsspec filesystem of ``protocol`` for these options and the providers' settings now (one per
+    distinct combination, reused; its listing cache emptied)."""
+    settings = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_SETTINGS)))
+    key = (protocol, repr(sorted(options.items())), anonymous, settings)
+    fs = _MADE.get(key)
+    if fs is None:
+        fs = _MADE[key] = _new_filesystem(protocol, options, anonymous)
+    fs.invalidate_cache()
+    return fs
+
+
+def _new_filesystem(protocol: str, options: Mapping[str, Any], anonymous: bool) -> Any:
     """The fsspec filesystem of ``protocol``, configured from the providers' standard settings."""
     _import("fsspec")
     opts = dict(options)
@@ -92,7 +109,11 @@ def _filesystem(protocol: str, options: Mapping[str, Any], anonymous: bool) -> A
         profile = os.environ.get("AWS_PROFILE")
         if profile and "profile" not in opts:
             opts["profile"] = profile
-        return s3fs.S3FileSystem(skip_instance_cache=True, **opts)
+        retries = opts.pop("retries", None)
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, **opts)
+        if retries is not None:  # s3fs's own retries of a failed request (a class setting, not an argument)
+            fs.retries = int(retries)
+        return fs
     if protocol == "gcs":
         _import("gcsfs")
         if anonymous:
