@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from remote_servers import gcs_server_fixture, remote_url, s3_server_fixture  # noqa: F401 - fixtures
-from small_datasets import make_dataset
+from small_datasets import ACT_SPACE, OBS_SPACE, make_dataset
 
 import vcollect
 from vcollect.cli import main
@@ -121,3 +121,32 @@ def test_cli_list_remote_download_upload(s3_server: Any, tmp_path: Path, capsys:
 
 def test_report_type() -> None:
     assert TransferReport("a-v0").bytes == 0
+
+
+def test_reading_in_place_fetches_only_the_shards_touched(s3_server: Any, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    url = remote_url("s3", s3_server, None, tmp_path)
+    store = vcollect.EpisodeStore.create(ID, OBS_SPACE, ACT_SPACE, root=tmp_path / "a")
+    rng = np.random.default_rng(3)
+    for steps in [10, 11, 12, 13, 14, 15]:  # one shard each, no option or metadata tables
+        store.write_episode(rng.uniform(-1, 1, (steps + 1, 3)).astype(np.float32), rng.integers(0, 2, steps),
+                            np.ones(steps), np.eye(1, steps, steps - 1, dtype=bool)[0], np.zeros(steps, dtype=bool),
+                            seed=steps, env_id=0)
+        store.flush()
+    store.close()
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
+    local = load_dataset(ID, tmp_path / "a")
+    remote_ds = vcollect.load_dataset(f"{url}/{ID}")
+    cache = remote_ds._index.files.before_open  # noqa: SLF001 - the hook's own counters
+    assert remote_ds.total_episodes == 6 and cache.fetched_bytes == 0  # opened from metadata alone
+    shard_size = max(line.size for line in cache.lines.values())
+    first = remote_ds[2]
+    np.testing.assert_array_equal(first.observations, local[2].observations)
+    assert 0 < cache.fetched_bytes <= shard_size  # one shard, no more
+    streamed = vcollect.load_dataset(ID, remote=url, stream=True, cache_bytes=2 * shard_size)
+    assert episodes(streamed) == episodes(local)  # every shard through a cache of two
+    hook = streamed._index.files.before_open  # noqa: SLF001
+    assert hook.held_bytes() <= 2 * shard_size
+    batch = streamed.sample_steps(16)
+    assert batch["observations"].shape == (16, 3)

@@ -1,4 +1,4 @@
-"""``load_dataset`` with Minari's ``download=``: a dataset not found locally is fetched from the remote first."""
+"""``load_dataset`` with Minari's ``download=``, and remote datasets read in place (``stream=True`` or a URL)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 from vcollect.errors import DatasetNotFoundError
 from vcollect.remote.api import download_dataset
+from vcollect.remote.location import open_remote
+from vcollect.remote.streaming import DEFAULT_CACHE_BYTES, open_in_place, split_dataset_url
 from vcollect.store.layout.naming import is_dataset_id
 from vcollect.store.read.reader import Dataset
 from vcollect.store.read.reader import load_dataset as load_local
@@ -21,16 +23,25 @@ def load_dataset(
     download: bool = False,
     remote: str | None = None,
     force_download: bool = False,
+    stream: bool = False,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
     **options: Any,
 ) -> Dataset:
-    """Open a dataset for reading; with ``download=True`` one not found locally is downloaded first.
+    """Open a dataset for reading; with ``download=True`` one not found locally is downloaded first; a remote
+    dataset's URL (``s3://bucket/prefix/name-v0``), or ``stream=True``, reads it in place.
+
+    Read in place, nothing is downloaded to open it: each shard is fetched (and checked against its manifest
+    line) when a read first touches it, into a cache of at most ``cache_bytes`` (``$VCOLLECT_CACHE``, else
+    ``~/.cache/vcollect/remote``), shard by shard.
 
     Args:
-        dataset_id: ``namespace/name-vN``, or the path of a dataset's folder.
+        dataset_id: ``namespace/name-vN``, the path of a dataset's folder, or a remote dataset's URL.
         root: The local datasets root.
         download: Download the dataset from the remote when it is not found locally (Minari's ``download=``).
         remote: The remote's URL (default: ``$VCOLLECT_REMOTE``).
         force_download: Download it again (only what changed) even when it is found locally.
+        stream: Read the dataset ``dataset_id`` of ``remote`` in place instead of loading a local one.
+        cache_bytes: Most bytes of fetched shards kept by a dataset read in place.
         **options: :func:`vcollect.store.load_dataset`'s options (``on_damage``, ``max_open_files``, ...).
 
     Returns:
@@ -42,6 +53,13 @@ def load_dataset(
         DamagedDatasetError, CorruptDatasetError: as :func:`vcollect.store.load_dataset`; and the errors of
             :func:`vcollect.remote.download_dataset`.
     """
+    if isinstance(dataset_id, str) and "://" in dataset_id:
+        url, name = split_dataset_url(dataset_id)
+        return open_in_place(url, name, cache_bytes=cache_bytes, **options)
+    if stream:
+        if not isinstance(dataset_id, str):
+            raise TypeError(f"stream=True reads a remote dataset by its id, got {dataset_id!r}")
+        return open_in_place(open_remote(remote).url, dataset_id, cache_bytes=cache_bytes, **options)
     if force_download and isinstance(dataset_id, str) and is_dataset_id(dataset_id):
         download_dataset(dataset_id, remote, force_download=False, root=root)
         return load_local(dataset_id, root, **options)
