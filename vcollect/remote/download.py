@@ -16,6 +16,7 @@ import json
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from vcollect.errors import BucketNotFoundError, DatasetExistsError, RemoteDatasetNotFoundError
@@ -30,19 +31,21 @@ from vcollect.remote.layout import (
     parse_manifest_lines,
 )
 from vcollect.remote.location import Remote, bucket_exists, remote_errors
-from vcollect.remote.transfer import NoProgress, TransferProgress, fetch_object, read_object
+from vcollect.remote.transfer import NoProgress, TransferProgress, fetch_object, read_object, read_optional
 from vcollect.remote.upload import TransferReport
 from vcollect.store.layout.containment import check_contained
 from vcollect.store.layout.dataset_dir import replace_dataset_dir
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, check_dataset_info, write_json_atomic
 from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
-from vcollect.store.layout.manifest import MANIFEST_DIR
+from vcollect.store.layout.manifest import MANIFEST_DIR, file_sha256
 from vcollect.store.layout.namespaces import NAMESPACE_METADATA_FILE, namespace_hierarchy
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.staging import discard_staging, fsync_tree, new_staging_dir
 
-__all__ = ["RESUME_SUFFIX", "copy_remote_namespaces", "download_to", "not_found", "remote_info", "resume_dir"]
+__all__ = ["FETCH_THREADS", "RESUME_SUFFIX", "copy_remote_namespaces", "download_to", "not_found", "remote_info", "resume_dir"]
 
+#: Shards fetched at once (the client libraries' own calls are thread-safe; their I/O overlaps).
+FETCH_THREADS = 4
 #: The hidden folder beside a dataset's place that holds what its download has fetched so far.
 RESUME_SUFFIX = ".download"
 _WRITER_FILE = re.compile(r"[-\w][-\w.]*\.jsonl")
@@ -131,9 +134,7 @@ def download_to(
     check_contained(final, root_path, action="download a dataset to")
     with remote_errors(remote, f"downloading {dataset_id!r}"):
         manifest = RemoteManifest.read(remote, dataset_id)
-        episode_meta: bytes | None = None
-        with contextlib.suppress(FileNotFoundError):
-            episode_meta = bytes(remote.fs.cat_file(remote.path(dataset_id, EPISODE_METADATA_FILE)))
+    episode_meta = read_optional(remote, remote.path(dataset_id, EPISODE_METADATA_FILE), f"downloading {dataset_id!r}")
     wanted = manifest.by_shard
     seen = _identity(final)
     local = {} if seen is None else _local_lines(final)
@@ -160,23 +161,24 @@ def download_to(
         if not force_download and mine is not None and mine.sha256 == line.sha256 and _size(own) == line.size:
             sources[shard] = own
             report.shards_kept += 1
-        elif _size(resume / shard) == line.size:
-            sources[shard] = resume / shard  # checked when an earlier download fetched it
+        elif _size(resume / shard) == line.size and file_sha256(resume / shard) == line.sha256:
+            sources[shard] = resume / shard  # whole from an earlier download (checked again: it was not fsynced)
         else:
             fetching.append(line)
     progress.add_total(len(fetching), sum(line.size for line in fetching))
-    for line in fetching:
-        target = resume / line.shard
-        report.bytes += fetch_object(
-            remote, remote.path(dataset_id, SHARDS_DIR, line.shard), target, size=line.size, sha256=line.sha256,
-            progress=progress, what=f"shard {line.shard} of {dataset_id!r}",
-        )
-        if line.mtime_ns is not None:
-            os.utime(target, ns=(line.mtime_ns, line.mtime_ns))
-        progress.file_done()
-        sources[line.shard] = target
-        report.files += 1
-        report.shards += 1
+    if fetching:
+        with ThreadPoolExecutor(min(FETCH_THREADS, len(fetching)), thread_name_prefix="vcollect-fetch") as pool:
+            futures = [pool.submit(_fetch, remote, dataset_id, line, resume, progress) for line in fetching]
+            try:
+                for line, future in zip(fetching, futures, strict=True):
+                    report.bytes += future.result()
+                    sources[line.shard] = resume / line.shard
+                    report.files += 1
+                    report.shards += 1
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
     copy_remote_namespaces(remote, dataset_id, root_path)
     staging = new_staging_dir(final, root_path)
     try:
@@ -200,6 +202,19 @@ def download_to(
     return report
 
 
+def _fetch(remote: Remote, dataset_id: str, line: ManifestLine, resume: Path, progress: TransferProgress) -> int:
+    """Fetch one shard into the resume folder, checked and given its recorded mtime; returns the bytes fetched."""
+    target = resume / line.shard
+    fetched = fetch_object(
+        remote, remote.path(dataset_id, SHARDS_DIR, line.shard), target, size=line.size, sha256=line.sha256,
+        progress=progress, what=f"shard {line.shard} of {dataset_id!r}",
+    )
+    if line.mtime_ns is not None:
+        os.utime(target, ns=(line.mtime_ns, line.mtime_ns))
+    progress.file_done()
+    return fetched
+
+
 def _size(path: Path) -> int | None:
     try:
         return path.stat().st_size
@@ -213,9 +228,8 @@ def copy_remote_namespaces(remote: Remote, dataset_id: str, root: Path) -> None:
         target = root.joinpath(*level.split("/")) / NAMESPACE_METADATA_FILE
         if target.exists():
             continue
-        try:
-            data = read_object(remote, remote.path(namespace_file(level)), f"downloading {dataset_id!r}")
-        except FileNotFoundError:
+        data = read_optional(remote, remote.path(namespace_file(level)), f"downloading {dataset_id!r}")
+        if data is None:
             continue
         try:
             metadata = json.loads(data)

@@ -192,11 +192,11 @@ def _connection_error(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def remote_errors(remote: Remote, what: str) -> Iterator[None]:
+def remote_errors(remote: Remote, what: str, *, missing_is_bucket: bool = True) -> Iterator[None]:
     """Turn what the client libraries raise while doing ``what`` into vcollect's remote errors.
 
     A missing object stays FileNotFoundError (the caller knows what it looked for); a missing bucket is
-    BucketNotFoundError; a refusal or missing credentials RemoteAccessError; a lost connection or a failing
+    BucketNotFoundError (asked of the remote unless ``missing_is_bucket`` is False: the bucket is known); a refusal or missing credentials RemoteAccessError; a lost connection or a failing
     server RemoteTransferError (running it again resumes).
     """
     try:
@@ -204,7 +204,7 @@ def remote_errors(remote: Remote, what: str) -> Iterator[None]:
     except RemoteError:
         raise
     except FileNotFoundError as exc:
-        if not bucket_exists(remote):
+        if missing_is_bucket and not bucket_exists(remote):
             raise BucketNotFoundError(
                 f"{what}: the bucket {remote.bucket!r} of remote {remote.url!r} does not exist"
             ) from None

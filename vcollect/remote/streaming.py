@@ -32,7 +32,7 @@ from typing import Any
 
 from vcollect.remote.layout import ManifestLine, RemoteManifest, check_remote_id, dataset_json
 from vcollect.remote.location import Remote, open_remote, remote_errors
-from vcollect.remote.transfer import NoProgress, fetch_object, read_object
+from vcollect.remote.transfer import NoProgress, fetch_object, read_optional
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, check_dataset_info
 from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
 from vcollect.store.layout.manifest import MANIFEST_DIR, read_manifest
@@ -205,9 +205,7 @@ def open_in_place(
     check_dataset_info(dataset_json(info_bytes, where), where)
     with remote_errors(remote, f"opening {dataset_id!r}"):
         manifest = RemoteManifest.read(remote, dataset_id)
-    episode_meta: bytes | None = None
-    with contextlib.suppress(FileNotFoundError):
-        episode_meta = read_object(remote, remote.path(dataset_id, EPISODE_METADATA_FILE), f"opening {dataset_id!r}")
+    episode_meta = read_optional(remote, remote.path(dataset_id, EPISODE_METADATA_FILE), f"opening {dataset_id!r}")
     root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
     key = hashlib.sha256(f"{remote.url}|{dataset_id}".encode()).hexdigest()[:16]
     blobs = root / _BLOBS

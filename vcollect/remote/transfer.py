@@ -2,7 +2,7 @@
 
 A fetched object is written to a ``.part`` file beside its final name; a fetch that stops part way keeps
 it, and the next fetch of the same object continues from its length (ranged reads), hashing what is
-already there first. Only an object whose size and SHA-256 equal what the manifest records is renamed to
+already there first. Nothing is fsynced here: the caller syncs what it publishes, once. Only an object whose size and SHA-256 equal what the manifest records is renamed to
 its final name; any other is refused with :class:`~vcollect.errors.RemoteIntegrityError` naming it.
 Uploads hand each whole file to the client library's own upload (multipart where it is large), which
 makes an object appear whole or not at all on object stores; a ``file://`` remote is written to a
@@ -30,6 +30,7 @@ __all__ = [
     "get_file",
     "put_file",
     "read_object",
+    "read_optional",
     "write_object",
 ]
 
@@ -69,6 +70,15 @@ def read_object(remote: Remote, path: str, what: str) -> bytes:
     """The bytes of a small remote object (FileNotFoundError when there is none)."""
     with remote_errors(remote, what):
         return bytes(remote.fs.cat_file(path))
+
+
+def read_optional(remote: Remote, path: str, what: str) -> bytes | None:
+    """The bytes of a small remote object that may be absent (None then; the bucket is known to exist)."""
+    try:
+        with remote_errors(remote, what, missing_is_bucket=False):
+            return bytes(remote.fs.cat_file(path))
+    except FileNotFoundError:
+        return None
 
 
 def write_object(remote: Remote, path: str, data: bytes, what: str) -> None:
@@ -163,29 +173,34 @@ def fetch_object(
                     done += len(block)
     progress.advance(done)
     fetched = 0
-    with remote_errors(remote, f"fetching {what}"):
-        remote_size = int(remote.fs.info(path)["size"])
-        if remote_size != size:
-            with contextlib.suppress(FileNotFoundError):
-                part.unlink()
-            raise RemoteIntegrityError(
-                f"{what} on remote {remote.url!r} holds {remote_size:,} bytes where the manifest records {size:,} "
-                "(truncated or altered); it was refused and nothing was published"
-            )
-        with open(part, "ab") as out:
-            while done < size:
-                end = min(size, done + CHUNK_BYTES)
-                block = remote.fs.cat_file(path, start=done, end=end)
-                if not block:
-                    break
-                out.write(block)
-                digest.update(block)
-                done += len(block)
-                fetched += len(block)
-                progress.advance(len(block))
-            out.flush()
-            os.fsync(out.fileno())
-    if done != size or digest.hexdigest() != sha256:
+    longer = False
+    with remote_errors(remote, f"fetching {what}"), open(part, "ab") as out:
+        if size == 0:
+            longer = len(remote.fs.cat_file(path)) > 0
+        elif done == size:  # a whole .part from before: only see that the object is not longer
+            longer = len(remote.fs.cat_file(path, start=size - 1, end=size + 1)) > 1
+        while done < size and not longer:
+            want = min(size + 1, done + CHUNK_BYTES)  # the last read asks one byte more: a longer object shows
+            block = remote.fs.cat_file(path, start=done, end=want)
+            short = len(block) < want - done
+            if done + len(block) > size:
+                longer = True
+                block = block[: size - done]
+            out.write(block)
+            digest.update(block)
+            done += len(block)
+            fetched += len(block)
+            progress.advance(len(block))
+            if short:
+                break
+    if longer or done != size:
+        with contextlib.suppress(FileNotFoundError):
+            part.unlink()
+        raise RemoteIntegrityError(
+            f"{what} on remote {remote.url!r} holds {'more' if longer else 'fewer'} bytes than the {size:,} the "
+            "manifest records (altered or truncated); it was refused and nothing was published"
+        )
+    if digest.hexdigest() != sha256:
         part.unlink()
         raise RemoteIntegrityError(
             f"{what} on remote {remote.url!r} does not match the manifest (SHA-256 {digest.hexdigest()[:16]}... "
