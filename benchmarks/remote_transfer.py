@@ -96,6 +96,58 @@ def dataset_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in (folder / "shards").iterdir())
 
 
+def compare_download(scheme: str, dataset_id: str, src: Path, tmp: Path) -> tuple[Any, Any]:
+    """(vcollect's download, the client loop): the best (wall, CPU) of 3 paired runs, alternating."""
+    import vcollect
+    from vcollect.remote import open_remote
+
+    remote = open_remote(f"{scheme}://bench-{scheme}")
+    remote.fs.mkdir(remote.bucket)
+    vcollect.upload_dataset(dataset_id, remote.url, root=src)
+    shard_paths = sorted(str(p) for p in remote.fs.ls(remote.path(dataset_id, "shards")))
+
+    def loop(folder: Path) -> None:
+        for path in shard_paths:
+            remote.fs.get_file(path, str(folder / Path(path).name))
+
+    ours, plain = [], []
+    for rep in range(3):  # fresh folders each time
+        dst, loop_dir = tmp / f"dst-{scheme}-{rep}", tmp / f"loop-{scheme}-{rep}"
+        loop_dir.mkdir()
+        ours.append(timed(lambda dst=dst: vcollect.download_dataset(dataset_id, remote.url, root=dst)))
+        plain.append(timed(lambda loop_dir=loop_dir: loop(loop_dir)))
+        shutil.rmtree(dst)
+        shutil.rmtree(loop_dir)
+    return min(ours, key=lambda r: r[0]), min(plain, key=lambda r: r[0])
+
+
+def streaming(dataset_id: str, src: Path, tmp: Path) -> None:
+    """First sample_steps(256) of a dataset read in place from S3, and the p50 after warm-up, against local."""
+    import vcollect
+    from vcollect.store import load_dataset
+
+    os.environ["VCOLLECT_CACHE"] = str(tmp / "cache")
+    wall = time.perf_counter()
+    remote_ds = vcollect.load_dataset(f"s3://bench-s3/{dataset_id}")
+    remote_ds.set_seed(0)
+    remote_ds.sample_steps(256)
+    first = time.perf_counter() - wall
+    local = load_dataset(dataset_id, src)
+    local.set_seed(0)
+    times: dict[str, list[float]] = {"remote": [], "local": []}
+    for _ in range(3):  # warm-up: every shard fetched once
+        remote_ds.sample_steps(256)
+        local.sample_steps(256)
+    for _ in range(50):
+        for name, ds in (("remote", remote_ds), ("local", local)):
+            wall = time.perf_counter()
+            ds.sample_steps(256)
+            times[name].append(time.perf_counter() - wall)
+    p50 = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+    print(f"read in place from s3: open + first sample_steps(256) {first:.2f} s; p50 after warm-up "
+          f"{p50['remote']:.2f} ms vs local {p50['local']:.2f} ms ({p50['remote'] / p50['local']:.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=250)
@@ -115,28 +167,12 @@ def main() -> None:
         make_dataset(src, dataset_id, args.mb, args.shards)
         total = dataset_bytes(src / "bench" / "frames-v0")
         print(f"dataset: {total / 2**20:.0f} MiB in {args.shards} shards (uint8 84x84 noise frames)")
-        rows = []
-        for scheme in ("s3", "gs"):
-            remote = open_remote(f"{scheme}://bench-{scheme}")
-            remote.fs.mkdir(remote.bucket)
-            url = remote.url
-            vcollect.upload_dataset(dataset_id, url, root=src)
-            shard_paths = sorted(str(p) for p in remote.fs.ls(remote.path(dataset_id, "shards")))
-            ours, plain = [], []
-            for rep in range(3):  # paired, alternating, fresh folders each time
-                dst = tmp / f"dst-{scheme}-{rep}"
-                ours.append(timed(lambda dst=dst: vcollect.download_dataset(dataset_id, url, root=dst)))
-                loop_dir = tmp / f"loop-{scheme}-{rep}"
-                loop_dir.mkdir()
-                plain.append(timed(lambda loop_dir=loop_dir: [remote.fs.get_file(p, str(loop_dir / Path(p).name))
-                                                             for p in shard_paths]))
-                shutil.rmtree(dst)
-                shutil.rmtree(loop_dir)
-            o, p = min(ours, key=lambda r: r[0]), min(plain, key=lambda r: r[0])
-            rows.append((scheme, o, p))
+        rows = [(scheme, *compare_download(scheme, dataset_id, src, tmp)) for scheme in ("s3", "gs")]
         for scheme, o, p in rows:
             print(f"{scheme} download: vcollect {o[0]:.2f} s wall / {o[1]:.2f} s CPU; client loop {p[0]:.2f} s wall / "
                   f"{p[1]:.2f} s CPU; throughput ratio {p[0] / o[0]:.2f} (bar >= 0.8)")
+
+        streaming(dataset_id, src, tmp)
 
         # growth by 1%: one more shard of ~1% of the bytes
         from vcollect.store import EpisodeStore

@@ -227,3 +227,37 @@ def test_upload_while_a_writer_appends_sends_only_committed_shards(s3_server: An
     assert vcollect.upload_dataset(ID, url, root=tmp_path / "src").shards == 2  # the two committed meanwhile
     vcollect.download_dataset(ID, url, root=tmp_path / "dst")
     assert episodes(load_dataset(ID, tmp_path / "dst")) == episodes(load_dataset(ID, tmp_path / "src"))
+
+
+_FULL_DISK = """
+import resource, signal, sys
+from vcollect.errors import DiskFullError
+import vcollect
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of a signal
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[3]), int(sys.argv[3])))
+try:
+    vcollect.download_dataset(sys.argv[1], sys.argv[2], root=sys.argv[4])
+except DiskFullError as exc:
+    print("DiskFullError:", exc)
+    sys.exit(3)
+"""
+
+
+def test_disk_full_during_download_publishes_nothing_and_resumes(
+    uploaded: tuple[str, Path], tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    url, src = uploaded
+    dst = tmp_path / "dst"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    shard = min(p.stat().st_size for p in (src / "f" / "data-v0" / "shards").iterdir())
+    done = subprocess.run([sys.executable, "-c", _FULL_DISK, ID, url, str(shard // 2), str(dst)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert "free space and run it again to resume" in done.stdout
+    assert not (dst / "f" / "data-v0").exists()  # nothing published
+    vcollect.download_dataset(ID, url, root=dst)
+    assert episodes(load_dataset(ID, dst)) == episodes(load_dataset(ID, src))

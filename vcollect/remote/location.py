@@ -221,9 +221,9 @@ def remote_errors(remote: Remote, what: str, *, missing_is_bucket: bool = True) 
                 "documents (AWS_ACCESS_KEY_ID/AWS_PROFILE for S3, application-default credentials for GCS), or "
                 "pass anonymous=True for a public bucket"
             ) from None
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            raise DiskFullError(f"{what}: no space left on this machine's disk ({exc}); free space and run it again "
-                                "to resume") from None
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFullError(f"{what}: this machine's disk refused the write, full or over a size limit ({exc}); "
+                                "free space and run it again to resume") from None
         if _connection_error(exc) or isinstance(exc, OSError):
             raise RemoteTransferError(
                 f"{what}: remote {remote.url!r} stopped answering ({type(exc).__name__}: {_first_line(exc)}); "
