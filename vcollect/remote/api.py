@@ -79,7 +79,7 @@ def download_dataset(
         anonymous: Read a public bucket without credentials.
 
     Returns:
-        What was moved.
+        The files and bytes transferred, and the shards the other side already had.
 
     Raises:
         InvalidDatasetIdError: A malformed id (``..``, an absolute path).
@@ -128,7 +128,7 @@ def upload_dataset(
         storage_options: Passed to the fsspec filesystem.
 
     Returns:
-        What was moved.
+        The files and bytes transferred, and the shards the other side already had.
 
     Raises:
         ValueError: An unknown ``format``.

@@ -52,6 +52,7 @@ def load_dataset(
         RemoteDatasetNotFoundError: Not on the remote either.
         DamagedDatasetError, CorruptDatasetError: as :func:`vcollect.store.load_dataset`; and the errors of
             :func:`vcollect.remote.download_dataset`.
+        TypeError: ``stream=True`` with a folder's path instead of an id.
     """
     if isinstance(dataset_id, str) and "://" in dataset_id:
         url, name = split_dataset_url(dataset_id)
