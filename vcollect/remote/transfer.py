@@ -97,22 +97,21 @@ def write_object(remote: Remote, path: str, data: bytes, what: str) -> None:
 
 
 class _Callback:
-    """An fsspec callback forwarding byte counts to a TransferProgress."""
+    """An fsspec callback (made on first use: fsspec is imported only with a remote) forwarding the byte
+    counts of the client library's own transfers to a TransferProgress."""
 
     def __init__(self, progress: TransferProgress) -> None:
         from fsspec.callbacks import Callback
 
-        outer = self
-
-        class Forward(Callback):  # type: ignore[misc]
-            def call(self, *args: Any, **kwargs: Any) -> None:
-                moved = int(self.value) - outer.reported
-                if moved > 0:
-                    outer.reported += moved
-                    progress.advance(moved)
-
         self.reported = 0
-        self.callback = Forward()
+        self.progress = progress
+        self.callback = Callback(hooks={"forward": self._forward})
+
+    def _forward(self, size: int | None, value: int, **_: Any) -> None:
+        moved = int(value) - self.reported
+        if moved > 0:
+            self.reported += moved
+            self.progress.advance(moved)
 
 
 def put_file(remote: Remote, local: Path, path: str, progress: TransferProgress, what: str) -> None:

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from vcollect.errors import CorruptShardError, DatasetNotFoundError
+from vcollect.errors import BucketNotFoundError, CorruptShardError, DatasetNotFoundError
 from vcollect.remote.layout import (
     ManifestLine,
     RemoteManifest,
@@ -57,8 +57,6 @@ class TransferReport:
 def remote_sizes(remote: Remote, folder: str, what: str) -> dict[str, int]:
     """Object name -> size of the objects directly in ``folder`` (a full filesystem path); {} when there are
     none. BucketNotFoundError when the bucket itself is missing."""
-    from vcollect.errors import BucketNotFoundError
-
     with remote_errors(remote, what):
         try:
             remote.fs.invalidate_cache(folder)
