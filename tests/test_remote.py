@@ -113,6 +113,7 @@ def test_cli_list_remote_download_upload(s3_server: Any, tmp_path: Path, capsys:
     assert main(["download", "--namespace", "team", "--remote", url, "--root", str(tmp_path / "b")]) == 0
     assert episodes(load_dataset(ID, tmp_path / "b")) == episodes(load_dataset(ID, tmp_path / "a"))
     assert not (tmp_path / "b" / "other").exists()
+    assert main(["verify", ID, "--root", str(tmp_path / "b")]) == 0  # a downloaded dataset verifies as any other
     capsys.readouterr()
     assert main(["download", "team/none-v0", "--remote", url, "--root", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
