@@ -87,8 +87,12 @@ def upload_to(
     dataset_id: str,
     root: str | os.PathLike[str] | None,
     progress: TransferProgress | None = None,
+    *,
+    metadata: bool = True,
 ) -> TransferReport:
-    """Upload the local dataset ``dataset_id`` (under ``root``) to ``remote`` (see the module's docstring).
+    """Upload the local dataset ``dataset_id`` (under ``root``) to ``remote`` (see the module's docstring);
+    with ``metadata=False`` only its shards and manifest lines (a distributed worker's part of a dataset whose
+    metadata the driver publishes at the end).
 
     Raises:
         InvalidDatasetIdError: A malformed id.
@@ -144,6 +148,8 @@ def upload_to(
             continue
         data = b"".join(line.raw for line in lines)
         _write(remote, remote.path(dataset_id, MANIFEST_DIR, name), data, dataset_id, report)
+    if not metadata:
+        return report
     side = folder / EPISODE_METADATA_FILE
     if side.is_file():
         _write(remote, remote.path(dataset_id, EPISODE_METADATA_FILE), read_side_file(side), dataset_id, report)
