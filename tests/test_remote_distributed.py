@@ -103,3 +103,14 @@ def test_a_dying_worker_leaves_whole_shards_and_totals_stay_exact(
 def test_remote_needs_a_store() -> None:
     with pytest.raises(ValueError, match="remote= needs store="):
         DistributedCollector(CountingEnv, None, num_workers=1, envs_per_worker=1, remote="file:///tmp")
+
+
+def test_cli_collect_on_ray_workers_to_a_remote(ray_ready: Any, tmp_path: Path) -> None:
+    from vcollect.cli import main
+
+    url = remote_url("file", None, None, tmp_path)  # the session's Ray workers predate the S3 server's variables
+    assert main(["collect", "CartPole-v1", "--num-envs", "2", "--episodes", "6", "--dataset", ID, "--root",
+                 str(tmp_path / "driver"), "--ray-workers", "2", "--remote", url, "--no-progress"]) == 0
+    assert main(["collect", "CartPole-v1", "--episodes", "2", "--remote", url]) == 2  # without --ray-workers
+    vcollect.download_dataset(ID, url, root=tmp_path / "dst")
+    assert load_dataset(ID, tmp_path / "dst").total_episodes == 6
