@@ -110,6 +110,8 @@ def test_cli_list_remote_download_upload(s3_server: Any, tmp_path: Path, capsys:
     assert main(["list", "remote", "--remote", url, "--namespace", "team"]) == 0
     out = capsys.readouterr().out
     assert ID in out and "other/x-v1" not in out and "bo" in out and " 15 " in out  # 15 steps
+    assert main(["list", "remote", "--remote", url, "--anonymous"]) == 0  # unsigned requests (a public bucket)
+    assert ID in capsys.readouterr().out
     assert main(["download", "--namespace", "team", "--remote", url, "--root", str(tmp_path / "b")]) == 0
     assert episodes(load_dataset(ID, tmp_path / "b")) == episodes(load_dataset(ID, tmp_path / "a"))
     assert not (tmp_path / "b" / "other").exists()

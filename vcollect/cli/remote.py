@@ -66,6 +66,7 @@ def add_remote_parsers(commands: argparse._SubParsersAction[CommandParser], *, r
                           help="'remote': the datasets on the remote instead of the local ones")
     list_cmd.add_argument("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
     list_cmd.add_argument("--namespace", default=None, metavar="NS", help="only the datasets of this namespace")
+    list_cmd.add_argument("--anonymous", action="store_true", help="read a public bucket without credentials")
     list_cmd.set_defaults(handler=run_list_any)
 
     download = commands.add_parser(
@@ -79,6 +80,7 @@ def add_remote_parsers(commands: argparse._SubParsersAction[CommandParser], *, r
     download.add_argument("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
     download.add_argument("--force-download", action="store_true",
                           help="fetch every shard again and replace the local dataset, also one holding shards the remote lacks")
+    download.add_argument("--anonymous", action="store_true", help="read a public bucket without credentials")
     download.add_argument("--no-progress", action="store_true", help="do not show the progress bars")
     download.add_argument("--root", default=None, metavar="DIR", help=root_help)
     download.set_defaults(handler=run_download)
@@ -111,13 +113,13 @@ def _prefix(namespace: str | None) -> str | None:
 def run_list_any(args: argparse.Namespace, console: Console) -> int:
     """``vcollect list [remote]``."""
     if args.where != "remote":
-        if args.remote is not None or args.namespace is not None:
-            raise UsageError("--remote and --namespace apply to 'vcollect list remote'")
+        if args.remote is not None or args.namespace is not None or args.anonymous:
+            raise UsageError("--remote, --namespace and --anonymous apply to 'vcollect list remote'")
         return run_list(args, console)
     from vcollect.remote import list_remote_datasets, open_remote
 
     url = open_remote(args.remote).url
-    datasets = list_remote_datasets(url, _prefix(args.namespace))
+    datasets = list_remote_datasets(url, _prefix(args.namespace), anonymous=args.anonymous)
     if not datasets:
         console.print(Text(f"no datasets on {url}"))
         return EXIT_OK
@@ -143,11 +145,12 @@ def run_download(args: argparse.Namespace, console: Console) -> int:
     from vcollect.remote import download_dataset, list_remote_datasets, open_remote
 
     url = open_remote(args.remote).url
-    ids = _ids(args, list_remote_datasets(url) if args.namespace else {})
+    ids = _ids(args, list_remote_datasets(url, anonymous=args.anonymous) if args.namespace else {})
     for dataset_id in ids:
         bar = BarProgress(f"download {dataset_id}", not args.no_progress)
         try:
-            report = download_dataset(dataset_id, url, args.force_download, root=args.root, progress=bar)
+            report = download_dataset(dataset_id, url, args.force_download, root=args.root, progress=bar,
+                                      anonymous=args.anonymous)
         finally:
             bar.close()
         console.print(Text(f"{dataset_id}: {report.shards} shard(s) fetched ({human_size(report.bytes)}), "
