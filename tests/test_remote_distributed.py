@@ -78,6 +78,7 @@ def test_workers_upload_their_shards_and_the_driver_publishes_at_the_end(
     assert ds.verify() == []
 
 
+@pytest.mark.slow  # starts, kills and replaces real Ray actors
 def test_a_dying_worker_leaves_whole_shards_and_totals_stay_exact(
     ray_ready: Any, s3_server: Any, tmp_path: Path
 ) -> None:
