@@ -29,6 +29,7 @@ from vcollect.minari import (
     reference_scores,
 )
 from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
+from vcollect.remote import download_dataset, list_remote_datasets, load_dataset, upload_dataset
 from vcollect.stats import CollectStats
 from vcollect.store import (
     Dataset,
@@ -42,7 +43,6 @@ from vcollect.store import (
     list_datasets,
     list_local_datasets,
     list_local_namespaces,
-    load_dataset,
     split_dataset,
     update_namespace_metadata,
 )
@@ -77,6 +77,7 @@ __all__ = [
     "create_namespace",
     "delete_dataset",
     "delete_namespace",
+    "download_dataset",
     "export_minari",
     "get_namespace_metadata",
     "get_normalized_score",
@@ -84,11 +85,13 @@ __all__ = [
     "list_datasets",
     "list_local_datasets",
     "list_local_namespaces",
+    "list_remote_datasets",
     "load_dataset",
     "make_vector",
     "reference_scores",
     "split_dataset",
     "update_namespace_metadata",
+    "upload_dataset",
 ]
 
 #: Names that left the top level, and the module each is imported from now. They still import from

@@ -15,6 +15,7 @@ from typing import Any
 
 __all__ = [
     "ActionError",
+    "BucketNotFoundError",
     "BufferNotReadyError",
     "CheckpointExistsError",
     "CheckpointMismatchError",
@@ -52,8 +53,15 @@ __all__ = [
     "ReplayDivergenceError",
     "RingInUseError",
     "SliceLengthError",
+    "RemoteAccessError",
+    "RemoteDatasetNotFoundError",
+    "RemoteError",
+    "RemoteIntegrityError",
+    "RemoteTransferError",
+    "RemoteUnavailableError",
     "SpaceMismatchError",
     "UnfinishedEpisodesWarning",
+    "UnknownRemoteError",
     "UnsafePathError",
     "UnsupportedBufferMethodError",
     "VCollectError",
@@ -315,6 +323,37 @@ class UnsupportedBufferMethodError(VCollectError, AttributeError, NotImplemented
     """A Tianshou algorithm (or a user) asked vcollect.tianshou's replay-buffer adapter for a member of
     Tianshou's ReplayBuffer it does not implement; the message names the member and the vcollect version.
     An AttributeError, so ``hasattr`` is False for it as for any missing member."""
+class RemoteError(DatasetError):
+    """Base class of the errors of remote storage (uploads, downloads and listings of remote datasets)."""
+
+
+class RemoteUnavailableError(RemoteError, ImportError):
+    """The packages a remote needs (fsspec, s3fs, gcsfs) are not installed: install ``vcollect[remote]``."""
+
+
+class UnknownRemoteError(RemoteError, ValueError):
+    """A remote URL is malformed or names a scheme vcollect cannot reach (it knows s3://, gs://, gcp://, file://)."""
+
+
+class BucketNotFoundError(RemoteError, FileNotFoundError):
+    """The bucket (or the folder of a ``file://`` remote) a remote URL names does not exist."""
+
+
+class RemoteAccessError(RemoteError, PermissionError):
+    """The remote refused access: no credentials were found, or those found may not read or write there."""
+
+
+class RemoteDatasetNotFoundError(DatasetNotFoundError, RemoteError):
+    """No dataset with that id on the remote (the message names the remote)."""
+
+
+class RemoteIntegrityError(RemoteError, CorruptShardError):
+    """A remote object's bytes do not match what the dataset's manifest records (its size or SHA-256): tampered
+    with or truncated; it was refused and nothing was published."""
+
+
+class RemoteTransferError(RemoteError, ConnectionError):
+    """A transfer stopped part way (the server went away or failed); running it again resumes it."""
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep

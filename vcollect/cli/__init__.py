@@ -1,7 +1,7 @@
 """The ``vcollect`` command: collect experience into datasets, inspect, transform, export and benchmark.
 
-Commands: collect, list, show, combine, split, export, import-minari, delete, bench, render, view (``--help`` on
-each).
+Commands: collect, list, show, combine, split, export, import-minari, delete, bench, download, upload, render,
+view (``--help`` on each; ``list remote`` lists a remote's datasets).
 Bad input (unknown env id or dataset, malformed dataset id, a policy or env module that does not import,
 envs that cannot be made with the given --env-kwargs, bad options or paths, deleting or replacing a dataset
 through a symbolic link) prints one line on stderr naming the option and exits with status 2; a failure
@@ -45,6 +45,7 @@ from vcollect.cli.exits import (
 )
 from vcollect.cli.interrupts import GuardedSink, InterruptGuard
 from vcollect.cli.output import human_size, make_console, print_error, stats_table
+from vcollect.cli.remote import add_remote_parsers, run_download, run_upload
 from vcollect.cli.render import add_render_parser, run_render
 from vcollect.cli.sources import (
     VectorSource,
@@ -59,6 +60,7 @@ from vcollect.errors import (
     DatasetExistsError,
     DatasetNotFoundError,
     InvalidDatasetIdError,
+    RemoteError,
     SpaceMismatchError,
     VCollectError,
 )
@@ -88,12 +90,14 @@ __all__ = [
     "run_collect_distributed",
     "run_combine",
     "run_delete",
+    "run_download",
     "run_export",
     "run_import_minari",
     "run_list",
     "run_show",
     "run_render",
     "run_split",
+    "run_upload",
     "run_view",
     "stats_table",
     "vector_source",
@@ -115,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     backends = available_backends()
     add_collect_parser(commands, backends=backends, root_help=root_help)
     add_dataset_parsers(commands, root_help=root_help)
+    add_remote_parsers(commands, root_help=root_help)
     add_bench_parser(commands, backends=backends)
     add_render_parser(commands, root_help=root_help)
     add_view_parser(commands, root_help=root_help)
@@ -136,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_root(args)
         return int(args.handler(args, console))
-    except (UsageError, DatasetNotFoundError, DatasetExistsError, InvalidDatasetIdError, SpaceMismatchError) as exc:
+    except (UsageError, DatasetNotFoundError, DatasetExistsError, InvalidDatasetIdError, SpaceMismatchError,
+            RemoteError) as exc:
         print_error(prog, flag_wording(str(exc), args))
         return EXIT_USAGE
     except VCollectError as exc:

@@ -99,6 +99,11 @@ def add_collect_parser(
         "--ray-workers", type=int, default=None, metavar="N",
         help="collect on N Ray workers (--num-envs envs each), all writing into --dataset",
     )
+    collect.add_argument(
+        "--remote", default=None, metavar="URL",
+        help="with --ray-workers: each worker uploads its shards to this remote (s3://, gs://, file://), no shared "
+        "filesystem needed; the dataset's metadata is published there at the end",
+    )
     collect.add_argument("--author", default=None, help="dataset metadata: author")
     collect.add_argument("--algorithm-name", default=None, help="dataset metadata: algorithm (default: the --policy)")
     collect.add_argument("--description", default=None, help="dataset metadata: description")
@@ -237,6 +242,8 @@ def run_collect(args: argparse.Namespace, console: Console) -> int:
         check_folder("--tensorboard", args.tensorboard)
     policy_factory = None if args.policy == "random" else load_policy_factory(args.policy)
     collector_class = _collector_class(args.use_async)  # here too for --ray-workers: said as --async, not collector=
+    if args.remote is not None and args.ray_workers is None:
+        raise UsageError("--remote applies to --ray-workers (without it, collect here and run 'vcollect upload')")
     if args.ray_workers is not None:
         if args.timeout is not None:
             raise UsageError("--timeout is not supported with --ray-workers")
@@ -454,6 +461,8 @@ def run_collect_distributed(
     from vcollect.store import EpisodeStore
 
     check_count("--ray-workers", args.ray_workers)
+    if args.remote is not None and args.dataset is None:
+        raise UsageError("--remote needs --dataset: the dataset whose shards the workers upload")
     if args.record_infos:
         raise UsageError("--record-infos is not supported with --ray-workers")
     try:
@@ -492,6 +501,7 @@ def run_collect_distributed(
         unfinished_hint=UNFINISHED_HINT,
         store_options=_store_options(args),
         backend_kwargs={"max_restarts": args.max_env_restarts} if args.max_env_restarts else None,
+        remote=args.remote,
     )
     try:
         stats = collector.collect(

@@ -169,7 +169,7 @@ def run_list(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     notes: list[str] = []
     if not args.by_namespace:
-        console.print(_datasets_table(f"datasets under {root}", datasets, notes))
+        console.print(datasets_table(f"datasets under {root}", datasets, notes))
     else:
         groups: dict[str | None, dict[str, dict[str, Any]]] = {None: {}, **{ns: {} for ns in namespaces}}
         for dataset_id, info in datasets.items():
@@ -186,7 +186,7 @@ def run_list(args: argparse.Namespace, console: Console) -> int:
                     notes.append(f"namespace {namespace}: {exc}")
                 title = f"namespace {namespace}" + (f": {description}" if description else "")
             if members:
-                console.print(_datasets_table(title, members, notes))
+                console.print(datasets_table(title, members, notes))
             else:
                 console.print(Text(f"{title} (no datasets)"))
     for note in notes:
@@ -194,7 +194,7 @@ def run_list(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list[str]) -> Table:
+def datasets_table(title: str, datasets: dict[str, dict[str, Any]], notes: list[str]) -> Table:
     """The ``vcollect list`` table of ``datasets`` (list_datasets values); notes about them go to ``notes``."""
     table = Table(title=title)
     for column in ("id", "episodes", "steps", "size", "author", "created"):

@@ -30,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.distributed.salvage import committed_in_call, writer_shards
+from vcollect.distributed.salvage import committed_in_call, remote_writer_lines, writer_shards
 from vcollect.distributed.transport import writer_actor
 from vcollect.distributed.worker import (
     COLLECTOR_KINDS,
@@ -48,7 +48,10 @@ from vcollect.errors import (
     VCollectError,
     WorkerLostError,
 )
+from vcollect.remote.location import open_remote
+from vcollect.remote.upload import upload_to
 from vcollect.stats import CollectStats
+from vcollect.store.layout.dataset_info import DATASET_FILE, read_side_file
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.write.options import StoreOptions, merge_store_options
 
@@ -140,10 +143,16 @@ class DistributedCollector:
             workers still running are killed and handled as dead ones (replaced while restarts last, else
             WorkerLostError), so a worker whose env hangs in-process cannot hang the driver. A worker
             replies once per call, after its whole quota: pick a limit above the longest quota's time.
+        remote: A remote's URL (``s3://``, ``gs://``, ``file://``): each worker writes to a dataset of its own
+            on its own node and uploads every shard it committed, with its manifest line, before it replies;
+            ``close`` publishes the dataset's metadata (the dataset under ``root`` on the driver) on the remote
+            last. No shared filesystem; a worker that dies leaves only whole, uploaded shards, which count.
+        remote_options: The remote's fsspec storage options.
 
     Raises:
         ValueError: A count out of range, an unknown ``unfinished`` or ``transport``, an env_id_offset in
-            the store options, ``flush_every_call=False`` with restarts, or a bad ``worker_timeout``.
+            the store options, ``flush_every_call=False`` with restarts, a bad ``worker_timeout``, or
+            ``remote`` without ``store`` or with ``transport="object_store"``.
         InvalidDatasetIdError: ``store`` is malformed.
     """
 
@@ -177,6 +186,8 @@ class DistributedCollector:
         transport: str = "shared_fs",
         max_in_flight: int = 4,
         worker_timeout: float | None = None,
+        remote: str | None = None,
+        remote_options: Mapping[str, Any] | None = None,
     ) -> None:
         for name, value, low in (("num_workers", num_workers, 1), ("envs_per_worker", envs_per_worker, 1),
                                  ("max_worker_restarts", max_worker_restarts, 0), ("max_in_flight", max_in_flight, 1)):
@@ -190,6 +201,9 @@ class DistributedCollector:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         if store is not None:
             parse_dataset_id(store)
+        if remote is not None and (store is None or transport != "shared_fs"):
+            raise ValueError("remote= needs store= (the dataset whose shards the workers upload) and "
+                             "transport='shared_fs' (each worker then writes to a folder of its own)")
         if store_kwargs and "env_id_offset" in store_kwargs:
             raise ValueError("store_kwargs cannot set env_id_offset: each worker's writer gets its own global offset")
         if store_options is not None and store_options.env_id_offset:
@@ -211,6 +225,11 @@ class DistributedCollector:
         self.transport = transport
         self.max_worker_restarts = int(max_worker_restarts)
         self.root = None if store is None else str(resolve_root(root))
+        self.remote = None if remote is None else open_remote(remote, storage_options=remote_options)
+        dataset_info = None
+        if self.remote is not None:
+            assert store is not None
+            dataset_info = read_side_file(dataset_path(store, self.root) / DATASET_FILE)
         self.seed, self.worker_seeds = derive_seeds(seed, self.num_workers)
         self.last_worker_stats: dict[int, CollectStats] = {}
         self.restarts = [0] * self.num_workers
@@ -243,6 +262,8 @@ class DistributedCollector:
             unfinished_hint=unfinished_hint or "DistributedCollector(..., unfinished='truncate')",
             validate=bool(validate), stage_blocks=bool(stage_blocks), check_finite=bool(check_finite),
             flush_every_call=self.flush_every_call,
+            remote=None if self.remote is None else self.remote.url,
+            remote_options=None if remote_options is None else dict(remote_options), dataset_info=dataset_info,
         )
         try:
             if use_sink:
@@ -475,6 +496,9 @@ class DistributedCollector:
         self._warn_lost_carry(lost)
         if error is not None:
             raise error
+        if self.remote is not None:  # the workers' shards are all there: the dataset's metadata goes last
+            assert self.store_id is not None
+            upload_to(self.remote, self.store_id, self.root)
 
     def _warn_lost_carry(self, workers: list[int]) -> None:
         """UnfinishedEpisodesWarning naming the workers whose counted steps no call will store: those of the
@@ -549,14 +573,18 @@ class DistributedCollector:
         writer = self._info[w].get("writer")
         if self.store_id is None or writer is None:
             return CollectStats(0, 0, 0.0)
+        summaries = None
         if self._sink is not None:
             names = self._ray.get(self._sink.drop.remote(writer), timeout=_CLOSE_TIMEOUT_S)
+        elif self.remote is not None:  # what counts is what reached the remote: the rest died with the worker
+            summaries = remote_writer_lines(self.remote, self.store_id, writer)
+            names = list(summaries)
         else:
             names = writer_shards(self._dataset_dir(), writer)
         new = sorted(n for n in names if n not in self._known[w])
         carry, self._carry[w] = self._carry[w], np.zeros(self.envs_per_worker, dtype=np.int64)  # accounted here
         (episodes, steps) = self._pending[w]
-        stats, found, found_steps = committed_in_call(self._dataset_dir(), new, carry, episodes)
+        stats, found, found_steps = committed_in_call(self._dataset_dir(), new, carry, episodes, summaries)
         self._pending[w] = (episodes - found, steps - found_steps)  # the rest died uncommitted with the worker
         return stats
 

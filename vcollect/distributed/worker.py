@@ -13,7 +13,7 @@ import importlib
 import os
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -98,6 +98,9 @@ class WorkerSpec:
     stage_blocks: bool = True
     check_finite: bool = False
     flush_every_call: bool = True  # False: the sink commits per shard size, and on flush/reset/close
+    remote: str | None = None  # a remote's URL: the worker writes to a dataset of its own and uploads each shard
+    remote_options: dict[str, Any] | None = None  # the remote's fsspec storage options
+    dataset_info: bytes | None = None  # with a remote: the dataset.json the worker's own copy starts from
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,9 @@ class CollectorWorker:
         self.collector: Any = None
         self.writer: EpisodeStore | RemoteSink | None = None
         self.started = False
+        self.remote: Any = None  # with a remote: where each committed shard is uploaded
+        self.local_root: str | None = None  # with a remote: the worker's own datasets root
+        self.store_id: str | None = None
 
     def _guard(self, fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
         try:
@@ -183,6 +189,8 @@ class CollectorWorker:
         try:
             obs_space, act_space = envs.single_observation_space, envs.single_action_space
             policy = None if spec.policy_fn is None else spec.policy_fn(obs_space, act_space)
+            if spec.store_id is not None and spec.remote is not None:
+                spec = self._local_copy(spec)
             if spec.store_id is not None:  # the writer shifts env ids to the global ones itself
                 self.writer = _open_store(spec, obs_space, act_space)
             elif spec.sink_actor is not None:
@@ -210,6 +218,32 @@ class CollectorWorker:
             "action_space": act_space,
         }
 
+    def _local_copy(self, spec: WorkerSpec) -> WorkerSpec:
+        """Start the worker's own copy of the dataset (its dataset.json) in a folder of its own, and the remote
+        its shards go to; the spec then names that folder as the root."""
+        import tempfile
+
+        from vcollect.remote.location import open_remote
+        from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR
+        from vcollect.store.layout.manifest import MANIFEST_DIR
+
+        assert spec.store_id is not None and spec.dataset_info is not None
+        self.remote = open_remote(spec.remote, storage_options=spec.remote_options)
+        self.local_root = tempfile.mkdtemp(prefix="vcollect-worker-")
+        self.store_id = spec.store_id
+        folder = dataset_path(spec.store_id, self.local_root)
+        (folder / SHARDS_DIR).mkdir(parents=True)
+        (folder / MANIFEST_DIR).mkdir()
+        (folder / DATASET_FILE).write_bytes(spec.dataset_info)
+        return replace(spec, root=self.local_root)
+
+    def _upload(self) -> None:
+        """Send the shards committed so far, with their manifest lines, to the remote (none without one)."""
+        if self.remote is not None and self.store_id is not None:
+            from vcollect.remote.upload import upload_to
+
+            upload_to(self.remote, self.store_id, self.local_root, metadata=False)
+
     def _collect(self, n_step: int | None, n_episode: int | None, random: bool, keep_episode_stats: bool) -> WorkerReply:
         stats = self.collector.collect(
             n_step=n_step, n_episode=n_episode, random=random, reset_before_collect=not self.started,
@@ -223,6 +257,7 @@ class CollectorWorker:
         unfinished = buffer.unfinished()
         carry[unfinished] = buffer.episode_lengths[unfinished]
         shards, episodes, steps = self._written()
+        self._upload()  # every shard the reply names is on the remote before the driver counts it
         # episodes given up on restarted envs, named by their env ids across all workers (as stored)
         abandoned = tuple(a._replace(env_id=a.env_id + self.offset) for a in stats.abandoned)
         return WorkerReply(stats.n_collected_steps, stats.n_collected_episodes, stats.collect_time, stats.returns,
@@ -245,7 +280,9 @@ class CollectorWorker:
         if self.writer is None:
             return ()
         self.writer.flush()
-        return tuple(p.name for p in self.writer.shards_written)
+        names = tuple(p.name for p in self.writer.shards_written)
+        self._upload()
+        return names
 
     def _set_weights(self, weights: Any) -> None:
         policy = self.collector.policy
@@ -263,7 +300,9 @@ class CollectorWorker:
         if self.writer is None:
             return ()
         self.writer.flush()  # committed now, the steps they carried are no longer owed by this worker
-        return tuple(p.name for p in self.writer.shards_written)
+        names = tuple(p.name for p in self.writer.shards_written)
+        self._upload()
+        return names
 
     def _close(self) -> int:
         try:
@@ -272,6 +311,11 @@ class CollectorWorker:
         finally:
             if self.writer is not None:
                 self.writer.close()
+        self._upload()
+        if self.local_root is not None:
+            import shutil
+
+            shutil.rmtree(self.local_root, ignore_errors=True)
         return 0 if self.writer is None else int(self.writer.committed_episodes)
 
 

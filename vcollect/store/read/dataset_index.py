@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,7 @@ class DatasetIndex:
         shards: list[StoredShard],
         max_open_files: int,
         late_metadata: dict[str, dict[int, dict[str, Any]]] | None = None,
+        before_open: Callable[[Path], None] | None = None,
     ) -> None:
         self.dataset_id = dataset_id
         #: metadata set after the fact (episode_metadata.json): {shard file name: {row: metadata}}
@@ -93,7 +95,7 @@ class DatasetIndex:
         self.frame_stack = FrameStack.from_json(info.get("frame_stack"))
         self.act_leaves = leaves(self.action_space)
         self.shards = shards
-        self.files = OpenShardFiles(max_open_files)
+        self.files = OpenShardFiles(max_open_files, before_open)
         counts = [s.num_episodes for s in shards]
         self.shard_of = np.repeat(np.arange(len(shards), dtype=np.int64), counts)
         self.shard_first_episode = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])

@@ -729,7 +729,7 @@ class Dataset:
         stored_obs = frame_leaves(index.obs_leaves, index.frame_stack)
         added = [StoredShard(path, stored_obs, index.act_leaves) for path in written]
         grown = DatasetIndex(index.dataset_id, index.path, index.info, [*index.shards, *added],
-                             index.files.capacity, index.late_metadata)
+                             index.files.capacity, index.late_metadata, index.files.before_open)
         first = index.total_episodes
         self._index = grown
         self._episode_indices = np.concatenate(
@@ -991,6 +991,7 @@ def open_dataset_at(
     on_damage: OnDamage = "raise",
     skip_corrupt: bool = False,
     max_open_files: int | None = None,
+    before_open: Callable[[Path], None] | None = None,
 ) -> Dataset:
     """:func:`load_dataset` of the dataset folder ``path``, named ``dataset_id`` under ``root_path``.
 
@@ -1004,6 +1005,8 @@ def open_dataset_at(
         on_damage: As :func:`load_dataset`'s.
         skip_corrupt: As :func:`load_dataset`'s.
         max_open_files: As :func:`load_dataset`'s.
+        before_open: Called with a shard file's path before the reader opens it (a dataset read in place from
+            a remote fetches the shard there); None: every shard file is here.
 
     Returns:
         The dataset.
@@ -1050,7 +1053,7 @@ def open_dataset_at(
             stacklevel=3,  # the caller of load_dataset
         )
     late_metadata = read_episode_metadata(path)
-    return Dataset(DatasetIndex(dataset_id, path, info, census.shards, capacity, late_metadata))
+    return Dataset(DatasetIndex(dataset_id, path, info, census.shards, capacity, late_metadata, before_open))
 
 
 @contextlib.contextmanager

@@ -35,7 +35,7 @@ from vcollect.store.layout.manifest import MANIFEST_DIR, ManifestEntries
 from vcollect.store.layout.shard_format import ShardName, layout_differences, parse_shard_name
 from vcollect.store.read.shard_reader import StoredShard
 
-__all__ = ["ON_DAMAGE", "OnDamage", "ShardCensus", "take_census"]
+__all__ = ["ON_DAMAGE", "OnDamage", "ShardCensus", "line_stands_in", "take_census"]
 
 OnDamage = Literal["raise", "skip"]
 """What ``load_dataset`` does with a damaged dataset: raise DamagedDatasetError, or read the whole shards."""
@@ -107,6 +107,13 @@ def take_census(
     return census
 
 
+def line_stands_in(entry: Mapping[str, Any], intact: bool) -> bool:
+    """Whether a load takes a manifest line (``intact``: its checksum holds) for its shard without opening the
+    file, given that the file's size and mtime match it: not when the shard has option or metadata tables,
+    which the line does not hold."""
+    return intact and not entry.get("extra_tables", True)
+
+
 def _take(
     file: Path,
     parsed: ShardName | None,
@@ -147,8 +154,9 @@ def _take(
         census.left_out.append(file)
         return None
     summary = None
-    if (trust_manifest and entry is not None and name in manifest.intact and st.st_mtime_ns == entry.get("mtime_ns")
-            and (counts_only or not entry.get("extra_tables", True))):
+    intact = name in manifest.intact
+    if (trust_manifest and entry is not None and intact and st.st_mtime_ns == entry.get("mtime_ns")
+            and (counts_only or line_stands_in(entry, intact))):
         summary = entry
     try:
         try:

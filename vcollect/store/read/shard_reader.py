@@ -17,7 +17,7 @@ import mmap
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -308,10 +308,13 @@ class OpenShardFiles:
     them; a map's descriptor is released once nothing references the map any more.
     """
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, before_open: Callable[[Path], None] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
+        #: called with a shard file's path before the file is opened (a dataset read in place from a remote
+        #: fetches the shard there); None: the files are all here
+        self.before_open = before_open
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._tables: dict[tuple[int, str], ChunkTable | None] = {}
         self._checked: set[tuple[int, str]] = set()  # columns HDF5 decodes whose chunk headers were checked
@@ -322,11 +325,12 @@ class OpenShardFiles:
         return len(self._open)
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled as its capacity only: open maps and HDF5 handles never cross into another process."""
-        return {"capacity": self.capacity}
+        """Pickled as its capacity and opening hook only: open maps and HDF5 handles never cross into another
+        process."""
+        return {"capacity": self.capacity, "before_open": self.before_open}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["capacity"])  # type: ignore[misc]
+        self.__init__(state["capacity"], state.get("before_open"))  # type: ignore[misc]
 
     def read(self, key: int, shard: StoredShard, name: str, rows: slice | np.ndarray) -> np.ndarray:
         """A copy of ``rows`` (a slice, or row numbers) of column ``name`` of ``shard``; a leaf column of
@@ -415,6 +419,8 @@ class OpenShardFiles:
             self._open.move_to_end((key, kind))
             return handle
         self._close_oldest(len(self._open) - self.capacity + 1)
+        if self.before_open is not None:
+            self.before_open(shard.path)
         try:
             handle = self._open_file(shard.path, kind)
         except OSError as exc:

@@ -1,0 +1,235 @@
+"""Reading a remote dataset in place: shards fetched when a read first touches them, through a bounded cache.
+
+Opening lays the dataset out in a session folder of the cache: its ``dataset.json``, manifests and episode
+metadata as the remote has them, and for each shard a sparse placeholder of the recorded size and mtime, so
+the store's loader takes the manifest lines for the shards without reading any (nothing is fetched to
+open). The reader's opening hook (``open_dataset_at(before_open=...)``) then fetches a shard the first time
+a read opens it: whole, checked against its manifest line's size and SHA-256, kept in a content-addressed
+``blobs/`` folder shared by every session and linked over its placeholder. When the blobs this session
+fetched pass ``cache_bytes``, the least recently opened are removed and their placeholders put back (a
+file the reader still holds open stays readable until it closes it).
+
+A shard whose manifest line cannot stand in for it (one with reset-option or episode-metadata tables,
+which the line does not hold) is fetched when the dataset is opened, since loading reads it.
+
+The cache is shard-granular: a read of one episode fetches that episode's whole shard (byte ranges of a
+shard are a later refinement). ``Dataset.verify`` and transforms that read shard files directly need a
+downloaded dataset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from vcollect.remote.layout import ManifestLine, RemoteManifest, check_remote_id, dataset_json
+from vcollect.remote.location import Remote, open_remote, remote_errors
+from vcollect.remote.transfer import NoProgress, fetch_object, read_optional
+from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, check_dataset_info
+from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
+from vcollect.store.layout.manifest import MANIFEST_DIR, read_manifest
+from vcollect.store.layout.staging import process_alive
+from vcollect.store.read.reader import Dataset, open_dataset_at
+from vcollect.store.read.shard_census import line_stands_in
+
+__all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ShardCache", "cache_root", "open_in_place", "split_dataset_url"]
+
+#: Environment variable naming the cache folder of datasets read in place.
+CACHE_ENV = "VCOLLECT_CACHE"
+#: Most bytes of fetched shards one dataset read in place keeps (least recently opened removed first).
+DEFAULT_CACHE_BYTES = 2 << 30
+_SESSIONS = "sessions"
+_BLOBS = "blobs"
+
+
+def cache_root() -> Path:
+    """The cache folder: ``$VCOLLECT_CACHE``, else ``~/.cache/vcollect/remote``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path("~/.cache/vcollect/remote").expanduser()
+
+
+def split_dataset_url(url: str) -> tuple[str, str]:
+    """``scheme://bucket/prefix/.../name-vN`` -> (the remote's URL, the dataset's id ``name-vN`` below it)."""
+    head, _, name = url.rstrip("/").rpartition("/")
+    if "://" not in head or not head.split("://", 1)[1]:
+        head = url.rstrip("/")  # a bare bucket: not a dataset
+        name = ""
+    check_remote_id(name)
+    return head, name
+
+
+def _placeholder(path: Path, size: int, mtime_ns: int | None) -> None:
+    """A sparse file of ``size`` bytes at ``path`` (written aside and renamed in), with ``mtime_ns``."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+    with open(tmp, "wb") as f:
+        f.truncate(size)
+    if mtime_ns is not None:
+        os.utime(tmp, ns=(mtime_ns, mtime_ns))
+    os.replace(tmp, path)
+
+
+class ShardCache:
+    """The opening hook of a dataset read in place: fetches a shard when the reader first opens it, and keeps
+    at most ``capacity_bytes`` of this session's fetched shards (least recently opened removed first).
+
+    Picklable (torch DataLoader workers): the filesystem is made again from the URL in the other process.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: Mapping[str, Any] | None,
+        dataset_id: str,
+        folder: Path,
+        blobs: Path,
+        lines: dict[str, ManifestLine],
+        capacity_bytes: int,
+    ) -> None:
+        self.url = url
+        self.storage_options = dict(storage_options or {})
+        self.dataset_id = dataset_id
+        self.folder = folder
+        self.blobs = blobs
+        self.lines = lines
+        self.capacity_bytes = capacity_bytes
+        self._setup()
+
+    def _setup(self) -> None:
+        self._remote: Remote | None = None
+        self._lock = threading.Lock()
+        self._held: OrderedDict[str, int] = OrderedDict()  # shard -> size, this session's fetched ones, LRU
+        self.fetched_bytes = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("_remote", "_lock", "_held", "fetched_bytes"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    @property
+    def remote(self) -> Remote:
+        """The remote (its filesystem made on first use)."""
+        if self._remote is None:
+            base = self.url
+            self._remote = open_remote(base, storage_options=self.storage_options)
+        return self._remote
+
+    def held_bytes(self) -> int:
+        """Bytes of fetched shards this session keeps now."""
+        return sum(self._held.values())
+
+    def __call__(self, path: Path) -> None:
+        """Make the shard file at ``path`` hold its bytes (fetched and checked when it does not yet)."""
+        line = self.lines.get(path.name)
+        if line is None:
+            return
+        with self._lock:
+            if path.name in self._held:
+                self._held.move_to_end(path.name)
+                return
+            blob = self.blobs / line.sha256
+            if not blob.exists():
+                self.fetched_bytes += fetch_object(
+                    self.remote, self.remote.path(self.dataset_id, SHARDS_DIR, line.shard), blob, size=line.size,
+                    sha256=line.sha256, progress=NoProgress(), what=f"shard {line.shard} of {self.dataset_id!r}",
+                )
+            if line.mtime_ns is not None:
+                os.utime(blob, ns=(line.mtime_ns, line.mtime_ns))
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+            os.link(blob, tmp)
+            os.replace(tmp, path)
+            self._held[path.name] = line.size
+            self._evict(keep=path.name)
+
+    def _evict(self, keep: str) -> None:
+        while self.held_bytes() > self.capacity_bytes and len(self._held) > 1:
+            name, _ = next(iter(self._held.items()))
+            if name == keep:
+                self._held.move_to_end(name)
+                continue
+            del self._held[name]
+            line = self.lines[name]
+            _placeholder(self.folder / SHARDS_DIR / name, line.size, line.mtime_ns)
+            with contextlib.suppress(FileNotFoundError):
+                (self.blobs / line.sha256).unlink()
+
+
+def _clean_sessions(sessions: Path) -> None:
+    """Remove the session folders of processes that are gone."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(sessions):
+            pid = entry.name.split("-", 1)[0]
+            if pid.isdigit() and not process_alive(int(pid)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def open_in_place(
+    remote_url: str,
+    dataset_id: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
+    **options: Any,
+) -> Dataset:
+    """Open the dataset ``dataset_id`` of ``remote_url`` without downloading it (see the module's docstring).
+
+    Raises:
+        RemoteDatasetNotFoundError: The remote holds no such dataset.
+        CorruptDatasetError: Its dataset.json is malformed.
+        RemoteIntegrityError: A shard fetched while reading differs from its manifest line.
+        UnknownRemoteError, BucketNotFoundError, RemoteAccessError, RemoteTransferError: the remote's faults.
+    """
+    from vcollect.remote.download import not_found, remote_info
+
+    check_remote_id(dataset_id)
+    if cache_bytes < 1:
+        raise ValueError(f"cache_bytes must be >= 1, got {cache_bytes}")
+    remote = open_remote(remote_url, storage_options=storage_options)
+    info_bytes, _ = remote_info(remote, dataset_id)
+    if info_bytes is None:
+        raise not_found(remote, dataset_id)
+    where = f"{remote.url.rstrip('/')}/{dataset_id}/{DATASET_FILE}"
+    check_dataset_info(dataset_json(info_bytes, where), where)
+    with remote_errors(remote, f"opening {dataset_id!r}"):
+        manifest = RemoteManifest.read(remote, dataset_id)
+    episode_meta = read_optional(remote, remote.path(dataset_id, EPISODE_METADATA_FILE), f"opening {dataset_id!r}")
+    root = Path(cache_dir).expanduser() if cache_dir is not None else cache_root()
+    key = hashlib.sha256(f"{remote.url}|{dataset_id}".encode()).hexdigest()[:16]
+    blobs = root / _BLOBS
+    blobs.mkdir(parents=True, exist_ok=True)
+    sessions = root / _SESSIONS
+    sessions.mkdir(parents=True, exist_ok=True)
+    _clean_sessions(sessions)
+    session = sessions / f"{os.getpid()}-{uuid.uuid4().hex[:8]}-{key}"
+    folder = session / dataset_id.rsplit("/", 1)[-1]
+    (folder / SHARDS_DIR).mkdir(parents=True)
+    (folder / MANIFEST_DIR).mkdir()
+    (folder / DATASET_FILE).write_bytes(info_bytes)
+    if episode_meta is not None:
+        (folder / EPISODE_METADATA_FILE).write_bytes(episode_meta)
+    for writer_file, written in manifest.files.items():
+        if written and "/" not in writer_file and not writer_file.startswith("."):
+            (folder / MANIFEST_DIR / writer_file).write_bytes(b"".join(line.raw for line in written))
+    lines = manifest.by_shard
+    for line in lines.values():
+        _placeholder(folder / SHARDS_DIR / line.shard, line.size, line.mtime_ns)
+    cache = ShardCache(remote.url, storage_options, dataset_id, folder, blobs, lines, cache_bytes)
+    local = read_manifest(folder)
+    for name in sorted(lines):  # shards whose line cannot stand in for them are read when loading: fetched now
+        entry = local.by_shard.get(name)
+        if entry is None or not line_stands_in(entry, name in local.intact):
+            cache(folder / SHARDS_DIR / name)
+    return open_dataset_at(folder, folder.name, session, before_open=cache, **options)
