@@ -50,7 +50,7 @@ PAGES = sorted(path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md"))
 SOURCES = {README: REPO / README, **{page: DOCS / page for page in PAGES}}
 TEXT = {page: path.read_text(encoding="utf-8") for page, path in SOURCES.items()}
 # How a page says that its blocks read the quick start's dataset (and that a reader runs the quick start first)
-READS_QUICK_START = re.compile(r"reads? the quick start's dataset `demo/cartpole-v0`: run the \[quick start\]")
+READS_QUICK_START = re.compile(r"reads?\s+the\s+quick\s+start's\s+dataset\s+`demo/cartpole-v0`:\s+run\s+the\s+\[quick\s+start\]")
 QUICK_START_DATASET = '"demo/cartpole-v0"'
 
 
@@ -80,7 +80,7 @@ def page_blocks(page: str) -> list[Block]:
 
 def reads_quick_start(page: str) -> bool:
     """Whether ``page`` says its blocks read the quick start's dataset (README is where that dataset is made)."""
-    return page != README and bool(READS_QUICK_START.search(" ".join(TEXT[page].split())))
+    return page != README and bool(READS_QUICK_START.search(TEXT[page]))
 
 
 RUNNABLE = {page: page_blocks(page) for page in SOURCES if page_blocks(page)}
@@ -98,7 +98,7 @@ def the_block(page: str, heading: str, lang: str = "python") -> Block:
 def test_the_pages_have_blocks_and_the_parser_finds_them() -> None:
     assert {"getting-started.md", "stories/online-to-offline.md", "stories/rollout-and-evaluation.md",
             "stories/real-workloads.md", "cli.md"} <= set(PAGES)
-    assert len(BLOCKS) >= 20
+    assert len(BLOCKS) >= 15
     assert {README, "cli.md", "stories/online-to-offline.md", "stories/datasets-and-minari.md",
             "stories/coming-from-tianshou.md", "stories/distributed-collection.md"} <= set(RUNNABLE)
     assert blocks("## A\n```python\nx = 1\n```\n", "python") == [("A", "x = 1\n")]  # the shared reader agrees
