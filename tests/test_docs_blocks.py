@@ -37,7 +37,7 @@ from tests.doc_blocks import (
 )
 from vcollect.store import list_datasets, load_dataset
 
-# the fixture runs every block twice (about 80 s of CPU together, Ray's and Tianshou's blocks the most): on a
+# the fixture runs every block twice (about two minutes of CPU together, Ray's and Tianshou's blocks the most): on a
 # loaded machine more than the suite's 300 s default per test, all of it in the one module fixture
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
