@@ -2,7 +2,7 @@
 
 `ray_local`: one small, quiet local Ray instance for the whole test session. Under pytest-xdist
 (`make test` runs `pytest -n auto --dist loadfile`) that is one per worker that runs a Ray test; each test
-file runs whole on one worker, so a module-scoped fixture (README runs, small datasets) is built once.
+file runs whole on one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ RAY_QUIET_ENV = {
 }
 
 # Tianshou's replay buffers compile their numba kernels in every process that builds one (about 7 s of CPU
-# per process: each test worker, the README's Tianshou block, the DQN benchmark's subprocess); the tests
+# per process: each test worker, the docs' Tianshou blocks, the DQN benchmark's subprocess); the tests
 # feed them a few hundred rows, which the same kernels run as plain Python in far less time. Set before
 # any test module imports Tianshou (numba reads it when imported), inherited by the processes tests start.
 os.environ.setdefault("NUMBA_DISABLE_JIT", "1")

@@ -35,6 +35,7 @@ EXTRA_MODULES = {
     "atari": ("ale_py",),
     "plot": ("matplotlib",),
     "render": ("imageio", "imageio_ffmpeg"),
+    "remote": ("fsspec", "s3fs", "gcsfs"),
 }
 # Where a block says which extra it needs: in its first lines, in these words.
 NEEDS_EXTRA = re.compile(r"needs the (?P<extra>\w+) extra")

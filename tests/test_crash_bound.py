@@ -1,4 +1,4 @@
-"""The most a crash can lose is the documented bound (README, "What the store guarantees"; EpisodeStore):
+"""The most a crash can lose is the documented bound (the docs' "What the store guarantees"; EpisodeStore):
 fewer than ``shard_steps + WRITE_STEPS + L`` steps with inline commits and ``3 * (shard_steps + L) +
 WRITE_STEPS`` with background commits, L the longest episode. A batch of episodes handed to a store is cut
 into shards of about ``shard_steps``, the collector's queue goes to the store every WRITE_STEPS steps, and

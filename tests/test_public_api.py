@@ -1,5 +1,6 @@
-"""The public surface a user holds in mind: a short sorted top level that README.md documents, every error in
-vcollect.errors and README's table, and the names that left the top level still importable, with a warning."""
+"""The public surface a user holds in mind: a short sorted top level that the documentation (README.md and the
+pages under docs/) documents, every error in vcollect.errors and the errors page's table, and the names that left
+the top level still importable, with a warning."""
 
 from __future__ import annotations
 
@@ -17,7 +18,14 @@ import vcollect
 import vcollect.errors
 
 REPO = Path(__file__).resolve().parents[1]
-README = (REPO / "README.md").read_text(encoding="utf-8")
+# The written documentation: README.md and the pages under docs/ (not the API pages, which mkdocstrings fills in
+# from the docstrings)
+DOCUMENTATION = "\n".join(
+    path.read_text(encoding="utf-8")
+    for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    if "api" not in path.relative_to(REPO).parts
+)
+ERRORS_PAGE = (REPO / "docs" / "api" / "errors.md").read_text(encoding="utf-8")
 
 ERRORS_MOVED = [
     "ActionError",
@@ -60,8 +68,8 @@ def test_top_level_is_sorted_short_and_documented() -> None:
     assert names == sorted(names), "vcollect.__all__ is not sorted"
     assert len(names) <= 42, f"vcollect.__all__ has {len(names)} names (about 40 a user can hold in mind)"
     assert len(set(names)) == len(names)
-    undocumented = [name for name in names if not re.search(rf"\b{re.escape(name)}\b", README)]
-    assert not undocumented, f"names of vcollect.__all__ that README.md never mentions: {undocumented}"
+    undocumented = [name for name in names if not re.search(rf"\b{re.escape(name)}\b", DOCUMENTATION)]
+    assert not undocumented, f"names of vcollect.__all__ that the documentation never mentions: {undocumented}"
     for name in names:
         if name != "TorchPolicy":  # loaded lazily (it imports torch); its own tests cover it
             assert getattr(vcollect, name) is not None
@@ -94,20 +102,19 @@ def test_unknown_top_level_name_is_an_attribute_error() -> None:
 
 
 def error_table() -> dict[str, list[str]]:
-    """README's Errors table: name -> base classes."""
-    section = README.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| `(\w+)` \| .*? \| (.*?) \|$", section, re.M)
+    """The errors page's table (docs/api/errors.md): name -> base classes."""
+    rows = re.findall(r"^\| `(\w+)` \| .*? \| (.*?) \|$", ERRORS_PAGE, re.M)
     return {name: re.findall(r"`(\w+)`", bases) for name, bases in rows}
 
 
-def test_every_error_is_in_vcollect_errors_and_in_readme_table_with_its_bases() -> None:
+def test_every_error_is_in_vcollect_errors_and_in_the_errors_page_table_with_its_bases() -> None:
     classes = {
         name: obj for name, obj in vars(vcollect.errors).items()
         if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == "vcollect.errors"
     }
     assert sorted(vcollect.errors.__all__) == vcollect.errors.__all__ == sorted(classes)
     table = error_table()
-    assert sorted(table) == sorted(classes), "README's Errors table and vcollect.errors list different names"
+    assert sorted(table) == sorted(classes), "docs/api/errors.md's table and vcollect.errors list different names"
     for name, cls in classes.items():
         assert table[name] == [base.__name__ for base in cls.__bases__], name
         if name != "VCollectError" and not issubclass(cls, Warning):

@@ -1,4 +1,4 @@
-"""What README.md and the Collector's docstring say the same seed reproduces, backend by backend."""
+"""What the documentation (rollout and evaluation) and the Collector's docstring say the same seed reproduces, backend by backend."""
 
 from __future__ import annotations
 

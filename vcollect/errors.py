@@ -1,9 +1,9 @@
 """The exceptions and warnings vcollect raises, so callers can catch exactly what went wrong.
 
 Every error derives from :class:`VCollectError` and, where Python or Minari raise a built-in type for the
-same fault, from that type too (``ValueError``, ``IndexError``, ``FileNotFoundError``, ...). README.md's
-"Errors" table lists each one, when it is raised and its base classes. :func:`warn_user` gives a warning
-the location of the user's line that led to it.
+same fault, from that type too (``ValueError``, ``IndexError``, ``FileNotFoundError``, ...). The errors
+page of the documentation (docs/api/errors.md) lists each one, when it is raised and its base classes.
+:func:`warn_user` gives a warning the location of the user's line that led to it.
 """
 
 from __future__ import annotations

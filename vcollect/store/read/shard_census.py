@@ -1,6 +1,6 @@
 """Which shard files a read takes: the files in a dataset's ``shards/`` compared with its manifests.
 
-The damage policy (README, "Episode store"; load_dataset's ``on_damage``). A committed shard never changes,
+The damage policy (the documentation's "What the store guarantees"; load_dataset's ``on_damage``). A committed shard never changes,
 and its writer records it in the manifest right after renaming it into place, so:
 
 - a shard the manifest records but ``shards/`` lacks is **missing**;
