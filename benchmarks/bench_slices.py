@@ -2,9 +2,9 @@
 
 Rings: a CartPole-shaped ring of ``--rows`` rows (float32 observations of 4, 8 envs, episodes of 10 to 500
 steps), ``VectorRingBuffer.sample_slices`` and ``PrioritizedVectorRingBuffer.sample_slices``. The episode
-table is built once per state of the ring: the "static" rows time calls on a ring not written between them
-(a draw then costs the batch), the "after a write" rows one ``add`` of every env before each call (the table
-rebuilt, vectorised over the rows held).
+table is kept up to date from the rows written since the last call: the "static" rows time calls on a ring
+not written between them (a draw then costs the batch), the "after" rows one ``add`` of every env, or 125 of
+them (1,000 steps, an online loop's collect call), before each call (the table reads those rows only).
 
 Dataset: a Pong-like store (uint8 84x84 frames with a constant background, two paddles and a ball that move,
 ``frame_stack=4``, Zstandard as "auto" gives image columns) of ``--pong-steps`` steps in episodes of 800 to
@@ -97,8 +97,14 @@ def ring_rows(rows: int, calls: int, batch: int, length: int) -> None:
     def write() -> None:
         ring.add(ids, act, rew, no, no, obs)
 
-    row("ring, pad='none', after a write (table rebuilt)",
+    def collect() -> None:
+        for _ in range(125):
+            write()
+
+    row("ring, pad='none', after one add of every env",
         timed(lambda: ring.sample_slices(batch, length), max(calls // 10, 5), before=write))
+    row("ring, pad='none', after 125 adds of every env",
+        timed(lambda: ring.sample_slices(batch, length), max(calls // 10, 5), before=collect))
 
 
 def pong_frames(steps: int, rng: np.random.Generator) -> np.ndarray:

@@ -348,6 +348,98 @@ def test_ring_index_follows_writes() -> None:
         ring.sample_slices(2, 2)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_envs=st.integers(1, 3), capacity=st.integers(3, 9), operations=ops, seed=st.integers(0, 2**16),
+       p_end=st.sampled_from([0.0, 0.2, 0.5]), length=st.integers(1, 4), pad=st.sampled_from(PADS),
+       gamma=st.sampled_from([1.0, 0.9]), prioritized=st.booleans(), every=st.integers(1, 4))
+def test_ring_slices_between_writes_match_every_window_held(
+    num_envs: int, capacity: int, operations: list[tuple[str, int]], seed: int, p_end: float, length: int, pad: str,
+    gamma: float, prioritized: bool, every: int
+) -> None:
+    """Samples taken between writes (the table caught up with the rows written since the last call, rings
+    wrapping many times over) draw exactly the windows the brute-force reference lists at that moment."""
+    if prioritized:
+        ring: VectorRingBuffer = PrioritizedVectorRingBuffer(num_envs, capacity, OBS, ACT, alpha=0.6, beta=0.4)
+    else:
+        ring = VectorRingBuffer(num_envs, capacity, OBS, ACT)
+    model = RingModel(ring)
+    rng = np.random.default_rng(seed)
+    model.start(list(range(num_envs)))
+    for i, (kind, arg) in enumerate([*operations, *operations]):
+        if kind == "step":
+            model.step([e for e in range(num_envs) if arg >> e & 1] or [0], rng, p_end)
+        else:
+            model.abandon(arg % num_envs)
+        if i % every:
+            continue
+        want = model.windows(length, pad, 1, gamma)
+        if not want:
+            with pytest.raises(SliceLengthError):
+                ring.sample_slices(4, length, pad=pad, seed=seed)  # type: ignore[arg-type]
+            continue
+        batch = ring.sample_slices(30 * len(want) + 10, length, pad=pad, gamma=gamma, seed=seed)  # type: ignore[arg-type]
+        drawn = list(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+        assert set(drawn) == set(want), f"after operation {i}"
+        for b, key in enumerate(drawn[:12]):
+            check_window(batch, b, want[key], (2,))
+
+
+def assert_same_slices(kept: dict[str, Any], fresh: dict[str, Any]) -> None:
+    for key, value in fresh.items():
+        if key == "returns_to_go":
+            np.testing.assert_allclose(kept[key], value, rtol=1e-12, atol=1e-12)
+        elif isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(kept[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_ring_table_kept_through_block_writes_equals_one_built_afresh(prioritized: bool) -> None:
+    """``add_all`` with restarts, ``add_steps`` blocks of 1 to capacity - 1 steps, ``start_episodes``, a preload
+    and a reset between samples: each batch equals the one a table built from all rows gives, same seed."""
+    num_envs, capacity = 3, 12
+    if prioritized:
+        ring: VectorRingBuffer = PrioritizedVectorRingBuffer(num_envs, capacity, OBS, ACT, alpha=0.6, beta=0.4)
+    else:
+        ring = VectorRingBuffer(num_envs, capacity, OBS, ACT)
+    rng = np.random.default_rng(3)
+    ids = np.arange(num_envs)
+    ring.start_episodes(ids, rng.standard_normal((num_envs, 2)).astype(np.float32))
+    pending = np.zeros(num_envs, dtype=bool)  # envs whose episode ended: they restart in their next step
+    for round_ in range(60):
+        k = int(rng.choice([1, 2, capacity // 2, capacity - 1]))
+        if round_ % 3 == 0:
+            restarts = np.zeros((k, num_envs), dtype=bool)
+            restarts[0] = pending
+            ends = rng.random((k, num_envs)) < 0.15
+            ends[:-1] &= False  # an end needs its restart in the next step of the block: only the last ends
+            restarts[1:] |= ends[:-1]
+            terms = ends & (rng.random((k, num_envs)) < 0.5)
+            RingWriter(ring).add_steps([rng.integers(0, 3, (k, num_envs))], rng.integers(-3, 4, (k, num_envs)) * 1.0,
+                                       terms, ends & ~terms, [rng.standard_normal((k, num_envs, 2)).astype(np.float32)],
+                                       restarts)
+            pending = ends[-1] & ~restarts[-1]
+        else:
+            for _ in range(k):
+                started = np.flatnonzero(pending)
+                ends = (rng.random(num_envs) < 0.15) & ~pending
+                ring.add_all(rng.integers(0, 3, num_envs), rng.integers(-3, 4, num_envs) * 1.0, ends, np.zeros(num_envs, bool),
+                             rng.standard_normal((num_envs, 2)).astype(np.float32), started=started)
+                pending = ends
+        if round_ == 40:
+            ring.reset()
+            ring.start_episodes(ids, rng.standard_normal((num_envs, 2)).astype(np.float32))
+            pending[:] = False
+        for pad, gamma in (("none", 1.0), ("both", 0.9)):
+            try:
+                kept = ring.sample_slices(64, 3, pad=pad, gamma=gamma, seed=round_)  # type: ignore[arg-type]
+            except SliceLengthError:
+                continue
+            table = ring._slice_index
+            ring._slice_index = None  # the next call builds the table from all rows
+            assert_same_slices(kept, ring.sample_slices(64, 3, pad=pad, gamma=gamma, seed=round_))  # type: ignore[arg-type]
+            ring._slice_index = table
+
+
 # --------------------------------------------------------------------------------------- dataset reference
 def dataset_windows(ds: vcollect.Dataset, length: int, pad: str, gamma: float) -> dict[tuple[int, int], dict[str, Any]]:
     out = {}
