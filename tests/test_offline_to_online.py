@@ -222,3 +222,12 @@ def test_mixed_slices_split_at_the_ratio_and_take_an_empty_batch(dataset: vcolle
         mixed.sample_slices(8, 31)  # no episode of either source holds 31 steps
     with pytest.raises(TypeError):
         mixed.sample_slices(8, 2, stack_num=2)  # the dataset takes no stack_num
+
+
+def test_slices_after_a_preload_see_the_preloaded_episodes(dataset: vcollect.Dataset) -> None:
+    ring = make_ring(False, 80)
+    ring.extend_from(dataset, [1])  # 17 steps in env ring 0
+    assert set(ring.sample_slices(50, 2, seed=0)["episode_ids"].tolist()) == {0}
+    ring.extend_from(dataset, [3, 10])  # 30 steps in env ring 0 after the first, 26 in env ring 1
+    starts = ring.sample_slices(400, 20, seed=0)["episode_ids"]
+    assert set(starts.tolist()) == {18, 80}  # the windows of 20 steps: only the two new episodes hold them
