@@ -8,12 +8,13 @@ them (1,000 steps, an online loop's collect call), before each call (the table r
 
 Dataset: a Pong-like store (uint8 84x84 frames with a constant background, two paddles and a ball that move,
 ``frame_stack=4``, Zstandard as "auto" gives image columns) of ``--pong-steps`` steps in episodes of 800 to
-3,000 steps, ``Dataset.sample_slices`` read from the shard files (``cache_bytes=0``).
+3,000 steps, ``Dataset.sample_slices`` read from the shard files (``cache_bytes=0``), with and without
+``next_observations``.
 
 Times are CPU time (``time.process_time``) per call, p50 / p99 over ``--calls`` calls, beside wall clock:
 on a shared machine wall clock says little.
 
-    python benchmarks/bench_slices.py [--rows 1000000] [--pong-steps 30000] [--calls 200]
+    python benchmarks/bench_slices.py [--rows 1000000] [--pong-steps 30000] [--calls 200] [--skip-rings|--skip-pong]
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ def pong_rows(steps: int, calls: int, batch: int, length: int) -> None:
         print("| --- | --- | --- | --- | --- |")
         row("dataset, pad='none', cache_bytes=0",
             timed(lambda: ds.sample_slices(batch, length, cache_bytes=0), calls), "p50 < 20 ms, p99 < 50 ms (10 GB)")
+        row("dataset, next_observations=False, cache_bytes=0",
+            timed(lambda: ds.sample_slices(batch, length, cache_bytes=0, next_observations=False), calls))
         row("dataset, 16 x 64, cache_bytes=0", timed(lambda: ds.sample_slices(16, length, cache_bytes=0), calls))
         row("dataset: sample_steps(256) for scale", timed(lambda: ds.sample_steps(batch, cache_bytes=0), calls))
         ds.close()
@@ -168,8 +171,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--skip-pong", action="store_true")
+    parser.add_argument("--skip-rings", action="store_true")
     args = parser.parse_args()
-    ring_rows(args.rows, args.calls, args.batch, args.length)
+    if not args.skip_rings:
+        ring_rows(args.rows, args.calls, args.batch, args.length)
     if not args.skip_pong:
         pong_rows(args.pong_steps, max(args.calls // 10, 10), args.batch, args.length)
 

@@ -21,6 +21,8 @@ from vcollect.buffers.ring import RingWriter, VectorRingBuffer
 from vcollect.errors import EpisodeIndexError, SliceLengthError
 from vcollect.slices import PADS, lowest_start, window_counts
 from vcollect.store import EpisodeStore
+from vcollect.store.read.reader import StoredDataset
+from vcollect.store.write.frame_stack import FrameStack
 
 OBS = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
 ACT = gym.spaces.Discrete(3)
@@ -485,6 +487,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, vcollect.Dat
     stacked_space = gym.spaces.Box(0, 255, (3, 6, 5), np.uint8)
     stacked = EpisodeStore.create("s/stacked-v0", stacked_space, ACT, root=root, frame_stack=3, shard_steps=12)
     zero = EpisodeStore.create("s/stacked-raw-v0", stacked_space, ACT, root=root, frame_stack=3, compression="none")
+    zero_padded = EpisodeStore.create("s/stacked-zero-v0", stacked_space, ACT, root=root,
+                                      frame_stack=FrameStack(3, "zero"), shard_steps=12)
     for i, t in enumerate(lengths):
         act, rew = rng.integers(0, 3, t), rng.integers(-2, 5, t).astype(np.float64)
         term = np.eye(1, t, t - 1, dtype=bool)[0] & (i % 2 == 0)
@@ -493,14 +497,16 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, vcollect.Dat
         frames = rng.integers(0, 256, (t + 1, 6, 5), dtype=np.uint8)
         for store in (stacked, zero):
             store.write_episode(reference_stacks(frames, 3), act, rew, term, trunc, seed=i, env_id=1)
-    for store in (plain, stacked, zero):
+        zero_stacks = reference_stacks(np.concatenate([np.zeros((2, 6, 5), np.uint8), frames]), 3)[2:]
+        zero_padded.write_episode(zero_stacks, act, rew, term, trunc, seed=i, env_id=1)
+    for store in (plain, stacked, zero, zero_padded):
         store.close()
-    for name in ("plain", "stacked", "stacked-raw"):
+    for name in ("plain", "stacked", "stacked-raw", "stacked-zero"):
         out[name] = vcollect.load_dataset(f"s/{name}-v0", root=root)
     return out
 
 
-@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-raw"])
+@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-raw", "stacked-zero"])
 @pytest.mark.parametrize("pad", PADS)
 @pytest.mark.parametrize("gamma", [1.0, 0.8])
 @pytest.mark.parametrize("cache_bytes", [0, None])
@@ -518,6 +524,38 @@ def test_dataset_slices_match_every_window(datasets: dict[str, vcollect.Dataset]
     again = ds.slices_at(batch["episode_ids"][:60], batch["start_indices"][:60], length, gamma=gamma)
     for key, value in again.items():
         np.testing.assert_array_equal(value, batch[key][:60])
+
+
+@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-zero"])
+def test_dataset_slices_read_each_windows_rows_once_and_next_observations_on_request(
+    datasets: dict[str, vcollect.Dataset], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window of L steps reads its observations and next observations as one run of L + k stored rows (k
+    frames of a stack), not 2 L k; ``next_observations=False`` leaves that key out and changes nothing else."""
+    ds = datasets[name]
+    index = ds._index
+    read: list[int] = []
+    gather = type(index).gather
+
+    def counting(self: Any, column: str, dtype: Any, groups: Any, cache_bytes: int) -> np.ndarray:
+        if column.startswith("observations"):
+            read.append(len(groups.rows))
+        return gather(self, column, dtype, groups, cache_bytes)
+
+    monkeypatch.setattr(type(index), "gather", counting)
+    stack = StoredDataset(ds).frame_stack
+    k = 1 if stack is None else stack.k
+    full = ds.sample_slices(40, 3, pad="both", seed=5, cache_bytes=0)
+    assert read and sum(read) <= 40 * (3 + k)
+    read.clear()
+    lean = ds.sample_slices(40, 3, pad="both", seed=5, cache_bytes=0, next_observations=False)
+    assert sum(read) <= 40 * (3 + k - 1)
+    assert sorted(lean) == sorted(set(full) - {"next_observations"})
+    for key, value in lean.items():
+        np.testing.assert_array_equal(value, full[key], err_msg=key)
+    again = ds.slices_at(full["episode_ids"], full["start_indices"], 3, next_observations=False)
+    np.testing.assert_array_equal(again["observations"], full["observations"])
+    assert "next_observations" not in again
 
 
 def test_dataset_slices_are_uniform_and_by_episode(datasets: dict[str, vcollect.Dataset]) -> None:
