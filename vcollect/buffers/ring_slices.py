@@ -127,8 +127,7 @@ class EpisodeTable:
         self._writes = ring._writes
         self._last = ring._last_flat.copy()
         self._held: HeldEpisodes | None = None
-        ids = np.arange(n, dtype=np.int64)
-        self._scan(ring, ids, (self._last % c + 1) % c, np.full(n, c, dtype=np.int64))
+        self._build(ring)
 
     def held(self, ring: VectorRingBuffer) -> HeldEpisodes:
         """The episodes held now: the rows written since the last call read first."""
@@ -159,19 +158,64 @@ class EpisodeTable:
             free = np.concatenate([free, np.arange(size, size + short)])
         return free
 
+    def _build(self, ring: VectorRingBuffer) -> None:
+        """The table of every row, read in flat order: runs of step rows (never across envs), then each episode
+        that wraps around its ring's end (a run ending at the ring's last row and one beginning at its first,
+        the newest row lying between) joined into one."""
+        n, c = ring.num_envs, self.capacity
+        steps = np.flatnonzero(ring._has_flat)
+        if not steps.size:
+            return
+        begins = np.empty(steps.size, dtype=bool)
+        begins[0] = True
+        np.not_equal(np.diff(steps), 1, out=begins[1:])
+        firsts = np.searchsorted(steps, np.arange(n) * c)  # each env's first step row
+        begins[firsts[firsts < steps.size]] = True
+        heads = np.flatnonzero(begins)
+        sizes = np.diff(heads, append=steps.size)
+        rewards = ring._rew_flat.take(steps)
+        rewards[heads[1:]] -= np.add.reduceat(rewards, heads)[:-1]  # each run's sum starts afresh
+        cum = np.cumsum(rewards)
+        count = heads.size
+        self._slots(count)
+        first_rows = steps.take(heads)
+        tails = steps.take(heads + sizes - 1)
+        self.env[:count] = first_rows // c
+        self.start[:count] = first_rows % c
+        self.length[:count] = sizes
+        self.partial[:count] = ~(ring._term_flat.take(tails) | ring._trunc_flat.take(tails))
+        label = np.repeat(np.arange(count, dtype=self.label.dtype), sizes)
+        # an env whose ring's last and first rows both hold steps: one episode runs from the one into the other
+        ends = np.arange(n, dtype=np.int64) * c
+        wraps = np.flatnonzero(ring._has_flat.take(ends + c - 1) & ring._has_flat.take(ends))
+        if wraps.size:
+            newer = np.searchsorted(first_rows, ends[wraps])  # the run at the ring's first row
+            older = np.searchsorted(first_rows, ends[wraps] + c) - 1  # the run at its last row
+            at = np.repeat(heads[newer], sizes[newer])
+            at += np.arange(at.size) - np.repeat(np.cumsum(sizes[newer]) - sizes[newer], sizes[newer])
+            label[at] = np.repeat(older, sizes[newer])
+            cum[at] += np.repeat(cum[heads[older] + sizes[older] - 1], sizes[newer])
+            self.length[older] += sizes[newer]
+            self.partial[older] = self.partial[newer]
+            self.length[newer] = 0
+        self.label[steps] = label
+        self.cum[steps] = cum
+
     def _scan(self, ring: VectorRingBuffer, ids: np.ndarray, begin: np.ndarray, count: np.ndarray) -> None:
         """Read ``count`` rows of each env of ``ids`` from ring position ``begin`` on (env by env, in ring
         order): the rows after ``begin`` were the env's oldest when the table last saw them (their episodes
         lose those first steps), and the runs of steps now in them extend the episode running into ``begin``
         (the row before it a step) or are new episodes."""
         c = self.capacity
-        total = int(count.sum())
         offsets = np.cumsum(count) - count
-        env = np.repeat(ids, count)
-        within = np.arange(total, dtype=np.int64) - np.repeat(offsets, count)
-        rows = env * c + (np.repeat(begin, count) + within) % c
+        if (count == count[0]).all():  # every env the same count (a whole ring each, when built afresh)
+            within = np.arange(int(count[0]), dtype=np.int64)
+            rows = ((begin[:, None] + within) % c + (ids * c)[:, None]).reshape(-1)
+        else:
+            within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(offsets, count)
+            rows = np.repeat(ids * c, count) + (np.repeat(begin, count) + within) % c
         # the episodes whose oldest steps these rows held lose them (a prefix of each)
-        old = self.label.take(rows)
+        old = self.label.take(rows) if self.length.any() else np.zeros(0, dtype=self.label.dtype)
         old = old[old >= 0]
         if old.size:
             lost = np.bincount(old, minlength=self.length.size)
@@ -179,42 +223,40 @@ class EpisodeTable:
             self.start[hit] = (self.start[hit] + lost[hit]) % c
             self.length[hit] -= lost[hit]
             self.label[rows] = -1
-        has = ring._has_flat.take(rows)
-        before = ids * c + (begin - 1) % c  # the row before each env's first row read
-        running = has[offsets] & ring._has_flat.take(before)  # the episode there goes on into the rows read
-        # runs of steps: a run begins at a step row after a row holding none, or at each env's first row read
-        begins = has.copy()
-        begins[1:] &= ~has[:-1]
-        begins[offsets] = has[offsets]
-        heads = np.flatnonzero(begins)
-        if heads.size:
-            run_of_row = np.cumsum(begins) - 1
-            steps = np.flatnonzero(has)
-            sizes = np.bincount(run_of_row.take(steps), minlength=heads.size)
+        steps = np.flatnonzero(ring._has_flat.take(rows))  # the places in ``rows`` holding steps
+        if steps.size:
+            before = ids * c + (begin - 1) % c  # the row before each env's first row read
+            # the episode there goes on into the rows read
+            running = ring._has_flat.take(before) & ring._has_flat.take(rows.take(offsets))
+            # runs of steps: a run begins after a row holding none, or at each env's first row read
+            begins = np.empty(steps.size, dtype=bool)
+            begins[0] = True
+            np.not_equal(np.diff(steps), 1, out=begins[1:])
+            firsts = np.searchsorted(steps, offsets)
+            begins[firsts[firsts < steps.size]] = True
+            heads = np.flatnonzero(begins)  # in ``steps``
+            sizes = np.diff(heads, append=steps.size)
             carried = np.zeros(heads.size, dtype=bool)
-            at = np.searchsorted(heads, offsets[running])  # runs at an env's first row, going on an episode
-            carried[at] = True
+            carried[np.searchsorted(steps.take(heads), offsets[running])] = True
             slot = np.empty(heads.size, dtype=np.int64)
             slot[carried] = self.label.take(before[running])
             fresh = np.flatnonzero(~carried)
             slot[fresh] = self._slots(fresh.size)
-            self.env[slot[fresh]] = env.take(heads[fresh])
-            self.start[slot[fresh]] = rows.take(heads[fresh]) % c
-            self.length[slot[fresh]] = 0
-            self.length[slot] += sizes
-            tails = rows.take(heads + sizes - 1)
-            self.partial[slot] = ~(ring._term_flat.take(tails) | ring._trunc_flat.take(tails))
             step_rows = rows.take(steps)
+            new = slot[fresh]
+            first_rows = step_rows.take(heads[fresh])
+            self.env[new] = first_rows // c
+            self.start[new] = first_rows % c
+            self.length[new] = 0
+            self.length[slot] += sizes
+            tails = step_rows.take(heads + sizes - 1)
+            self.partial[slot] = ~(ring._term_flat.take(tails) | ring._trunc_flat.take(tails))
             self.label[step_rows] = np.repeat(slot, sizes)
             # running sums of each run's rewards, from the sum its episode had before the rows read
-            seed = np.zeros(heads.size)
-            seed[carried] = self.cum.take(before[running])
             rewards = ring._rew_flat.take(step_rows)
-            run_firsts = np.cumsum(sizes) - sizes
-            shifted = rewards.copy()
-            shifted[run_firsts] += seed
-            shifted[run_firsts[1:]] -= np.add.reduceat(shifted, run_firsts)[:-1]  # each run's sum starts afresh
-            self.cum[step_rows] = np.cumsum(shifted)
+            rewards[heads[carried]] += self.cum.take(before[running])
+            rewards[heads[1:]] -= np.add.reduceat(rewards, heads)[:-1]  # each run's sum starts afresh
+            self.cum[step_rows] = np.cumsum(rewards)
         self._held = None
 
     def _ordered(self, ring: VectorRingBuffer) -> HeldEpisodes:
