@@ -170,7 +170,7 @@ def test_every_block_imports_what_it_uses() -> None:
 def test_blocks_that_read_the_quick_start_dataset_say_so() -> None:
     for name, (heading, code) in zip(NAMES, PYTHON):
         if name != QUICK_START and '"demo/cartpole-v0"' in code:
-            assert heading in ("The dataset API", "Minari interop"), name
+            assert heading in ("The dataset API", "Slices for sequence models", "Minari interop"), name
             assert f'"{heading}"' in README  # the sentence after the quick start names the section
 
 
