@@ -2,18 +2,19 @@
 
 Rings: a CartPole-shaped ring of ``--rows`` rows (float32 observations of 4, 8 envs, episodes of 10 to 500
 steps), ``VectorRingBuffer.sample_slices`` and ``PrioritizedVectorRingBuffer.sample_slices``. The episode
-table is built once per state of the ring: the "static" rows time calls on a ring not written between them
-(a draw then costs the batch), the "after a write" rows one ``add`` of every env before each call (the table
-rebuilt, vectorised over the rows held).
+table is kept up to date from the rows written since the last call: the "static" rows time calls on a ring
+not written between them (a draw then costs the batch), the "after" rows one ``add`` of every env, or 125 of
+them (1,000 steps, an online loop's collect call), before each call (the table reads those rows only).
 
 Dataset: a Pong-like store (uint8 84x84 frames with a constant background, two paddles and a ball that move,
 ``frame_stack=4``, Zstandard as "auto" gives image columns) of ``--pong-steps`` steps in episodes of 800 to
-3,000 steps, ``Dataset.sample_slices`` read from the shard files (``cache_bytes=0``).
+3,000 steps, ``Dataset.sample_slices`` read from the shard files (``cache_bytes=0``), with and without
+``next_observations``.
 
 Times are CPU time (``time.process_time``) per call, p50 / p99 over ``--calls`` calls, beside wall clock:
 on a shared machine wall clock says little.
 
-    python benchmarks/bench_slices.py [--rows 1000000] [--pong-steps 30000] [--calls 200]
+    python benchmarks/bench_slices.py [--rows 1000000] [--pong-steps 30000] [--calls 200] [--skip-rings|--skip-pong]
 """
 
 from __future__ import annotations
@@ -97,8 +98,14 @@ def ring_rows(rows: int, calls: int, batch: int, length: int) -> None:
     def write() -> None:
         ring.add(ids, act, rew, no, no, obs)
 
-    row("ring, pad='none', after a write (table rebuilt)",
+    def collect() -> None:
+        for _ in range(125):
+            write()
+
+    row("ring, pad='none', after one add of every env",
         timed(lambda: ring.sample_slices(batch, length), max(calls // 10, 5), before=write))
+    row("ring, pad='none', after 125 adds of every env",
+        timed(lambda: ring.sample_slices(batch, length), max(calls // 10, 5), before=collect))
 
 
 def pong_frames(steps: int, rng: np.random.Generator) -> np.ndarray:
@@ -149,6 +156,8 @@ def pong_rows(steps: int, calls: int, batch: int, length: int) -> None:
         print("| --- | --- | --- | --- | --- |")
         row("dataset, pad='none', cache_bytes=0",
             timed(lambda: ds.sample_slices(batch, length, cache_bytes=0), calls), "p50 < 20 ms, p99 < 50 ms (10 GB)")
+        row("dataset, next_observations=False, cache_bytes=0",
+            timed(lambda: ds.sample_slices(batch, length, cache_bytes=0, next_observations=False), calls))
         row("dataset, 16 x 64, cache_bytes=0", timed(lambda: ds.sample_slices(16, length, cache_bytes=0), calls))
         row("dataset: sample_steps(256) for scale", timed(lambda: ds.sample_steps(batch, cache_bytes=0), calls))
         ds.close()
@@ -162,8 +171,10 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--skip-pong", action="store_true")
+    parser.add_argument("--skip-rings", action="store_true")
     args = parser.parse_args()
-    ring_rows(args.rows, args.calls, args.batch, args.length)
+    if not args.skip_rings:
+        ring_rows(args.rows, args.calls, args.batch, args.length)
     if not args.skip_pong:
         pong_rows(args.pong_steps, max(args.calls // 10, 10), args.batch, args.length)
 

@@ -14,7 +14,7 @@ from tests.small_datasets import ACT_SPACE, OBS_SPACE, make_dataset
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
 from vcollect.buffers.sampling import gather_transitions
-from vcollect.errors import EpisodeIndexError, RingInUseError, SpaceMismatchError
+from vcollect.errors import EpisodeIndexError, RingInUseError, SliceLengthError, SpaceMismatchError
 
 LENGTHS = [5, 17, 3, 30, 8, 1, 12, 21, 9, 4, 26, 6]
 
@@ -171,3 +171,63 @@ def test_the_offline_share_is_binomial_at_the_ratio_or_exact(dataset: vcollect.D
     with pytest.raises(SpaceMismatchError, match=r"action space Discrete\(2\) differs from the ring's action space "
                        r"Discrete\(3\)"):
         vcollect.MixedSampler(other, dataset)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_mixed_slices_have_the_rings_slice_keys_and_real_windows_of_each_source(
+    dataset: vcollect.Dataset, prioritized: bool
+) -> None:
+    ring = make_ring(prioritized, 80)
+    ring.extend_from(dataset, [0, 2, 4, 6, 8, 10])
+    mixed = vcollect.MixedSampler(ring, dataset, ratio=0.5, seed=7)
+    batch = mixed.sample_slices(64, 4, pad="both", gamma=0.9)
+    alone = ring.sample_slices(64, 4, pad="both", gamma=0.9)
+    assert sorted(batch) == sorted([*alone, "source"])
+    for key, value in alone.items():
+        if isinstance(value, np.ndarray):
+            assert batch[key].shape == value.shape and batch[key].dtype == value.dtype, key
+    online, offline = batch["source"] == 0, batch["source"] == 1
+    assert online.any() and offline.any() and np.all(np.diff(batch["source"].astype(int)) >= 0)  # ring first
+    assert (batch["indices"][offline] == -1).all()
+    np.testing.assert_array_equal(batch["dones"], batch["terminations"] | batch["truncations"])
+    # each window is the one its source gives at (episode_ids, start_indices): the dataset's by slices_at, the
+    # ring's by its rows (padded rows -1)
+    again = dataset.slices_at(batch["episode_ids"][offline], batch["start_indices"][offline], 4, gamma=0.9)
+    for key in ("observations", "next_observations", "actions", "rewards", "mask", "timesteps", "returns_to_go"):
+        np.testing.assert_array_equal(batch[key][offline], again[key], err_msg=key)
+    rows = batch["indices"][online]
+    real = batch["mask"][online]
+    assert ((rows >= 0) == real).all()
+    np.testing.assert_array_equal(batch["observations"][online][real], ring[rows[real]]["observations"])
+    if prioritized:
+        assert (batch["weights"][offline] == 1.0).all() and (batch["weights"][online] <= 1.0).all()
+    same = vcollect.MixedSampler(ring, dataset, ratio=0.5, seed=7).sample_slices(64, 4, pad="both", gamma=0.9)
+    np.testing.assert_array_equal(same["returns_to_go"], batch["returns_to_go"])  # one seed, one batch
+
+
+def test_mixed_slices_split_at_the_ratio_and_take_an_empty_batch(dataset: vcollect.Dataset) -> None:
+    ring = make_ring(False, 80)
+    ring.extend_from(dataset, [1, 3, 5])
+    mixed = vcollect.MixedSampler(ring, dataset, ratio=0.3, seed=11)
+    counts = np.array([int(mixed.sample_slices(64, 3, pad="end")["source"].sum()) for _ in range(200)])
+    n = 64 * 200
+    assert abs(counts.sum() - 0.3 * n) < 4 * np.sqrt(n * 0.3 * 0.7)  # total: Binomial(12800, 0.3)
+    exact = vcollect.MixedSampler(ring, dataset, ratio=0.3, exact=True, seed=11)
+    assert {int(exact.sample_slices(64, 3)["source"].sum()) for _ in range(10)} == {19}
+    empty = mixed.sample_slices(0, 3)
+    assert empty["observations"].shape == (0, 3, 3) and empty["source"].shape == (0,)
+    only_data = vcollect.MixedSampler(VectorRingBuffer(3, 50, OBS_SPACE, ACT_SPACE), dataset, ratio=1.0)
+    assert only_data.sample_slices(8, 2)["source"].all()  # the empty ring is asked for no window
+    with pytest.raises(SliceLengthError, match="the longest"):
+        mixed.sample_slices(8, 31)  # no episode of either source holds 31 steps
+    with pytest.raises(TypeError):
+        mixed.sample_slices(8, 2, stack_num=2)  # the dataset takes no stack_num
+
+
+def test_slices_after_a_preload_see_the_preloaded_episodes(dataset: vcollect.Dataset) -> None:
+    ring = make_ring(False, 80)
+    ring.extend_from(dataset, [1])  # 17 steps in env ring 0
+    assert set(ring.sample_slices(50, 2, seed=0)["episode_ids"].tolist()) == {0}
+    ring.extend_from(dataset, [3, 10])  # 30 steps in env ring 0 after the first, 26 in env ring 1
+    starts = ring.sample_slices(400, 20, seed=0)["episode_ids"]
+    assert set(starts.tolist()) == {18, 80}  # the windows of 20 steps: only the two new episodes hold them

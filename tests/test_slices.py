@@ -21,6 +21,8 @@ from vcollect.buffers.ring import RingWriter, VectorRingBuffer
 from vcollect.errors import EpisodeIndexError, SliceLengthError
 from vcollect.slices import PADS, lowest_start, window_counts
 from vcollect.store import EpisodeStore
+from vcollect.store.read.reader import StoredDataset
+from vcollect.store.write.frame_stack import FrameStack
 
 OBS = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
 ACT = gym.spaces.Discrete(3)
@@ -348,6 +350,98 @@ def test_ring_index_follows_writes() -> None:
         ring.sample_slices(2, 2)
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_envs=st.integers(1, 3), capacity=st.integers(3, 9), operations=ops, seed=st.integers(0, 2**16),
+       p_end=st.sampled_from([0.0, 0.2, 0.5]), length=st.integers(1, 4), pad=st.sampled_from(PADS),
+       gamma=st.sampled_from([1.0, 0.9]), prioritized=st.booleans(), every=st.integers(1, 4))
+def test_ring_slices_between_writes_match_every_window_held(
+    num_envs: int, capacity: int, operations: list[tuple[str, int]], seed: int, p_end: float, length: int, pad: str,
+    gamma: float, prioritized: bool, every: int
+) -> None:
+    """Samples taken between writes (the table caught up with the rows written since the last call, rings
+    wrapping many times over) draw exactly the windows the brute-force reference lists at that moment."""
+    if prioritized:
+        ring: VectorRingBuffer = PrioritizedVectorRingBuffer(num_envs, capacity, OBS, ACT, alpha=0.6, beta=0.4)
+    else:
+        ring = VectorRingBuffer(num_envs, capacity, OBS, ACT)
+    model = RingModel(ring)
+    rng = np.random.default_rng(seed)
+    model.start(list(range(num_envs)))
+    for i, (kind, arg) in enumerate([*operations, *operations]):
+        if kind == "step":
+            model.step([e for e in range(num_envs) if arg >> e & 1] or [0], rng, p_end)
+        else:
+            model.abandon(arg % num_envs)
+        if i % every:
+            continue
+        want = model.windows(length, pad, 1, gamma)
+        if not want:
+            with pytest.raises(SliceLengthError):
+                ring.sample_slices(4, length, pad=pad, seed=seed)  # type: ignore[arg-type]
+            continue
+        batch = ring.sample_slices(30 * len(want) + 10, length, pad=pad, gamma=gamma, seed=seed)  # type: ignore[arg-type]
+        drawn = list(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+        assert set(drawn) == set(want), f"after operation {i}"
+        for b, key in enumerate(drawn[:12]):
+            check_window(batch, b, want[key], (2,))
+
+
+def assert_same_slices(kept: dict[str, Any], fresh: dict[str, Any]) -> None:
+    for key, value in fresh.items():
+        if key == "returns_to_go":
+            np.testing.assert_allclose(kept[key], value, rtol=1e-12, atol=1e-12)
+        elif isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(kept[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_ring_table_kept_through_block_writes_equals_one_built_afresh(prioritized: bool) -> None:
+    """``add_all`` with restarts, ``add_steps`` blocks of 1 to capacity - 1 steps, ``start_episodes``, a preload
+    and a reset between samples: each batch equals the one a table built from all rows gives, same seed."""
+    num_envs, capacity = 3, 12
+    if prioritized:
+        ring: VectorRingBuffer = PrioritizedVectorRingBuffer(num_envs, capacity, OBS, ACT, alpha=0.6, beta=0.4)
+    else:
+        ring = VectorRingBuffer(num_envs, capacity, OBS, ACT)
+    rng = np.random.default_rng(3)
+    ids = np.arange(num_envs)
+    ring.start_episodes(ids, rng.standard_normal((num_envs, 2)).astype(np.float32))
+    pending = np.zeros(num_envs, dtype=bool)  # envs whose episode ended: they restart in their next step
+    for round_ in range(60):
+        k = int(rng.choice([1, 2, capacity // 2, capacity - 1]))
+        if round_ % 3 == 0:
+            restarts = np.zeros((k, num_envs), dtype=bool)
+            restarts[0] = pending
+            ends = rng.random((k, num_envs)) < 0.15
+            ends[:-1] &= False  # an end needs its restart in the next step of the block: only the last ends
+            restarts[1:] |= ends[:-1]
+            terms = ends & (rng.random((k, num_envs)) < 0.5)
+            RingWriter(ring).add_steps([rng.integers(0, 3, (k, num_envs))], rng.integers(-3, 4, (k, num_envs)) * 1.0,
+                                       terms, ends & ~terms, [rng.standard_normal((k, num_envs, 2)).astype(np.float32)],
+                                       restarts)
+            pending = ends[-1] & ~restarts[-1]
+        else:
+            for _ in range(k):
+                started = np.flatnonzero(pending)
+                ends = (rng.random(num_envs) < 0.15) & ~pending
+                ring.add_all(rng.integers(0, 3, num_envs), rng.integers(-3, 4, num_envs) * 1.0, ends, np.zeros(num_envs, bool),
+                             rng.standard_normal((num_envs, 2)).astype(np.float32), started=started)
+                pending = ends
+        if round_ == 40:
+            ring.reset()
+            ring.start_episodes(ids, rng.standard_normal((num_envs, 2)).astype(np.float32))
+            pending[:] = False
+        for pad, gamma in (("none", 1.0), ("both", 0.9)):
+            try:
+                kept = ring.sample_slices(64, 3, pad=pad, gamma=gamma, seed=round_)  # type: ignore[arg-type]
+            except SliceLengthError:
+                continue
+            table = ring._slice_index
+            ring._slice_index = None  # the next call builds the table from all rows
+            assert_same_slices(kept, ring.sample_slices(64, 3, pad=pad, gamma=gamma, seed=round_))  # type: ignore[arg-type]
+            ring._slice_index = table
+
+
 # --------------------------------------------------------------------------------------- dataset reference
 def dataset_windows(ds: vcollect.Dataset, length: int, pad: str, gamma: float) -> dict[tuple[int, int], dict[str, Any]]:
     out = {}
@@ -393,6 +487,8 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, vcollect.Dat
     stacked_space = gym.spaces.Box(0, 255, (3, 6, 5), np.uint8)
     stacked = EpisodeStore.create("s/stacked-v0", stacked_space, ACT, root=root, frame_stack=3, shard_steps=12)
     zero = EpisodeStore.create("s/stacked-raw-v0", stacked_space, ACT, root=root, frame_stack=3, compression="none")
+    zero_padded = EpisodeStore.create("s/stacked-zero-v0", stacked_space, ACT, root=root,
+                                      frame_stack=FrameStack(3, "zero"), shard_steps=12)
     for i, t in enumerate(lengths):
         act, rew = rng.integers(0, 3, t), rng.integers(-2, 5, t).astype(np.float64)
         term = np.eye(1, t, t - 1, dtype=bool)[0] & (i % 2 == 0)
@@ -401,14 +497,16 @@ def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, vcollect.Dat
         frames = rng.integers(0, 256, (t + 1, 6, 5), dtype=np.uint8)
         for store in (stacked, zero):
             store.write_episode(reference_stacks(frames, 3), act, rew, term, trunc, seed=i, env_id=1)
-    for store in (plain, stacked, zero):
+        zero_stacks = reference_stacks(np.concatenate([np.zeros((2, 6, 5), np.uint8), frames]), 3)[2:]
+        zero_padded.write_episode(zero_stacks, act, rew, term, trunc, seed=i, env_id=1)
+    for store in (plain, stacked, zero, zero_padded):
         store.close()
-    for name in ("plain", "stacked", "stacked-raw"):
+    for name in ("plain", "stacked", "stacked-raw", "stacked-zero"):
         out[name] = vcollect.load_dataset(f"s/{name}-v0", root=root)
     return out
 
 
-@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-raw"])
+@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-raw", "stacked-zero"])
 @pytest.mark.parametrize("pad", PADS)
 @pytest.mark.parametrize("gamma", [1.0, 0.8])
 @pytest.mark.parametrize("cache_bytes", [0, None])
@@ -426,6 +524,38 @@ def test_dataset_slices_match_every_window(datasets: dict[str, vcollect.Dataset]
     again = ds.slices_at(batch["episode_ids"][:60], batch["start_indices"][:60], length, gamma=gamma)
     for key, value in again.items():
         np.testing.assert_array_equal(value, batch[key][:60])
+
+
+@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-zero"])
+def test_dataset_slices_read_each_windows_rows_once_and_next_observations_on_request(
+    datasets: dict[str, vcollect.Dataset], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A window of L steps reads its observations and next observations as one run of L + k stored rows (k
+    frames of a stack), not 2 L k; ``next_observations=False`` leaves that key out and changes nothing else."""
+    ds = datasets[name]
+    index = ds._index
+    read: list[int] = []
+    gather = type(index).gather
+
+    def counting(self: Any, column: str, dtype: Any, groups: Any, cache_bytes: int) -> np.ndarray:
+        if column.startswith("observations"):
+            read.append(len(groups.rows))
+        return gather(self, column, dtype, groups, cache_bytes)
+
+    monkeypatch.setattr(type(index), "gather", counting)
+    stack = StoredDataset(ds).frame_stack
+    k = 1 if stack is None else stack.k
+    full = ds.sample_slices(40, 3, pad="both", seed=5, cache_bytes=0)
+    assert read and sum(read) <= 40 * (3 + k)
+    read.clear()
+    lean = ds.sample_slices(40, 3, pad="both", seed=5, cache_bytes=0, next_observations=False)
+    assert sum(read) <= 40 * (3 + k - 1)
+    assert sorted(lean) == sorted(set(full) - {"next_observations"})
+    for key, value in lean.items():
+        np.testing.assert_array_equal(value, full[key], err_msg=key)
+    again = ds.slices_at(full["episode_ids"], full["start_indices"], 3, next_observations=False)
+    np.testing.assert_array_equal(again["observations"], full["observations"])
+    assert "next_observations" not in again
 
 
 def test_dataset_slices_are_uniform_and_by_episode(datasets: dict[str, vcollect.Dataset]) -> None:

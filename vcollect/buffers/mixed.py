@@ -27,8 +27,8 @@ ONLINE, OFFLINE = 0, 1
 
 @runtime_checkable
 class StepSource(Protocol):
-    """What the offline half is drawn from: spaces, a step count and transitions at step positions (a vcollect
-    ``Dataset``)."""
+    """What the offline half is drawn from: spaces, a step count, transitions at step positions and slices (a
+    vcollect ``Dataset``)."""
 
     @property
     def observation_space(self) -> gym.Space[Any]: ...
@@ -37,6 +37,7 @@ class StepSource(Protocol):
     @property
     def total_steps(self) -> int: ...
     def steps_at(self, positions: Any, **kwargs: Any) -> dict[str, Any]: ...
+    def sample_slices(self, batch_size: int, length: int, **kwargs: Any) -> dict[str, Any]: ...
 
 
 def _join(online: Any, offline: Any) -> Any:
@@ -65,6 +66,7 @@ class MixedSampler:
     ring's rows come first, then the dataset's, under the keys ``ring.sample`` gives, plus ``source`` (uint8:
     0 online, 1 offline). A dataset row has ``indices`` -1 (it is no ring row: give ``update_weight`` the
     online rows only, ``batch["indices"][batch["source"] == 0]``) and, from a prioritized ring, ``weights`` 1.
+    :meth:`sample_slices` splits windows the same way.
 
     Args:
         ring: The online rings (a VectorRingBuffer or PrioritizedVectorRingBuffer).
@@ -112,21 +114,22 @@ class MixedSampler:
         return self._rng.integers(0, total, size=count)
 
     def _mix(self, batch_size: int, online: Callable[[int], dict[str, Any]],
-             offline: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
-        """One batch: ``online(k)`` and ``offline(k)`` draw k rows of a source (k >= 1); a source given no rows
-        still gives the batch's structure (one row drawn and dropped)."""
-        batch_size = check_count("batch_size", batch_size, 1)
+             offline: Callable[[int], dict[str, Any]], lowest: int) -> dict[str, Any]:
+        """One batch of ``batch_size`` (>= ``lowest``) rows: ``online(k)`` and ``offline(k)`` draw k rows of a
+        source, the dataset's completed to the ring's keys (``dones``, ``indices`` -1, no ``extras``, ``weights``
+        1 where the ring gives weights)."""
+        batch_size = check_count("batch_size", batch_size, lowest)
         n_offline = self._split(batch_size)
         n_online = batch_size - n_offline
-        ring_part = _head(online(max(n_online, 1)), n_online)
-        data_part = _head(offline(max(n_offline, 1)), n_offline)
+        ring_part = online(n_online)
+        data_part = offline(n_offline)
         if ring_part.get("extras"):
             raise ValueError(
                 f"the ring holds episode-hook columns {sorted(ring_part['extras'])} that the dataset's rows have no "
                 "values for; mix a ring without episode-done hooks"
             )
         data_part["dones"] = data_part["terminations"] | data_part["truncations"]
-        data_part["indices"] = np.full(n_offline, -1, dtype=ring_part["indices"].dtype)
+        data_part["indices"] = np.full(data_part["rewards"].shape, -1, dtype=ring_part["indices"].dtype)
         data_part["extras"] = {}
         if "weights" in ring_part:
             data_part["weights"] = np.ones(n_offline, dtype=ring_part["weights"].dtype)
@@ -154,8 +157,38 @@ class MixedSampler:
             ValueError: ``batch_size < 1``, a source holds nothing to draw, or the ring holds episode-hook columns.
             TypeError: A keyword one of the sources does not take.
         """
+        # ``ring.sample(0)`` means every row: a source given no rows draws one, kept for the batch's structure
         return self._mix(
             batch_size,
-            lambda count: self.ring.sample(count, self._rng, **kwargs),
-            lambda count: self.dataset.steps_at(self._offline_positions(count), **kwargs),
+            lambda count: _head(self.ring.sample(max(count, 1), self._rng, **kwargs), count),
+            lambda count: _head(self.dataset.steps_at(self._offline_positions(max(count, 1)), **kwargs), count),
+            1,
+        )
+
+    def sample_slices(self, batch_size: int, length: int, **kwargs: Any) -> dict[str, Any]:
+        """Draw ``batch_size`` windows of ``length`` steps (slices), split between the sources as :meth:`sample`
+        splits rows: ``ring.sample_slices`` for the online windows, ``dataset.sample_slices`` for the offline
+        ones, both drawn with the sampler's generator.
+
+        Args:
+            batch_size: How many windows (0: an empty batch of the right shapes).
+            length: Steps per window.
+            **kwargs: Passed to both sources: those both take, ``pad``, ``by`` and ``gamma``.
+
+        Returns:
+            ``ring.sample_slices``' keys over all windows (each (batch, length, ...), ``weights`` and the
+            per-window keys (batch,)), and ``source`` (one per window). A window's ``episode_ids`` is a flat
+            ring row where ``source`` is 0 and a dataset episode id where it is 1; a dataset window's
+            ``indices`` are -1.
+
+        Raises:
+            SliceLengthError: A source given windows holds no episode of ``length`` steps with ``pad="none"``.
+            ValueError: A bad argument, or the ring holds episode-hook columns.
+            TypeError: A keyword one of the sources does not take.
+        """
+        return self._mix(
+            batch_size,
+            lambda count: self.ring.sample_slices(count, length, rng=self._rng, **kwargs),
+            lambda count: self.dataset.sample_slices(count, length, rng=self._rng, **kwargs),
+            0,
         )

@@ -314,7 +314,8 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         elif priority == "first" and request.pad in ("none", "end"):
             which, starts, p = self._draw_starts(episodes, request, gen)
         else:
-            which, starts, p = draw_weighted(episodes, self._tree[episodes.rows], request, priority, gen, self.capacity)
+            which, starts, p = draw_weighted(episodes, self._tree[episodes.all_rows()], request, priority, gen,
+                                              self.capacity)
         batch = gather_slices(self, episodes, which, starts, request, stack_num)
         rows = batch["indices"]
         self._fresh[rows[rows >= 0]] = True
@@ -329,15 +330,12 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         size, length = request.batch_size, request.length
         counts = window_counts(episodes.lengths, length, request.pad)
         check_windows(counts, episodes.lengths, request, lambda k: episodes.describe(k, self.capacity))
-        where = episodes.linear_of_row(self._tree.size)
         kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         have, drawn, share = 0, 0, 1.0
         for _ in range(_SLICE_ROUNDS):
             want = size - have if share == 1.0 else int((size - have) / max(share, 1e-3) * 1.25) + 8
             rows, leaf, _ = draw_priority_rows(self._tree, want, rng)
-            linear = where.take(rows)
-            which = np.searchsorted(episodes.first, linear, side="right") - 1
-            starts = linear - episodes.first.take(which)
+            which, starts = episodes.locate(rows)
             drawn += want
             if request.pad == "none":
                 ok = starts + length <= episodes.lengths.take(which)
@@ -348,7 +346,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             if have >= size:
                 break
         if have < size:
-            kept.append(draw_weighted(episodes, self._tree[episodes.rows],
+            kept.append(draw_weighted(episodes, self._tree[episodes.all_rows()],
                                       SliceRequest(size - have, length, request.pad, "window", request.gamma),
                                       "first", rng, self.capacity)[:3])
         which, starts, leaf = (np.concatenate(part)[:size] for part in zip(*kept))

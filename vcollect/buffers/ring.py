@@ -180,8 +180,10 @@ class VectorRingBuffer:
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
         self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (RingWriter.set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
-        self._writes = 0  # write calls so far: a slice index built at another count is stale
-        self._slice_index: Any = None  # (write count, the episodes held), built by sample_slices
+        # writes so far, each counted at least as many times as rows it moved any env forward: the slice
+        # table reads the rows written since it last looked, or is built again when that may be a whole ring
+        self._writes = 0
+        self._slice_index: Any = None  # the episode table sample_slices keeps (ring_slices.EpisodeTable)
         self.reset()
 
     # ------------------------------------------------------------------------------------------ state
@@ -189,6 +191,7 @@ class VectorRingBuffer:
         """Forget everything stored: no episodes, no transitions, no overflow."""
         c = self.capacity
         self._writes += 1
+        self._slice_index = None
         self._has_flat.fill(False)
         self.episode_lengths.fill(0)
         self.episode_returns.fill(0.0)
@@ -371,7 +374,7 @@ class VectorRingBuffer:
         k, n, c = len(rewards), self.num_envs, self.capacity
         if not 1 <= k <= c - 1:
             raise ValueError(f"add_steps takes 1 to {c - 1} steps (capacity - 1) at once, got {k}")
-        self._writes += 1
+        self._writes += k
         stepped = ~restarts
         ended = (terminations | truncations) & stepped
         if np.count_nonzero(ended[:-1] > restarts[1:]):
@@ -726,6 +729,7 @@ class VectorRingBuffer:
     def _preload(self, dataset: EpisodeSource, episodes: Iterable[int] | None) -> np.ndarray:
         """extend_from's work; returns the flat rows written."""
         check_source(self, dataset)
+        self._slice_index = None
         return preload(self, dataset.episode_rows(episodes))
 
     def _checkpoint_header(self) -> dict[str, Any]:
@@ -902,8 +906,8 @@ class VectorRingBuffer:
         episode first (``by="episode"``). ``pad="none"`` takes windows inside an episode; ``"start"``,
         ``"end"`` and ``"both"`` also take windows reaching before its first or past its last step, whose rows
         outside it are 0 and ``mask`` False (each episode then offers T, T or T + length - 1 windows:
-        see :mod:`vcollect.slices`). The episode table is built once per state of the ring (vectorised over
-        its rows) and reused until the next write; a draw then costs the batch.
+        see :mod:`vcollect.slices`). The episode table is kept up to date from the rows written since the
+        last call, so a call costs the batch, the rows written since and a pass over the episodes held.
 
         Args:
             batch_size: How many windows (0: an empty batch of the right shapes).

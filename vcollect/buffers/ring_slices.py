@@ -1,12 +1,18 @@
-"""Slices from the rings: the episodes a ring holds as an episode table, windows drawn and gathered.
+"""Slices from the rings: the episodes a ring holds as an episode table, kept up to date as rows are written.
 
 The episodes are the runs of step rows (``has``) in each env's ring, read from the row after the env's
 newest row (its oldest) onwards: consecutive step rows belong to one episode (the row after a step row holds
 its next observation), and an episode's last step row is followed by a row holding no step (its final
-observation, or the env's newest row while the episode still runs). Those runs, listed env by env, oldest
-first, are the *linear* coordinate of :mod:`vcollect.slices`: ``HeldEpisodes.rows[p]`` is the flat row of
-linear step p. The table is built once per state of the ring (vectorised over its rows) and reused by every
-call until the ring is written again; a draw then costs the batch.
+observation, or the env's newest row while the episode still runs).
+
+The table keeps, per episode (a slot), its env, the ring position of its first step held, its steps held and
+whether it has ended, and per ring row the slot of the step it holds and the running sum of its episode's
+rewards up to it. Rows change only at each env's head (every write puts rows after the env's newest row), so
+a call after writes reads just the rows written since the last call (those after each env's newest row
+then): the oldest episodes they overwrote lose their first steps, the runs of steps in them extend the
+episode that was running or add new ones. Only when more writes happened than a ring holds rows is the table
+built again from all rows. Episodes are then listed env by env, oldest first: the *linear* coordinate of
+:mod:`vcollect.slices` (a draw over them costs the batch and a pass over the episodes).
 
 An episode whose first steps were overwritten counts its steps from the oldest one still held. One that has
 not ended (its env's running episode, or one abandoned when its env was replaced) is ``partial``: its
@@ -15,7 +21,6 @@ returns-to-go run to its newest step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,110 +29,254 @@ from vcollect.buffers.sampling import check_count, gather_transitions
 from vcollect.slices import (
     SliceRequest,
     check_windows,
+    discounted_sums,
     draw_windows,
     lowest_start,
+    returns_to_go,
     shape_rows,
     window_counts,
-    window_returns,
     window_steps,
 )
 
 if TYPE_CHECKING:
     from vcollect.buffers.ring import VectorRingBuffer
 
-__all__ = ["HeldEpisodes", "gather_slices", "held_episodes", "window_first_rows"]
+__all__ = ["EpisodeTable", "HeldEpisodes", "draw_uniform", "draw_weighted", "gather_slices", "held_episodes"]
 
 
-@dataclass(eq=False)
 class HeldEpisodes:
-    """The episodes a ring holds, in linear step positions (see the module docstring).
+    """The episodes a ring holds, env by env and oldest first (see the module docstring), as arrays.
 
     Attributes:
-        rows: Flat ring row of each linear step position.
-        first: Linear position of each episode's first step held.
+        env: Each episode's env.
+        start: The ring position (0 .. capacity - 1) of each episode's first step held.
         lengths: Steps held of each episode.
+        first: Linear position of each episode's first step (running sum of ``lengths``).
         partial: Whether each episode has not ended (its last step neither terminated nor truncated).
     """
 
-    rows: np.ndarray
-    first: np.ndarray
-    lengths: np.ndarray
-    partial: np.ndarray
-    _cum: np.ndarray | None = field(default=None, repr=False)
-    _rewards: np.ndarray | None = field(default=None, repr=False)
-    _linear_of_row: np.ndarray | None = field(default=None, repr=False)
+    def __init__(self, table: EpisodeTable, order: np.ndarray) -> None:
+        self._table = table
+        self._order = order
+        self.env = table.env.take(order)
+        self.start = table.start.take(order)
+        self.lengths = table.length.take(order)
+        self.partial = table.partial.take(order)
+        self.first = np.cumsum(self.lengths) - self.lengths
+        self._capacity = table.capacity
+        self._rank = np.full(table.env.size, -1, dtype=np.int64)
+        self._rank[order] = np.arange(order.size)
+        self._all_rows: np.ndarray | None = None
 
-    def rewards(self, ring: VectorRingBuffer) -> np.ndarray:
-        """Each linear step's reward (taken once)."""
-        if self._rewards is None:
-            self._rewards = ring._rew_flat.take(self.rows)
-        return self._rewards
+    def rows_of(self, which: np.ndarray, steps: np.ndarray | int) -> np.ndarray:
+        """The flat ring rows of steps ``steps`` (counted from the first held, inside the episode) of episodes
+        ``which`` (broadcast together)."""
+        c = self._capacity
+        return self.env.take(which) * c + (self.start.take(which) + steps) % c
 
-    def cum_rewards(self, ring: VectorRingBuffer) -> np.ndarray:
-        """Running sums of the linear rewards, a leading 0 (taken once)."""
-        if self._cum is None:
-            cum = np.zeros(self.rows.size + 1)
-            np.cumsum(self.rewards(ring), out=cum[1:])
-            self._cum = cum
-        return self._cum
+    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(episode, step in it) of flat rows that hold steps."""
+        slot = self._table.label.take(rows)
+        return self._rank.take(slot), (rows % self._capacity - self._table.start.take(slot)) % self._capacity
 
-    def linear_of_row(self, size: int) -> np.ndarray:
-        """The linear position of each flat row (-1 for rows holding no step), made once."""
-        if self._linear_of_row is None:
-            where = np.full(size, -1, dtype=np.intp)
-            where[self.rows] = np.arange(self.rows.size)
-            self._linear_of_row = where
-        return self._linear_of_row
+    def all_rows(self) -> np.ndarray:
+        """Flat ring row of every linear step position (made once; its size is the steps held)."""
+        if self._all_rows is None:
+            owner = np.repeat(np.arange(self.lengths.size), self.lengths)
+            self._all_rows = self.rows_of(owner, np.arange(owner.size) - self.first.take(owner))
+        return self._all_rows
+
+    def returns(self, which: np.ndarray, lengths: np.ndarray, starts: np.ndarray, steps: np.ndarray,
+                mask: np.ndarray, rows: np.ndarray, window_rewards: np.ndarray, rewards: np.ndarray,
+                gamma: float) -> np.ndarray:
+        """(batch, length) returns-to-go of windows (``window_steps``' ``steps`` and ``mask``, their flat
+        ``rows``): plain sums from the rows' running episode sums, discounted ones backward over each window
+        from the discounted sum of the steps after it."""
+        if gamma == 1.0:
+            cum = self._table.cum
+            total = cum.take(self.rows_of(which, lengths - 1))
+            out = total[:, None] - cum.take(rows) + rewards.take(rows)
+            if not mask.all():
+                out[~mask] = 0.0
+            return out
+        last = np.minimum(np.asarray(starts, dtype=np.int64) + steps.shape[1], lengths)  # the step after each window
+        count = lengths - last
+        owner = np.repeat(np.arange(which.size), count)
+        within = np.arange(owner.size) - np.repeat(np.cumsum(count) - count, count)
+        tail = rewards.take(self.rows_of(which.take(owner), last.take(owner) + within))
+        after = discounted_sums(tail, None, np.cumsum(count) - count, count, gamma)
+        return returns_to_go(window_rewards, mask, after, gamma)
 
     def describe(self, k: int, capacity: int) -> str:
         """Episode k named for an error message: its env and ring row."""
-        row = int(self.rows[self.first[k]])
-        return f"env {row // capacity}'s episode from ring row {row % capacity}"
+        return f"env {int(self.env[k])}'s episode from ring row {int(self.start[k])}"
+
+
+class EpisodeTable:
+    """The episode table of one ring, caught up with its writes on each :meth:`held` (module docstring)."""
+
+    def __init__(self, ring: VectorRingBuffer) -> None:
+        n, c = ring.num_envs, ring.capacity
+        self.capacity = c
+        self.label: np.ndarray = np.full(n * c, -1, dtype=np.int32 if n * c < 2**31 else np.int64)
+        self.cum = np.zeros(n * c)
+        self.env = np.zeros(0, dtype=np.int64)
+        self.start = np.zeros(0, dtype=np.int64)
+        self.length = np.zeros(0, dtype=np.int64)
+        self.partial = np.zeros(0, dtype=bool)
+        self._writes = ring._writes
+        self._last = ring._last_flat.copy()
+        self._held: HeldEpisodes | None = None
+        self._build(ring)
+
+    def held(self, ring: VectorRingBuffer) -> HeldEpisodes:
+        """The episodes held now: the rows written since the last call read first."""
+        c = self.capacity
+        if ring._writes != self._writes:
+            last = ring._last_flat
+            moved = (last - self._last) % c  # rows each env moved forward: fewer than c (see episode_table)
+            ids = np.flatnonzero(moved)
+            if ids.size:
+                self._scan(ring, ids, self._last.take(ids) % c, moved.take(ids) + 1)
+            self._writes = ring._writes
+            self._last = last.copy()
+        if self._held is None:
+            self._held = self._ordered(ring)
+        return self._held
+
+    def _slots(self, count: int) -> np.ndarray:
+        """``count`` free slots (episodes holding no step), the arrays grown where too few are free."""
+        free = np.flatnonzero(self.length == 0)[:count]
+        short = count - free.size
+        if short:
+            size = self.length.size
+            grow = max(short, size // 2, 16)
+            self.env = np.concatenate([self.env, np.zeros(grow, dtype=np.int64)])
+            self.start = np.concatenate([self.start, np.zeros(grow, dtype=np.int64)])
+            self.length = np.concatenate([self.length, np.zeros(grow, dtype=np.int64)])
+            self.partial = np.concatenate([self.partial, np.zeros(grow, dtype=bool)])
+            free = np.concatenate([free, np.arange(size, size + short)])
+        return free
+
+    def _build(self, ring: VectorRingBuffer) -> None:
+        """The table of every row, read in flat order: runs of step rows (never across envs), then each episode
+        that wraps around its ring's end (a run ending at the ring's last row and one beginning at its first,
+        the newest row lying between) joined into one."""
+        n, c = ring.num_envs, self.capacity
+        steps = np.flatnonzero(ring._has_flat)
+        if not steps.size:
+            return
+        begins = np.empty(steps.size, dtype=bool)
+        begins[0] = True
+        np.not_equal(np.diff(steps), 1, out=begins[1:])
+        firsts = np.searchsorted(steps, np.arange(n) * c)  # each env's first step row
+        begins[firsts[firsts < steps.size]] = True
+        heads = np.flatnonzero(begins)
+        sizes = np.diff(heads, append=steps.size)
+        rewards = ring._rew_flat.take(steps)
+        rewards[heads[1:]] -= np.add.reduceat(rewards, heads)[:-1]  # each run's sum starts afresh
+        cum = np.cumsum(rewards)
+        count = heads.size
+        self._slots(count)
+        first_rows = steps.take(heads)
+        tails = steps.take(heads + sizes - 1)
+        self.env[:count] = first_rows // c
+        self.start[:count] = first_rows % c
+        self.length[:count] = sizes
+        self.partial[:count] = ~(ring._term_flat.take(tails) | ring._trunc_flat.take(tails))
+        label = np.repeat(np.arange(count, dtype=self.label.dtype), sizes)
+        # an env whose ring's last and first rows both hold steps: one episode runs from the one into the other
+        ends = np.arange(n, dtype=np.int64) * c
+        wraps = np.flatnonzero(ring._has_flat.take(ends + c - 1) & ring._has_flat.take(ends))
+        if wraps.size:
+            newer = np.searchsorted(first_rows, ends[wraps])  # the run at the ring's first row
+            older = np.searchsorted(first_rows, ends[wraps] + c) - 1  # the run at its last row
+            at = np.repeat(heads[newer], sizes[newer])
+            at += np.arange(at.size) - np.repeat(np.cumsum(sizes[newer]) - sizes[newer], sizes[newer])
+            label[at] = np.repeat(older, sizes[newer])
+            cum[at] += np.repeat(cum[heads[older] + sizes[older] - 1], sizes[newer])
+            self.length[older] += sizes[newer]
+            self.partial[older] = self.partial[newer]
+            self.length[newer] = 0
+        self.label[steps] = label
+        self.cum[steps] = cum
+
+    def _scan(self, ring: VectorRingBuffer, ids: np.ndarray, begin: np.ndarray, count: np.ndarray) -> None:
+        """Read ``count`` rows of each env of ``ids`` from ring position ``begin`` on (env by env, in ring
+        order): the rows after ``begin`` were the env's oldest when the table last saw them (their episodes
+        lose those first steps), and the runs of steps now in them extend the episode running into ``begin``
+        (the row before it a step) or are new episodes."""
+        c = self.capacity
+        offsets = np.cumsum(count) - count
+        if (count == count[0]).all():  # every env the same count (a whole ring each, when built afresh)
+            within = np.arange(int(count[0]), dtype=np.int64)
+            rows = ((begin[:, None] + within) % c + (ids * c)[:, None]).reshape(-1)
+        else:
+            within = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(offsets, count)
+            rows = np.repeat(ids * c, count) + (np.repeat(begin, count) + within) % c
+        # the episodes whose oldest steps these rows held lose them (a prefix of each)
+        old = self.label.take(rows) if self.length.any() else np.zeros(0, dtype=self.label.dtype)
+        old = old[old >= 0]
+        if old.size:
+            lost = np.bincount(old, minlength=self.length.size)
+            hit = np.flatnonzero(lost)
+            self.start[hit] = (self.start[hit] + lost[hit]) % c
+            self.length[hit] -= lost[hit]
+            self.label[rows] = -1
+        steps = np.flatnonzero(ring._has_flat.take(rows))  # the places in ``rows`` holding steps
+        if steps.size:
+            before = ids * c + (begin - 1) % c  # the row before each env's first row read
+            # the episode there goes on into the rows read
+            running = ring._has_flat.take(before) & ring._has_flat.take(rows.take(offsets))
+            # runs of steps: a run begins after a row holding none, or at each env's first row read
+            begins = np.empty(steps.size, dtype=bool)
+            begins[0] = True
+            np.not_equal(np.diff(steps), 1, out=begins[1:])
+            firsts = np.searchsorted(steps, offsets)
+            begins[firsts[firsts < steps.size]] = True
+            heads = np.flatnonzero(begins)  # in ``steps``
+            sizes = np.diff(heads, append=steps.size)
+            carried = np.zeros(heads.size, dtype=bool)
+            carried[np.searchsorted(steps.take(heads), offsets[running])] = True
+            slot = np.empty(heads.size, dtype=np.int64)
+            slot[carried] = self.label.take(before[running])
+            fresh = np.flatnonzero(~carried)
+            slot[fresh] = self._slots(fresh.size)
+            step_rows = rows.take(steps)
+            new = slot[fresh]
+            first_rows = step_rows.take(heads[fresh])
+            self.env[new] = first_rows // c
+            self.start[new] = first_rows % c
+            self.length[new] = 0
+            self.length[slot] += sizes
+            tails = step_rows.take(heads + sizes - 1)
+            self.partial[slot] = ~(ring._term_flat.take(tails) | ring._trunc_flat.take(tails))
+            self.label[step_rows] = np.repeat(slot, sizes)
+            # running sums of each run's rewards, from the sum its episode had before the rows read
+            rewards = ring._rew_flat.take(step_rows)
+            rewards[heads[carried]] += self.cum.take(before[running])
+            rewards[heads[1:]] -= np.add.reduceat(rewards, heads)[:-1]  # each run's sum starts afresh
+            self.cum[step_rows] = np.cumsum(rewards)
+        self._held = None
+
+    def _ordered(self, ring: VectorRingBuffer) -> HeldEpisodes:
+        """The episodes holding steps, env by env and oldest first."""
+        c = self.capacity
+        alive = np.flatnonzero(self.length)
+        env = self.env.take(alive)
+        oldest = (ring._last_flat.take(env) + 1) % c
+        key = env * c + (self.start.take(alive) - oldest) % c
+        return HeldEpisodes(self, alive[np.argsort(key)])
 
 
 def held_episodes(ring: VectorRingBuffer) -> HeldEpisodes:
-    """The ring's episode table, from its cache when nothing was written since it was built."""
-    cached = ring._slice_index
-    if cached is not None and cached[0] == ring._writes:
-        return cached[1]  # type: ignore[no-any-return]
-    episodes = _build(ring)
-    ring._slice_index = (ring._writes, episodes)
-    return episodes
-
-
-def _build(ring: VectorRingBuffer) -> HeldEpisodes:
-    n, c = ring.num_envs, ring.capacity
-    steps = np.flatnonzero(ring._has_flat)
-    bounds = np.searchsorted(steps, np.arange(n + 1) * c)  # each env's part of ``steps``
-    newest = ring._last_flat
-    # each env's rows from the one after its newest: the rows after it come first
-    cuts = np.searchsorted(steps, newest, side="right")
-    wraps = np.flatnonzero((cuts > bounds[:-1]) & (cuts < bounds[1:]))  # envs with step rows on both sides
-    if wraps.size:
-        pieces, at = [], 0
-        for env in wraps.tolist():
-            lo, cut, hi = int(bounds[env]), int(cuts[env]), int(bounds[env + 1])
-            pieces += [steps[at:lo], steps[cut:hi], steps[lo:cut]]
-            at = hi
-        pieces.append(steps[at:])
-        steps = np.concatenate(pieces)
-    size = steps.size
-    begins = np.zeros(size, dtype=bool)
-    if size:
-        step = np.diff(steps)
-        # a new episode where the next step row is not the ring row after (wrapping inside the env's ring)
-        begins[1:] = (step != 1) & (step != 1 - c)
-        begins[bounds[:-1][bounds[:-1] < size]] = True  # each env's first
-    first = np.flatnonzero(begins)
-    lengths = np.diff(first, append=size)
-    last = steps.take(first + lengths - 1)
-    partial = ~(ring._term_flat.take(last) | ring._trunc_flat.take(last))
-    return HeldEpisodes(steps, first, lengths, partial)
-
-
-def window_first_rows(episodes: HeldEpisodes, which: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """The flat row of each window's first step (windows padded at the start: the episode's first)."""
-    return episodes.rows.take(episodes.first.take(which) + np.maximum(starts, 0))
+    """The ring's episodes: its table caught up with the writes since the last call, or built afresh when none
+    was kept or more writes happened than an env's ring holds rows (each write moves an env at most as many
+    rows as it counts in ``ring._writes``)."""
+    table = ring._slice_index
+    if table is None or ring._writes - table._writes >= ring.capacity - 1:
+        table = ring._slice_index = EpisodeTable(ring)
+    return table.held(ring)  # type: ignore[no-any-return]
 
 
 def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndarray, starts: np.ndarray,
@@ -140,9 +289,8 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     stack_num = check_count("stack_num", stack_num, 1, ring.capacity)
     size, length = len(which), request.length
     lengths = episodes.lengths.take(which)
-    base = episodes.first.take(which)
     steps, mask = window_steps(lengths, starts, length)
-    rows = episodes.rows.take(base[:, None] + steps)
+    rows = episodes.rows_of(which[:, None], steps)
     padded = None if mask.all() else ~mask
     batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num), size, length, padded)
     if padded is not None:
@@ -150,10 +298,10 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     batch.update(
         mask=mask,
         timesteps=steps if padded is None else np.where(mask, steps, 0),
-        returns_to_go=window_returns(episodes.rewards(ring), episodes.cum_rewards(ring), base, lengths, starts,
-                                     steps, mask, batch["rewards"], request.gamma),
+        returns_to_go=episodes.returns(which, lengths, starts, steps, mask, rows, batch["rewards"], ring._rew_flat,
+                                       request.gamma),
         partial=episodes.partial.take(which),
-        episode_ids=episodes.rows.take(base),
+        episode_ids=episodes.rows_of(which, 0),
         start_indices=np.asarray(starts, dtype=np.int64),
     )
     return batch

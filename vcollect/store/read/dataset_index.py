@@ -304,6 +304,43 @@ class DatasetIndex:
             out[padded] = 0
         return out
 
+    def gather_obs_windows(self, name: str, dtype: np.dtype[Any], parts: list[np.ndarray], starts: np.ndarray,
+                           cache_bytes: int) -> list[np.ndarray]:
+        """Observations of windows, each window's global observation rows in one episode starting at ``starts``:
+        ``parts`` are (batch, m_i) row arrays (a window's observations, its next observations), each returned
+        (batch, m_i, ...), stacks rebuilt. The stored rows (frames) a window's parts cover, a contiguous run,
+        are read once per window, and every part is gathered from them by index."""
+        batch = len(starts)
+        k = 1 if self.frame_stack is None else self.frame_stack.k
+        widths = [part.shape[1] for part in parts]
+        rows = np.concatenate([np.asarray(part, dtype=np.int64) for part in parts], axis=1)
+        if rows.size == 0:
+            flat = self.gather_obs(name, dtype, rows.reshape(-1), np.repeat(starts, rows.shape[1]), cache_bytes)
+            return [flat.reshape(batch, width, *flat.shape[1:]) for width in widths]
+        padded = None
+        if k > 1:
+            frame_rows, pad = stack_rows(rows.reshape(-1), np.repeat(starts, rows.shape[1]), k)
+            frames = frame_rows.reshape(batch, -1)
+            if self.frame_stack is not None and self.frame_stack.padding == "zero" and pad.any():
+                padded = pad.reshape(batch, -1, k)
+        else:
+            frames = rows
+        low = frames.min(axis=1)
+        count = frames.max(axis=1) + 1 - low
+        offsets = np.cumsum(count) - count
+        read = np.arange(int(count.sum()), dtype=np.int64) + np.repeat(low - offsets, count)  # each run, in turn
+        stored = self.gather(name, dtype, self.row_groups(read, True), cache_bytes)
+        at = (frames - (low - offsets)[:, None]).reshape(batch, rows.shape[1], k)
+        out, begin = [], 0
+        for width in widths:
+            where = at[:, begin : begin + width]
+            part = stored[where if k > 1 else where[..., 0]]
+            if padded is not None:
+                part[padded[:, begin : begin + width]] = 0
+            out.append(part)
+            begin += width
+        return out
+
     def row_groups(self, rows: np.ndarray, obs_rows: bool) -> RowGroups:
         """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns."""
         return RowGroups(rows, self.obs_base if obs_rows else self.step_base)

@@ -1,9 +1,12 @@
-"""Slices from a dataset view: windows of consecutive steps of one episode, read as ``steps_at`` reads steps.
+"""Slices from a dataset view: windows of consecutive steps of one episode, read column by column.
 
-The view's episodes are the episode table of :mod:`vcollect.slices` in two coordinates: the view's step
-positions (what ``Dataset.steps_at`` takes, so frame stacks, Zstandard chunks and the sampling cache work
-as for single transitions) and the dataset's global step rows (the rewards read once, for returns-to-go).
-A call costs the batch's rows and a pass over the view's episode lengths, never the stored steps.
+The view's episodes are the episode table of :mod:`vcollect.slices`; a window's steps are read at the
+dataset's global step rows and its observations at global observation rows (frame stacks, Zstandard chunks
+and the sampling cache work as for ``steps_at``). A window's observations and next observations are one run
+of stored rows (of frames, for a ``frame_stack`` dataset: its steps' frames and the k - 1 before), read once
+and stacked by index, so a window of L steps reads about L + k rows, not 2 * L * k. The rewards are read once,
+for returns-to-go. A call costs the batch's rows and a pass over the view's episode lengths, never the
+stored steps.
 """
 
 from __future__ import annotations
@@ -20,12 +23,13 @@ from vcollect.slices import (
     window_returns,
     window_steps,
 )
+from vcollect.spaces import unflatten_batch
+from vcollect.store.layout.shard_format import column_path
 
 if TYPE_CHECKING:
     from vcollect.store.read.dataset_index import DatasetIndex
-    from vcollect.store.read.reader import Dataset
 
-__all__ = ["draw_view_windows", "gather_view_windows", "view_positions", "window_at"]
+__all__ = ["draw_view_windows", "gather_view_windows", "read_windows", "view_positions", "window_at"]
 
 
 def draw_view_windows(episode_ids: np.ndarray, lengths: np.ndarray, request: SliceRequest,
@@ -61,20 +65,52 @@ def window_at(lengths: np.ndarray, starts: Any, length: int) -> np.ndarray:
     return begin
 
 
-def gather_view_windows(dataset: Dataset, index: DatasetIndex, positions: np.ndarray, episode_ids: np.ndarray,
-                        cum_lengths: np.ndarray, starts: np.ndarray, request: SliceRequest,
-                        cache_bytes: int | None) -> dict[str, Any]:
-    """The batch of the windows (view ``positions`` of episodes, ``starts``): ``steps_at``'s keys, each
-    (batch, length, ...), rows padded outside the episode 0; plus ``mask``, ``timesteps``, ``returns_to_go``,
-    ``partial`` (False: a stored episode has ended), ``episode_ids`` (global) and ``start_indices``."""
+def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded: np.ndarray | None,
+                 next_observations: bool, limit: int) -> dict[str, Any]:
+    """``steps_at``'s keys (without ``next_observations`` where not asked) of steps ``steps`` (batch, length),
+    clamped inside the episodes ``ids``, each (batch, length, ...), ``padded`` rows 0. Each window's observations
+    (and next observations) are one run of stored rows or frames, read once and stacked by index."""
+    size, length = steps.shape
+    obs_base = index.global_obs_offset.take(ids)
+    obs_rows = obs_base[:, None] + steps
+    parts = [obs_rows, obs_rows + 1] if next_observations else [obs_rows]
+    obs: list[list[np.ndarray]] = [[] for _ in parts]
+    for leaf in index.obs_leaves:
+        for out, values in zip(obs, index.gather_obs_windows(column_path("observations", leaf.name), leaf.dtype, parts,
+                                                             obs_base, limit)):
+            if padded is not None:
+                values[padded] = 0
+            out.append(values)
+    groups = index.row_groups((index.global_step_offset.take(ids)[:, None] + steps).reshape(-1), False)
+    steps_read = {
+        "actions": unflatten_batch(index.action_space, [
+            index.gather(column_path("actions", leaf.name), leaf.dtype, groups, limit) for leaf in index.act_leaves]),
+        "rewards": index.gather("rewards", np.dtype(np.float64), groups, limit),
+        "terminations": index.gather("terminations", np.dtype(np.bool_), groups, limit),
+        "truncations": index.gather("truncations", np.dtype(np.bool_), groups, limit),
+    }
+    shaped = shape_rows(steps_read, size, length, padded)
+    batch = {"observations": unflatten_batch(index.observation_space, obs[0]), "actions": shaped["actions"],
+             "rewards": shaped["rewards"]}
+    if next_observations:
+        batch["next_observations"] = unflatten_batch(index.observation_space, obs[1])
+    batch["terminations"] = shaped["terminations"]
+    batch["truncations"] = shaped["truncations"]
+    return batch
+
+
+def gather_view_windows(index: DatasetIndex, positions: np.ndarray, episode_ids: np.ndarray, starts: np.ndarray,
+                        request: SliceRequest, limit: int, next_observations: bool = True) -> dict[str, Any]:
+    """The batch of the windows (view ``positions`` of episodes, ``starts``): ``steps_at``'s keys (less
+    ``next_observations`` where not asked), each (batch, length, ...), rows padded outside the episode 0; plus
+    ``mask``, ``timesteps``, ``returns_to_go``, ``partial`` (False: a stored episode has ended),
+    ``episode_ids`` (global) and ``start_indices``. ``limit``: the sampling cache's most bytes."""
     size, length = len(positions), request.length
     ids = episode_ids.take(positions)
     lengths = index.length.take(ids)
     steps, mask = window_steps(lengths, starts, length)
-    first = cum_lengths.take(positions) - lengths  # each episode's first step in the view
     padded = None if mask.all() else ~mask
-    batch = shape_rows(dataset.steps_at((first[:, None] + steps).reshape(-1), cache_bytes=cache_bytes),
-                       size, length, padded)
+    batch = read_windows(index, ids, steps, padded, next_observations, limit)
     rewards, cum = index.step_rewards()
     batch.update(
         mask=mask,

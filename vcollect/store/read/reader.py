@@ -538,9 +538,7 @@ class Dataset:
             ValueError: ``cache_bytes`` is negative, or bad ``n_step`` / ``gamma``.
         """
         nstep = _checked_nstep(n_step, gamma)
-        limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
-        if limit < 0:
-            raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+        limit = _cache_limit(cache_bytes)
         cum = self._cumulative_lengths()
         total = int(cum[-1]) if cum.size else 0
         u = np.asarray(positions, dtype=np.int64).reshape(-1)
@@ -638,7 +636,7 @@ class Dataset:
     def sample_slices(
         self, batch_size: int, length: int, *, pad: Pad = "none", by: Literal["window", "episode"] = "window",
         gamma: float = 1.0, seed: int | None = None, rng: np.random.Generator | None = None,
-        cache_bytes: int | None = None,
+        cache_bytes: int | None = None, next_observations: bool = True,
     ) -> dict[str, Any]:
         """Draw windows of ``length`` consecutive steps of one episode of this view (slices, for sequence
         models), with replacement, read as :meth:`steps_at` reads steps (frame stacks rebuilt, the sampling
@@ -648,7 +646,9 @@ class Dataset:
         episode first (``by="episode"``). ``pad="none"`` takes windows inside an episode; ``"start"``,
         ``"end"`` and ``"both"`` also take windows reaching before its first or past its last step, whose rows
         outside it are 0 and ``mask`` False (see :mod:`vcollect.slices`). A call costs the batch and a pass
-        over the view's episode lengths; the rewards are read once, on the first call, for returns-to-go.
+        over the view's episode lengths; the rewards are read once, on the first call, for returns-to-go. A
+        window's observations and next observations are read as one run of stored rows (frames, for a
+        ``frame_stack`` dataset) and stacked by index.
 
         Args:
             batch_size: How many windows (0: an empty batch of the right shapes).
@@ -659,6 +659,8 @@ class Dataset:
             seed: Seeds a generator for this call (else ``rng``, else the dataset's, see :meth:`set_seed`).
             rng: The generator to draw with.
             cache_bytes: As :meth:`sample_steps`'.
+            next_observations: Whether to return ``next_observations`` (False: a sequence model that reads only
+                ``observations`` does not pay for a second copy of every window's observations).
 
         Returns:
             :meth:`sample_steps`' keys, each with leading (batch, length) axes, and ``mask`` (bool: the row is a
@@ -670,16 +672,17 @@ class Dataset:
 
         Raises:
             SliceLengthError: ``pad="none"`` and every episode of the view is shorter than ``length``.
-            ValueError: A bad argument, or ``seed`` and ``rng`` both given.
+            ValueError: A bad argument (``cache_bytes`` negative), or ``seed`` and ``rng`` both given.
         """
         request = check_slice_request(batch_size, length, pad, by, gamma)
+        limit = _cache_limit(cache_bytes)
         positions, starts = draw_view_windows(self._episode_indices, self.episode_lengths, request,
                                               slice_generator(rng, seed, self._rng))
-        return gather_view_windows(self, self._index, positions, self._episode_indices, self._cumulative_lengths(),
-                                   starts, request, cache_bytes)
+        return gather_view_windows(self._index, positions, self._episode_indices, starts, request, limit,
+                                   bool(next_observations))
 
     def slices_at(self, episodes: Any, starts: Any, length: int, *, gamma: float = 1.0,
-                  cache_bytes: int | None = None) -> dict[str, Any]:
+                  cache_bytes: int | None = None, next_observations: bool = True) -> dict[str, Any]:
         """The windows of ``length`` steps of given episodes from given steps, as :meth:`sample_slices` returns
         them (a batch of one for scalars).
 
@@ -690,6 +693,7 @@ class Dataset:
             length: Steps per window.
             gamma: The discount of ``returns_to_go``.
             cache_bytes: As :meth:`sample_steps`'.
+            next_observations: As :meth:`sample_slices`'.
 
         Returns:
             :meth:`sample_slices`' dict, one window per (episode, start).
@@ -706,8 +710,8 @@ class Dataset:
         request = check_slice_request(ids.size, length, "both", "window", gamma)
         positions = view_positions(self._episode_indices, self._index.total_episodes, ids)
         begin = window_at(self._index.length.take(ids), begin, request.length)
-        return gather_view_windows(self, self._index, positions, self._episode_indices, self._cumulative_lengths(),
-                                   begin, request, cache_bytes)
+        return gather_view_windows(self._index, positions, self._episode_indices, begin, request,
+                                   _cache_limit(cache_bytes), bool(next_observations))
 
     def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
         """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).
@@ -875,6 +879,14 @@ def default_max_open_files() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_OPEN_FILES
     return max(MIN_OPEN_FILES, min(MAX_OPEN_FILES, int(soft) // 4))
+
+
+def _cache_limit(cache_bytes: int | None) -> int:
+    """The sampling cache's most bytes a read allows: ``cache_bytes``, else :data:`SAMPLE_CACHE_BYTES`."""
+    limit = SAMPLE_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+    if limit < 0:
+        raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+    return limit
 
 
 def _checked_nstep(n_step: Any, gamma: Any) -> tuple[int, float] | None:
