@@ -934,7 +934,9 @@ def test_parse_sizes_percentages_round_like_largest_remainder(percents: list[int
 
     counts = parse_sizes(",".join(f"{p}%" for p in percents), total)
     exact = [p * total / 100 for p in percents]
-    assert sum(counts) == round(sum(exact))  # nothing lost or invented by rounding
+    # nothing lost or invented by rounding: the total is the exact sum rounded (at an exact half either way:
+    # 5%,14%,14%,17% of 345 sum to 172.5, which the fractions' float sum puts a hair above)
+    assert abs(sum(counts) - sum(exact)) <= 0.5 + 1e-9
     assert all(abs(c - e) < 1 for c, e in zip(counts, exact))  # each part within one episode of its share
 
 
