@@ -193,6 +193,29 @@ class DyingEnv(CountingEnv):
         return super().step(action)
 
 
+class ExitOnceEnv(CountingEnv):
+    """A CountingEnv; the first one built anywhere (it wins the O_EXCL creation of `flag`, writing its pid
+    there) ends its process with os._exit at its `at`-th step since construction, mid-episode (a Ray worker
+    or env worker dying once, replaced; only in a worker process)."""
+
+    def __init__(self, flag: str, at: int, episode_length: int = 5) -> None:
+        super().__init__(episode_length)
+        self.total_steps, self.at = 0, -1
+        try:
+            fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        self.at = at
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.total_steps += 1
+        if self.total_steps == self.at:
+            os._exit(3)
+        return super().step(action)
+
+
 class BadObsEnv(CountingEnv):
     """A CountingEnv (obs space Box(0, 10, (1,))) that returns an observation outside its space at step
     `bad_step`, or on reset when `bad_on_reset` is true: the value -5 (right shape), or with

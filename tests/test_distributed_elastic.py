@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from tests.envs import CountingEnv
+from tests.envs import CountingEnv, ExitOnceEnv
 from tests.replay import assert_replays
 from vcollect.distributed import DistributedCollector, replacement_seed
 from vcollect.errors import ActionError, UnfinishedEpisodesWarning, WorkerLostError
@@ -29,28 +29,6 @@ CARTPOLE_OBS = gym.spaces.Box(
     np.array([4.8, np.inf, 0.41887903, np.inf], np.float32),
     dtype=np.float32,
 )
-
-
-class ExitOnceEnv(CountingEnv):
-    """A CountingEnv; the first one built anywhere (it wins the O_EXCL creation of `flag`, writing its pid
-    there) ends its process with os._exit at its `at`-th step since construction, mid-episode."""
-
-    def __init__(self, flag: str, at: int, episode_length: int = 5) -> None:
-        super().__init__(episode_length)
-        self.total_steps, self.at = 0, -1
-        try:
-            fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-        except FileExistsError:
-            return
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
-        self.at = at
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        self.total_steps += 1
-        if self.total_steps == self.at:
-            os._exit(3)
-        return super().step(action)
 
 
 @pytest.fixture

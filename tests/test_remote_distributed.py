@@ -13,32 +13,12 @@ import pytest
 from remote_servers import remote_url, s3_server_fixture  # noqa: F401 - fixtures
 
 import vcollect
-from tests.envs import CountingEnv
+from tests.envs import CountingEnv, ExitOnceEnv
 from vcollect.distributed import DistributedCollector
 from vcollect.remote import list_remote_datasets
 from vcollect.store import EpisodeStore, load_dataset
 
 ID = "test/remote-counting-v0"
-
-
-class ExitOnceEnv(CountingEnv):
-    """A CountingEnv; the first one built anywhere (it wins the O_EXCL creation of `flag`) ends its process
-    with os._exit at its `at`-th step, mid-episode."""
-
-    def __init__(self, flag: str, at: int, episode_length: int = 5) -> None:
-        super().__init__(episode_length)
-        self.total_steps, self.at = 0, -1
-        try:
-            os.close(os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return
-        self.at = at
-
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        self.total_steps += 1
-        if self.total_steps == self.at:
-            os._exit(3)
-        return super().step(action)
 
 
 @pytest.fixture
