@@ -75,14 +75,10 @@ def add_remote_parsers(commands: argparse._SubParsersAction[CommandParser], *, r
         "manifest (size and SHA-256), only shards not held locally fetched, the dataset published whole; an "
         "interrupted download resumes when run again. Datasets in Minari's remote layout are imported.",
     )
-    download.add_argument("dataset_ids", metavar="ID", nargs="*")
-    download.add_argument("--namespace", default=None, metavar="NS", help="every dataset of this namespace on the remote")
-    download.add_argument("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
+    _add_transfer_arguments(download, "every dataset of this namespace on the remote", root_help)
     download.add_argument("--force-download", action="store_true",
                           help="fetch every shard again and replace the local dataset, also one holding shards the remote lacks")
     download.add_argument("--anonymous", action="store_true", help="read a public bucket without credentials")
-    download.add_argument("--no-progress", action="store_true", help="do not show the progress bars")
-    download.add_argument("--root", default=None, metavar="DIR", help=root_help)
     download.set_defaults(handler=run_download)
 
     upload = commands.add_parser(
@@ -91,14 +87,19 @@ def add_remote_parsers(commands: argparse._SubParsersAction[CommandParser], *, r
         "(a reader never sees metadata naming a missing shard); an interrupted upload resumes when run again. "
         "--format minari writes Minari's remote layout (what `minari download` reads).",
     )
-    upload.add_argument("dataset_ids", metavar="ID", nargs="*")
-    upload.add_argument("--namespace", default=None, metavar="NS", help="every local dataset of this namespace")
-    upload.add_argument("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
+    _add_transfer_arguments(upload, "every local dataset of this namespace", root_help)
     upload.add_argument("--format", choices=["vcollect", "minari"], default="vcollect",
                         help="the remote layout (default: vcollect; minari: Minari's, every file sent each time)")
-    upload.add_argument("--no-progress", action="store_true", help="do not show the progress bars")
-    upload.add_argument("--root", default=None, metavar="DIR", help=root_help)
     upload.set_defaults(handler=run_upload)
+
+
+def _add_transfer_arguments(command: argparse.ArgumentParser, namespace_help: str, root_help: str) -> None:
+    """The arguments ``download`` and ``upload`` share: the ids or a namespace, the remote, bars, the root."""
+    command.add_argument("dataset_ids", metavar="ID", nargs="*")
+    command.add_argument("--namespace", default=None, metavar="NS", help=namespace_help)
+    command.add_argument("--remote", default=None, metavar="URL", help=_REMOTE_HELP)
+    command.add_argument("--no-progress", action="store_true", help="do not show the progress bars")
+    command.add_argument("--root", default=None, metavar="DIR", help=root_help)
 
 
 def _prefix(namespace: str | None) -> str | None:
