@@ -4,34 +4,39 @@ Opening lays the dataset out in a session folder of the cache: its ``dataset.jso
 metadata as the remote has them, and for each shard a sparse placeholder of the recorded size and mtime, so
 the store's loader takes the manifest lines for the shards without reading any (nothing is fetched to
 open). The reader's opening hook (``open_dataset_at(before_open=...)``) then fetches a shard the first time
-a read opens it: whole, checked against its manifest line's size and SHA-256, kept in a content-addressed
-``blobs/`` folder shared by every session and linked over its placeholder. When the blobs this session
-fetched pass ``cache_bytes``, the least recently opened are removed and their placeholders put back (a
-file the reader still holds open stays readable until it closes it).
+a read opens it. Where the remote holds the shard's block list (blocks.py; uploads write one), the shard is
+read in place block by block: the placeholder is filled with the blocks each read touches, each checked
+against its SHA-256 before it is read (ranged_reads.py), so a batch of sampled rows costs the blocks
+holding them, not their shards. Otherwise the shard is fetched whole, checked against its manifest line's
+size and SHA-256, kept in a content-addressed ``blobs/`` folder shared by every session and linked over
+its placeholder. When the bytes this session fetched pass ``cache_bytes``, the least recently opened
+shards are dropped and their placeholders put back (a file the reader still holds open stays readable
+until it closes it).
 
 A shard whose manifest line cannot stand in for it (one with reset-option or episode-metadata tables,
 which the line does not hold) is fetched when the dataset is opened, since loading reads it.
 
-The cache is shard-granular: a read of one episode fetches that episode's whole shard (byte ranges of a
-shard are a later refinement). ``Dataset.verify`` and transforms that read shard files directly need a
-downloaded dataset.
+``Dataset.verify`` and transforms that read shard files directly need a downloaded dataset.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import shutil
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from vcollect.remote.blocks import BLOCKS_DIR, BlockHashes, blocks_name
 from vcollect.remote.layout import ManifestLine, RemoteManifest, check_remote_id, dataset_json
 from vcollect.remote.location import Remote, open_remote, remote_errors
+from vcollect.remote.ranged_reads import RangedShard
 from vcollect.remote.transfer import NoProgress, fetch_object, read_optional
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, check_dataset_info
 from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
@@ -104,8 +109,9 @@ class ShardCache:
 
     def _setup(self) -> None:
         self._remote: Remote | None = None
-        self._lock = threading.Lock()
-        self._held: OrderedDict[str, int] = OrderedDict()  # shard -> size, this session's fetched ones, LRU
+        self._lock = threading.RLock()
+        # shard -> its size when fetched whole, or its RangedShard when read block by block; LRU first
+        self._held: OrderedDict[str, int | RangedShard] = OrderedDict()
         self.fetched_bytes = 0
 
     def __getstate__(self) -> dict[str, Any]:
@@ -127,18 +133,26 @@ class ShardCache:
         return self._remote
 
     def held_bytes(self) -> int:
-        """Bytes of fetched shards this session keeps now."""
-        return sum(self._held.values())
+        """Bytes of fetched shards (whole, or the blocks read of them) this session keeps now."""
+        return sum(held if isinstance(held, int) else held.held_bytes for held in self._held.values())
 
-    def __call__(self, path: Path) -> None:
-        """Make the shard file at ``path`` hold its bytes (fetched and checked when it does not yet)."""
+    def __call__(self, path: Path) -> RangedShard | None:
+        """Get the shard file at ``path`` ready to read: None when it holds its bytes (fetched whole and
+        checked when it did not yet), or the RangedShard to read it through block by block."""
         line = self.lines.get(path.name)
         if line is None:
-            return
+            return None
         with self._lock:
-            if path.name in self._held:
+            held = self._held.get(path.name)
+            if held is not None:
                 self._held.move_to_end(path.name)
-                return
+                return None if isinstance(held, int) else held
+            blocks = self._block_list(line)
+            if blocks is not None:
+                ranged = RangedShard(path, blocks, self._fetcher(line), f"shard {line.shard} of {self.dataset_id!r}",
+                                     on_fetched=functools.partial(self._fetched, path.name))
+                self._held[path.name] = ranged
+                return ranged
             blob = self.blobs / line.sha256
             if not blob.exists():
                 self.fetched_bytes += fetch_object(
@@ -152,6 +166,39 @@ class ShardCache:
             os.replace(tmp, path)
             self._held[path.name] = line.size
             self._evict(keep=path.name)
+            return None
+
+    def _block_list(self, line: ManifestLine) -> BlockHashes | None:
+        """The shard's block list from the remote; None where there is none, or one that is not this shard's
+        (its size or whole SHA-256 differs from the manifest line's): the shard is then fetched whole."""
+        data = read_optional(self.remote, self.remote.path(self.dataset_id, BLOCKS_DIR, blocks_name(line.shard)),
+                             f"reading shard {line.shard} of {self.dataset_id!r}")
+        if data is None:
+            return None
+        try:
+            blocks = BlockHashes.decode(data)
+        except ValueError:
+            return None
+        return blocks if (blocks.size, blocks.sha256) == (line.size, line.sha256) else None
+
+    def _fetcher(self, line: ManifestLine) -> Callable[[list[int], list[int]], list[bytes]]:
+        """Ranged reads of the shard's remote object, sent as one batch."""
+        path = self.remote.path(self.dataset_id, SHARDS_DIR, line.shard)
+        what = f"reading shard {line.shard} of {self.dataset_id!r}"
+
+        def fetch(starts: list[int], stops: list[int]) -> list[bytes]:
+            with remote_errors(self.remote, what):
+                return list(self.remote.fs.cat_ranges([path] * len(starts), starts, stops, on_error="raise"))
+
+        return fetch
+
+    def _fetched(self, name: str, added: int) -> None:
+        """Account for ``added`` bytes of blocks the shard ``name`` read, and keep within the capacity."""
+        with self._lock:
+            self.fetched_bytes += added
+            if name in self._held:
+                self._held.move_to_end(name)
+                self._evict(keep=name)
 
     def _evict(self, keep: str) -> None:
         while self.held_bytes() > self.capacity_bytes and len(self._held) > 1:
@@ -159,11 +206,12 @@ class ShardCache:
             if name == keep:
                 self._held.move_to_end(name)
                 continue
-            del self._held[name]
+            held = self._held.pop(name)
             line = self.lines[name]
             _placeholder(self.folder / SHARDS_DIR / name, line.size, line.mtime_ns)
-            with contextlib.suppress(FileNotFoundError):
-                (self.blobs / line.sha256).unlink()
+            if isinstance(held, int):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.blobs / line.sha256).unlink()
 
 
 def _clean_sessions(sessions: Path) -> None:

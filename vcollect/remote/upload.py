@@ -3,7 +3,8 @@
 What goes is decided by the writers' manifests, read once when the upload starts: a shard goes when its
 manifest line is there (it is committed: a writer renames a shard into place before recording it) and the
 remote has no object of that name and size. Each shard is checked against its line's SHA-256 before it
-goes. Then come the manifests (the remote's lines with the new ones added, per writer), the episode
+goes, and the SHA-256 of each of its blocks goes after it (blocks.py: what lets a dataset read in place fetch
+byte ranges); a shard already on the remote without its block list gets one. Then come the manifests (the remote's lines with the new ones added, per writer), the episode
 metadata and the namespaces' metadata, and ``dataset.json`` last: a reader never sees a manifest line
 whose shard is not there. Shards a writer commits meanwhile are left for the next upload. Two uploads of
 one dataset at once send the same immutable shards and lines; the remote ends with one whole dataset.
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vcollect.errors import BucketNotFoundError, CorruptShardError, DatasetNotFoundError
+from vcollect.remote.blocks import BLOCKS_DIR, blocks_name, hash_file
 from vcollect.remote.layout import (
     ManifestLine,
     RemoteManifest,
@@ -28,7 +30,7 @@ from vcollect.remote.location import Remote, bucket_exists, remote_errors
 from vcollect.remote.transfer import NoProgress, TransferProgress, put_file, write_object
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, read_side_file
 from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
-from vcollect.store.layout.manifest import MANIFEST_DIR, file_sha256
+from vcollect.store.layout.manifest import MANIFEST_DIR
 from vcollect.store.layout.namespaces import NAMESPACE_METADATA_FILE, namespace_hierarchy
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 
@@ -114,7 +116,9 @@ def upload_to(
     remote_shards = remote_sizes(remote, remote.path(dataset_id, SHARDS_DIR), f"uploading {dataset_id!r}")
     with remote_errors(remote, f"uploading {dataset_id!r}"):
         on_remote = RemoteManifest.read(remote, dataset_id)
+    remote_blocks = remote_sizes(remote, remote.path(dataset_id, BLOCKS_DIR), f"uploading {dataset_id!r}")
     sending: list[tuple[ManifestLine, Path]] = []
+    unlisted: list[tuple[ManifestLine, Path]] = []  # on the remote already, without a block list
     kept = RemoteManifest()
     for name, lines in local.files.items():
         for line in lines:
@@ -127,21 +131,27 @@ def upload_to(
             kept.files.setdefault(name, []).append(line)
             if remote_shards.get(line.shard) == line.size:
                 report.shards_kept += 1
+                if blocks_name(line.shard) not in remote_blocks:
+                    unlisted.append((line, shard))
             else:
                 sending.append((line, shard))
     progress.add_total(len(sending), sum(line.size for line, _ in sending))
-    for line, shard in sending:
-        if file_sha256(shard) != line.sha256:
+    for line, shard in sending + unlisted:
+        blocks = hash_file(shard)
+        if blocks.sha256 != line.sha256 or blocks.size != line.size:
             raise CorruptShardError(
                 f"shard {str(shard)!r} differs from its manifest line (SHA-256): not uploaded; "
                 f"'vcollect verify {dataset_id}' says more"
             )
-        put_file(remote, shard, remote.path(dataset_id, SHARDS_DIR, line.shard), progress,
-                 f"uploading shard {line.shard} of {dataset_id!r}")
-        progress.file_done()
-        report.files += 1
-        report.shards += 1
-        report.bytes += line.size
+        if remote_shards.get(line.shard) != line.size:
+            put_file(remote, shard, remote.path(dataset_id, SHARDS_DIR, line.shard), progress,
+                     f"uploading shard {line.shard} of {dataset_id!r}")
+            progress.file_done()
+            report.files += 1
+            report.shards += 1
+            report.bytes += line.size
+        _write(remote, remote.path(dataset_id, BLOCKS_DIR, blocks_name(line.shard)), blocks.encode(), dataset_id,
+               report)
     merged = on_remote.merged(kept)
     for name, lines in merged.files.items():
         if lines == on_remote.files.get(name):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import numpy as np
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import dataset_spaces
 from vcollect.store.layout.shard_format import column_path
-from vcollect.store.read.shard_reader import OpenShardFiles, StoredShard, decode_column
+from vcollect.store.read.shard_reader import OpenShardFiles, ShardOpener, StoredShard, decode_column
 from vcollect.store.write.frame_stack import FrameStack, rebuild_episode, stack_rows
 
 __all__ = ["DatasetIndex", "EpisodeData"]
@@ -82,7 +81,7 @@ class DatasetIndex:
         shards: list[StoredShard],
         max_open_files: int,
         late_metadata: dict[str, dict[int, dict[str, Any]]] | None = None,
-        before_open: Callable[[Path], None] | None = None,
+        before_open: ShardOpener | None = None,
     ) -> None:
         self.dataset_id = dataset_id
         #: metadata set after the fact (episode_metadata.json): {shard file name: {row: metadata}}

@@ -57,7 +57,7 @@ from vcollect.store.read.dataset_slices import (
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.requirements import warn_unmet_requirements
 from vcollect.store.read.shard_census import ON_DAMAGE, OnDamage, take_census
-from vcollect.store.read.shard_reader import StoredShard
+from vcollect.store.read.shard_reader import ShardOpener, StoredShard
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 from vcollect.store.write.shard import EpisodeRows
@@ -1003,7 +1003,7 @@ def open_dataset_at(
     on_damage: OnDamage = "raise",
     skip_corrupt: bool = False,
     max_open_files: int | None = None,
-    before_open: Callable[[Path], None] | None = None,
+    before_open: ShardOpener | None = None,
 ) -> Dataset:
     """:func:`load_dataset` of the dataset folder ``path``, named ``dataset_id`` under ``root_path``.
 
@@ -1018,7 +1018,7 @@ def open_dataset_at(
         skip_corrupt: As :func:`load_dataset`'s.
         max_open_files: As :func:`load_dataset`'s.
         before_open: Called with a shard file's path before the reader opens it (a dataset read in place from
-            a remote fetches the shard there); None: every shard file is here.
+            a remote fetches the shard there, or hands back the ShardRanges to read it through); None: every shard file is here.
 
     Returns:
         The dataset.

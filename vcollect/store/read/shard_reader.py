@@ -9,6 +9,7 @@ naming the file.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import functools
 import json
@@ -16,11 +17,12 @@ import math
 import mmap
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import h5py
 import numpy as np
@@ -32,7 +34,7 @@ from vcollect.store.read.chunk_reader import ChunkTable, check_declared_sizes
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
 
-__all__ = ["OpenShardFiles", "StoredShard", "decode_column"]
+__all__ = ["OpenShardFiles", "ShardOpener", "ShardRanges", "StoredShard", "decode_column"]
 
 #: errno values that say something about the process or the system, not about the shard being read.
 _RESOURCE_ERRNOS = frozenset(
@@ -301,6 +303,64 @@ _TABLE_KINDS = {
 }
 
 
+class ShardRanges(Protocol):
+    """A shard file whose bytes arrive as reads need them (a dataset read in place from a remote).
+
+    The reader asks for the byte ranges it is about to read before it reads them through the map or the
+    file object this gives; nothing else of the file may be read.
+    """
+
+    def ensure(self, starts: np.ndarray, stops: np.ndarray) -> None:
+        """Make bytes ``starts[i]`` to ``stops[i]`` (exclusive) of the file present and checked."""
+
+    def open_map(self) -> mmap.mmap:
+        """A read-only memory map of the file."""
+
+    def file_object(self) -> Any:
+        """A binary file object over the file (for HDF5) whose reads ensure what they read first."""
+
+
+#: Called with a shard file's path before the reader opens it: None when the file is whole there, or the
+#: ShardRanges through which to read it.
+ShardOpener = Callable[[Path], "ShardRanges | None"]
+
+
+def _row_ranges(offset: int, row_bytes: int, rows: slice | np.ndarray, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The byte ranges of ``rows`` of a contiguous column of ``row_bytes`` rows starting at ``offset``."""
+    if isinstance(rows, slice):
+        lo, hi, step = rows.indices(num_rows)
+        if step == 1:
+            return np.array([offset + lo * row_bytes]), np.array([offset + max(lo, hi) * row_bytes])
+        rows = np.arange(lo, hi, step)
+    starts = offset + np.asarray(rows, dtype=np.int64).reshape(-1) * row_bytes
+    return starts, starts + row_bytes
+
+
+def _chunk_ranges(table: ChunkTable, rows: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The byte ranges of the chunks of ``table`` holding ``rows``."""
+    if isinstance(rows, slice):
+        lo, hi, step = rows.indices(table.num_rows)
+        if hi <= lo:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        chunks = np.arange(lo // table.rows_per_chunk, (hi - 1) // table.rows_per_chunk + 1)
+    else:
+        chunks = np.asarray(rows, dtype=np.int64).reshape(-1) // table.rows_per_chunk
+    starts = table.offsets[chunks]
+    return starts, starts + table.sizes[chunks]
+
+
+#: HDF5 files open over Python file objects (shards read through ShardRanges): closed before the interpreter
+#: tears down, since HDF5 closing them then would call into objects already gone (a crash at exit).
+_OVER_FILE_OBJECTS: weakref.WeakSet[h5py.File] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_files_over_file_objects() -> None:
+    for f in list(_OVER_FILE_OBJECTS):
+        if f.id.valid:
+            f.close()
+
+
 class OpenShardFiles:
     """The shard files a dataset has open: at most ``capacity`` maps/HDF5 files, least recently used closed first.
 
@@ -308,13 +368,14 @@ class OpenShardFiles:
     them; a map's descriptor is released once nothing references the map any more.
     """
 
-    def __init__(self, capacity: int, before_open: Callable[[Path], None] | None = None) -> None:
+    def __init__(self, capacity: int, before_open: ShardOpener | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = capacity
         #: called with a shard file's path before the file is opened (a dataset read in place from a remote
-        #: fetches the shard there); None: the files are all here
+        #: fetches the shard there, or hands back its ShardRanges); None: the files are all here
         self.before_open = before_open
+        self._ranges: dict[tuple[int, str], ShardRanges] = {}  # open files whose bytes arrive as reads need them
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._tables: dict[tuple[int, str], ChunkTable | None] = {}
         self._checked: set[tuple[int, str]] = set()  # columns HDF5 decodes whose chunk headers were checked
@@ -348,10 +409,17 @@ class OpenShardFiles:
             with self._lock:
                 try:
                     if col.offset is not None:
+                        ranges = self._ranges_of(key, shard)
+                        if ranges is not None:
+                            ranges.ensure(*_row_ranges(col.offset, col.size // col.shape[0] * col.dtype.itemsize,
+                                                       rows, col.shape[0]))
                         out[where] = self._mapped_column(key, shard, col)[rows]
                         return
                     table = self._chunk_table(key, shard, name)
                     if table is not None and table.rows_per_chunk == 1:
+                        ranges = self._ranges_of(key, shard)
+                        if ranges is not None:
+                            ranges.ensure(*_chunk_ranges(table, rows))
                         table.decode_into(self._get(key, shard, "map"), rows, out, where)
                         return
                 except Exception as exc:
@@ -375,9 +443,16 @@ class OpenShardFiles:
 
     def _read_locked(self, key: int, shard: StoredShard, col: _Column, name: str, rows: slice | np.ndarray) -> np.ndarray:
         if col.offset is not None:
+            ranges = self._ranges_of(key, shard)
+            if ranges is not None:
+                ranges.ensure(*_row_ranges(col.offset, col.size // col.shape[0] * col.dtype.itemsize, rows,
+                                           col.shape[0]))
             return np.array(self._mapped_column(key, shard, col)[rows])
         table = self._chunk_table(key, shard, name)
         if table is not None:  # Zstandard or deflate chunks: decoded straight from the file's map
+            ranges = self._ranges_of(key, shard)
+            if ranges is not None:
+                ranges.ensure(*_chunk_ranges(table, rows))
             mapped = self._get(key, shard, "map")
             if isinstance(rows, slice):
                 lo, hi, step = rows.indices(col.shape[0])
@@ -387,8 +462,14 @@ class OpenShardFiles:
             return table.read_rows(mapped, rows)
         if (key, name) not in self._checked:  # HDF5 allocates what a chunk declares: held to its size first
             mapped = self._get(key, shard, "map")  # before the HDF5 file, which a capacity of one would close
-            check_declared_sizes(self._get(key, shard, "h5")[name],
-                                 lambda offset, size: mapped[offset : offset + size])
+            ranges = self._ranges.get((key, "map"))
+
+            def read_at(offset: int, size: int) -> bytes:
+                if ranges is not None:
+                    ranges.ensure(np.array([offset]), np.array([offset + size]))
+                return mapped[offset : offset + size]
+
+            check_declared_sizes(self._get(key, shard, "h5")[name], read_at)
             self._checked.add((key, name))
         ds = self._get(key, shard, "h5")[name]
         if isinstance(rows, slice):
@@ -410,6 +491,13 @@ class OpenShardFiles:
             self._tables[(key, name)] = ChunkTable(ds) if ChunkTable.applies_to(ds) else None
         return self._tables[(key, name)]
 
+    def _ranges_of(self, key: int, shard: StoredShard) -> ShardRanges | None:
+        """The ShardRanges of the shard's open map (opened first), or None where its file is whole here."""
+        if self.before_open is None:
+            return None
+        self._get(key, shard, "map")
+        return self._ranges.get((key, "map"))
+
     def _get(self, key: int, shard: StoredShard, kind: str) -> Any:
         if os.getpid() != self._pid:  # a forked child opens its own files (HDF5 handles do not survive fork)
             self._open = OrderedDict()
@@ -419,38 +507,47 @@ class OpenShardFiles:
             self._open.move_to_end((key, kind))
             return handle
         self._close_oldest(len(self._open) - self.capacity + 1)
-        if self.before_open is not None:
-            self.before_open(shard.path)
+        ranges = self.before_open(shard.path) if self.before_open is not None else None
         try:
-            handle = self._open_file(shard.path, kind)
+            handle = self._open_file(shard.path, kind, ranges)
         except OSError as exc:
             if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._open:
                 raise
             # the process is out of file descriptors (other datasets, other files): give back half of ours
             self._close_oldest(max(1, len(self._open) // 2))
-            handle = self._open_file(shard.path, kind)
+            handle = self._open_file(shard.path, kind, ranges)
         self._open[(key, kind)] = handle
+        if ranges is not None:
+            self._ranges[(key, kind)] = ranges
         return handle
 
     def _close_oldest(self, count: int) -> None:
         """Close the ``count`` least recently used files (a map closes, releasing its descriptor, when the
         last reference to it goes)."""
         for _ in range(min(count, len(self._open))):
-            _, old = self._open.popitem(last=False)
+            which, old = self._open.popitem(last=False)
+            self._ranges.pop(which, None)
             if isinstance(old, h5py.File):
                 old.close()
 
     @staticmethod
-    def _open_file(path: Path, kind: str) -> Any:
+    def _open_file(path: Path, kind: str, ranges: ShardRanges | None) -> Any:
         if kind == "map":
+            if ranges is not None:
+                return ranges.open_map()
             with open(path, "rb") as f:
                 return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         import_plugin_filters()  # a column written with lz4/zstd reads only once they are registered
-        return h5py.File(path, "r")
+        if ranges is None:
+            return h5py.File(path, "r")
+        f = h5py.File(ranges.file_object(), "r")
+        _OVER_FILE_OBJECTS.add(f)
+        return f
 
     def close(self) -> None:
         """Close every open file."""
         with self._lock:
+            self._ranges.clear()
             while self._open:
                 _, old = self._open.popitem()
                 if isinstance(old, h5py.File):

@@ -1,0 +1,190 @@
+"""Reading a remote dataset in place block by block: block lists written by uploads, reads equal to a local
+copy's on every read path and codec, only the blocks a read touches fetched, each block checked, and the
+whole-shard fetch where a remote holds no (matching) block list."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from remote_servers import remote_url, s3_server_fixture  # noqa: F401 - fixtures
+
+import vcollect
+from vcollect.errors import RemoteIntegrityError
+from vcollect.remote.blocks import BLOCK_BYTES, BlockHashes, hash_file
+from vcollect.remote.ranged_reads import RangedShard
+from vcollect.store import EpisodeStore, load_dataset
+
+ID = "frames-v0"
+FRAME = spaces.Box(0, 255, (84, 84), np.uint8)
+ACTIONS = spaces.Discrete(6)
+
+
+def write_frames(root: Path, compression: str, lengths: list[int], per_shard: int = 2) -> None:
+    """Episodes of noisy 84x84 frames (several 256 KiB blocks a shard), ``per_shard`` episodes a shard."""
+    store = EpisodeStore.create(ID, FRAME, ACTIONS, root=root, compression=compression)
+    rng = np.random.default_rng(len(lengths))
+    for i, steps in enumerate(lengths):
+        frames = rng.integers(0, 32, (steps + 1, 84, 84), dtype=np.uint8)  # compressible, not constant
+        store.write_episode(frames, rng.integers(0, 6, steps), rng.normal(size=steps),
+                            np.eye(1, steps, steps - 1, dtype=bool)[0], np.zeros(steps, dtype=bool),
+                            seed=i, env_id=0)
+        if (i + 1) % per_shard == 0:
+            store.flush()
+    store.close()
+
+
+def remote_folder(url: str) -> Path:
+    return Path(url.removeprefix("file://")) / ID
+
+
+def hook(dataset: Any) -> Any:
+    return dataset._index.files.before_open  # noqa: SLF001 - the cache's own counters
+
+
+def same(a: dict[str, Any], b: dict[str, Any]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.parametrize("compression", ["none", "zstd", "gzip", "lz4"])
+def test_reads_in_place_equal_the_local_copy_on_every_path(compression: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
+    write_frames(tmp_path / "a", compression, [160, 145, 170, 130])
+    url = remote_url("file", None, None, tmp_path)
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    blocks = sorted(p.name for p in (remote_folder(url) / "blocks").iterdir())
+    shards = sorted(p.name for p in (remote_folder(url) / "shards").iterdir())
+    assert blocks == [f"{s}.json" for s in shards]  # a block list beside every shard
+    local = load_dataset(ID, tmp_path / "a")
+    streamed = vcollect.load_dataset(f"{url}/{ID}")
+    cache = hook(streamed)
+    positions = np.array([5, 400])
+    same(streamed.steps_at(positions, cache_bytes=0), local.steps_at(positions, cache_bytes=0))
+    total = sum(line.size for line in cache.lines.values())
+    # the blocks of 2 rows (and of the chunk index HDF5 reads, for compressed columns), not their shards; an
+    # LZ4 column is decoded by HDF5, and every chunk's header is checked before it does: all its blocks
+    if compression == "lz4":
+        assert cache.fetched_bytes <= total
+    else:
+        assert 0 < cache.fetched_bytes < total / (2 if compression == "none" else 1)
+    local.set_seed(5)
+    streamed.set_seed(5)
+    same(streamed.sample_slices(3, 8, seed=1, cache_bytes=0), local.sample_slices(3, 8, seed=1, cache_bytes=0))
+    for mine, theirs in zip(streamed.iterate_episodes(), local.iterate_episodes(), strict=True):
+        np.testing.assert_array_equal(mine.observations, theirs.observations)
+        np.testing.assert_array_equal(mine.actions, theirs.actions)
+        np.testing.assert_array_equal(mine.rewards, theirs.rewards)
+    assert cache.fetched_bytes == total  # every block once, none twice
+    same(streamed.steps_at(positions, cache_bytes=0), local.steps_at(positions, cache_bytes=0))
+    assert cache.fetched_bytes == total
+
+
+def test_a_sample_fetches_the_blocks_of_its_rows_over_s3(s3_server: Any, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
+    write_frames(tmp_path / "a", "none", [150, 150, 150, 150], per_shard=2)
+    url = remote_url("s3", s3_server, None, tmp_path)
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    local = load_dataset(ID, tmp_path / "a")
+    streamed = vcollect.load_dataset(ID, remote=url, stream=True)
+    positions = np.array([3, 170, 320, 599])
+    same(streamed.steps_at(positions, cache_bytes=0), local.steps_at(positions, cache_bytes=0))
+    cache = hook(streamed)
+    # 4 observation pairs, actions, rewards and flags: a few blocks a shard, far below the shards' ~4.2 MB
+    assert cache.fetched_bytes <= 16 * BLOCK_BYTES < sum(line.size for line in cache.lines.values())
+
+
+def test_a_block_altered_on_the_remote_is_refused_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
+    write_frames(tmp_path / "a", "none", [150, 150], per_shard=1)
+    url = remote_url("file", None, None, tmp_path)
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    first = sorted((remote_folder(url) / "shards").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte in a middle block of the first shard's frames
+    first.write_bytes(bytes(data))
+    streamed = vcollect.load_dataset(f"{url}/{ID}")
+    local = load_dataset(ID, tmp_path / "a")
+    np.testing.assert_array_equal(streamed[1].observations, local[1].observations)  # the other shard reads
+    with pytest.raises(RemoteIntegrityError, match=r"block \d+ .*does not match its SHA-256"):
+        for episode in streamed.iterate_episodes([0]):
+            episode.observations.sum()
+
+
+def test_without_a_matching_block_list_the_shard_is_fetched_whole(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
+    write_frames(tmp_path / "a", "none", [150, 150], per_shard=1)
+    url = remote_url("file", None, None, tmp_path)
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    lists = sorted((remote_folder(url) / "blocks").iterdir())
+    lists[0].unlink()  # as a dataset uploaded before block lists existed
+    other = BlockHashes.decode(lists[1].read_bytes())
+    lists[1].write_bytes(BlockHashes(other.size, "0" * 64, other.block_bytes, other.digests).encode())  # not its shard's
+    local = load_dataset(ID, tmp_path / "a")
+    streamed = vcollect.load_dataset(f"{url}/{ID}")
+    cache = hook(streamed)
+    sizes = [cache.lines[name].size for name in sorted(cache.lines)]
+    same(streamed.steps_at([0], cache_bytes=0), local.steps_at([0], cache_bytes=0))
+    assert cache.fetched_bytes == sizes[0]
+    same(streamed.steps_at([200], cache_bytes=0), local.steps_at([200], cache_bytes=0))
+    assert cache.fetched_bytes == sizes[0] + sizes[1]
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")  # an upload adds the missing list, sends no shard
+    assert sorted(p.name for p in (remote_folder(url) / "blocks").iterdir()) == [p.name for p in lists]
+
+
+def test_block_lists_round_trip_and_refuse_malformed_text(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(os.urandom(3 * 1000 + 17))
+    blocks = hash_file(path, 1000)
+    assert (blocks.size, blocks.num_blocks, blocks.sha256) == (3017, 4, hashlib.sha256(path.read_bytes()).hexdigest())
+    assert BlockHashes.decode(blocks.encode()) == blocks
+    assert blocks.matches(3, path.read_bytes()[3000:]) and not blocks.matches(3, path.read_bytes()[2999:])
+    for bad, message in [(b"{", "not JSON"), (b"[]", "not a block list"),
+                         (blocks.encode().replace(b'"size": 3017', b'"size": 5017'), "digests for 6 blocks")]:
+        with pytest.raises(ValueError, match=message):
+            BlockHashes.decode(bad)
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(0, 5000), block=st.integers(1, 700),
+       reads=st.lists(st.tuples(st.integers(0, 5200), st.integers(0, 900)), max_size=6))
+def test_ranged_shard_holds_exactly_what_was_asked_for(tmp_path_factory: pytest.TempPathFactory, size: int, block: int,
+                                                       reads: list[tuple[int, int]]) -> None:
+    data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
+    folder = tmp_path_factory.mktemp("ranged")
+    source = folder / "source"
+    source.write_bytes(data)
+    placeholder = folder / "shard"
+    with open(placeholder, "wb") as f:
+        f.truncate(size)
+    asked: list[tuple[int, int]] = []
+
+    def fetch(starts: list[int], stops: list[int]) -> list[bytes]:
+        asked.extend(zip(starts, stops))
+        return [data[a:b] for a, b in zip(starts, stops)]
+
+    shard = RangedShard(placeholder, hash_file(source, block), fetch, "test shard")
+    present: set[int] = set()
+    for start, length in reads:
+        before = len(asked)
+        shard.ensure(np.array([start]), np.array([start + length]))
+        end = min(start + length, size)
+        wanted = set(range(start // block, -(-end // block))) if end > start else set()
+        fetched = {i for a, b in asked[before:] for i in range(a // block, -(-b // block))}
+        assert fetched == wanted - present  # only the missing blocks, each once
+        present |= wanted
+        mapped = shard.open_map() if size else None
+        for i in present:
+            assert mapped is not None and mapped[i * block : (i + 1) * block] == data[i * block : (i + 1) * block]
+    assert shard.held_bytes == sum(min(block, size - i * block) for i in present)
