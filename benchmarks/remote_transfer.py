@@ -154,6 +154,8 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=10)
     parser.add_argument("--tmp", default=None, metavar="DIR",
                         help="where the datasets are written (e.g. /dev/shm: no disk in the timings)")
+    parser.add_argument("--stream-only", action="store_true",
+                        help="only the reading-in-place rows (upload to S3, then the first and later batches)")
     args = parser.parse_args()
     import vcollect
     from vcollect.remote import open_remote
@@ -167,6 +169,12 @@ def main() -> None:
         make_dataset(src, dataset_id, args.mb, args.shards)
         total = dataset_bytes(src / "bench" / "frames-v0")
         print(f"dataset: {total / 2**20:.0f} MiB in {args.shards} shards (uint8 84x84 noise frames)")
+        if args.stream_only:
+            remote = open_remote("s3://bench-s3")
+            remote.fs.mkdir(remote.bucket)
+            vcollect.upload_dataset(dataset_id, remote.url, root=src)
+            streaming(dataset_id, src, tmp)
+            return
         rows = [(scheme, *compare_download(scheme, dataset_id, src, tmp)) for scheme in ("s3", "gs")]
         for scheme, o, p in rows:
             print(f"{scheme} download: vcollect {o[0]:.2f} s wall / {o[1]:.2f} s CPU; client loop {p[0]:.2f} s wall / "

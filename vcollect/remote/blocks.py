@@ -19,8 +19,8 @@ __all__ = ["BLOCKS_DIR", "BLOCK_BYTES", "BlockHashes", "blocks_name", "hash_file
 
 #: The folder of a remote dataset holding its shards' block lists.
 BLOCKS_DIR = "blocks"
-#: Bytes per block: a sampled row costs at most one or two blocks of transfer.
-BLOCK_BYTES = 256 << 10
+#: Bytes per block: a sampled row costs one or two blocks of transfer (an 84x84 frame is 7 KB).
+BLOCK_BYTES = 64 << 10
 _FORMAT = "vcollect-blocks-1"
 _DIGEST = 32
 

@@ -92,16 +92,23 @@ class RangedShard:
 
     def _fill(self, missing: np.ndarray) -> None:
         """Fetch, check and write the blocks ``missing`` (sorted, unique)."""
-        block = self.blocks.block_bytes
         cuts = np.flatnonzero(np.diff(missing) != 1) + 1
         runs: list[tuple[int, int]] = []
         for run in np.split(missing, cuts):
             for lo in range(int(run[0]), int(run[-1]) + 1, _RUN_BLOCKS):
                 runs.append((lo, min(int(run[-1]) + 1, lo + _RUN_BLOCKS)))
-        datas = self._fetch([lo * block for lo, _ in runs], [min(hi * block, self.blocks.size) for _, hi in runs])
+        self._accept(runs, self._fetch_runs(runs))
+
+    def _fetch_runs(self, runs: list[tuple[int, int]]) -> list[bytes]:
+        block = self.blocks.block_bytes
+        return self._fetch([lo * block for lo, _ in runs], [min(hi * block, self.blocks.size) for _, hi in runs])
+
+    def _accept(self, runs: list[tuple[int, int]], datas: list[bytes]) -> None:
+        """Check each fetched block of ``runs`` and write the ones not yet here (under the lock)."""
+        block = self.blocks.block_bytes
         added = 0
         fd = self._file.fileno()
-        for (lo, hi), data in zip(runs, datas):
+        for (lo, hi), data in zip(runs, datas, strict=True):
             view = memoryview(data)
             for index in range(lo, hi):
                 part = view[(index - lo) * block : (index - lo + 1) * block]
@@ -111,13 +118,45 @@ class RangedShard:
                         f"{index * block + self.blocks.block_size(index):,}) does not match its SHA-256 in the "
                         "shard's block list (altered or damaged on the remote); nothing of it was read"
                     )
-                os.pwrite(fd, part, index * block)
-                added += len(part)
-            self._have[lo:hi] = True
+                if not self._have[index]:
+                    os.pwrite(fd, part, index * block)
+                    self._have[index] = True
+                    added += len(part)
         self.held_bytes += added
         self._complete = bool(self._have.all())
-        if self._on_fetched is not None:
+        if self._on_fetched is not None and added:
             self._on_fetched(added)
+
+    @property
+    def missing_bytes(self) -> int:
+        """Bytes of the file not fetched yet."""
+        return self.blocks.size - self.held_bytes
+
+    def fill_some(self, max_bytes: int) -> int:
+        """Fetch the first run of missing blocks (at most ``max_bytes``), for a background fill; the fetch
+        runs without the lock, so reads go on meanwhile.
+
+        Args:
+            max_bytes: The most bytes to fetch.
+
+        Returns:
+            The bytes the run held (0 when the file is complete).
+
+        Raises:
+            RemoteIntegrityError: A fetched block differs from its SHA-256.
+            RemoteTransferError: The transfer failed.
+        """
+        with self._lock:
+            if self._complete:
+                return 0
+            lo = int(np.argmin(self._have))
+            count = max(1, max_bytes // self.blocks.block_bytes)
+            stop = lo + int(np.argmax(self._have[lo : lo + count])) if self._have[lo : lo + count].any() else lo + count
+            runs = [(lo, min(stop, self.blocks.num_blocks))]
+        datas = self._fetch_runs(runs)
+        with self._lock:
+            self._accept(runs, datas)
+        return len(datas[0])
 
     def read_into(self, view: memoryview, position: int) -> int:
         """Read the file's bytes at ``position`` into ``view`` (present ones only: :meth:`ensure` them first);

@@ -13,6 +13,11 @@ its placeholder. When the bytes this session fetched pass ``cache_bytes``, the l
 shards are dropped and their placeholders put back (a file the reader still holds open stays readable
 until it closes it).
 
+Meanwhile (``prefetch=True``, the default) a background thread fetches the rest of the block-listed
+shards in large ranged reads, each block checked the same way, as long as the cache has room for a shard's
+remainder: a training job samples from the first batch on, and reads at local speed once the copy is
+complete. Copies of the cache in other processes (DataLoader workers) do not prefetch.
+
 A shard whose manifest line cannot stand in for it (one with reset-option or episode-metadata tables,
 which the line does not hold) is fetched when the dataset is opened, since loading reads it.
 
@@ -51,6 +56,8 @@ __all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ShardCache", "cache_root", "open
 CACHE_ENV = "VCOLLECT_CACHE"
 #: Most bytes of fetched shards one dataset read in place keeps (least recently opened removed first).
 DEFAULT_CACHE_BYTES = 2 << 30
+#: Bytes the background fetch asks for in one ranged read.
+_PREFETCH_BYTES = 16 << 20
 _SESSIONS = "sessions"
 _BLOBS = "blobs"
 
@@ -97,6 +104,7 @@ class ShardCache:
         blobs: Path,
         lines: dict[str, ManifestLine],
         capacity_bytes: int,
+        prefetch: bool = False,
     ) -> None:
         self.url = url
         self.storage_options = dict(storage_options or {})
@@ -105,6 +113,7 @@ class ShardCache:
         self.blobs = blobs
         self.lines = lines
         self.capacity_bytes = capacity_bytes
+        self.prefetch = prefetch
         self._setup()
 
     def _setup(self) -> None:
@@ -113,11 +122,16 @@ class ShardCache:
         # shard -> its size when fetched whole, or its RangedShard when read block by block; LRU first
         self._held: OrderedDict[str, int | RangedShard] = OrderedDict()
         self.fetched_bytes = 0
+        self._filler: threading.Thread | None = None
+        self._no_list: set[str] = set()  # shards the remote holds no usable block list for
+        #: What stopped the background fetch, if anything did (reads fetch what they need themselves).
+        self.prefetch_error: BaseException | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_remote", "_lock", "_held", "fetched_bytes"):
+        for key in ("_remote", "_lock", "_held", "fetched_bytes", "_filler", "_no_list", "prefetch_error"):
             state.pop(key, None)
+        state["prefetch"] = False  # one process fetches ahead, not every DataLoader worker
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -147,12 +161,12 @@ class ShardCache:
             if held is not None:
                 self._held.move_to_end(path.name)
                 return None if isinstance(held, int) else held
-            blocks = self._block_list(line)
+            blocks = None if path.name in self._no_list else self._block_list(line)
             if blocks is not None:
-                ranged = RangedShard(path, blocks, self._fetcher(line), f"shard {line.shard} of {self.dataset_id!r}",
-                                     on_fetched=functools.partial(self._fetched, path.name))
-                self._held[path.name] = ranged
+                ranged = self._ranged(path.name, blocks)
+                self._start_prefetch()
                 return ranged
+            self._no_list.add(path.name)
             blob = self.blobs / line.sha256
             if not blob.exists():
                 self.fetched_bytes += fetch_object(
@@ -167,6 +181,63 @@ class ShardCache:
             self._held[path.name] = line.size
             self._evict(keep=path.name)
             return None
+
+    def _ranged(self, name: str, blocks: BlockHashes) -> RangedShard:
+        """The RangedShard of shard ``name``, made and held (under the lock)."""
+        line = self.lines[name]
+        ranged = RangedShard(self.folder / SHARDS_DIR / name, blocks, self._fetcher(line),
+                             f"shard {line.shard} of {self.dataset_id!r}",
+                             on_fetched=functools.partial(self._fetched, name))
+        self._held[name] = ranged
+        return ranged
+
+    def _start_prefetch(self) -> None:
+        if self.prefetch and self._filler is None:
+            self._filler = threading.Thread(target=self._prefetch, name=f"vcollect-prefetch-{self.dataset_id}",
+                                            daemon=True)
+            self._filler.start()
+
+    def _prefetch(self) -> None:
+        """Fetch the block-listed shards' missing blocks, shard by shard, while the cache has room for them."""
+        try:
+            for name in sorted(self.lines):
+                with self._lock:
+                    held = self._held.get(name)
+                    fits = self.held_bytes() + self.lines[name].size <= self.capacity_bytes
+                    if held is None and (name in self._no_list or not fits):
+                        continue
+                if held is None:
+                    blocks = self._block_list(self.lines[name])  # fetched without the lock: reads go on
+                    with self._lock:
+                        held = self._held.get(name)
+                        if held is None:
+                            if blocks is None:
+                                self._no_list.add(name)
+                                continue
+                            held = self._ranged(name, blocks)
+                while isinstance(held, RangedShard) and held.missing_bytes:
+                    with self._lock:
+                        if self._held.get(name) is not held or (
+                                self.held_bytes() + held.missing_bytes > self.capacity_bytes):
+                            break
+                    held.fill_some(_PREFETCH_BYTES)
+        except Exception as exc:  # noqa: BLE001 - kept for the caller to see; reads fetch what they need
+            self.prefetch_error = exc
+
+    def wait_for_prefetch(self, timeout: float) -> bool:
+        """Wait until the background fetch has finished (it started with the first read).
+
+        Args:
+            timeout: The most seconds to wait.
+
+        Returns:
+            Whether it has finished (True also when none was started).
+        """
+        filler = self._filler
+        if filler is not None:
+            filler.join(timeout)
+            return not filler.is_alive()
+        return True
 
     def _block_list(self, line: ManifestLine) -> BlockHashes | None:
         """The shard's block list from the remote; None where there is none, or one that is not this shard's
@@ -230,9 +301,11 @@ def open_in_place(
     storage_options: Mapping[str, Any] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
+    prefetch: bool = True,
     **options: Any,
 ) -> Dataset:
-    """Open the dataset ``dataset_id`` of ``remote_url`` without downloading it (see the module's docstring).
+    """Open the dataset ``dataset_id`` of ``remote_url`` without downloading it (see the module's docstring);
+    ``prefetch=False`` fetches only what reads touch.
 
     Raises:
         RemoteDatasetNotFoundError: The remote holds no such dataset.
@@ -274,7 +347,7 @@ def open_in_place(
     lines = manifest.by_shard
     for line in lines.values():
         _placeholder(folder / SHARDS_DIR / line.shard, line.size, line.mtime_ns)
-    cache = ShardCache(remote.url, storage_options, dataset_id, folder, blobs, lines, cache_bytes)
+    cache = ShardCache(remote.url, storage_options, dataset_id, folder, blobs, lines, cache_bytes, prefetch)
     local = read_manifest(folder)
     for name in sorted(lines):  # shards whose line cannot stand in for them are read when loading: fetched now
         entry = local.by_shard.get(name)

@@ -350,6 +350,8 @@ class DatasetIndex:
         if cache is not None:
             return cache[name][groups.rows]
         out = np.empty((len(groups.rows), *self._row_shape(name)), dtype=dtype)
+        if self.files.before_open is not None:  # a dataset read in place: every shard's part fetched at once
+            self.files.fetch_ahead(name, [(s, self.shards[s], local) for s, _, local in groups.parts])
         for s, where, local in groups.parts:
             self.files.read_into(s, self.shards[s], name, local, out, where)
         return out

@@ -10,6 +10,7 @@ naming the file.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import errno
 import functools
 import json
@@ -376,6 +377,8 @@ class OpenShardFiles:
         #: fetches the shard there, or hands back its ShardRanges); None: the files are all here
         self.before_open = before_open
         self._ranges: dict[tuple[int, str], ShardRanges] = {}  # open files whose bytes arrive as reads need them
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # fetch_ahead's, made on first need
+        self._pool_pid = 0
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._tables: dict[tuple[int, str], ChunkTable | None] = {}
         self._checked: set[tuple[int, str]] = set()  # columns HDF5 decodes whose chunk headers were checked
@@ -490,6 +493,42 @@ class OpenShardFiles:
             ds = self._get(key, shard, "h5")[name]
             self._tables[(key, name)] = ChunkTable(ds) if ChunkTable.applies_to(ds) else None
         return self._tables[(key, name)]
+
+    def fetch_ahead(self, name: str, parts: list[tuple[int, StoredShard, np.ndarray]]) -> None:
+        """Fetch what reads of column ``name`` at ``parts`` (key, shard, rows) will read, for every shard at
+        once, where shard files' bytes arrive as reads need them (nothing to do otherwise).
+
+        Args:
+            name: The column.
+            parts: For each shard, its key, description and the rows about to be read.
+
+        Raises:
+            RemoteIntegrityError: A fetched block differs from its checksum.
+            RemoteTransferError: A transfer failed.
+        """
+        if self.before_open is None or len(parts) < 2:
+            return
+        work: list[tuple[ShardRanges, np.ndarray, np.ndarray]] = []
+        with self._lock:
+            for key, shard, rows in parts:
+                col = shard.columns[name]
+                ranges = self._ranges_of(key, shard) if col.size else None
+                if ranges is None:
+                    continue
+                if col.offset is not None:
+                    row_bytes = col.size // col.shape[0] * col.dtype.itemsize
+                    work.append((ranges, *_row_ranges(col.offset, row_bytes, rows, col.shape[0])))
+                    continue
+                table = self._chunk_table(key, shard, name)
+                if table is not None:  # columns HDF5 decodes fetch what it reads as it reads it
+                    work.append((ranges, *_chunk_ranges(table, rows)))
+        if len(work) < 2:
+            return
+        if self._pool is None or self._pool_pid != os.getpid():
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="vcollect-fetch")
+            self._pool_pid = os.getpid()
+        for future in [self._pool.submit(ranges.ensure, starts, stops) for ranges, starts, stops in work]:
+            future.result()
 
     def _ranges_of(self, key: int, shard: StoredShard) -> ShardRanges | None:
         """The ShardRanges of the shard's open map (opened first), or None where its file is whole here."""
