@@ -52,6 +52,58 @@ def cartpole_ring(cls: type[VectorRingBuffer], rows: int, num_envs: int = 8, **k
     return ring
 
 
+def block_ring(rows: int, num_envs: int = 8, block: int = 65_536) -> VectorRingBuffer:
+    """A full ring of CartPole-shaped steps written in blocks (``RingWriter.add_steps``): per env, episodes of
+    ``torchrl_peer.episode_lengths``' 10 to 500 steps, each after the first begun by a restart row."""
+    from torchrl_peer import episode_lengths
+
+    from vcollect.buffers.ring import RingWriter
+
+    ring = VectorRingBuffer(total_size=rows, num_envs=num_envs, seed=0)
+    ring.bind_spaces(spaces.Box(-np.inf, np.inf, (4,), np.float32), spaces.Discrete(2))
+    ring.start_episodes(np.arange(num_envs), np.zeros((num_envs, 4), np.float32))
+    total = ring.capacity + 10
+    ends = np.zeros((total, num_envs), bool)
+    restarts = np.zeros((total, num_envs), bool)
+    for env in range(num_envs):
+        lengths = np.asarray(episode_lengths(2 * total, seed=env + 1))
+        last = np.cumsum(lengths + 1) - 2  # each episode's last step row; a restart row follows it
+        ends[last[last < total], env] = True
+        restarts[last[last + 1 < total] + 1, env] = True
+    rng = np.random.default_rng(0)
+    writer = RingWriter(ring)
+    block = min(block, ring.capacity - 1)
+    for lo in range(0, total, block):
+        hi = min(lo + block, total)
+        k = hi - lo
+        writer.add_steps([rng.integers(0, 2, (k, num_envs))], np.ones((k, num_envs)), ends[lo:hi],
+                         np.zeros((k, num_envs), bool), [rng.standard_normal((k, num_envs, 4), dtype=np.float32)],
+                         restarts[lo:hi])
+    return ring
+
+
+def torchrl_rows(sizes: list[int], calls: int, batch: int, lengths: list[int]) -> None:
+    """vcollect's ring against TorchRL's ReplayBuffer(LazyMemmapStorage, SliceSampler) at each size, CPU ms."""
+    from torchrl_peer import torchrl_slice_speed
+
+    print("\n| transitions | slice length | vcollect ring CPU ms p50 / p99 | TorchRL CPU ms p50 / p99 (wall p50) "
+          "| ratio | TorchRL cache_values=True CPU ms p50 (wall p50) | ratio |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for n in sizes:
+        ring = block_ring(n)
+        for length in lengths:
+            ours = timed(lambda r=ring, n_=length: r.sample_slices(batch, n_), calls)
+            peer = torchrl_slice_speed("cartpole", n, batch, length, calls)
+            cached = torchrl_slice_speed("cartpole", n, batch, length, calls, cache_values=True)
+            if peer is None or cached is None:
+                print("TorchRL is not installed: set TORCHRL_PYTHON (benchmarks/torchrl_peer.py)")
+                return
+            print(f"| {n:,} | {length} | {ours[0]:.3f} / {ours[1]:.3f} | {peer['cpu50']:.2f} / {peer['cpu99']:.2f} "
+                  f"({peer['wall50']:.2f}) | {peer['cpu50'] / ours[0]:.1f}x | {cached['cpu50']:.2f} "
+                  f"({cached['wall50']:.2f}) | {cached['cpu50'] / ours[0]:.1f}x |", flush=True)
+        del ring
+
+
 def timed(call: Callable[[], Any], calls: int, before: Callable[[], None] | None = None) -> tuple[float, float, float]:
     """(p50 CPU ms, p99 CPU ms, p50 wall ms) of ``calls`` calls (``before`` runs untimed before each)."""
     cpu, wall = [], []
@@ -172,7 +224,13 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--skip-pong", action="store_true")
     parser.add_argument("--skip-rings", action="store_true")
+    parser.add_argument("--torchrl", type=int, nargs="*", default=None, metavar="TRANSITIONS",
+                        help="only the TorchRL comparison, at these stored transitions (e.g. 1000000 10000000)")
+    parser.add_argument("--torchrl-lengths", type=int, nargs="+", default=[64, 4])
     args = parser.parse_args()
+    if args.torchrl:
+        torchrl_rows(args.torchrl, args.calls, args.batch, args.torchrl_lengths)
+        return
     if not args.skip_rings:
         ring_rows(args.rows, args.calls, args.batch, args.length)
     if not args.skip_pong:

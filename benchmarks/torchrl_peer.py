@@ -7,6 +7,10 @@ gymnasium[mujoco]==1.4.0``), else reports None (not installed). This file import
 library at the top, so the TorchRL interpreter needs no vcollect. Run alone:
 ``python benchmarks/torchrl_peer.py CartPole|HalfCheetah SerialEnv|ParallelEnv NUM_ENVS STEPS [WINDOWS]``
 prints steps/s, the best of WINDOWS (3) windows of ``STEPS`` frames each on one collector.
+
+Slices (``bench_slices.py --torchrl``): ``python benchmarks/torchrl_peer.py slices cartpole|FILE.npy TRANSITIONS
+NUM_SLICES LENGTH CALLS [cache]`` fills TorchRL's ``ReplayBuffer(LazyMemmapStorage, SliceSampler)`` and prints one
+JSON line of per-batch times (``slice_speed``).
 """
 
 from __future__ import annotations
@@ -92,6 +96,99 @@ def collect_speed(env_name: str, peer: str, num_envs: int, steps: int, windows: 
     return best
 
 
-if __name__ == "__main__":
+def episode_lengths(transitions: int, seed: int = 0, low: int = 10, high: int = 500) -> list[int]:
+    """Episode lengths of ``low`` to ``high`` steps (a mixed-quality CartPole policy's) summing to
+    ``transitions``; both sides of the slice comparison store episodes of these lengths."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(low, high + 1, transitions // low + 1)
+    cut = int(np.searchsorted(np.cumsum(lengths), transitions))
+    out = [int(x) for x in lengths[:cut]]
+    out.append(transitions - sum(out))
+    return [x for x in out if x > 0]
+
+
+def slice_speed(source: str, transitions: int, num_slices: int, length: int, calls: int,
+                cache_values: bool = False) -> dict[str, float]:
+    """Per-batch times of TorchRL's ``ReplayBuffer(LazyMemmapStorage, SliceSampler)``: ``num_slices`` slices of
+    ``length`` steps, ``calls`` batches after 2 of warm-up. ``source``: "cartpole" (float32 observations of 4,
+    episodes of ``episode_lengths``) or an .npy file of (T + 1, ...) stacked frames whose transitions are stored
+    with ``("next", "observation")`` as TorchRL's collectors write them (one episode per 1,000 steps). The
+    storage is filled in blocks of 1M transitions under a temporary folder; ``cache_values``: the sampler's
+    cache of the trajectories (valid while nothing is written). Runs under TorchRL."""
+    import tempfile
+
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+    from torchrl.data import LazyMemmapStorage, ReplayBuffer, SliceSampler
+
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix="torchrl-slices-") as scratch:
+        rb = ReplayBuffer(storage=LazyMemmapStorage(transitions, scratch_dir=scratch),
+                          sampler=SliceSampler(num_slices=num_slices, traj_key="episode", strict_length=True,
+                                               cache_values=cache_values),
+                          batch_size=num_slices * length)
+        frames = None if source == "cartpole" else np.load(source, mmap_mode="r")
+        lengths = episode_lengths(transitions) if frames is None else episode_lengths(transitions, 0, 1000, 1000)
+        episode = np.repeat(np.arange(len(lengths)), lengths)
+        block = 1_000_000 if frames is None else 20_000
+        rng = np.random.default_rng(1)
+        fill0 = time.perf_counter()
+        for lo in range(0, transitions, block):
+            hi = min(lo + block, transitions)
+            n = hi - lo
+            if frames is None:
+                obs = torch.from_numpy(rng.standard_normal((n, 4), dtype=np.float32))
+                nxt = torch.from_numpy(rng.standard_normal((n, 4), dtype=np.float32))
+            else:
+                rows = np.arange(lo, hi) % (len(frames) - 1)
+                obs, nxt = torch.from_numpy(frames[rows]), torch.from_numpy(frames[rows + 1])
+            last = hi == transitions or bool(episode[hi] != episode[hi - 1])  # the block's last row ends one
+            done = torch.from_numpy(np.append(episode[lo + 1 : hi] != episode[lo : hi - 1], last)).reshape(n, 1)
+            rb.extend(TensorDict({
+                "observation": obs, "action": torch.from_numpy(rng.integers(0, 2, n)),
+                "episode": torch.from_numpy(episode[lo:hi]),
+                "next": {"observation": nxt, "reward": torch.ones(n, 1), "done": done, "terminated": done,
+                         "truncated": torch.zeros(n, 1, dtype=torch.bool)},
+            }, batch_size=[n]))
+        fill = time.perf_counter() - fill0
+        for _ in range(2):
+            rb.sample()
+        cpu, wall = [], []
+        for _ in range(calls):
+            c0, w0 = time.process_time(), time.perf_counter()
+            batch = rb.sample()
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - w0)
+        assert batch.shape[0] == num_slices * length
+        return {"transitions": transitions, "fill_s": fill, "cpu50": float(np.percentile(cpu, 50)) * 1e3,
+                "cpu99": float(np.percentile(cpu, 99)) * 1e3, "wall50": float(np.percentile(wall, 50)) * 1e3,
+                "wall99": float(np.percentile(wall, 99)) * 1e3}
+
+
+def torchrl_slice_speed(source: str, transitions: int, num_slices: int, length: int, calls: int,
+                        cache_values: bool = False) -> dict[str, float] | None:
+    """``slice_speed`` in a fresh process under TorchRL's interpreter (as ``torchrl_speed``); None without one."""
+    import json
+
+    python = sys.executable if importlib.util.find_spec("torchrl") else os.environ.get("TORCHRL_PYTHON")
+    if not python:
+        return None
+    command = [python, str(Path(__file__).resolve()), "slices", source, str(transitions), str(num_slices),
+               str(length), str(calls), *(["cache"] if cache_values else [])]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=3600, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited with {done.returncode}:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+if __name__ == "__main__" and sys.argv[1] == "slices":
+    import json
+
+    print(json.dumps(slice_speed(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]),
+                                 len(sys.argv) > 7 and sys.argv[7] == "cache")))
+elif __name__ == "__main__":
     name, kind, n, frames = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     print(collect_speed(name, kind, n, frames, int(sys.argv[5]) if len(sys.argv) > 5 else 3))

@@ -92,6 +92,25 @@ def test_rows_in_any_order_land_in_any_places(table: tuple[ChunkTable, mmap.mmap
         np.testing.assert_array_equal(out, expected)
 
 
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(0, ROWS - 1), st.integers(0, 30)), max_size=8), seed=st.integers(0, 2**16))
+def test_runs_of_rows_land_in_their_places(table: tuple[ChunkTable, mmap.mmap, np.ndarray],
+                                           runs: list[tuple[int, int]], seed: int) -> None:
+    """Runs of consecutive rows (across gaps, unfiltered chunks and the column's last, padded chunk) each
+    decoded into its own place; the rows around the places are left as they were."""
+    t, mapped, data = table
+    lows = np.asarray([lo for lo, _ in runs], dtype=np.int64)
+    counts = np.asarray([min(n, ROWS - lo) for lo, n in runs], dtype=np.int64)
+    slots = np.random.default_rng(seed).permutation(len(runs))
+    places = slots * 32 + 1
+    out = np.full((len(runs) * 32 + 2, *data.shape[1:]), 7, np.uint8)
+    t.read_runs(mapped, lows, counts, out, places)
+    expected = np.full_like(out, 7)
+    for lo, n, place in zip(lows, counts, places):
+        expected[place : place + n] = data[lo : lo + n]
+    np.testing.assert_array_equal(out, expected)
+
+
 def test_a_damaged_frame_in_a_range_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "c.h5"
     data = column(path, 1)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from numpy.lib.array_utils import byte_bounds
 from scipy import stats
 
 import vcollect
@@ -558,6 +559,45 @@ def test_dataset_slices_read_each_windows_rows_once_and_next_observations_on_req
     assert "next_observations" not in again
 
 
+@pytest.mark.parametrize("name", ["plain", "stacked", "stacked-raw", "stacked-zero"])
+@pytest.mark.parametrize("pad", PADS)
+@pytest.mark.parametrize("cache_bytes", [0, None])
+def test_dataset_slices_as_views_match_every_window(datasets: dict[str, vcollect.Dataset], name: str, pad: str,
+                                                    cache_bytes: int | None) -> None:
+    """``stacks="view"``: the same windows as the reference (and as ``"copy"``), observations read-only; without
+    padding each window's stored rows are read once into one array (L + k frames, k frames a stack), every stack
+    and next observation a view over it; a batch holding a padded window is materialised, read-only as well."""
+    ds = datasets[name]
+    length = 4
+    want = dataset_windows(ds, length, pad, 0.8)
+    batch = ds.sample_slices(25 * len(want), length, pad=pad, gamma=0.8, seed=4, cache_bytes=cache_bytes,
+                             stacks="view")
+    drawn = list(zip(batch["episode_ids"].tolist(), batch["start_indices"].tolist()))
+    assert set(drawn) == set(want)
+    for b, key in enumerate(drawn):
+        check_window(batch, b, want[key], ds.observation_space.shape)
+    copies = ds.sample_slices(25 * len(want), length, pad=pad, gamma=0.8, seed=4, cache_bytes=cache_bytes)
+    for key, value in copies.items():
+        np.testing.assert_array_equal(batch[key], value, err_msg=key)
+    obs, nxt = batch["observations"], batch["next_observations"]
+    assert not obs.flags.writeable and not nxt.flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        obs[0, 0] = 1
+    stack = StoredDataset(ds).frame_stack
+    k = 1 if stack is None else stack.k
+    if pad == "none":
+        assert np.shares_memory(obs, nxt)
+        (low, _), (_, high) = byte_bounds(obs), byte_bounds(nxt)  # the memory both span: L + k rows a window
+        row_bytes = int(np.prod(ds.observation_space.shape[(k > 1):])) * obs.itemsize
+        assert high - low == obs.shape[0] * (length + k) * row_bytes
+        lean = ds.sample_slices(30, length, seed=5, stacks="view", next_observations=False, cache_bytes=cache_bytes)
+        assert "next_observations" not in lean
+        np.testing.assert_array_equal(lean["observations"], ds.sample_slices(30, length, seed=5)["observations"])
+    again = ds.slices_at(batch["episode_ids"][:40], batch["start_indices"][:40], length, gamma=0.8, stacks="view")
+    for key, value in again.items():
+        np.testing.assert_array_equal(value, batch[key][:40], err_msg=key)
+
+
 def test_dataset_slices_are_uniform_and_by_episode(datasets: dict[str, vcollect.Dataset]) -> None:
     ds = datasets["plain"]
     counts = Counter(zip(*(ds.sample_slices(40_000, 3, seed=11)[k].tolist() for k in ("episode_ids", "start_indices"))))
@@ -591,6 +631,10 @@ def test_dataset_slices_bad_input(datasets: dict[str, vcollect.Dataset]) -> None
         ds.slices_at([1], [-3], 3)
     with pytest.raises(ValueError, match="one start per episode"):
         ds.slices_at([1, 2], [0], 3)
+    with pytest.raises(ValueError, match="stacks must be 'copy'.*or 'view'.*got 'frames'"):
+        ds.sample_slices(8, 3, stacks="frames")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stacks must be"):
+        ds.slices_at([1], [0], 3, stacks=None)  # type: ignore[arg-type]
     one = ds.slices_at(5, -1, 3)
     assert one["mask"].tolist() == [[False, True, True]] and one["timesteps"].tolist() == [[0, 0, 1]]
 

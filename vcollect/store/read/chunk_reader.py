@@ -192,29 +192,68 @@ class ChunkTable:
         if self.rows_per_chunk != 1 or hi - lo < 2 or self.codec != "zstd":
             return self.read_rows(mapped, np.arange(lo, hi, dtype=np.int64))
         out = np.empty((hi - lo, *self.row_shape), dtype=self.dtype)
+        self._decode_chunks_into(mapped, lo, hi - 1, memoryview(out.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
+        return out
+
+    def read_runs(self, mapped: Any, lows: np.ndarray, counts: np.ndarray, out: np.ndarray, places: np.ndarray) -> None:
+        """``out[places[r] : places[r] + counts[r]]`` = rows ``lows[r]`` onward, for each run r of consecutive
+        rows (``out``: C-contiguous, of this column's dtype and row shape). Each run's chunks are decoded once,
+        those back to back in the file as one stream: straight into ``out`` for one-row chunks, else into a
+        scratch buffer of one run's chunks (small enough to stay in the processor's cache) and copied out."""
+        rows_per_chunk, row_bytes = self.rows_per_chunk, self.row_bytes
+        lows = np.asarray(lows, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        keep = counts > 0
+        lows, counts, places = lows[keep], counts[keep], np.asarray(places, dtype=np.int64)[keep]
+        if not lows.size:
+            return
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
-        cuts = (np.flatnonzero(self.breaks[lo : hi - 1]) + lo + 1).tolist()
-        decoder = self._decoder
-        for a, b in zip([lo, *cuts], [*cuts, hi]):  # a stretch of chunks back to back in the file
-            start, stop = int(self.offsets[a]), int(self.offsets[b - 1] + self.sizes[b - 1])
-            target = view[(a - lo) * self.row_bytes : (b - lo) * self.row_bytes]
-            if b - a == 1 and self.stored_raw[a]:
-                if stop - start != self.row_bytes:
-                    raise ValueError(f"chunk {a} holds {stop - start} bytes, expected {self.row_bytes}")
-                target[:] = mapped[start:stop]
+        first = lows // rows_per_chunk
+        last = (lows + counts - 1) // rows_per_chunk
+        if rows_per_chunk == 1:
+            for a, b, place, n in zip(first.tolist(), last.tolist(), places.tolist(), counts.tolist()):
+                self._decode_chunks_into(mapped, a, b, view[place * row_bytes : (place + n) * row_bytes])
+            return
+        chunk_bytes = rows_per_chunk * row_bytes
+        scratch = memoryview(np.empty(int((last - first).max() + 1) * chunk_bytes, dtype=np.uint8))  # type: ignore[arg-type]
+        skips = (lows - first * rows_per_chunk) * row_bytes
+        for a, b, skip, place, n in zip(first.tolist(), last.tolist(), skips.tolist(), places.tolist(),
+                                        counts.tolist()):
+            self._decode_chunks_into(mapped, a, b, scratch[: (b + 1 - a) * chunk_bytes])
+            view[place * row_bytes : (place + n) * row_bytes] = scratch[skip : skip + n * row_bytes]
+
+    def _decode_chunks_into(self, mapped: Any, a: int, b: int, target: memoryview) -> None:
+        """Chunks ``a`` to ``b`` (inclusive) decoded into ``target``, exactly their bytes (whole chunks: HDF5 pads
+        a column's last chunk to full size); the chunks back to back in the file as one Zstandard stream."""
+        chunk_bytes = self.rows_per_chunk * self.row_bytes
+        cuts = (np.flatnonzero(self.breaks[a:b]) + a + 1).tolist()
+        for c0, c1 in zip([a, *cuts], [*cuts, b + 1]):  # a stretch of chunks back to back in the file
+            start, stop = int(self.offsets[c0]), int(self.offsets[c1 - 1] + self.sizes[c1 - 1])
+            part = target[(c0 - a) * chunk_bytes : (c1 - a) * chunk_bytes]
+            if c1 - c0 == 1 and self.stored_raw[c0]:
+                if stop - start != chunk_bytes:
+                    raise ValueError(f"chunk {c0} holds {stop - start} bytes, expected {chunk_bytes}")
+                part[:] = mapped[start:stop]
+                continue
+            if self.codec != "zstd":
+                for c in range(c0, c1):
+                    s = int(self.offsets[c])
+                    raw = self._decode(mapped[s : s + int(self.sizes[c])], c, chunk_bytes)
+                    if len(raw) != chunk_bytes:
+                        raise ValueError(f"chunk {c} decoded to {len(raw)} bytes, expected {chunk_bytes}")
+                    part[(c - c0) * chunk_bytes : (c + 1 - c0) * chunk_bytes] = raw
                 continue
             filled = 0
-            with decoder.stream_reader(mapped[start:stop], read_across_frames=True) as stream:
-                while filled < len(target):
-                    n = stream.readinto(target[filled:])
+            with self._decoder.stream_reader(mapped[start:stop], read_across_frames=True) as stream:
+                while filled < len(part):
+                    n = stream.readinto(part[filled:])
                     if n == 0:
                         break
                     filled += n
                 extra = stream.read(1)
-            if filled != len(target) or extra:
-                raise ValueError(f"chunks {a} to {b - 1} decoded to {'more' if extra else filled} bytes, "
-                                 f"expected {len(target)}")
-        return out
+            if filled != len(part) or extra:
+                raise ValueError(f"chunks {c0} to {c1 - 1} decoded to {'more' if extra else filled} bytes, "
+                                 f"expected {len(part)}")
 
     def decode_into(self, mapped: Any, rows: np.ndarray, out: np.ndarray, where: np.ndarray) -> None:
         """``out[where[i]] = row rows[i]`` for a column of one-row chunks, each decoded straight into its place

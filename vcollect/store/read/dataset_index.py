@@ -340,6 +340,39 @@ class DatasetIndex:
             begin += width
         return out
 
+    def gather_obs_runs(self, name: str, dtype: np.dtype[Any], first: np.ndarray, starts: np.ndarray, count: int,
+                        cache_bytes: int) -> np.ndarray:
+        """(batch, ``count``, ...) stored observation rows (single frames, for a ``frame_stack`` dataset): for
+        each window the ``count`` consecutive global rows from ``first``, inside the episode beginning at global
+        row ``starts`` (each run must end there). Rows before the episode's first read as its first (the reset
+        stack's padding), or 0 for ``padding="zero"`` frame stacks. Each run is read once, as a run."""
+        batch = len(first)
+        first = np.asarray(first, dtype=np.int64)
+        starts = np.asarray(starts, dtype=np.int64)
+        skip = np.maximum(starts - first, 0)  # rows of each run before its episode
+        out = np.empty((batch * count, *self._row_shape(name)), dtype=dtype)
+        cache = self.cache(cache_bytes)
+        if cache is not None:
+            rows = np.maximum(first[:, None] + np.arange(count, dtype=np.int64), starts[:, None])
+            np.take(cache[name], rows.reshape(-1), axis=0, out=out)
+        elif batch:
+            lows = first + skip
+            places = np.arange(batch, dtype=np.int64) * count + skip
+            which = np.searchsorted(self.obs_base, lows, side="right") - 1
+            for s in np.unique(which).tolist():
+                sel = np.flatnonzero(which == s)
+                self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s], count - skip[sel],
+                                          out, places[sel])
+            held = np.flatnonzero(skip)
+            if held.size:  # the rows before an episode: copies of its first
+                owner = np.repeat(held, skip[held])
+                within = np.arange(owner.size) - np.repeat(np.cumsum(skip[held]) - skip[held], skip[held])
+                out[owner * count + within] = out[owner * count + skip[owner]]
+        out = out.reshape(batch, count, *out.shape[1:])
+        if self.frame_stack is not None and self.frame_stack.padding == "zero" and skip.any():
+            out[np.arange(count) < skip[:, None]] = 0
+        return out
+
     def row_groups(self, rows: np.ndarray, obs_rows: bool) -> RowGroups:
         """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns."""
         return RowGroups(rows, self.obs_base if obs_rows else self.step_base)

@@ -11,9 +11,10 @@ stored steps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from vcollect.errors import EpisodeIndexError
 from vcollect.slices import (
@@ -29,7 +30,30 @@ from vcollect.store.layout.shard_format import column_path
 if TYPE_CHECKING:
     from vcollect.store.read.dataset_index import DatasetIndex
 
-__all__ = ["draw_view_windows", "gather_view_windows", "read_windows", "view_positions", "window_at"]
+__all__ = [
+    "STACKS",
+    "Stacks",
+    "check_stacks",
+    "draw_view_windows",
+    "gather_view_windows",
+    "observation_copies",
+    "observation_views",
+    "read_windows",
+    "strided_stacks",
+    "view_positions",
+    "window_at",
+]
+
+Stacks = Literal["copy", "view"]
+STACKS: tuple[str, ...] = ("copy", "view")
+
+
+def check_stacks(stacks: Any) -> Stacks:
+    """``stacks`` checked, else a ValueError saying what it may be."""
+    if stacks not in STACKS:
+        raise ValueError(f"stacks must be 'copy' (observations materialised, writable) or 'view' (read-only views "
+                         f"over each window's frames, read once), got {stacks!r}")
+    return stacks  # type: ignore[no-any-return]
 
 
 def draw_view_windows(episode_ids: np.ndarray, lengths: np.ndarray, request: SliceRequest,
@@ -66,21 +90,20 @@ def window_at(lengths: np.ndarray, starts: Any, length: int) -> np.ndarray:
 
 
 def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded: np.ndarray | None,
-                 next_observations: bool, limit: int) -> dict[str, Any]:
+                 next_observations: bool, limit: int, stacks: Stacks = "copy") -> dict[str, Any]:
     """``steps_at``'s keys (without ``next_observations`` where not asked) of steps ``steps`` (batch, length),
     clamped inside the episodes ``ids``, each (batch, length, ...), ``padded`` rows 0. Each window's observations
-    (and next observations) are one run of stored rows or frames, read once and stacked by index."""
+    (and next observations) are one run of stored rows or frames, read once: stacked by index (``"copy"``), or,
+    with ``stacks="view"`` and no window padded, handed out as read-only views over that run."""
     size, length = steps.shape
     obs_base = index.global_obs_offset.take(ids)
-    obs_rows = obs_base[:, None] + steps
-    parts = [obs_rows, obs_rows + 1] if next_observations else [obs_rows]
-    obs: list[list[np.ndarray]] = [[] for _ in parts]
-    for leaf in index.obs_leaves:
-        for out, values in zip(obs, index.gather_obs_windows(column_path("observations", leaf.name), leaf.dtype, parts,
-                                                             obs_base, limit)):
-            if padded is not None:
-                values[padded] = 0
-            out.append(values)
+    if stacks == "view" and padded is None:
+        obs, nxt = observation_views(index, obs_base, obs_base + steps[:, 0], length, next_observations, limit)
+    else:
+        obs, nxt = observation_copies(index, obs_base, obs_base[:, None] + steps, padded, next_observations, limit)
+        if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
+            for leaf in obs + (nxt or []):
+                leaf.flags.writeable = False
     groups = index.row_groups((index.global_step_offset.take(ids)[:, None] + steps).reshape(-1), False)
     steps_read = {
         "actions": unflatten_batch(index.action_space, [
@@ -90,17 +113,64 @@ def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded
         "truncations": index.gather("truncations", np.dtype(np.bool_), groups, limit),
     }
     shaped = shape_rows(steps_read, size, length, padded)
-    batch = {"observations": unflatten_batch(index.observation_space, obs[0]), "actions": shaped["actions"],
+    batch = {"observations": unflatten_batch(index.observation_space, obs), "actions": shaped["actions"],
              "rewards": shaped["rewards"]}
-    if next_observations:
-        batch["next_observations"] = unflatten_batch(index.observation_space, obs[1])
+    if nxt is not None:
+        batch["next_observations"] = unflatten_batch(index.observation_space, nxt)
     batch["terminations"] = shaped["terminations"]
     batch["truncations"] = shaped["truncations"]
     return batch
 
 
+def observation_copies(index: DatasetIndex, obs_base: np.ndarray, obs_rows: np.ndarray, padded: np.ndarray | None,
+                       next_observations: bool, limit: int) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Each observation leaf's (batch, length, ...) observations at global rows ``obs_rows`` and next
+    observations (None where not asked), stacks materialised, ``padded`` rows 0."""
+    parts = [obs_rows, obs_rows + 1] if next_observations else [obs_rows]
+    out: list[list[np.ndarray]] = [[] for _ in parts]
+    for leaf in index.obs_leaves:
+        for got, values in zip(out, index.gather_obs_windows(column_path("observations", leaf.name), leaf.dtype, parts,
+                                                             obs_base, limit)):
+            if padded is not None:
+                values[padded] = 0
+            got.append(values)
+    return out[0], (out[1] if next_observations else None)
+
+
+def observation_views(index: DatasetIndex, obs_base: np.ndarray, first_rows: np.ndarray, length: int,
+                      next_observations: bool, limit: int) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """Each observation leaf's (batch, length, ...) observations of unpadded windows whose first step's
+    observation lies at global row ``first_rows``, and next observations (None where not asked), as read-only
+    views over one array of each window's stored rows: for a ``frame_stack`` dataset of k frames, its
+    length + k - 1 frames (one more for next observations), a row's stack the k frames from its own on (the
+    stack axis strided by one frame), the next observations the same shifted by one frame; else its
+    length (+ 1) observations, the next observations shifted by one row."""
+    k = 1 if index.frame_stack is None else index.frame_stack.k
+    count = length + k - 1 + int(next_observations)
+    obs, nxt = [], []
+    for leaf in index.obs_leaves:
+        frames = index.gather_obs_runs(column_path("observations", leaf.name), leaf.dtype, first_rows - (k - 1),
+                                       obs_base, count, limit)
+        obs.append(strided_stacks(frames, 0, length, k))
+        if next_observations:
+            nxt.append(strided_stacks(frames, 1, length, k))
+    return obs, (nxt if next_observations else None)
+
+
+def strided_stacks(frames: np.ndarray, shift: int, length: int, k: int) -> np.ndarray:
+    """(batch, length, k, ...) read-only views of ``frames`` (batch, rows, ...): row i's stack is frames
+    ``shift + i`` to ``shift + i + k - 1``; (batch, length, ...) rows ``shift + i`` for k = 1."""
+    if k == 1:
+        return as_strided(frames[:, shift:], (frames.shape[0], length, *frames.shape[2:]),
+                          frames.strides, writeable=False)
+    step = frames.strides[1]
+    return as_strided(frames[:, shift:], (frames.shape[0], length, k, *frames.shape[2:]),
+                      (frames.strides[0], step, step, *frames.strides[2:]), writeable=False)
+
+
 def gather_view_windows(index: DatasetIndex, positions: np.ndarray, episode_ids: np.ndarray, starts: np.ndarray,
-                        request: SliceRequest, limit: int, next_observations: bool = True) -> dict[str, Any]:
+                        request: SliceRequest, limit: int, next_observations: bool = True,
+                        stacks: Stacks = "copy") -> dict[str, Any]:
     """The batch of the windows (view ``positions`` of episodes, ``starts``): ``steps_at``'s keys (less
     ``next_observations`` where not asked), each (batch, length, ...), rows padded outside the episode 0; plus
     ``mask``, ``timesteps``, ``returns_to_go``, ``partial`` (False: a stored episode has ended),
@@ -110,7 +180,7 @@ def gather_view_windows(index: DatasetIndex, positions: np.ndarray, episode_ids:
     lengths = index.length.take(ids)
     steps, mask = window_steps(lengths, starts, length)
     padded = None if mask.all() else ~mask
-    batch = read_windows(index, ids, steps, padded, next_observations, limit)
+    batch = read_windows(index, ids, steps, padded, next_observations, limit, stacks)
     rewards, cum = index.step_rewards()
     batch.update(
         mask=mask,

@@ -49,6 +49,8 @@ from vcollect.store.layout.shard_format import column_path, shard_layout
 from vcollect.store.layout.staging import remove_stale_staging
 from vcollect.store.read.dataset_index import DatasetIndex, EpisodeData
 from vcollect.store.read.dataset_slices import (
+    Stacks,
+    check_stacks,
     draw_view_windows,
     gather_view_windows,
     view_positions,
@@ -636,7 +638,7 @@ class Dataset:
     def sample_slices(
         self, batch_size: int, length: int, *, pad: Pad = "none", by: Literal["window", "episode"] = "window",
         gamma: float = 1.0, seed: int | None = None, rng: np.random.Generator | None = None,
-        cache_bytes: int | None = None, next_observations: bool = True,
+        cache_bytes: int | None = None, next_observations: bool = True, stacks: Stacks = "copy",
     ) -> dict[str, Any]:
         """Draw windows of ``length`` consecutive steps of one episode of this view (slices, for sequence
         models), with replacement, read as :meth:`steps_at` reads steps (frame stacks rebuilt, the sampling
@@ -661,6 +663,18 @@ class Dataset:
             cache_bytes: As :meth:`sample_steps`'.
             next_observations: Whether to return ``next_observations`` (False: a sequence model that reads only
                 ``observations`` does not pay for a second copy of every window's observations).
+            stacks: ``"copy"`` (default): ``observations`` and ``next_observations`` are arrays of their own,
+                writable, as ``sample_steps`` gives them (and as a TorchRL or Tianshou buffer hands out stacks).
+                ``"view"``: read-only numpy views over one array per window of its stored rows, read once: for a
+                ``frame_stack`` dataset of k frames, each window's ``length + k`` frames, every row's stack
+                strided over them (the stack axis one frame apart) and ``next_observations`` the same frames
+                shifted by one, about 2k times fewer bytes than materialised stacks (256 windows of 64 Pong
+                stacks: 31 MiB instead of 882); without ``frame_stack``, its ``length + 1`` observations, the next
+                observations shifted by one row. Rows and stacks overlap in memory: copy before writing (numpy
+                refuses writes to them; ``torch.as_tensor`` shares them, with torch's warning about
+                non-writable arrays). A padded row must read 0 while sharing frames with the real row beside
+                it, which no view can do, so a batch holding a padded window (``pad`` other than ``"none"``) is
+                materialised as with ``"copy"``, read-only all the same.
 
         Returns:
             :meth:`sample_steps`' keys, each with leading (batch, length) axes, and ``mask`` (bool: the row is a
@@ -672,17 +686,20 @@ class Dataset:
 
         Raises:
             SliceLengthError: ``pad="none"`` and every episode of the view is shorter than ``length``.
-            ValueError: A bad argument (``cache_bytes`` negative), or ``seed`` and ``rng`` both given.
+            ValueError: A bad argument (``cache_bytes`` negative, ``stacks`` not "copy" or "view"), or ``seed`` and
+                ``rng`` both given.
         """
         request = check_slice_request(batch_size, length, pad, by, gamma)
+        view = check_stacks(stacks)
         limit = _cache_limit(cache_bytes)
         positions, starts = draw_view_windows(self._episode_indices, self.episode_lengths, request,
                                               slice_generator(rng, seed, self._rng))
         return gather_view_windows(self._index, positions, self._episode_indices, starts, request, limit,
-                                   bool(next_observations))
+                                   bool(next_observations), view)
 
     def slices_at(self, episodes: Any, starts: Any, length: int, *, gamma: float = 1.0,
-                  cache_bytes: int | None = None, next_observations: bool = True) -> dict[str, Any]:
+                  cache_bytes: int | None = None, next_observations: bool = True,
+                  stacks: Stacks = "copy") -> dict[str, Any]:
         """The windows of ``length`` steps of given episodes from given steps, as :meth:`sample_slices` returns
         them (a batch of one for scalars).
 
@@ -694,6 +711,7 @@ class Dataset:
             gamma: The discount of ``returns_to_go``.
             cache_bytes: As :meth:`sample_steps`'.
             next_observations: As :meth:`sample_slices`'.
+            stacks: As :meth:`sample_slices`': "copy" or "view".
 
         Returns:
             :meth:`sample_slices`' dict, one window per (episode, start).
@@ -701,8 +719,9 @@ class Dataset:
         Raises:
             EpisodeIndexError: An episode is not in this view.
             IndexError: A window holds no step of its episode.
-            ValueError: A bad ``length`` or ``gamma``, or not one start per episode.
+            ValueError: A bad ``length``, ``gamma`` or ``stacks``, or not one start per episode.
         """
+        view = check_stacks(stacks)
         ids = np.asarray(episodes, dtype=np.int64).reshape(-1)
         begin = np.asarray(starts, dtype=np.int64).reshape(-1)
         if ids.shape != begin.shape:
@@ -711,7 +730,7 @@ class Dataset:
         positions = view_positions(self._episode_indices, self._index.total_episodes, ids)
         begin = window_at(self._index.length.take(ids), begin, request.length)
         return gather_view_windows(self._index, positions, self._episode_indices, begin, request,
-                                   _cache_limit(cache_bytes), bool(next_observations))
+                                   _cache_limit(cache_bytes), bool(next_observations), view)
 
     def update_dataset_from_buffer(self, buffer: Sequence[EpisodeLists]) -> None:
         """Minari's name: append episodes given as per-step lists (Minari's or vcollect's EpisodeBuffers).

@@ -64,6 +64,12 @@ def _raise_read_error(shard: StoredShard, name: str, exc: Exception) -> NoReturn
     raise CorruptShardError(f"shard {str(shard.path)!r}: cannot read column {name!r}: {exc}") from exc
 
 
+def _runs(lows: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The rows of runs of consecutive rows (``counts[r]`` from ``lows[r]``), one run after the other."""
+    total = int(counts.sum())
+    return np.arange(total, dtype=np.int64) + np.repeat(lows - (np.cumsum(counts) - counts), counts)
+
+
 def decode_column(arr: np.ndarray, attrs: Mapping[str, Any]) -> np.ndarray:
     """A column's values as stored, decoded where its attributes name an encoding.
 
@@ -428,6 +434,29 @@ class OpenShardFiles:
                 except Exception as exc:
                     _raise_read_error(shard, name, exc)
         out[where] = self.read(key, shard, name, rows)
+
+    def read_runs_into(self, key: int, shard: StoredShard, name: str, lows: np.ndarray, counts: np.ndarray,
+                       out: np.ndarray, places: np.ndarray) -> None:
+        """``out[places[r] : places[r] + counts[r]]`` = the ``counts[r]`` rows of column ``name`` of ``shard``
+        from row ``lows[r]`` on, for each run r: a Zstandard column decodes each run's chunks once, as a stream
+        (slices' frames), a raw column is one gather from the file's map."""
+        lows = np.asarray(lows, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        places = np.asarray(places, dtype=np.int64)
+        col = shard.columns[name]
+        if col.dtype == out.dtype and out.flags.c_contiguous and col.size:
+            with self._lock:
+                try:
+                    table = None if col.offset is not None else self._chunk_table(key, shard, name)
+                    if table is not None:
+                        table.read_runs(self._get(key, shard, "map"), lows, counts, out, places)
+                        return
+                    if col.offset is not None:
+                        out[_runs(places, counts)] = self._mapped_column(key, shard, col)[_runs(lows, counts)]
+                        return
+                except Exception as exc:
+                    _raise_read_error(shard, name, exc)
+        out[_runs(places, counts)] = self.read(key, shard, name, _runs(lows, counts))
 
     def _mapped_column(self, key: int, shard: StoredShard, col: _Column) -> np.ndarray:
         """A raw column as an array over the file's map (a view: drop it before the map may close)."""
