@@ -81,6 +81,8 @@ def test_reads_in_place_equal_the_local_copy_on_every_path(compression: str, tmp
     local.set_seed(5)
     streamed.set_seed(5)
     same(streamed.sample_slices(3, 8, seed=1, cache_bytes=0), local.sample_slices(3, 8, seed=1, cache_bytes=0))
+    same(streamed.sample_slices(3, 8, seed=2, cache_bytes=0, stacks="view"),
+         local.sample_slices(3, 8, seed=2, cache_bytes=0, stacks="view"))
     for mine, theirs in zip(streamed.iterate_episodes(), local.iterate_episodes(), strict=True):
         np.testing.assert_array_equal(mine.observations, theirs.observations)
         np.testing.assert_array_equal(mine.actions, theirs.actions)

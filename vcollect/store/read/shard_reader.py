@@ -448,10 +448,16 @@ class OpenShardFiles:
             with self._lock:
                 try:
                     table = None if col.offset is not None else self._chunk_table(key, shard, name)
+                    ranges = self._ranges_of(key, shard)
                     if table is not None:
+                        if ranges is not None:
+                            ranges.ensure(*_chunk_ranges(table, _runs(lows, counts)))
                         table.read_runs(self._get(key, shard, "map"), lows, counts, out, places)
                         return
                     if col.offset is not None:
+                        if ranges is not None:
+                            ranges.ensure(*_row_ranges(col.offset, col.size // col.shape[0] * col.dtype.itemsize,
+                                                       _runs(lows, counts), col.shape[0]))
                         out[_runs(places, counts)] = self._mapped_column(key, shard, col)[_runs(lows, counts)]
                         return
                 except Exception as exc:
