@@ -30,9 +30,11 @@ def load_dataset(
     """Open a dataset for reading; with ``download=True`` one not found locally is downloaded first; a remote
     dataset's URL (``s3://bucket/prefix/name-v0``), or ``stream=True``, reads it in place.
 
-    Read in place, nothing is downloaded to open it: each shard is fetched (and checked against its manifest
-    line) when a read first touches it, into a cache of at most ``cache_bytes`` (``$VCOLLECT_CACHE``, else
-    ``~/.cache/vcollect/remote``), shard by shard.
+    Read in place, nothing is downloaded to open it: a read fetches the blocks of the shards its rows lie in
+    (each checked against the SHA-256 its upload recorded; a shard without such a list is fetched whole and
+    checked against its manifest line) into a cache of at most ``cache_bytes`` (``$VCOLLECT_CACHE``, else
+    ``~/.cache/vcollect/remote``), while a background thread fetches the rest as far as the cache has room
+    (``prefetch=False`` among ``options`` turns that off).
 
     Args:
         dataset_id: ``namespace/name-vN``, the path of a dataset's folder, or a remote dataset's URL.
@@ -42,7 +44,8 @@ def load_dataset(
         force_download: Download it again (only what changed) even when it is found locally.
         stream: Read the dataset ``dataset_id`` of ``remote`` in place instead of loading a local one.
         cache_bytes: Most bytes of fetched shards kept by a dataset read in place.
-        **options: :func:`vcollect.store.load_dataset`'s options (``on_damage``, ``max_open_files``, ...).
+        **options: :func:`vcollect.store.load_dataset`'s options (``on_damage``, ``max_open_files``, ...);
+            read in place, also ``prefetch``.
 
     Returns:
         The dataset.
