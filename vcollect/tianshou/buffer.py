@@ -27,7 +27,7 @@ import vcollect
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.flat_rows import FlatRows
 from vcollect.errors import UnsupportedBufferMethodError
-from vcollect.tianshou.batches import as_nested, batch_space, to_batch
+from vcollect.tianshou.batches import as_nested, batch_of, batch_space, to_batch
 from vcollect.tianshou.hdf5 import fill_from_tianshou, layout_of, read_tianshou, to_tianshou
 from vcollect.tianshou.infos import RowInfos
 from vcollect.tianshou.slots import SlotLayout
@@ -181,7 +181,10 @@ class VectorReplayBuffer:
                 collector's (``Collector.reset_buffer`` keeps them).
         """
         self.ring.reset()
-        self.layout.clear(self._rows.last_rows if self.ring.has_spaces else None)
+        if self.ring.has_spaces:
+            self.layout.clear(self._rows.last_rows, self._rows.writes)
+        else:
+            self.layout.clear(None)
         self._pending = 0
 
     def note_written(self, max_rows_written: int) -> None:
@@ -335,6 +338,8 @@ class VectorReplayBuffer:
             indices = self.sample_indices(0) if index == slice(None) else np.arange(len(self))[index]
         else:
             indices = index
+        if self.stack_num == 1 and not self._ignore_obs_next:
+            return self._transitions(indices)
         return Batch(
             obs=self.get(indices, "obs"),
             act=self.get(indices, "act", stack_num=1),
@@ -377,7 +382,7 @@ class VectorReplayBuffer:
         ring = self.ring
         if not ring.has_spaces:
             ring.bind_spaces(batch_space(value["obs"], "obs"), batch_space(value["act"], "act"))
-            self.layout.clear(self._rows.last_rows)
+            self.layout.clear(self._rows.last_rows, self._rows.writes)
         self._synced()
         running = self._rows.running()[ids]
         if not running.all():
@@ -577,6 +582,24 @@ class VectorReplayBuffer:
         if key == "obs_next":
             return self._rows.observations(self._rows.next_rows[rows])
         return self._rows.actions(rows)
+
+    def _transitions(self, index: Any) -> Batch:
+        """``self[index]`` without frame stacks: each key gathered from the rows the indices look up once."""
+        indices = self._flat(index)
+        rows = self._row_of(indices)
+        layout = self.layout
+        flat = self._rows
+        return batch_of({
+            "obs": flat.observations(rows),
+            "act": flat.actions(rows),
+            "rew": layout.rew[indices],
+            "terminated": layout.terminated[indices],
+            "truncated": layout.truncated[indices],
+            "done": layout.done[indices],
+            "obs_next": flat.observations(flat.next_rows[rows]),
+            "info": self.infos.read(rows),
+            "policy": Batch(),
+        })
 
     def _whole(self, key: str) -> Any:
         """``key`` at every slot, zeros where empty."""
