@@ -6,16 +6,18 @@ Ported (the cases the rings cover):
   ``test_replaybuffermanager`` (add, sample_indices, sample, prev, next, unfinished_index, wrap-around),
   ``test_get_replay_buffer_indices``, ``test_get_vector_replay_buffer_indices``, ``test_from_data``,
   ``test_multibuf_hdf5`` / ``test_hdf5`` (the round trip, both ways between Tianshou and vcollect).
+- test_buffer.py: ``test_replaybuffer``'s infos (``b.info.a``, keys appearing later), ``test_ignore_obs_next``
+  (Dict observations and actions, infos stacked), ``test_stack`` (without its ``save_only_last_obs`` buffer),
+  ``test_update`` and the manager's refusal to be updated.
 - test_returns.py: ``test_episodic_returns`` (Monte Carlo and GAE), ``test_nstep_returns``,
   ``test_nstep_returns_with_timelimit``. Upstream's reference n-step function reads truncation from
-  ``buffer.info["TimeLimit.truncated"]``; the rings store no infos, so its port reads ``buffer.truncated``
-  (the same flags).
+  ``buffer.info["TimeLimit.truncated"]``; its port reads ``buffer.truncated`` (the same flags, which the rings
+  keep as a column).
 
-Out of scope, and why: infos stored in the buffer (``b.info.a``, ``test_custom_key``: the rings store
-observations, actions, rewards and flags, not infos), string observations (rings store numbers),
-``update`` / ``CachedReplayBuffer`` / ``set_batch`` / ``dropnull`` / pickling (Tianshou's own storage
-management), ``PrioritizedReplayBuffer`` / ``SegmentTree`` (vcollect has its own prioritized ring), the
-HER buffers, ``save_only_last_obs`` and multi-dimensional rewards.
+Out of scope, and why: string observations (rings store numbers), ``test_custom_key`` (keys other than
+Tianshou's reserved ones), ``CachedReplayBuffer`` / ``set_batch`` / ``dropnull`` / pickling (Tianshou's own
+storage management), ``PrioritizedReplayBuffer`` / ``SegmentTree`` (vcollect has its own prioritized ring), the
+HER buffers (tests/test_hindsight.py), ``save_only_last_obs`` and multi-dimensional rewards.
 """
 
 from __future__ import annotations
@@ -327,3 +329,171 @@ def test_nstep_returns(timelimit: bool) -> None:
         assert np.allclose(returns, values), (n_step, returns)
         assert np.allclose(returns, compute_nstep_return_base(n_step, 0.1, buf, indices))
         assert np.allclose(_nstep(buf, n_step, target_q_fn_multidim), returns[:, np.newaxis])
+
+
+# ------------------------------------------------------------------ infos, update, frame stacks
+
+
+def test_replaybuffer_infos() -> None:
+    """test_replaybuffer's info part (numeric next observations in place of its strings)."""
+    b = ReplayBuffer(size=10)
+    b.add(Batch(obs=1, act=1, rew=1, terminated=1, truncated=0, obs_next=7, info={"a": 3, "b": {"c": 5.0}}))
+    assert b.info.a[0] == 3
+    assert b.info.a.dtype == int
+    assert np.all(b.info.a[1:] == 0)
+    assert b.info.b.c[0] == 5.0
+    assert b.info.b.c.dtype == float
+    assert np.all(b.info.b.c[1:] == 0.0)
+    # keys that pop up later get their own columns; a step without a key reads 0 for it
+    batch = Batch(obs=2, act=2, rew=2, terminated=0, truncated=0, obs_next=8, info={"a": 4, "d": {"e": -np.inf}})
+    b.add(batch)
+    info_keys = ["a", "b", "d"]
+    assert set(b.info.keys()) == set(info_keys)
+    assert b.info.a[1] == 4
+    assert b.info.b.c[1] == 0
+    assert b.info.d.e[1] == -np.inf
+    batch.terminated = np.array([False])
+    batch.truncated = np.array([True])
+    batch.info.e = np.zeros([1, 4])
+    stacked = Batch.stack([batch])
+    ptr, ep_rew, ep_len, ep_idx = b.add(stacked, buffer_ids=[0])
+    assert ptr[0] == 2 and ep_rew[0] == 4 and ep_len[0] == 2 and ep_idx[0] == 1
+    assert set(b.info.keys()) == {*info_keys, "e"}
+    assert b.info.e.shape == (b.maxsize, 1, 4)
+    # and indexing returns each transition's info
+    sampled = b[np.array([0, 2])]
+    assert np.array_equal(sampled.info.a, [3, 4])
+    assert np.array_equal(sampled.info.b.c, [5.0, 0.0])
+    assert np.array_equal(sampled.info.d.e, [0, -np.inf])
+
+
+def test_ignore_obs_next() -> None:
+    """Upstream's test_ignore_obs_next: Dict observations and actions, infos stacked with the observations."""
+    size = 10
+    buf = ReplayBuffer(size, ignore_obs_next=True)
+    for i in range(size):
+        buf.add(Batch(
+            obs={"mask1": np.array([i, 1, 1, 0, 0]), "mask2": np.array([i + 4, 0, 1, 0, 0]), "mask": i},
+            act={"act_id": i, "position_id": i + 3}, rew=i, terminated=i % 3 == 0, truncated=False,
+            info={"if": i},
+        ))
+    indices = np.arange(len(buf))
+    orig = np.arange(len(buf))
+    data = buf[indices]
+    data2 = buf[indices]
+    assert isinstance(data, Batch)
+    assert np.allclose(indices, orig)
+    assert np.allclose(data.obs_next.mask, data2.obs_next.mask)
+    assert np.allclose(data.obs_next.mask, [0, 2, 3, 3, 5, 6, 6, 8, 9, 9])
+    buf.stack_num = 4
+    data = buf[indices]
+    data2 = buf[indices]
+    assert np.allclose(data.obs_next.mask, data2.obs_next.mask)
+    assert np.allclose(data.obs_next.mask, np.array([
+        [0, 0, 0, 0], [1, 1, 1, 2], [1, 1, 2, 3], [1, 1, 2, 3], [4, 4, 4, 5],
+        [4, 4, 5, 6], [4, 4, 5, 6], [7, 7, 7, 8], [7, 7, 8, 9], [7, 7, 8, 9],
+    ]))
+    assert np.allclose(data["info"]["if"], data2["info"]["if"])
+    assert np.allclose(data["info"]["if"], np.array([
+        [0, 0, 0, 0], [1, 1, 1, 1], [1, 1, 1, 2], [1, 1, 2, 3], [4, 4, 4, 4],
+        [4, 4, 4, 5], [4, 4, 5, 6], [7, 7, 7, 7], [7, 7, 7, 8], [7, 7, 8, 9],
+    ]))
+
+
+def _walk_right(size: int, state: int) -> tuple[np.ndarray, Any]:
+    """Upstream's MoveToRightEnv of ``size`` reset to ``state``: (first observation, the env)."""
+    from tests.tianshou_envs import MoveToRightEnv
+
+    env = MoveToRightEnv(size)
+    obs, _ = env.reset(options={"state": state})
+    return obs, env
+
+
+def test_stack() -> None:
+    """Upstream's test_stack (the buffers without save_only_last_obs, which the adapter refuses)."""
+    size, bufsize, stack_num = 5, 9, 4
+    obs, env = _walk_right(size, 1)
+    buf = ReplayBuffer(bufsize, stack_num=stack_num)
+    buf2 = ReplayBuffer(bufsize, stack_num=stack_num, sample_avail=True)
+    for _ in range(16):
+        obs_next, rew, terminated, truncated, info = env.step(1)
+        for b in (buf, buf2):
+            b.add(Batch(obs=obs, act=1, rew=rew, terminated=terminated, truncated=truncated,
+                        info={"key": info["key"]}))
+        obs = obs_next
+        if terminated or truncated:
+            obs, info = env.reset(options={"state": 1})
+    indices = np.arange(len(buf))
+    assert np.allclose(
+        buf.get(indices, "obs")[..., 0],
+        [
+            [1, 1, 1, 2],
+            [1, 1, 2, 3],
+            [1, 2, 3, 4],
+            [1, 1, 1, 1],
+            [1, 1, 1, 2],
+            [1, 1, 2, 3],
+            [1, 2, 3, 4],
+            [4, 4, 4, 4],
+            [1, 1, 1, 1],
+        ],
+    )
+    _, indices = buf2.sample(0)
+    assert indices.tolist() == [2, 6]
+    _, indices = buf2.sample(1)
+    assert indices[0] in [2, 6]
+    batch, indices = buf2.sample(-1)  # neg bsz -> no data
+    assert indices.tolist() == []
+    assert len(batch) == 0
+    with pytest.raises(IndexError):
+        buf[bufsize * 2]
+    with pytest.raises(ValueError, match="save_only_last_obs"):
+        ReplayBuffer(bufsize, stack_num=stack_num, save_only_last_obs=True)
+
+
+def test_update() -> None:
+    buf1 = ReplayBuffer(4, stack_num=2)
+    buf2 = ReplayBuffer(4, stack_num=2)
+    for i in range(5):
+        buf1.add(Batch(obs=np.array([i]), act=float(i), rew=i * i, terminated=i % 2 == 0, truncated=False,
+                       info={"incident": i}))
+    assert len(buf1) > len(buf2)
+    buf2.update(buf1)
+    assert len(buf1) == len(buf2)
+    assert (buf2.obs[0] == buf1.obs[1]).all()
+    assert (buf2.obs[-1] == buf1.obs[0]).all()
+    # beyond upstream: the moved transitions keep their rewards, flags, infos and episode links
+    assert np.array_equal(buf2.rew, [1, 4, 9, 16])
+    assert np.array_equal(buf2.done, [False, True, False, True])
+    assert np.array_equal(buf2.info.incident, [1, 2, 3, 4])
+    assert np.array_equal(buf2.prev(np.arange(4)), [0, 0, 2, 2])
+    assert np.array_equal(buf2.next(np.arange(4)), [1, 1, 3, 3])
+    assert np.array_equal(buf2.stack_num, 2) and buf1.stack_num == 2
+    empty = ReplayBuffer(4)
+    assert empty.update(empty).tolist() == []
+
+
+def test_update_from_tianshous_buffer() -> None:
+    theirs = ts.ReplayBuffer(6)
+    for i in range(8):
+        theirs.add(Batch(obs=np.array([i]), act=i, rew=float(i), terminated=i % 3 == 2, truncated=False,
+                         obs_next=np.array([i + 1]), info={"k": i}))
+    ours = ReplayBuffer(10)
+    updated = ours.update(theirs)
+    assert updated.tolist() == [0, 1, 2, 3, 4, 5]
+    order = theirs.sample_indices(0)
+    assert np.array_equal(ours.act[:6], theirs.act[order])
+    assert np.array_equal(ours.done[:6], theirs.done[order])
+    assert np.array_equal(ours.info.k[:6], theirs.info.k[order])
+    assert np.array_equal(ours[np.arange(6)].obs_next, theirs[order].obs_next)
+
+
+def test_vector_buffer_cannot_be_updated() -> None:
+    """Upstream's test_replaybuffermanager: a ReplayBufferManager cannot be updated."""
+    buf = VectorReplayBuffer(20, 4)
+    buf.add(Batch(obs=[1, 2, 3], act=[1, 2, 3], rew=[1, 2, 3], terminated=[0, 0, 1], truncated=[0, 0, 0]),
+            buffer_ids=[0, 1, 2])
+    with pytest.raises(NotImplementedError):
+        buf.update(buf)
+    with pytest.raises(UnsupportedBufferMethodError, match=r"VectorReplayBuffer\.update .*vcollect \d"):
+        buf.update(buf)

@@ -59,6 +59,12 @@ class FlatRows:
         return self.ring._next_flat
 
     @property
+    def writes(self) -> int:
+        """A counter of the ring's writes that move rows (adds, episode starts, resets): unchanged while no row
+        was written."""
+        return self.ring._writes
+
+    @property
     def last_rows(self) -> np.ndarray:
         """Each env's newest flat row (a copy)."""
         return self.ring._last_flat.copy()

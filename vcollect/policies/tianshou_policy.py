@@ -131,8 +131,8 @@ class TianshouPolicy:
     def _act(self, batch: Batch, state: Any) -> tuple[Any, Any]:
         policy = self.policy
         training = [module for module in self._modules if module.training]
-        for module in training:
-            module.training = False
+        for module in training:  # the flag itself: nn.Module.__setattr__'s checks cost more than the forward pass
+            module.__dict__["training"] = False
         try:
             with torch.no_grad(), self._step():
                 result = policy(batch, None if state is None else _to_tianshou(state))
@@ -146,7 +146,7 @@ class TianshouPolicy:
                     actions = policy.add_exploration_noise(actions, batch)
         finally:
             for module in training:
-                module.training = True
+                module.__dict__["training"] = True
         return actions, _from_tianshou(result.get("state", None))
 
     def _step(self) -> AbstractContextManager[None]:

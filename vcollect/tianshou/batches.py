@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 from tianshou.data import Batch
 
-__all__ = ["as_nested", "batch_space", "to_batch"]
+__all__ = ["as_nested", "batch_of", "batch_space", "to_batch"]
 
 
 def as_nested(value: Any) -> Any:
@@ -26,8 +26,32 @@ def as_nested(value: Any) -> Any:
 def to_batch(value: Any) -> Any:
     """Nested dicts of arrays as a Batch (arrays stay as they are)."""
     if isinstance(value, Mapping):
-        return Batch({key: to_batch(item) for key, item in value.items()})
+        return batch_of(value)
     return value
+
+
+def batch_of(values: Mapping[str, Any]) -> Batch:
+    """A Batch of ``values`` (nested dicts become Batches), holding what Batch's own parsing would: numeric
+    and boolean arrays and Batches are set as they are, without that parsing's per-value checks; other values
+    (objects, lists, scalars) go through it.
+
+    Args:
+        values: Keys to arrays, Batches or nested dicts of them.
+
+    Returns:
+        The Batch.
+    """
+    batch = Batch()
+    slots = batch.__dict__
+    for key, value in values.items():
+        if isinstance(value, Batch):
+            pass
+        elif isinstance(value, Mapping):
+            value = batch_of(value)
+        elif not (type(value) is np.ndarray and value.dtype.kind in "biufc"):
+            value = Batch({key: value})[key]
+        slots[key] = value
+    return batch
 
 
 def batch_space(value: Any, what: str) -> gym.Space[Any]:

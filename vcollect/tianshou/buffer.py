@@ -27,14 +27,15 @@ import vcollect
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.flat_rows import FlatRows
 from vcollect.errors import UnsupportedBufferMethodError
-from vcollect.tianshou.batches import as_nested, batch_space, to_batch
+from vcollect.tianshou.batches import as_nested, batch_of, batch_space, to_batch
 from vcollect.tianshou.hdf5 import fill_from_tianshou, layout_of, read_tianshou, to_tianshou
+from vcollect.tianshou.infos import RowInfos
 from vcollect.tianshou.slots import SlotLayout
 
 __all__ = ["ReplayBuffer", "VectorReplayBuffer"]
 
 _ARRAY_KEYS = ("rew", "terminated", "truncated", "done")
-_KEYS = ("obs", "act", "obs_next", *_ARRAY_KEYS)
+_KEYS = ("obs", "act", "obs_next", "info", *_ARRAY_KEYS)
 
 
 class VectorReplayBuffer:
@@ -42,7 +43,11 @@ class VectorReplayBuffer:
 
     Give it to ``vcollect.tianshou.Collector`` (which sets the envs' spaces), or fill it with ``add`` as
     Tianshou's buffers are filled (spaces taken from the first batch). Differences from Tianshou's, on
-    purpose: ``info`` and ``policy`` entries are not stored (a batch's ``info`` is the empty Batch); indexing a
+    purpose: ``policy`` entries are not stored (a batch's ``policy`` is the empty Batch); each step's ``info``
+    is, beside its ring row (``infos``: numbers and arrays keep their dtype, other values are kept as objects),
+    written by ``add`` or, for a Collector's steps on envs stepped on request (vcollect's dummy, subprocess
+    and Ray backends, and Tianshou's vector envs), by the Collector, which adds ``env_id`` as Tianshou's
+    vector envs do; indexing a
     slot that holds no transition raises IndexError instead of returning zeros; ``unfinished_index`` also
     lists a transition whose episode was cut by a reset (Tianshou chains it into the next episode);
     ``sample_indices(None)`` lists every transition, in order, as Tianshou's VectorReplayBuffer does.
@@ -51,7 +56,9 @@ class VectorReplayBuffer:
         total_size: Transitions held in all (``buffer_num`` sub-buffers of ``ceil(total_size / buffer_num)``).
         buffer_num: Sub-buffers: one per env of the collector it is given to.
         stack_num: Frame stacking of ``obs``/``obs_next`` in batches (Tianshou's ``stack_num``).
-        ignore_obs_next: Accepted: observations are stored once whatever it says.
+        ignore_obs_next: Read a batch's ``obs_next`` as Tianshou does when it stores none: the observation (stack)
+            at ``next(index)``, which at a step that ended its episode is the step's own. Observations are
+            stored once either way.
         save_only_last_obs: Must be False (stack frames with ``stack_num`` instead).
         sample_avail: With ``stack_num > 1``, sample only indices with a whole stack behind them.
         random_seed: Seeds the generator ``sample`` draws with.
@@ -89,7 +96,10 @@ class VectorReplayBuffer:
         self.ring = VectorRingBuffer(self.buffer_num, capacity=2 * size + 1)
         self.layout = SlotLayout(self.buffer_num, size)
         self._rows = FlatRows(self.ring)
+        self.infos = RowInfos(self.buffer_num, 2 * size + 1)
+        """Each transition's info, beside its ring row (``info`` of batches)."""
         self._sample_avail = bool(sample_avail)
+        self._ignore_obs_next = bool(ignore_obs_next)
         self._single = bool(single)
         self._rng = np.random.default_rng(random_seed)
         self._pending = 0  # rows any env may have written since the last sync (0: unknown where changed)
@@ -158,6 +168,11 @@ class VectorReplayBuffer:
         """Every slot's action (zeros where empty): a gathered copy."""
         return self._whole("act")
 
+    @property
+    def info(self) -> Batch:
+        """Every slot's info (zeros where empty, None in columns of objects): a gathered copy."""
+        return self._whole("info")
+
     def reset(self, keep_statistics: bool = False) -> None:
         """Empty the buffer (every ring, every slot).
 
@@ -166,7 +181,10 @@ class VectorReplayBuffer:
                 collector's (``Collector.reset_buffer`` keeps them).
         """
         self.ring.reset()
-        self.layout.clear(self._rows.last_rows if self.ring.has_spaces else None)
+        if self.ring.has_spaces:
+            self.layout.clear(self._rows.last_rows, self._rows.writes)
+        else:
+            self.layout.clear(None)
         self._pending = 0
 
     def note_written(self, max_rows_written: int) -> None:
@@ -288,7 +306,7 @@ class VectorReplayBuffer:
 
         Args:
             index: An index or indices.
-            key: ``obs``, ``obs_next``, ``act``, ``rew``, ``terminated``, ``truncated`` or ``done``.
+            key: ``obs``, ``obs_next``, ``act``, ``info``, ``rew``, ``terminated``, ``truncated`` or ``done``.
             default_value: Returned for any other key (None: KeyError).
             stack_num: Stack depth (None: the buffer's).
 
@@ -320,6 +338,8 @@ class VectorReplayBuffer:
             indices = self.sample_indices(0) if index == slice(None) else np.arange(len(self))[index]
         else:
             indices = index
+        if self.stack_num == 1 and not self._ignore_obs_next:
+            return self._transitions(indices)
         return Batch(
             obs=self.get(indices, "obs"),
             act=self.get(indices, "act", stack_num=1),
@@ -327,8 +347,8 @@ class VectorReplayBuffer:
             terminated=self._values(np.asarray(indices), "terminated"),
             truncated=self._values(np.asarray(indices), "truncated"),
             done=self._values(np.asarray(indices), "done"),
-            obs_next=self.get(indices, "obs_next"),
-            info=Batch(),
+            obs_next=self.get(self.next(indices), "obs") if self._ignore_obs_next else self.get(indices, "obs_next"),
+            info=self.get(indices, "info"),
             policy=Batch(),
         )
 
@@ -358,10 +378,11 @@ class VectorReplayBuffer:
         ids = np.arange(self.buffer_num) if buffer_ids is None else np.asarray(buffer_ids, dtype=np.intp).reshape(-1)
         lead = self._single and buffer_ids is None  # one unbatched step: give it its batch axis
         value = {key: _with_axis(as_nested(batch[key]), lead) for key in batch.get_keys() if key in _KEYS}
+        info = value.pop("info", {})
         ring = self.ring
         if not ring.has_spaces:
             ring.bind_spaces(batch_space(value["obs"], "obs"), batch_space(value["act"], "act"))
-            self.layout.clear(self._rows.last_rows)
+            self.layout.clear(self._rows.last_rows, self._rows.writes)
         self._synced()
         running = self._rows.running()[ids]
         if not running.all():
@@ -371,6 +392,7 @@ class VectorReplayBuffer:
         rew = np.asarray(value["rew"], dtype=np.float64).reshape(len(ids))
         term = np.asarray(value["terminated"]).reshape(len(ids)).astype(bool)
         trunc = np.asarray(value["truncated"]).reshape(len(ids)).astype(bool)
+        self.infos.write_batched(self._rows.last_rows[ids], info)
         ring.add(ids, value["act"], rew, term, trunc, value.get("obs_next", value["obs"]))
         self.note_written(2)
         layout, size = self._synced(), self.size
@@ -384,6 +406,49 @@ class VectorReplayBuffer:
             np.where(ended, lengths, 0),
             base + (layout.count[ids] - lengths) % size,
         )
+
+    def update(self, buffer: Any) -> np.ndarray:
+        """Append another buffer's transitions, its oldest first, as Tianshou's ``ReplayBuffer.update``: each
+        takes the next slot and continues the episode of the one before unless that one ended it.
+
+        Observations are stored once (a step's next observation is the following step's observation): where
+        the other buffer holds a step whose next observation differs from the following step's observation
+        with no episode end between them (an episode cut by a reset), the step reads the following step's
+        observation as its ``obs_next`` here, where Tianshou keeps its own copy.
+
+        Args:
+            buffer: A ReplayBuffer of this module or Tianshou's (``self`` included).
+
+        Returns:
+            The indices the transitions took, in order (empty if the other buffer is empty).
+
+        Raises:
+            UnsupportedBufferMethodError: On a buffer of more than one sub-buffer (as Tianshou's
+                VectorReplayBuffer, which raises NotImplementedError, this error is one).
+        """
+        if self.buffer_num != 1:
+            raise UnsupportedBufferMethodError(
+                f"{type(self).__name__}.update merges into a buffer of one sub-buffer (a ReplayBuffer), as "
+                f"Tianshou's does; this one has {self.buffer_num} (vcollect {vcollect.__version__})"
+            )
+        if len(buffer) == 0:
+            return np.array([], dtype=int)
+        stack_num, buffer.stack_num = buffer.stack_num, 1
+        try:
+            indices = buffer.sample_indices(0)
+            steps = buffer[indices]
+            if isinstance(steps.obs_next, Batch) and not steps.obs_next.get_keys():  # a buffer without obs_next
+                steps.obs_next = buffer[buffer.next(indices)].obs
+        finally:
+            buffer.stack_num = stack_num
+        updated = np.empty(len(indices), dtype=int)
+        for i in range(len(indices)):
+            step = steps[i : i + 1]
+            updated[i] = self.add(Batch(
+                obs=step.obs, act=step.act, rew=step.rew, terminated=step.terminated, truncated=step.truncated,
+                obs_next=step.obs_next, info=step.info,
+            ), buffer_ids=[0])[0][0]
+        return updated
 
     @property
     def is_single(self) -> bool:
@@ -461,8 +526,8 @@ class VectorReplayBuffer:
             raise UnsupportedBufferMethodError(
                 f"{type(self).__name__}.{name} is not implemented by vcollect {vcollect.__version__}'s Tianshou "
                 "replay-buffer adapter (vcollect.tianshou); it implements sample, sample_indices, indexing, get, "
-                "prev, next, unfinished_index, get_buffer_indices, add, reset, hasnull, save_hdf5/load_hdf5/"
-                "from_data and the rew/done/terminated/truncated/obs/act/obs_next arrays"
+                "prev, next, unfinished_index, get_buffer_indices, add, update, reset, hasnull, save_hdf5/load_hdf5/"
+                "from_data and the rew/done/terminated/truncated/obs/act/obs_next/info arrays"
             )
 
     # ------------------------------------------------------------------ internals
@@ -510,11 +575,31 @@ class VectorReplayBuffer:
             self._row_of(indices)
             return getattr(self.layout, key)[indices]
         rows = self._row_of(indices)
+        if key == "info":
+            return self.infos.read(rows)
         if key == "obs":
             return self._rows.observations(rows)
         if key == "obs_next":
             return self._rows.observations(self._rows.next_rows[rows])
         return self._rows.actions(rows)
+
+    def _transitions(self, index: Any) -> Batch:
+        """``self[index]`` without frame stacks: each key gathered from the rows the indices look up once."""
+        indices = self._flat(index)
+        rows = self._row_of(indices)
+        layout = self.layout
+        flat = self._rows
+        return batch_of({
+            "obs": flat.observations(rows),
+            "act": flat.actions(rows),
+            "rew": layout.rew[indices],
+            "terminated": layout.terminated[indices],
+            "truncated": layout.truncated[indices],
+            "done": layout.done[indices],
+            "obs_next": flat.observations(flat.next_rows[rows]),
+            "info": self.infos.read(rows),
+            "policy": Batch(),
+        })
 
     def _whole(self, key: str) -> Any:
         """``key`` at every slot, zeros where empty."""
@@ -523,7 +608,10 @@ class VectorReplayBuffer:
         rows = np.where(filled, layout.row_of, 0)
         if key == "obs_next":
             rows = self._rows.next_rows[rows]
-        values = self._rows.actions(rows) if key == "act" else self._rows.observations(rows)
+        if key == "info":
+            values = self.infos.read(rows)
+        else:
+            values = self._rows.actions(rows) if key == "act" else self._rows.observations(rows)
         return to_batch(_zero_where(values, ~filled))
 
     def _step(self, index: int | np.ndarray, direction: int) -> Any:
@@ -586,8 +674,8 @@ def _stack(frames: list[Any], axis: int) -> Any:
 
 
 def _zero_where(value: Any, empty: np.ndarray) -> Any:
-    """A nested value with the rows of empty slots zeroed."""
+    """A nested value with the rows of empty slots zeroed (None for objects)."""
     if isinstance(value, dict):
         return {key: _zero_where(item, empty) for key, item in value.items()}
-    value[empty] = 0
+    value[empty] = None if value.dtype == object else 0
     return value

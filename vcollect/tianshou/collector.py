@@ -24,6 +24,7 @@ from vcollect.buffers.ring import RingWriter
 from vcollect.collector import as_vector_env
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv
 from vcollect.tianshou.buffer import VectorReplayBuffer
+from vcollect.tianshou.info_tap import StepInfoTap, taps
 
 __all__ = ["DEFAULT_SIZE_PER_ENV", "Collector"]
 
@@ -43,7 +44,9 @@ class Collector:
     (seeded by the script's ``np.random.seed``) once, at their first reset, and then carry on their own
     generators, where Tianshou takes the seeds ``env.seed(...)`` gave; ``reset_buffer`` keeps the running
     episodes' returns and lengths whatever ``keep_statistics`` says (so every reported return is a whole
-    episode's).
+    episode's). Each step's info is stored beside its transition (``buffer.info``, ``env_id`` added) where the
+    envs step on request (Tianshou's vector envs, vcollect's dummy, subprocess and Ray backends); a gymnasium
+    or EnvPool vector env's steps are stored without infos.
 
     Args:
         policy: A Tianshou Algorithm or Policy (or any policy vcollect's Collector takes).
@@ -94,6 +97,9 @@ class Collector:
         self.buffer = buffer
         self.policy = policy.policy if isinstance(policy, Algorithm) else policy
         self.exploration_noise = bool(exploration_noise)
+        if taps(venv):  # each step's infos beside its transition, with env_id, as Tianshou's buffers hold them
+            venv = StepInfoTap(venv, buffer.ring, buffer.infos)
+            buffer.infos.env_ids = True
         self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
 
     # ------------------------------------------------------------------ Tianshou's counters

@@ -42,6 +42,7 @@ class SlotLayout:
         self.done = np.zeros(self.maxsize, dtype=bool)
         self.count = np.zeros(self.num_envs, dtype=np.int64)  # transitions given a slot since the last clear
         self.cursor: np.ndarray | None = None  # each env's newest flat row at the last sync
+        self.writes = -1  # the ring's write counter at the last sync
         self.has_null = False  # a NaN was seen in a transition given a slot since the last clear
         self._unfinished: np.ndarray | None = None
 
@@ -50,12 +51,14 @@ class SlotLayout:
         """Transitions held per env (at most ``size``)."""
         return np.minimum(self.count, self.size)
 
-    def clear(self, last_rows: np.ndarray | None) -> None:
+    def clear(self, last_rows: np.ndarray | None, writes: int = -1) -> None:
         """Forget every slot (the ring was emptied); the next rows written after ``last_rows`` fill slot 0.
 
         Args:
             last_rows: Each env's newest flat row now (None: the ring has no rows yet).
+            writes: The ring's write counter now (-1: unknown; the next read syncs).
         """
+        self.writes = writes
         self.row_of.fill(-1)
         for array in (self.rew, self.terminated, self.truncated, self.done):
             array.fill(0)
@@ -65,9 +68,8 @@ class SlotLayout:
         self._unfinished = None
 
     def changed(self, rows: FlatRows) -> bool:
-        """Whether the ring was written since the last sync (by newest rows; a writer that went once exactly
-        around a ring is not seen: the writers that use the layout sync after each write)."""
-        return self.cursor is None or not np.array_equal(rows.last_rows, self.cursor)
+        """Whether the ring was written since the last sync (by its write counter)."""
+        return self.cursor is None or rows.writes != self.writes
 
     def sync(self, rows: FlatRows, max_rows_written: int | None) -> None:
         """Give the step rows written since the last sync their slots.
@@ -78,9 +80,10 @@ class SlotLayout:
                 (the layout is rebuilt from the ring's contents).
         """
         capacity = rows.ring.capacity
+        self.writes = rows.writes
         last = rows.last_rows
         if self.cursor is None or max_rows_written is None or max_rows_written >= capacity - 1:
-            self.clear(last)
+            self.clear(last, rows.writes)
             self.cursor = rows.next_rows[last]  # every env's oldest row: the walk below covers the whole ring
         base = np.arange(self.num_envs, dtype=np.intp) * capacity
         written = (last - self.cursor) % capacity
