@@ -27,6 +27,8 @@ __all__ = ["RangedShard"]
 
 #: Most blocks asked for in one ranged request (a long read is split into requests of this many).
 _RUN_BLOCKS = 64
+#: Missing blocks at most this many apart are fetched in one request, with the blocks between them.
+_GAP_BLOCKS = 4
 
 #: ``fetch(starts, stops)``: the remote object's bytes in each range, in order.
 Fetch = Callable[[list[int], list[int]], list[bytes]]
@@ -91,10 +93,11 @@ class RangedShard:
                 self._fill(missing)
 
     def _fill(self, missing: np.ndarray) -> None:
-        """Fetch, check and write the blocks ``missing`` (sorted, unique)."""
-        cuts = np.flatnonzero(np.diff(missing) != 1) + 1
+        """Fetch, check and write the blocks ``missing`` (sorted, unique): runs of them at most ``_GAP_BLOCKS``
+        apart are asked for as one range (a request costs more than a few blocks' bytes)."""
+        cuts = np.flatnonzero(np.diff(missing) > _GAP_BLOCKS + 1) + 1
         runs: list[tuple[int, int]] = []
-        for run in np.split(missing, cuts):
+        for run in np.split(missing, cuts):  # blocks in a run's gaps come along, checked like the rest
             for lo in range(int(run[0]), int(run[-1]) + 1, _RUN_BLOCKS):
                 runs.append((lo, min(int(run[-1]) + 1, lo + _RUN_BLOCKS)))
         self._accept(runs, self._fetch_runs(runs))

@@ -310,6 +310,11 @@ _TABLE_KINDS = {
 }
 
 
+#: Raw columns of at most this many bytes are fetched whole, with the first rows a batch reads from a shard
+#: read in place (a shard's rewards and flags: a few requests where each sampled row would cost one).
+_SMALL_COLUMN_BYTES = 1 << 20
+
+
 class ShardRanges(Protocol):
     """A shard file whose bytes arrive as reads need them (a dataset read in place from a remote).
 
@@ -552,11 +557,20 @@ class OpenShardFiles:
                     continue
                 if col.offset is not None:
                     row_bytes = col.size // col.shape[0] * col.dtype.itemsize
-                    work.append((ranges, *_row_ranges(col.offset, row_bytes, rows, col.shape[0])))
-                    continue
-                table = self._chunk_table(key, shard, name)
-                if table is not None:  # columns HDF5 decodes fetch what it reads as it reads it
-                    work.append((ranges, *_chunk_ranges(table, rows)))
+                    starts, stops = _row_ranges(col.offset, row_bytes, rows, col.shape[0])
+                else:
+                    table = self._chunk_table(key, shard, name)
+                    if table is None:  # columns HDF5 decodes fetch what it reads as it reads it
+                        continue
+                    starts, stops = _chunk_ranges(table, rows)
+                # the shard's small raw columns (rewards, flags, actions) come along in the same requests: the
+                # next gathers of the batch read them
+                small = [(c.offset, c.offset + c.size * c.dtype.itemsize) for c in shard.columns.values()
+                         if c.offset is not None and c.size * c.dtype.itemsize <= _SMALL_COLUMN_BYTES]
+                if small:
+                    starts = np.concatenate([starts, [a for a, _ in small]])
+                    stops = np.concatenate([stops, [b for _, b in small]])
+                work.append((ranges, starts, stops))
         if len(work) < 2:
             return
         if self._pool is None or self._pool_pid != os.getpid():
