@@ -140,7 +140,7 @@ def test_reading_in_place_fetches_only_the_shards_touched(s3_server: Any, tmp_pa
     vcollect.upload_dataset(ID, url, root=tmp_path / "a")
     monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
     local = load_dataset(ID, tmp_path / "a")
-    remote_ds = vcollect.load_dataset(f"{url}/{ID}")
+    remote_ds = vcollect.load_dataset(f"{url}/{ID}", prefetch=False)
     cache = remote_ds._index.files.before_open  # noqa: SLF001 - the hook's own counters
     assert remote_ds.total_episodes == 6 and cache.fetched_bytes == 0  # opened from metadata alone
     shard_size = max(line.size for line in cache.lines.values())

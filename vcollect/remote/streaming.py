@@ -38,7 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vcollect.remote.blocks import BLOCKS_DIR, BlockHashes, blocks_name
+from vcollect.remote.blocks import BLOCK_BYTES, BLOCKS_DIR, BlockHashes, blocks_name
 from vcollect.remote.layout import ManifestLine, RemoteManifest, check_remote_id, dataset_json
 from vcollect.remote.location import Remote, open_remote, remote_errors
 from vcollect.remote.ranged_reads import RangedShard
@@ -56,6 +56,8 @@ __all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ShardCache", "cache_root", "open
 CACHE_ENV = "VCOLLECT_CACHE"
 #: Most bytes of fetched shards one dataset read in place keeps (least recently opened removed first).
 DEFAULT_CACHE_BYTES = 2 << 30
+#: The most bytes of block lists fetched all at once when a dataset is first read (about a 4 GB dataset's).
+_LISTS_AT_ONCE_BYTES = 4 << 20
 #: Bytes the background fetch asks for in one ranged read.
 _PREFETCH_BYTES = 16 << 20
 _SESSIONS = "sessions"
@@ -124,12 +126,13 @@ class ShardCache:
         self.fetched_bytes = 0
         self._filler: threading.Thread | None = None
         self._no_list: set[str] = set()  # shards the remote holds no usable block list for
+        self._lists: dict[str, BlockHashes | None] | None = None  # fetched all at once for smaller datasets
         #: What stopped the background fetch, if anything did (reads fetch what they need themselves).
         self.prefetch_error: BaseException | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_remote", "_lock", "_held", "fetched_bytes", "_filler", "_no_list", "prefetch_error"):
+        for key in ("_remote", "_lock", "_held", "fetched_bytes", "_filler", "_no_list", "_lists", "prefetch_error"):
             state.pop(key, None)
         state["prefetch"] = False  # one process fetches ahead, not every DataLoader worker
         return state
@@ -241,11 +244,32 @@ class ShardCache:
 
     def _block_list(self, line: ManifestLine) -> BlockHashes | None:
         """The shard's block list from the remote; None where there is none, or one that is not this shard's
-        (its size or whole SHA-256 differs from the manifest line's): the shard is then fetched whole."""
-        data = read_optional(self.remote, self.remote.path(self.dataset_id, BLOCKS_DIR, blocks_name(line.shard)),
+        (its size or whole SHA-256 differs from the manifest line's): the shard is then fetched whole.
+
+        The first call fetches every shard's list in one concurrent batch when they are small in all (a
+        dataset of a few GB), so a first batch touching every shard waits for one round trip, not one per
+        shard; larger datasets fetch each list when its shard is first read."""
+        if self._lists is None:
+            self._lists = {}
+            listed_bytes = sum(line.size for line in self.lines.values()) // BLOCK_BYTES * 65
+            if listed_bytes <= _LISTS_AT_ONCE_BYTES:
+                paths = {self._list_path(name): name for name in self.lines}
+                with remote_errors(self.remote, f"reading the block lists of {self.dataset_id!r}"):
+                    found = self.remote.fs.cat(list(paths), on_error="omit")
+                for path, name in paths.items():
+                    data = found.get(path)
+                    self._lists[name] = None if data is None else self._parse(self.lines[name], data)
+        if line.shard in self._lists:
+            return self._lists[line.shard]
+        data = read_optional(self.remote, self._list_path(line.shard),
                              f"reading shard {line.shard} of {self.dataset_id!r}")
-        if data is None:
-            return None
+        return None if data is None else self._parse(line, data)
+
+    def _list_path(self, shard: str) -> str:
+        return self.remote.path(self.dataset_id, BLOCKS_DIR, blocks_name(shard))
+
+    @staticmethod
+    def _parse(line: ManifestLine, data: bytes) -> BlockHashes | None:
         try:
             blocks = BlockHashes.decode(data)
         except ValueError:
