@@ -79,7 +79,7 @@ def _object(url: str, *parts: str) -> str:
     return "/".join([url.removeprefix("s3://"), *parts])
 
 
-@pytest.mark.parametrize("damage", ["tampered", "truncated"])
+@pytest.mark.parametrize("damage", ["tampered", "truncated", "extended"])
 def test_altered_remote_shard_is_refused_and_named(uploaded: tuple[str, Path], tmp_path: Path, damage: str) -> None:
     url, _ = uploaded
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
@@ -87,8 +87,10 @@ def test_altered_remote_shard_is_refused_and_named(uploaded: tuple[str, Path], t
     data = bytearray(fs.cat_file(shard))
     if damage == "tampered":
         data[len(data) // 2] ^= 0xFF
-    else:
+    elif damage == "truncated":
         del data[-100:]
+    else:
+        data += b"\0" * 100
     fs.pipe_file(shard, bytes(data))
     with pytest.raises(RemoteIntegrityError, match=shard.rsplit("/", 1)[-1]):
         vcollect.download_dataset(ID, url, root=tmp_path / "dst")

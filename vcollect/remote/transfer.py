@@ -2,9 +2,10 @@
 
 A fetched object is written to a ``.part`` file beside its final name, held locked while it is written (two
 fetches of one object, in threads or processes, never write it together). A fresh fetch is one streamed
-response, the client library's own download; a fetch that stops part way keeps what it wrote where the client
-keeps it, and the next fetch of the same object continues from its length by ranged reads. The file is then
-hashed once, from the page cache. Nothing is fsynced here: the caller syncs what it publishes, once. Only an
+response, the client library's own download, so the server reads the object once. A fetch that stops part
+way keeps what the client wrote (s3fs keeps it; gcsfs removes its file, so there the object starts again),
+and the next fetch of the same object continues from its length by ranged reads. The file is then hashed
+once, mapped from the page cache. Nothing is fsynced here: the caller syncs what it publishes, once. Only an
 object whose size and SHA-256 equal what the manifest records is renamed to its final name; any other is
 refused with :class:`~vcollect.errors.RemoteIntegrityError` naming it.
 Uploads hand each whole file to the client library's own upload (multipart where it is large), which
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import mmap
 import os
 import uuid
 from pathlib import Path
@@ -23,7 +26,6 @@ from typing import Any, Protocol
 
 from vcollect.errors import RemoteIntegrityError
 from vcollect.remote.location import Remote, remote_errors
-from vcollect.store.layout.manifest import file_sha256
 
 __all__ = [
     "CHUNK_BYTES",
@@ -42,6 +44,7 @@ __all__ = [
 CHUNK_BYTES = 16 << 20
 #: The suffix of an object being fetched.
 PART_SUFFIX = ".part"
+_HASH_BLOCK = 8 << 20
 
 
 class TransferProgress(Protocol):
@@ -264,13 +267,28 @@ def _check(remote: Remote, part: Path, size: int, sha256: str, what: str, *, lon
             f"{what} on remote {remote.url!r} holds {'more' if longer or (got or 0) > size else 'fewer'} bytes than "
             f"the {size:,} the manifest records (altered or truncated); it was refused and nothing was published"
         )
-    digest = file_sha256(part)
+    digest = _sha256(part, size)
     if digest != sha256:
         part.unlink()
         raise RemoteIntegrityError(
             f"{what} on remote {remote.url!r} does not match the manifest (SHA-256 {digest[:16]}... where "
             f"{sha256[:16]}... is recorded): altered or damaged; it was refused and nothing was published"
         )
+
+
+def _sha256(path: Path, size: int) -> str:
+    """Hex SHA-256 of the ``size`` bytes of the file at ``path``, hashed where they lie in the page cache
+    (mapped, not copied)."""
+    digest = hashlib.sha256()
+    if size:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+            view = memoryview(mapped)
+            try:
+                for start in range(0, size, _HASH_BLOCK):
+                    digest.update(view[start : start + _HASH_BLOCK])
+            finally:
+                view.release()
+    return digest.hexdigest()
 
 
 def _size(path: Path) -> int | None:
