@@ -189,6 +189,7 @@ def _blocked_flock_on(path: Path) -> bool:
         return any("->" in line and "FLOCK" in line and inode in line for line in locks)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="reads Linux's /proc/locks")
 def test_two_processes_fetching_one_object_never_write_it_together(
     s3_server: Any, tmp_path: Path
