@@ -1,13 +1,14 @@
 """Moving bytes between this machine and a remote: objects fetched with resume and checked, files put whole.
 
 A fetched object is written to a ``.part`` file beside its final name, held locked while it is written (two
-fetches of one object, in threads or processes, never write it together). A fresh fetch is one streamed
-response, the client library's own download, so the server reads the object once. A fetch that stops part
-way keeps what the client wrote (s3fs keeps it; gcsfs removes its file, so there the object starts again),
-and the next fetch of the same object continues from its length by ranged reads. The file is then hashed
-once, mapped from the page cache. Nothing is fsynced here: the caller syncs what it publishes, once. Only an
-object whose size and SHA-256 equal what the manifest records is renamed to its final name; any other is
-refused with :class:`~vcollect.errors.RemoteIntegrityError` naming it.
+fetches of one object, in threads or processes, never write it together). A fresh fetch is, where
+:attr:`Remote.streamed_fetches` says so, one streamed response, the client library's own download (the server
+reads the object once), then hashed once, mapped from the page cache; otherwise (GCS) ranged reads of
+CHUNK_BYTES, each hashed as it arrives. A fetch that stops part way keeps what was written (s3fs's download
+keeps its file; gcsfs's would remove it, which is one reason GCS takes the ranged reads), and the next fetch
+of the same object continues from its length by ranged reads. Nothing is fsynced here: the caller syncs what
+it publishes, once. Only an object whose size and SHA-256 equal what the manifest records is renamed to its
+final name; any other is refused with :class:`~vcollect.errors.RemoteIntegrityError` naming it.
 Uploads hand each whole file to the client library's own upload (multipart where it is large), which
 makes an object appear whole or not at all on object stores; a ``file://`` remote is written to a
 temporary name and renamed.
@@ -40,7 +41,7 @@ __all__ = [
     "write_object",
 ]
 
-#: Bytes asked for in one ranged read of a resumed fetch.
+#: Bytes asked for in one ranged read of a fetch (GCS's, and every resumed one).
 CHUNK_BYTES = 16 << 20
 #: The suffix of an object being fetched.
 PART_SUFFIX = ".part"
@@ -184,16 +185,17 @@ def fetch_object(
             os.ftruncate(fd, 0)
             held = 0
         progress.advance(held)
-        fetched, longer = 0, False
+        fetched, longer, digest = 0, False, None
         try:
             with remote_errors(remote, f"fetching {what}"):
-                if held == 0:
+                if held == 0 and (remote.streamed_fetches or size == 0):
                     fetched = _get_whole(remote, path, part, size, progress)
                 else:
-                    fetched = _append_ranges(remote, path, part, held, size, progress)
+                    digest = _hash_file(part, held)
+                    fetched = _append_ranges(remote, path, part, held, size, progress, digest)
         except _LongerThanRecorded:
             longer = True
-        _check(remote, part, size, sha256, what, longer=longer)
+        _check(remote, part, size, sha256, what, longer=longer, digest=digest)
         os.replace(part, final)
         return fetched
     finally:
@@ -235,10 +237,12 @@ def _get_whole(remote: Remote, path: str, part: Path, size: int, progress: Trans
     return got
 
 
-def _append_ranges(remote: Remote, path: str, part: Path, held: int, size: int, progress: TransferProgress) -> int:
-    """Append the object's bytes after the ``held`` ones ``part`` has by ranged reads of CHUNK_BYTES. The last
-    read asks one byte past ``size``, so an object longer than recorded leaves ``part`` longer. Returns the
-    bytes fetched."""
+def _append_ranges(
+    remote: Remote, path: str, part: Path, held: int, size: int, progress: TransferProgress, digest: Any
+) -> int:
+    """Append the object's bytes after the ``held`` ones ``part`` has by ranged reads of CHUNK_BYTES, each
+    also fed to ``digest``. The last read asks one byte past ``size``, so an object longer than recorded
+    leaves ``part`` longer. Returns the bytes fetched."""
     fetched = 0
     done = held
     with open(part, "ab") as out:
@@ -248,6 +252,7 @@ def _append_ranges(remote: Remote, path: str, part: Path, held: int, size: int, 
             block = remote.fs.cat_file(path, start=start, end=end)
             new = block[done - start:]
             out.write(new)
+            digest.update(new)
             done += len(new)
             fetched += len(new)
             progress.advance(len(new))
@@ -256,9 +261,9 @@ def _append_ranges(remote: Remote, path: str, part: Path, held: int, size: int, 
     return fetched
 
 
-def _check(remote: Remote, part: Path, size: int, sha256: str, what: str, *, longer: bool) -> None:
+def _check(remote: Remote, part: Path, size: int, sha256: str, what: str, *, longer: bool, digest: Any) -> None:
     """Refuse (RemoteIntegrityError, ``part`` removed) a fetched object whose size or SHA-256 differs from
-    what its manifest line records."""
+    what its manifest line records (``digest``: its SHA-256 so far, None: hash the file now)."""
     got = _size(part)
     if longer or got != size:
         with contextlib.suppress(FileNotFoundError):
@@ -267,18 +272,18 @@ def _check(remote: Remote, part: Path, size: int, sha256: str, what: str, *, lon
             f"{what} on remote {remote.url!r} holds {'more' if longer or (got or 0) > size else 'fewer'} bytes than "
             f"the {size:,} the manifest records (altered or truncated); it was refused and nothing was published"
         )
-    digest = _sha256(part, size)
-    if digest != sha256:
+    found = (digest or _hash_file(part, size)).hexdigest()
+    if found != sha256:
         part.unlink()
         raise RemoteIntegrityError(
-            f"{what} on remote {remote.url!r} does not match the manifest (SHA-256 {digest[:16]}... where "
+            f"{what} on remote {remote.url!r} does not match the manifest (SHA-256 {found[:16]}... where "
             f"{sha256[:16]}... is recorded): altered or damaged; it was refused and nothing was published"
         )
 
 
-def _sha256(path: Path, size: int) -> str:
-    """Hex SHA-256 of the ``size`` bytes of the file at ``path``, hashed where they lie in the page cache
-    (mapped, not copied)."""
+def _hash_file(path: Path, size: int) -> Any:
+    """The SHA-256 (a hashlib object, to be fed more) of the first ``size`` bytes of the file at ``path``,
+    hashed where they lie in the page cache (mapped, not copied)."""
     digest = hashlib.sha256()
     if size:
         with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mapped:
@@ -288,7 +293,7 @@ def _sha256(path: Path, size: int) -> str:
                     digest.update(view[start : start + _HASH_BLOCK])
             finally:
                 view.release()
-    return digest.hexdigest()
+    return digest
 
 
 def _size(path: Path) -> int | None:
