@@ -154,7 +154,8 @@ def fetch_object(
     """Fetch the remote object ``path`` to ``final``, resuming a ``.part`` an earlier fetch left, and check it.
 
     A fetch holds its ``.part`` locked, so two fetches of one object (threads or processes sharing a folder)
-    never write into it together: the second waits, and finds ``final`` there when the first got it.
+    never write into it together: the second waits, and finds ``final`` there when the first got it. A
+    resumed ``.part`` whose bytes turn out not to be the object's is fetched again from the start, once.
 
     Args:
         remote: The remote.
@@ -185,17 +186,18 @@ def fetch_object(
             os.ftruncate(fd, 0)
             held = 0
         progress.advance(held)
-        fetched, longer, digest = 0, False, None
-        try:
-            with remote_errors(remote, f"fetching {what}"):
-                if held == 0 and (remote.streamed_fetches or size == 0):
-                    fetched = _get_whole(remote, path, part, size, progress)
-                else:
-                    digest = _hash_file(part, held)
-                    fetched = _append_ranges(remote, path, part, held, size, progress, digest)
-        except _LongerThanRecorded:
-            longer = True
-        _check(remote, part, size, sha256, what, longer=longer, digest=digest)
+        fetched, found = _fetch_into(remote, path, part, held, size, progress, what)
+        if found != sha256 and held:
+            # the .part did not hold the object's first bytes (a client's download may size its file first and
+            # fill it in any order): fetched again from the start, once
+            os.ftruncate(fd, 0)
+            fetched, found = _fetch_into(remote, path, part, 0, size, progress, what)
+        if found != sha256:
+            part.unlink()
+            raise RemoteIntegrityError(
+                f"{what} on remote {remote.url!r} does not match the manifest (SHA-256 {found[:16]}... where "
+                f"{sha256[:16]}... is recorded): altered or damaged; it was refused and nothing was published"
+            )
         os.replace(part, final)
         return fetched
     finally:
@@ -261,9 +263,25 @@ def _append_ranges(
     return fetched
 
 
-def _check(remote: Remote, part: Path, size: int, sha256: str, what: str, *, longer: bool, digest: Any) -> None:
-    """Refuse (RemoteIntegrityError, ``part`` removed) a fetched object whose size or SHA-256 differs from
-    what its manifest line records (``digest``: its SHA-256 so far, None: hash the file now)."""
+def _fetch_into(
+    remote: Remote, path: str, part: Path, held: int, size: int, progress: TransferProgress, what: str
+) -> tuple[int, str]:
+    """Fetch the object into ``part`` after the ``held`` bytes it has; returns the bytes fetched and the
+    SHA-256 (hex) of what ``part`` then holds.
+
+    Raises:
+        RemoteIntegrityError: The object is longer or shorter than ``size`` (``part`` removed).
+    """
+    fetched, longer, digest = 0, False, None
+    try:
+        with remote_errors(remote, f"fetching {what}"):
+            if held == 0 and (remote.streamed_fetches or size == 0):
+                fetched = _get_whole(remote, path, part, size, progress)
+            else:
+                digest = _hash_file(part, held)
+                fetched = _append_ranges(remote, path, part, held, size, progress, digest)
+    except _LongerThanRecorded:
+        longer = True
     got = _size(part)
     if longer or got != size:
         with contextlib.suppress(FileNotFoundError):
@@ -272,13 +290,7 @@ def _check(remote: Remote, part: Path, size: int, sha256: str, what: str, *, lon
             f"{what} on remote {remote.url!r} holds {'more' if longer or (got or 0) > size else 'fewer'} bytes than "
             f"the {size:,} the manifest records (altered or truncated); it was refused and nothing was published"
         )
-    found = (digest or _hash_file(part, size)).hexdigest()
-    if found != sha256:
-        part.unlink()
-        raise RemoteIntegrityError(
-            f"{what} on remote {remote.url!r} does not match the manifest (SHA-256 {found[:16]}... where "
-            f"{sha256[:16]}... is recorded): altered or damaged; it was refused and nothing was published"
-        )
+    return fetched, (digest or _hash_file(part, size)).hexdigest()
 
 
 def _hash_file(path: Path, size: int) -> Any:
