@@ -6,7 +6,9 @@ client library's own downloads of the same objects; the bytes a re-upload moves 
     python benchmarks/remote_transfer.py [--mb 250] [--shards 10] [--tmp /dev/shm]
 
 The servers are local, so these are ratios of client overhead, not of a network. Frames are uint8 84x84
-noise (incompressible, so the bytes on the wire are the bytes stored).
+noise (incompressible, so the bytes on the wire are the bytes stored). Beside each download's wall clock and
+the client's CPU time, the servers' CPU time (from /proc, on Linux) and the load average are printed: on a
+shared machine the CPU times are the steadier figures.
 """
 
 from __future__ import annotations
@@ -86,10 +88,26 @@ def make_dataset(root: Path, dataset_id: str, megabytes: int, shards: int) -> No
     store.close()
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    wall, cpu = time.perf_counter(), time.process_time()
+SERVERS: list[subprocess.Popen[bytes]] = []
+
+
+def servers_cpu() -> float:
+    """CPU seconds the server processes have used so far (0 where /proc cannot tell)."""
+    total = 0.0
+    for proc in SERVERS:
+        try:
+            fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, float, Any, float]:
+    """(wall s, this process's CPU s, fn's result, the servers' CPU s)."""
+    server, wall, cpu = servers_cpu(), time.perf_counter(), time.process_time()
     out = fn()
-    return time.perf_counter() - wall, time.process_time() - cpu, out
+    return time.perf_counter() - wall, time.process_time() - cpu, out, servers_cpu() - server
 
 
 def dataset_bytes(folder: Path) -> int:
@@ -169,6 +187,7 @@ def main() -> None:
 
     tmp = Path(tempfile.mkdtemp(prefix="vcollect-remote-bench-", dir=args.tmp))
     procs = start_servers(tmp)
+    SERVERS.extend(procs)
     try:
         src = tmp / "src"
         dataset_id = "bench/frames-v0"
@@ -183,8 +202,9 @@ def main() -> None:
             return
         rows = [(scheme, *compare_download(scheme, dataset_id, src, tmp)) for scheme in ("s3", "gs")]
         for scheme, o, p in rows:
-            print(f"{scheme} download: vcollect {o[0]:.2f} s wall / {o[1]:.2f} s CPU; client loop {p[0]:.2f} s wall / "
-                  f"{p[1]:.2f} s CPU; throughput ratio {p[0] / o[0]:.2f} (bar >= 0.8)")
+            print(f"{scheme} download: vcollect {o[0]:.2f} s wall / {o[1]:.2f} s CPU (server {o[3]:.2f} s); client loop "
+                  f"{p[0]:.2f} s wall / {p[1]:.2f} s CPU (server {p[3]:.2f} s); throughput ratio {p[0] / o[0]:.2f} "
+                  f"(bar >= 0.8); load average {os.getloadavg()[0]:.1f}")
 
         streaming(dataset_id, src, tmp)
 

@@ -4,8 +4,10 @@ variables the providers' own clients read (AWS_ENDPOINT_URL, STORAGE_EMULATOR_HO
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -97,6 +99,77 @@ def gcs_server_fixture() -> Iterator[GcsServer]:
     server.stop()
 
 
+class CutProxy:
+    """A TCP forwarder in front of a server whose ``cut`` drops every open connection mid-response and refuses
+    new ones, as the server's death does to its clients; ``cut_after(n)`` does so once ``n`` more bytes of
+    responses have passed (wherever the clients' reads are then); ``restore`` listens again on the same port."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = free_port()
+        self.cuts = 0
+        self._budget: int | None = None
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.create_server(("127.0.0.1", self.port))
+        with self._lock:
+            self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def cut_after(self, nbytes: int) -> None:
+        with self._lock:
+            self._budget = nbytes
+
+    def cut(self) -> None:
+        with self._lock:
+            held, self._sockets = [*self._sockets, *([self._listener] if self._listener else [])], set()
+            self._listener, self._budget = None, None
+            self.cuts += 1
+        for sock in held:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # cut
+            server = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=10)
+            server.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    server.close()
+                    return
+                self._sockets.update((client, server))
+            for src, dst, responses in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(src, dst, responses), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, responses: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(1 << 16):
+                cut = False
+                if responses:
+                    with self._lock:
+                        if self._budget is not None:
+                            cut = len(data) >= self._budget
+                            data = data[: self._budget]
+                            self._budget -= len(data)
+                dst.sendall(data)
+                if cut:
+                    self.cut()
+                    return
+        for sock in (src, dst):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+
 def remote_url(kind: str, s3: S3Server | None, gcs: GcsServer | None, tmp: Any) -> str:
     """A fresh empty remote of ``kind`` (s3, gs, file)."""
     if kind == "s3":
@@ -110,4 +183,4 @@ def remote_url(kind: str, s3: S3Server | None, gcs: GcsServer | None, tmp: Any) 
     return f"file://{folder}"
 
 
-__all__ = ["S3_OPTIONS", "GcsServer", "S3Server", "free_port", "gcs_server_fixture", "remote_url", "s3_server_fixture"]
+__all__ = ["S3_OPTIONS", "CutProxy", "GcsServer", "S3Server", "free_port", "gcs_server_fixture", "remote_url", "s3_server_fixture"]

@@ -4,13 +4,14 @@ resume after a server killed mid-transfer gives the exact dataset."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import s3fs
-from remote_servers import S3_OPTIONS, gcs_server_fixture, remote_url, s3_server_fixture  # noqa: F401 - fixtures
+from remote_servers import S3_OPTIONS, CutProxy, gcs_server_fixture, remote_url, s3_server_fixture  # noqa: F401 - fixtures
 from small_datasets import make_dataset
 
 import vcollect
@@ -78,7 +79,7 @@ def _object(url: str, *parts: str) -> str:
     return "/".join([url.removeprefix("s3://"), *parts])
 
 
-@pytest.mark.parametrize("damage", ["tampered", "truncated"])
+@pytest.mark.parametrize("damage", ["tampered", "truncated", "extended"])
 def test_altered_remote_shard_is_refused_and_named(uploaded: tuple[str, Path], tmp_path: Path, damage: str) -> None:
     url, _ = uploaded
     fs = s3fs.S3FileSystem(skip_instance_cache=True)
@@ -86,43 +87,55 @@ def test_altered_remote_shard_is_refused_and_named(uploaded: tuple[str, Path], t
     data = bytearray(fs.cat_file(shard))
     if damage == "tampered":
         data[len(data) // 2] ^= 0xFF
-    else:
+    elif damage == "truncated":
         del data[-100:]
+    else:
+        data += b"\0" * 100
     fs.pipe_file(shard, bytes(data))
     with pytest.raises(RemoteIntegrityError, match=shard.rsplit("/", 1)[-1]):
         vcollect.download_dataset(ID, url, root=tmp_path / "dst")
     assert not (tmp_path / "dst" / "f" / "data-v0").exists()  # nothing published
 
 
+@pytest.fixture
+def s3_proxy(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[CutProxy]:
+    """The S3 server reached through a CutProxy (AWS_ENDPOINT_URL points at it for the test)."""
+    proxy = CutProxy(s3_server.port)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
+    yield proxy
+    proxy.cut()
+
+
+class KillAfter:
+    """A TransferProgress that has the server cut off once ``limit`` bytes of its responses have passed after
+    the download announced its shards (in the middle of a shard's response)."""
+
+    def __init__(self, proxy: CutProxy, limit: int) -> None:
+        self.proxy, self.limit, self.total = proxy, limit, 0
+
+    def add_total(self, files: int, nbytes: int) -> None:
+        self.total = nbytes
+        self.proxy.cut_after(self.limit)
+
+    def advance(self, nbytes: int) -> None:
+        pass
+
+    def file_done(self) -> None:
+        pass
+
+
 def test_server_killed_mid_download_then_resume_is_exact(
-    s3_server: Any, uploaded: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3_proxy: CutProxy, uploaded: tuple[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, src = uploaded
-    monkeypatch.setattr(transfer, "CHUNK_BYTES", 4096)  # several ranged reads per shard: killed inside one
-
-    class KillAfter:
-        def __init__(self, limit: int) -> None:
-            self.moved, self.limit, self.killed = 0, limit, False
-
-        def add_total(self, files: int, nbytes: int) -> None:
-            self.total = nbytes
-
-        def advance(self, nbytes: int) -> None:
-            self.moved += nbytes
-            if self.moved >= self.limit and not self.killed:
-                self.killed = True
-                s3_server.stop()
-
-        def file_done(self) -> None:
-            pass
-
-    kill = KillAfter(10_000)
+    monkeypatch.setattr(transfer, "CHUNK_BYTES", 4096)  # the resumed shards take several ranged reads each
+    kill = KillAfter(s3_proxy, 20_000)  # the shards' responses: 3 of ~13.5 kB, fetched at once
     try:
         with pytest.raises(RemoteTransferError, match="run it again to resume"):
             vcollect.download_dataset(ID, url, root=tmp_path / "dst", progress=kill, storage_options=S3_OPTIONS)
     finally:
-        s3_server.restart()
-    assert kill.killed and not (tmp_path / "dst" / "f" / "data-v0").exists()
+        s3_proxy.restore()
+    assert s3_proxy.cuts == 1 and not (tmp_path / "dst" / "f" / "data-v0").exists()
     resumed = vcollect.download_dataset(ID, url, root=tmp_path / "dst", storage_options=S3_OPTIONS)
     assert 0 < resumed.bytes <= kill.total - 10_000 + 4096  # what the first run fetched was kept
     copy = load_dataset(ID, tmp_path / "dst")

@@ -1,8 +1,8 @@
 """Downloading a remote dataset: fetched beside the root, each shard checked, published all at once.
 
-The shards the remote's manifests name are fetched into a hidden folder beside the dataset's place
-(``.<name>-vN.download``; a fetch that stops keeps what it got, and the next download resumes from it),
-each checked against its manifest line's size and SHA-256 and given the line's mtime, so the line stands
+The shards the remote's manifests name are fetched into the dataset's resume folder, under the root's hidden
+``.downloads`` folder and outside every namespace (so a download that stops leaves nothing that keeps a
+namespace from being deleted; it keeps what it got there, and the next download resumes from it), each checked against its manifest line's size and SHA-256 and given the line's mtime, so the line stands
 in for the shard when the dataset is loaded. Shards the local copy already holds with the same SHA-256
 are linked, not fetched again. The dataset is then assembled in a staging folder and put in place with
 the store's own replace (store/layout/dataset_dir.py): a reader sees the old dataset or the whole new one,
@@ -42,18 +42,32 @@ from vcollect.store.layout.namespaces import NAMESPACE_METADATA_FILE, namespace_
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.staging import discard_staging, fsync_tree, new_staging_dir
 
-__all__ = ["FETCH_THREADS", "RESUME_SUFFIX", "copy_remote_namespaces", "download_to", "not_found", "remote_info", "resume_dir"]
+__all__ = ["FETCH_THREADS", "RESUME_DIR", "copy_remote_namespaces", "download_to", "not_found", "remote_info", "resume_dir"]
 
 #: Shards fetched at once (the client libraries' own calls are thread-safe; their I/O overlaps).
 FETCH_THREADS = 4
-#: The hidden folder beside a dataset's place that holds what its download has fetched so far.
-RESUME_SUFFIX = ".download"
+#: The hidden folder under the root where downloads keep what they fetched until it is published.
+RESUME_DIR = ".downloads"
 _WRITER_FILE = re.compile(r"[-\w][-\w.]*\.jsonl")
 
 
-def resume_dir(final: Path) -> Path:
-    """Where the download of the dataset at ``final`` keeps what it fetched until it is published."""
-    return final.with_name(f".{final.name}{RESUME_SUFFIX}")
+def resume_dir(final: Path, root: Path) -> Path:
+    """Where the download of the dataset at ``final`` (inside ``root``) keeps what it fetched until it is
+    published: its path below the root, under the root's ``.downloads``."""
+    return root / RESUME_DIR / final.relative_to(root)
+
+
+def _remove_resume(resume: Path, root: Path) -> None:
+    """Remove a published download's resume folder, and the folders above it inside ``.downloads`` left empty."""
+    shutil.rmtree(resume, ignore_errors=True)
+    top = root / RESUME_DIR
+    folder = resume.parent
+    while folder == top or top in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent
 
 
 def _identity(final: Path) -> tuple[int, int] | None:
@@ -150,7 +164,7 @@ def download_to(
         if same_info and all(local.get(s) is not None and local[s].sha256 == line.sha256 for s, line in wanted.items()):
             report.shards_kept = len(wanted)
             return report  # up to date
-    resume = resume_dir(final)
+    resume = resume_dir(final, root_path)
     check_contained(resume, root_path, action="download a dataset to")
     resume.mkdir(parents=True, exist_ok=True)
     sources: dict[str, Path] = {}
@@ -198,7 +212,7 @@ def download_to(
     except BaseException:
         discard_staging(staging, root_path)
         raise
-    shutil.rmtree(resume, ignore_errors=True)
+    _remove_resume(resume, root_path)
     return report
 
 

@@ -71,6 +71,14 @@ class Remote:
         to a temporary name and renames instead."""
         return self.protocol != "file"
 
+    @property
+    def streamed_fetches(self) -> bool:
+        """Whether a fresh fetch is the client's own download of the whole object in one streamed response
+        rather than ranged reads: gcsfs's ranged reads cost this machine less CPU than its download, while an
+        S3 server may read the whole object for each ranged GET (moto's does), and a ``file://`` copy is the
+        kernel's."""
+        return self.protocol != "gcs"
+
 
 def _import(module: str) -> Any:
     try:
