@@ -187,9 +187,9 @@ def test_block_lists_round_trip_and_refuse_malformed_text(tmp_path: Path) -> Non
 
 @settings(max_examples=60, deadline=None)
 @given(size=st.integers(0, 5000), block=st.integers(1, 700),
-       reads=st.lists(st.tuples(st.integers(0, 5200), st.integers(0, 900)), max_size=6))
+       reads=st.lists(st.tuples(st.integers(0, 5200), st.integers(0, 900)), max_size=6), fill=st.integers(1, 3000))
 def test_ranged_shard_holds_exactly_what_was_asked_for(tmp_path_factory: pytest.TempPathFactory, size: int, block: int,
-                                                       reads: list[tuple[int, int]]) -> None:
+                                                       reads: list[tuple[int, int]], fill: int) -> None:
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
     folder = tmp_path_factory.mktemp("ranged")
     source = folder / "source"
@@ -222,3 +222,12 @@ def test_ranged_shard_holds_exactly_what_was_asked_for(tmp_path_factory: pytest.
         for i in present:
             assert mapped is not None and mapped[i * block : (i + 1) * block] == data[i * block : (i + 1) * block]
     assert shard.held_bytes == sum(min(block, size - i * block) for i in present)
+    before = len(asked)
+    while shard.fill_some(fill):  # the background fill: the rest, each request from the first missing block
+        start, _ = asked[-1]
+        assert start // block not in present
+        present |= set(range(start // block, -(-asked[-1][1] // block)))
+    assert shard.held_bytes == size and shard.missing_bytes == 0
+    assert len(asked) - before <= -(-size // max(block, fill // block * block)) + len(reads)
+    if size:
+        assert shard.open_map()[:] == data

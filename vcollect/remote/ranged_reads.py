@@ -153,9 +153,10 @@ class RangedShard:
             if self._complete:
                 return 0
             lo = int(np.argmin(self._have))
-            count = max(1, max_bytes // self.blocks.block_bytes)
-            stop = lo + int(np.argmax(self._have[lo : lo + count])) if self._have[lo : lo + count].any() else lo + count
-            runs = [(lo, min(stop, self.blocks.num_blocks))]
+            window = self._have[lo : lo + max(1, max_bytes // self.blocks.block_bytes)]
+            # one request up to the window's last missing block: blocks reads fetched meanwhile come along
+            # (checked, not written again), since a request can cost a server more than the bytes
+            runs = [(lo, lo + len(window) - int(np.argmin(window[::-1])))]
         datas = self._fetch_runs(runs)
         with self._lock:
             self._accept(runs, datas)

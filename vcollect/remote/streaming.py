@@ -58,8 +58,10 @@ CACHE_ENV = "VCOLLECT_CACHE"
 DEFAULT_CACHE_BYTES = 2 << 30
 #: The most bytes of block lists fetched all at once when a dataset is first read (about a 4 GB dataset's).
 _LISTS_AT_ONCE_BYTES = 4 << 20
-#: Bytes the background fetch asks for in one ranged read.
+#: Bytes the background fetch asks for in one ranged read (GCS), or where the remote's fresh fetches are
+#: whole-object downloads (S3, file://: a request there may cost the server the whole object).
 _PREFETCH_BYTES = 16 << 20
+_PREFETCH_STREAMED_BYTES = 64 << 20
 _SESSIONS = "sessions"
 _BLOBS = "blobs"
 
@@ -223,7 +225,8 @@ class ShardCache:
                         if self._held.get(name) is not held or (
                                 self.held_bytes() + held.missing_bytes > self.capacity_bytes):
                             break
-                    held.fill_some(_PREFETCH_BYTES)
+                    # fewer, larger requests where a server may read the whole object for each one
+                    held.fill_some(_PREFETCH_STREAMED_BYTES if self.remote.streamed_fetches else _PREFETCH_BYTES)
         except Exception as exc:  # noqa: BLE001 - kept for the caller to see; reads fetch what they need
             self.prefetch_error = exc
 
