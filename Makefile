@@ -10,7 +10,7 @@ DEMO_ID := demo/cartpole-random-v0
 # checkout's), so the next process loads it: where PYTHONDONTWRITEBYTECODE is set (as on the CI machines),
 # every process the tests start (test workers, subprocess envs, Ray actors, CLI runs) would otherwise
 # compile torch, Ray and the rest from source again. Only what is imported is compiled (about a fifth of
-# the venv's 23k modules), where compiling the whole venv at install costs about 75 s of CPU.
+# the venv's 23k modules), where compiling the whole venv at install costs about 90 s of CPU.
 unexport PYTHONDONTWRITEBYTECODE
 
 # Base install: the library alone (what `make demo` needs).
