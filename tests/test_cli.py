@@ -512,6 +512,9 @@ def prepare(setup: str, tmp_path: Path, root: Path, template: Path, monkeypatch:
         (tmp_path / "modules").mkdir()
         (tmp_path / "modules" / "vcollect_test_broken_env.py").write_text("raise RuntimeError('broken on import')\n")
         monkeypatch.syspath_prepend(str(tmp_path / "modules"))
+        # the interpreter's bytecode cache of the module (written where bytecode writing is on) is not the
+        # command's doing: none is written, so the tree compares what the command itself made
+        monkeypatch.setattr(sys, "dont_write_bytecode", True)
     if "env_root_file" in parts:
         monkeypatch.setenv("VCOLLECT_DATASETS_PATH", str(tmp_path / "afile"))
 
