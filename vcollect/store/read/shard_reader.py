@@ -574,7 +574,7 @@ class OpenShardFiles:
         if len(work) < 2:
             return
         if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="vcollect-fetch")
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vcollect-fetch")
             self._pool_pid = os.getpid()
         for future in [self._pool.submit(ranges.ensure, starts, stops) for ranges, starts, stops in work]:
             future.result()
