@@ -60,6 +60,11 @@ class RangedShard:
         #: Bytes of blocks fetched and checked so far.
         self.held_bytes = 0
 
+    @property
+    def complete(self) -> bool:
+        """Whether every block is here and checked."""
+        return self._complete
+
     def ensure(self, starts: np.ndarray, stops: np.ndarray) -> None:
         """Make bytes ``starts[i]`` to ``stops[i]`` (exclusive) of the file present and checked.
 
