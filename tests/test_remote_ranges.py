@@ -199,7 +199,7 @@ def test_ranged_shard_holds_exactly_what_was_asked_for(tmp_path_factory: pytest.
         f.truncate(size)
     asked: list[tuple[int, int]] = []
 
-    def fetch(starts: list[int], stops: list[int]) -> list[bytes]:
+    def fetch(starts: list[int], stops: list[int], background: bool) -> list[bytes]:
         asked.extend(zip(starts, stops))
         return [data[a:b] for a, b in zip(starts, stops)]
 

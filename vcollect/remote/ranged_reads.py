@@ -30,8 +30,9 @@ _RUN_BLOCKS = 64
 #: Missing blocks at most this many apart are fetched in one request, with the blocks between them.
 _GAP_BLOCKS = 4
 
-#: ``fetch(starts, stops)``: the remote object's bytes in each range, in order.
-Fetch = Callable[[list[int], list[int]], list[bytes]]
+#: ``fetch(starts, stops, background)``: the remote object's bytes in each range, in order; ``background``
+#: says the fetch is the background fill's (which gives way to reads).
+Fetch = Callable[[list[int], list[int], bool], list[bytes]]
 
 
 class RangedShard:
@@ -58,6 +59,11 @@ class RangedShard:
         self._lock = threading.Lock()
         #: Bytes of blocks fetched and checked so far.
         self.held_bytes = 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether every block is here and checked."""
+        return self._complete
 
     def ensure(self, starts: np.ndarray, stops: np.ndarray) -> None:
         """Make bytes ``starts[i]`` to ``stops[i]`` (exclusive) of the file present and checked.
@@ -100,11 +106,12 @@ class RangedShard:
         for run in np.split(missing, cuts):  # blocks in a run's gaps come along, checked like the rest
             for lo in range(int(run[0]), int(run[-1]) + 1, _RUN_BLOCKS):
                 runs.append((lo, min(int(run[-1]) + 1, lo + _RUN_BLOCKS)))
-        self._accept(runs, self._fetch_runs(runs))
+        self._accept(runs, self._fetch_runs(runs, False))
 
-    def _fetch_runs(self, runs: list[tuple[int, int]]) -> list[bytes]:
+    def _fetch_runs(self, runs: list[tuple[int, int]], background: bool) -> list[bytes]:
         block = self.blocks.block_bytes
-        return self._fetch([lo * block for lo, _ in runs], [min(hi * block, self.blocks.size) for _, hi in runs])
+        return self._fetch([lo * block for lo, _ in runs], [min(hi * block, self.blocks.size) for _, hi in runs],
+                           background)
 
     def _accept(self, runs: list[tuple[int, int]], datas: list[bytes]) -> None:
         """Check each fetched block of ``runs`` and write the ones not yet here (under the lock)."""
@@ -157,7 +164,7 @@ class RangedShard:
             # one request up to the window's last missing block: blocks reads fetched meanwhile come along
             # (checked, not written again), since a request can cost a server more than the bytes
             runs = [(lo, lo + len(window) - int(np.argmin(window[::-1])))]
-        datas = self._fetch_runs(runs)
+        datas = self._fetch_runs(runs, True)
         with self._lock:
             self._accept(runs, datas)
         return len(datas[0])

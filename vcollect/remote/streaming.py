@@ -60,8 +60,10 @@ DEFAULT_CACHE_BYTES = 2 << 30
 _LISTS_AT_ONCE_BYTES = 4 << 20
 #: Bytes the background fetch asks for in one ranged read (GCS), or where the remote's fresh fetches are
 #: whole-object downloads (S3, file://: a request there may cost the server the whole object).
-_PREFETCH_BYTES = 16 << 20
+_PREFETCH_BYTES = 4 << 20
 _PREFETCH_STREAMED_BYTES = 64 << 20
+#: The longest the background fetch waits for reads' fetches to finish before it asks for its next range.
+_YIELD_SECONDS = 1.0
 _SESSIONS = "sessions"
 _BLOBS = "blobs"
 
@@ -127,6 +129,8 @@ class ShardCache:
         self._held: OrderedDict[str, int | RangedShard] = OrderedDict()
         self.fetched_bytes = 0
         self._filler: threading.Thread | None = None
+        self._reads = threading.Condition()  # reads fetching now (_reading), for the background fill to wait on
+        self._reading = 0
         self._no_list: set[str] = set()  # shards the remote holds no usable block list for
         self._lists: dict[str, BlockHashes | None] | None = None  # fetched all at once for smaller datasets
         #: What stopped the background fetch, if anything did (reads fetch what they need themselves).
@@ -134,7 +138,8 @@ class ShardCache:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("_remote", "_lock", "_held", "fetched_bytes", "_filler", "_no_list", "_lists", "prefetch_error"):
+        for key in ("_remote", "_lock", "_held", "fetched_bytes", "_filler", "_no_list", "_lists", "prefetch_error",
+                    "_reads", "_reading"):
             state.pop(key, None)
         state["prefetch"] = False  # one process fetches ahead, not every DataLoader worker
         return state
@@ -279,14 +284,29 @@ class ShardCache:
             return None
         return blocks if (blocks.size, blocks.sha256) == (line.size, line.sha256) else None
 
-    def _fetcher(self, line: ManifestLine) -> Callable[[list[int], list[int]], list[bytes]]:
-        """Ranged reads of the shard's remote object, sent as one batch."""
+    def _fetcher(self, line: ManifestLine) -> Callable[[list[int], list[int], bool], list[bytes]]:
+        """Ranged reads of the shard's remote object, one request at a time per calling thread (reads of
+        several shards run on a few threads: a handful of requests in flight; more made the GCS emulator here
+        20x slower per request). The background fill waits while reads are fetching (at most
+        ``_YIELD_SECONDS`` at a time), so a read never queues behind it for long."""
         path = self.remote.path(self.dataset_id, SHARDS_DIR, line.shard)
         what = f"reading shard {line.shard} of {self.dataset_id!r}"
 
-        def fetch(starts: list[int], stops: list[int]) -> list[bytes]:
-            with remote_errors(self.remote, what):
-                return list(self.remote.fs.cat_ranges([path] * len(starts), starts, stops, on_error="raise"))
+        def fetch(starts: list[int], stops: list[int], background: bool) -> list[bytes]:
+            with self._reads:
+                if background:
+                    self._reads.wait_for(lambda: self._reading == 0, timeout=_YIELD_SECONDS)
+                else:
+                    self._reading += 1
+            try:
+                with remote_errors(self.remote, what):
+                    return list(self.remote.fs.cat_ranges([path] * len(starts), starts, stops, on_error="raise",
+                                                           batch_size=1))
+            finally:
+                if not background:
+                    with self._reads:
+                        self._reading -= 1
+                        self._reads.notify_all()
 
         return fetch
 

@@ -322,6 +322,10 @@ class ShardRanges(Protocol):
     file object this gives; nothing else of the file may be read.
     """
 
+    @property
+    def complete(self) -> bool:
+        """Whether every byte of the file is present (reads need ask for nothing more)."""
+
     def ensure(self, starts: np.ndarray, stops: np.ndarray) -> None:
         """Make bytes ``starts[i]`` to ``stops[i]`` (exclusive) of the file present and checked."""
 
@@ -574,17 +578,19 @@ class OpenShardFiles:
         if len(work) < 2:
             return
         if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="vcollect-fetch")
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="vcollect-fetch")
             self._pool_pid = os.getpid()
         for future in [self._pool.submit(ranges.ensure, starts, stops) for ranges, starts, stops in work]:
             future.result()
 
     def _ranges_of(self, key: int, shard: StoredShard) -> ShardRanges | None:
-        """The ShardRanges of the shard's open map (opened first), or None where its file is whole here."""
+        """The ShardRanges of the shard's open map (opened first), or None where its file is whole here (or
+        has arrived whole)."""
         if self.before_open is None:
             return None
         self._get(key, shard, "map")
-        return self._ranges.get((key, "map"))
+        ranges = self._ranges.get((key, "map"))
+        return None if ranges is None or ranges.complete else ranges
 
     def _get(self, key: int, shard: StoredShard, kind: str) -> Any:
         if os.getpid() != self._pid:  # a forked child opens its own files (HDF5 handles do not survive fork)
