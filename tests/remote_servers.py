@@ -183,4 +183,19 @@ def remote_url(kind: str, s3: S3Server | None, gcs: GcsServer | None, tmp: Any) 
     return f"file://{folder}"
 
 
-__all__ = ["S3_OPTIONS", "CutProxy", "GcsServer", "S3Server", "free_port", "gcs_server_fixture", "remote_url", "s3_server_fixture"]
+__all__ = [
+    "S3_OPTIONS", "CutProxy", "GcsServer", "S3Server", "block_lists_and_shards", "free_port", "gcs_server_fixture",
+    "remote_url", "s3_server_fixture",
+]
+
+
+def block_lists_and_shards(url: str, dataset_id: str, options: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
+    """The names in a remote dataset's ``blocks/`` folder and its shards' names with ``.json`` (equal when
+    every shard has its block list, so it can be read in place by ranges)."""
+    from vcollect.remote import open_remote
+
+    remote = open_remote(url, storage_options=options)
+    remote.fs.invalidate_cache()
+    names = [[str(p).rsplit("/", 1)[-1] for p in remote.fs.ls(remote.path(dataset_id, folder))]
+             for folder in ("blocks", "shards")]
+    return sorted(names[0]), sorted(f"{name}.json" for name in names[1])

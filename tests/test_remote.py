@@ -8,7 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from remote_servers import gcs_server_fixture, remote_url, s3_server_fixture  # noqa: F401 - fixtures
+from remote_servers import (  # noqa: F401 - fixtures
+    block_lists_and_shards,
+    gcs_server_fixture,
+    remote_url,
+    s3_server_fixture,
+)
 from small_datasets import ACT_SPACE, OBS_SPACE, make_dataset
 
 import vcollect
@@ -106,6 +111,8 @@ def test_cli_list_remote_download_upload(s3_server: Any, tmp_path: Path, capsys:
     make_dataset(tmp_path / "a", ID, [4, 5, 6], metadata={"author": "bo"})
     make_dataset(tmp_path / "a", "other/x-v1", [3])
     assert main(["upload", ID, "other/x-v1", "--remote", url, "--root", str(tmp_path / "a"), "--no-progress"]) == 0
+    lists, shards = block_lists_and_shards(url, ID)
+    assert lists == shards  # the CLI's upload writes every shard's block list (reads in place by ranges)
     capsys.readouterr()
     assert main(["list", "remote", "--remote", url, "--namespace", "team"]) == 0
     out = capsys.readouterr().out

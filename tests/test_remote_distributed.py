@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from remote_servers import remote_url, s3_server_fixture  # noqa: F401 - fixtures
+from remote_servers import block_lists_and_shards, remote_url, s3_server_fixture  # noqa: F401 - fixtures
 
 import vcollect
 from tests.envs import CountingEnv, ExitOnceEnv
@@ -51,9 +51,15 @@ def test_workers_upload_their_shards_and_the_driver_publishes_at_the_end(
     listed = list_remote_datasets(url)[ID]
     episodes = first.n_collected_episodes + second.n_collected_episodes
     assert listed["total_episodes"] == episodes
+    lists, shards = block_lists_and_shards(url, ID)
+    assert lists == shards  # each worker's upload wrote its shards' block lists
     vcollect.download_dataset(ID, url, root=tmp_path / "dst")
     ds = load_dataset(ID, tmp_path / "dst")
     assert ds.total_episodes == episodes and ds.total_steps == int(first.lens.sum() + second.lens.sum())
+    streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False)  # read in place, block by block
+    rows = np.arange(ds.total_steps)
+    for key, value in ds.steps_at(rows, cache_bytes=0).items():
+        np.testing.assert_array_equal(streamed.steps_at(rows, cache_bytes=0)[key], value, err_msg=key)
     assert set(np.unique([ep.env_id for ep in ds]).tolist()) == {0, 1, 2, 3}
     assert ds.verify() == []
 
@@ -95,3 +101,5 @@ def test_cli_collect_on_ray_workers_to_a_remote(ray_ready: Any, tmp_path: Path) 
     assert main(["collect", "CartPole-v1", "--episodes", "2", "--remote", url]) == 2  # without --ray-workers
     vcollect.download_dataset(ID, url, root=tmp_path / "dst")
     assert load_dataset(ID, tmp_path / "dst").total_episodes == 6
+    lists, shards = block_lists_and_shards(url, ID)
+    assert lists == shards  # `vcollect collect --ray-workers --remote`: block lists beside every shard

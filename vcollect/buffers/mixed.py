@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
+from vcollect.buffers.preload import check_same_spaces
 from vcollect.buffers.sampling import check_count
-from vcollect.errors import SpaceMismatchError
 
 if TYPE_CHECKING:
     from vcollect.buffers.ring import VectorRingBuffer
@@ -88,13 +88,7 @@ class MixedSampler:
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating)) or not 0.0 <= ratio <= 1.0:
             raise ValueError(f"ratio is the share of offline rows, a number in [0, 1] (RLPD: 0.5), got {ratio!r}")
         if ring.has_spaces:
-            for what, mine, theirs in (("observation", ring.observation_space, dataset.observation_space),
-                                       ("action", ring.action_space, dataset.action_space)):
-                if mine != theirs:
-                    raise SpaceMismatchError(
-                        f"the dataset's {what} space {theirs} differs from the ring's {what} space {mine}: mix a "
-                        "dataset collected from the ring's envs"
-                    )
+            check_same_spaces(ring, dataset, ": mix a dataset collected from the ring's envs")
         self.ring = ring
         self.dataset = dataset
         self.ratio = float(ratio)

@@ -18,7 +18,7 @@ from vcollect.errors import RingInUseError, SpaceMismatchError
 if TYPE_CHECKING:
     from vcollect.buffers.ring import VectorRingBuffer
 
-__all__ = ["EpisodeColumns", "EpisodeSource", "preload"]
+__all__ = ["EpisodeColumns", "EpisodeSource", "check_same_spaces", "preload"]
 
 
 class EpisodeColumns(Protocol):
@@ -50,6 +50,16 @@ class EpisodeSource(Protocol):
     def episode_rows(self, episode_indices: Iterable[int] | None = None) -> EpisodeColumns: ...
 
 
+def check_same_spaces(ring: VectorRingBuffer, dataset: Any, advice: str) -> None:
+    """Raise SpaceMismatchError when ``dataset``'s observation or action space is not the ring's (the message
+    names both, then ``advice``)."""
+    for what, mine, theirs in (("observation", ring.observation_space, dataset.observation_space),
+                               ("action", ring.action_space, dataset.action_space)):
+        if mine != theirs:
+            raise SpaceMismatchError(f"the dataset's {what} space {theirs} differs from the ring's {what} space "
+                                     f"{mine}{advice}")
+
+
 def check_source(ring: VectorRingBuffer, source: Any) -> None:
     """Refuse a source that is not an EpisodeSource, or whose spaces are not the ring's, and a ring with running
     episodes or episode-hook columns; give a ring without spaces the source's."""
@@ -60,13 +70,8 @@ def check_source(ring: VectorRingBuffer, source: Any) -> None:
     if not ring.has_spaces:
         ring.bind_spaces(source.observation_space, source.action_space)
         return
-    for what, mine, theirs in (("observation", ring.observation_space, source.observation_space),
-                               ("action", ring.action_space, source.action_space)):
-        if mine != theirs:
-            raise SpaceMismatchError(
-                f"the dataset's {what} space {theirs} differs from the ring's {what} space {mine}; preload a "
-                "dataset collected from the ring's envs, or make the ring with the dataset's spaces"
-            )
+    check_same_spaces(ring, source, "; preload a dataset collected from the ring's envs, or make the ring with "
+                      "the dataset's spaces")
     running = np.flatnonzero(ring._has_episode)
     if running.size:
         raise RingInUseError(
