@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from vcollect.envs.base import BaseVectorEnv
 from vcollect.envs.capabilities import EnvCapabilities
+from vcollect.envs.pass_through import PassThroughVectorEnv
 from vcollect.errors import InfoStructureError, VCollectError
 from vcollect.infos import flatten_info, nest_info, stack_rows
 
@@ -41,7 +41,7 @@ def stack_episode_infos(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return nest_info(out)
 
 
-class InfoRecordingEnv:
+class InfoRecordingEnv(PassThroughVectorEnv):
     """A VectorEnv that passes the protocol through and keeps each env's info dicts since its last reset.
 
     ``Collector(record_infos=True)`` wraps its vector env in it and takes an env's infos when it
@@ -49,6 +49,12 @@ class InfoRecordingEnv:
     without ``step_reset`` (an episode's infos are taken after its last step, before its env restarts)
     or ``recv_any``; a backend's other attributes are not forwarded. Backends that step every env at
     once or restart envs by themselves are refused (their episodes' info dicts cannot be told apart).
+
+    Args:
+        envs: The wrapped vcollect VectorEnv.
+
+    Raises:
+        ValueError: ``envs`` steps every env at once or resets envs by itself.
     """
 
     def __init__(self, envs: Any) -> None:
@@ -58,84 +64,18 @@ class InfoRecordingEnv:
                 f"recording infos needs a backend that steps and resets each env on request; "
                 f"{type(envs).__name__} steps all envs at once or resets them by itself"
             )
-        self.capabilities = replace(wrapped, step_reset=False, recv_any=False)
-        self.envs = envs
-        self.num_envs: int = envs.num_envs
-        self.single_observation_space = envs.single_observation_space
-        self.single_action_space = envs.single_action_space
-        self.observation_space = envs.observation_space
-        self.action_space = envs.action_space
-        self.env_spec = envs.env_spec if isinstance(envs, BaseVectorEnv) else None
+        super().__init__(envs, replace(wrapped, step_reset=False, recv_any=False))
         self._rows: list[list[dict[str, Any]]] = [[] for _ in range(self.num_envs)]
 
-    @property
-    def closed(self) -> bool:
-        """Whether the wrapped vector env is closed."""
-        return bool(self.envs.closed)
-
-    @property
-    def in_flight(self) -> np.ndarray:
-        """Env ids with a step or reset in flight."""
-        return self.envs.in_flight  # type: ignore[no-any-return]
-
-    def _ids(self, env_ids: Any) -> list[int]:
-        return list(range(self.num_envs)) if env_ids is None else np.asarray(env_ids, dtype=np.int64).tolist()
-
-    def _started(self, env_ids: Any, infos: Sequence[dict[str, Any]]) -> None:
-        for env_id, info in zip(self._ids(env_ids), infos):
+    def on_reset(self, env_ids: np.ndarray, infos: Sequence[dict[str, Any]]) -> None:
+        """Start a new info record for each env id."""
+        for env_id, info in zip(env_ids.tolist(), infos):
             self._rows[env_id] = [info]
 
-    def _stepped(self, env_ids: Any, infos: Sequence[dict[str, Any]]) -> None:
-        for env_id, info in zip(self._ids(env_ids), infos):
+    def on_step(self, env_ids: np.ndarray, infos: Sequence[dict[str, Any]]) -> None:
+        """Append each env's info dict."""
+        for env_id, info in zip(env_ids.tolist(), infos):
             self._rows[env_id].append(info)
-
-    def reset(self, env_ids: Any = None, seeds: Any = None, options: dict[str, Any] | None = None) -> Any:
-        """Reset, starting a new info record for each env id."""
-        obs, infos = self.envs.reset(env_ids=env_ids, seeds=seeds, options=options)
-        self._started(env_ids, infos)
-        return obs, infos
-
-    def step(self, actions: Any, env_ids: Any = None) -> Any:
-        """Step, appending each env's info dict."""
-        result = self.envs.step(actions, env_ids)
-        self._stepped(env_ids, result[4])
-        return result
-
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Dispatch steps (async half)."""
-        self.envs.send(actions, env_ids)
-
-    def recv(self, min_ready: int = 1, timeout: float | None = None) -> Any:
-        """Receive finished steps, appending each env's info dict."""
-        result = self.envs.recv(min_ready=min_ready, timeout=timeout)
-        self._stepped(result[5], result[4])
-        return result
-
-    def reset_async(self, env_ids: Any = None, seeds: Any = None, options: dict[str, Any] | None = None) -> None:
-        """Dispatch resets (async half)."""
-        self.envs.reset_async(env_ids, seeds=seeds, options=options)
-
-    def recv_reset(self, min_ready: int = 1, timeout: float | None = None) -> Any:
-        """Receive finished resets, starting a new info record for each env id."""
-        obs, infos, env_ids = self.envs.recv_reset(min_ready=min_ready, timeout=timeout)
-        self._started(env_ids, infos)
-        return obs, infos, env_ids
-
-    def get_env_attr(self, name: str, env_ids: Any = None) -> list[Any]:
-        """The wrapped vector env's ``get_env_attr``."""
-        return self.envs.get_env_attr(name, env_ids)  # type: ignore[no-any-return]
-
-    def set_env_attr(self, name: str, value: Any, env_ids: Any = None) -> None:
-        """The wrapped vector env's ``set_env_attr``."""
-        self.envs.set_env_attr(name, value, env_ids)
-
-    def render(self) -> Any:
-        """The wrapped envs' render results."""
-        return self.envs.render()
-
-    def close(self) -> None:
-        """Close the wrapped vector env."""
-        self.envs.close()
 
     def episode_infos(self, env_id: int, steps: int) -> dict[str, Any]:
         """The stacked infos of env ``env_id``'s finished episode of ``steps`` steps."""
