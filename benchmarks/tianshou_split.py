@@ -27,7 +27,6 @@ import argparse
 import functools
 import json
 import os
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -86,7 +85,7 @@ def _instrument(side: str) -> None:
     for name in ("log_train_data", "log_test_data", "log_update_data", "log_info_data", "save_data"):
         _patch(logger_base.BaseLogger, name, "logging")
     torch.save = _timed("logging", torch.save)
-    Collector, Buffer = tianshou_trainers._imports(side)
+    Collector, Buffer = tianshou_trainers.side_imports(side)
     _patch(Collector, "collect", lambda self, n_step=None, n_episode=None, *a, **k: "test" if n_episode else "collect")
     for name in ("sample", "next", "unfinished_index", "hasnull"):
         _patch(Buffer, name, name)
@@ -119,14 +118,7 @@ def main() -> None:
     for algo in args.algo:
         results = {}
         for side in args.sides:
-            cmd = [sys.executable, __file__, "--child", algo, side]
-            if args.fixed_steps is not None:
-                cmd += ["--fixed-steps", str(args.fixed_steps)]
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=7200)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{algo}/{side} failed:\n{proc.stderr[-3000:]}")
-            results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+            results[side] = tianshou_trainers.run_child(__file__, algo, side, args.fixed_steps, 7200)
             print(json.dumps({"algo": algo, "side": side, **results[side]}), flush=True)
         if len(results) == 2:
             t, v = results["tianshou"], results["vcollect"]

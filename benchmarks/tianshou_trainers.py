@@ -33,7 +33,7 @@ from typing import Any
 ALGOS = ("dqn", "ppo", "sac")
 
 
-def _imports(side: str) -> tuple[Any, Any]:
+def side_imports(side: str) -> tuple[Any, Any]:
     """The Collector and VectorReplayBuffer of one side: the two lines that change."""
     if side == "vcollect":
         from vcollect.tianshou import Collector, VectorReplayBuffer
@@ -64,7 +64,7 @@ def run_dqn(side: str, fixed_steps: int | None) -> dict[str, Any]:
     from tianshou.utils.net.common import Net
     from tianshou.utils.torch_utils import policy_within_training_step
 
-    Collector, VectorReplayBuffer = _imports(side)
+    Collector, VectorReplayBuffer = side_imports(side)
     task, seed, threshold = "CartPole-v1", 1626, 195
     env = gym.make(task)
     training_envs = DummyVectorEnv([lambda: gym.make(task) for _ in range(10)])
@@ -121,7 +121,7 @@ def run_ppo(side: str, fixed_steps: int | None) -> dict[str, Any]:
     from tianshou.utils.net.common import ActorCritic, Net
     from tianshou.utils.net.discrete import DiscreteActor, DiscreteCritic
 
-    Collector, VectorReplayBuffer = _imports(side)
+    Collector, VectorReplayBuffer = side_imports(side)
     task, seed, threshold = "CartPole-v1", 1626, 195
     env = gym.make(task)
     training_envs = DummyVectorEnv([lambda: gym.make(task) for _ in range(20)])
@@ -173,7 +173,7 @@ def run_sac(side: str, fixed_steps: int | None) -> dict[str, Any]:
     from tianshou.utils.net.common import Net
     from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
 
-    Collector, VectorReplayBuffer = _imports(side)
+    Collector, VectorReplayBuffer = side_imports(side)
     task, seed, threshold = "Pendulum-v1", 1, -250
     env = gym.make(task)
     training_envs = DummyVectorEnv([lambda: gym.make(task) for _ in range(10)])
@@ -249,6 +249,19 @@ def _child(algo: str, side: str, fixed_steps: int | None) -> None:
     print(json.dumps(RUNS[algo](side, fixed_steps)), flush=True)
 
 
+def run_child(script: str, algo: str, side: str, fixed_steps: int | None, timeout: float) -> dict[str, Any]:
+    """Run ``script --child algo side`` in a fresh process (torch on one thread) and return the JSON result
+    its last line prints."""
+    cmd = [sys.executable, script, "--child", algo, side]
+    if fixed_steps is not None:
+        cmd += ["--fixed-steps", str(fixed_steps)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{algo}/{side} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", nargs="+", choices=ALGOS, default=list(ALGOS))
@@ -264,14 +277,7 @@ def main() -> None:
     for algo in args.algo:
         results = {}
         for side in args.sides:
-            cmd = [sys.executable, __file__, "--child", algo, side]
-            if args.fixed_steps is not None:
-                cmd += ["--fixed-steps", str(args.fixed_steps)]
-            env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-            if proc.returncode != 0:
-                raise RuntimeError(f"{algo}/{side} failed:\n{proc.stderr[-3000:]}")
-            results[side] = json.loads(proc.stdout.strip().splitlines()[-1])
+            results[side] = run_child(__file__, algo, side, args.fixed_steps, args.timeout)
             row = {"algo": algo, "side": side, **results[side]}
             rows.append(row)
             print(json.dumps(row), flush=True)
