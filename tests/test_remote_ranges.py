@@ -42,6 +42,17 @@ def write_frames(root: Path, compression: str, lengths: list[int], per_shard: in
     store.close()
 
 
+def uploaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compression: str, lengths: list[int],
+             per_shard: int = 2, url: str | None = None) -> tuple[str, Any]:
+    """Frames written under ``tmp_path/a`` and uploaded to ``url`` (default: a fresh folder remote), with the
+    cache of datasets read in place under ``tmp_path``: (the remote's URL, the local dataset)."""
+    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
+    write_frames(tmp_path / "a", compression, lengths, per_shard)
+    url = url or remote_url("file", None, None, tmp_path)
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    return url, load_dataset(ID, tmp_path / "a")
+
+
 def remote_folder(url: str) -> Path:
     return Path(url.removeprefix("file://")) / ID
 
@@ -59,14 +70,10 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> None:
 @pytest.mark.parametrize("compression", ["none", "zstd", "gzip", "lz4"])
 def test_reads_in_place_equal_the_local_copy_on_every_path(compression: str, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
-    write_frames(tmp_path / "a", compression, [160, 145, 170, 130])
-    url = remote_url("file", None, None, tmp_path)
-    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    url, local = uploaded(tmp_path, monkeypatch, compression, [160, 145, 170, 130])
     blocks = sorted(p.name for p in (remote_folder(url) / "blocks").iterdir())
     shards = sorted(p.name for p in (remote_folder(url) / "shards").iterdir())
     assert blocks == [f"{s}.json" for s in shards]  # a block list beside every shard
-    local = load_dataset(ID, tmp_path / "a")
     streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False)
     cache = hook(streamed)
     positions = np.array([5, 400])
@@ -95,11 +102,8 @@ def test_reads_in_place_equal_the_local_copy_on_every_path(compression: str, tmp
 
 def test_a_sample_fetches_the_blocks_of_its_rows_over_s3(s3_server: Any, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
-    write_frames(tmp_path / "a", "none", [150, 150, 150, 150], per_shard=2)
-    url = remote_url("s3", s3_server, None, tmp_path)
-    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
-    local = load_dataset(ID, tmp_path / "a")
+    url, local = uploaded(tmp_path, monkeypatch, "none", [150, 150, 150, 150],
+                          url=remote_url("s3", s3_server, None, tmp_path))
     streamed = vcollect.load_dataset(ID, remote=url, stream=True, prefetch=False)
     positions = np.array([3, 170, 320, 599])
     same(streamed.steps_at(positions, cache_bytes=0), local.steps_at(positions, cache_bytes=0))
@@ -109,16 +113,12 @@ def test_a_sample_fetches_the_blocks_of_its_rows_over_s3(s3_server: Any, tmp_pat
 
 
 def test_a_block_altered_on_the_remote_is_refused_and_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
-    write_frames(tmp_path / "a", "none", [150, 150], per_shard=1)
-    url = remote_url("file", None, None, tmp_path)
-    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    url, local = uploaded(tmp_path, monkeypatch, "none", [150, 150], per_shard=1)
     first = sorted((remote_folder(url) / "shards").iterdir())[0]
     data = bytearray(first.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one byte in a middle block of the first shard's frames
     first.write_bytes(bytes(data))
     streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False)
-    local = load_dataset(ID, tmp_path / "a")
     np.testing.assert_array_equal(streamed[1].observations, local[1].observations)  # the other shard reads
     with pytest.raises(RemoteIntegrityError, match=r"block \d+ .*does not match its SHA-256"):
         for episode in streamed.iterate_episodes([0]):
@@ -127,15 +127,11 @@ def test_a_block_altered_on_the_remote_is_refused_and_named(tmp_path: Path, monk
 
 def test_without_a_matching_block_list_the_shard_is_fetched_whole(tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
-    write_frames(tmp_path / "a", "none", [150, 150], per_shard=1)
-    url = remote_url("file", None, None, tmp_path)
-    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    url, local = uploaded(tmp_path, monkeypatch, "none", [150, 150], per_shard=1)
     lists = sorted((remote_folder(url) / "blocks").iterdir())
     lists[0].unlink()  # as a dataset uploaded before block lists existed
     other = BlockHashes.decode(lists[1].read_bytes())
     lists[1].write_bytes(BlockHashes(other.size, "0" * 64, other.block_bytes, other.digests).encode())  # not its shard's
-    local = load_dataset(ID, tmp_path / "a")
     streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False)
     cache = hook(streamed)
     sizes = [cache.lines[name].size for name in sorted(cache.lines)]
@@ -143,17 +139,14 @@ def test_without_a_matching_block_list_the_shard_is_fetched_whole(tmp_path: Path
     assert cache.fetched_bytes == sizes[0]
     same(streamed.steps_at([200], cache_bytes=0), local.steps_at([200], cache_bytes=0))
     assert cache.fetched_bytes == sizes[0] + sizes[1]
-    vcollect.upload_dataset(ID, url, root=tmp_path / "a")  # an upload adds the missing list, sends no shard
+    report = vcollect.upload_dataset(ID, url, root=tmp_path / "a")  # adds the missing list, sends no shard
+    assert (report.shards, report.shards_kept) == (0, 2)
     assert sorted(p.name for p in (remote_folder(url) / "blocks").iterdir()) == [p.name for p in lists]
 
 
 def test_the_rest_is_fetched_in_the_background_within_the_cache(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
-    write_frames(tmp_path / "a", "auto", [150, 150, 150, 150], per_shard=1)
-    url = remote_url("file", None, None, tmp_path)
-    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
-    local = load_dataset(ID, tmp_path / "a")
+    url, local = uploaded(tmp_path, monkeypatch, "auto", [150, 150, 150, 150], per_shard=1)
     streamed = vcollect.load_dataset(f"{url}/{ID}")
     cache = hook(streamed)
     same(streamed.steps_at([7], cache_bytes=0), local.steps_at([7], cache_bytes=0))
