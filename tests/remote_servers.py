@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 import threading
 import uuid
 from collections.abc import Iterator
@@ -102,23 +103,26 @@ def gcs_server_fixture() -> Iterator[GcsServer]:
 class CutProxy:
     """A TCP forwarder in front of a server whose ``cut`` drops every open connection mid-response and refuses
     new ones, as the server's death does to its clients; ``cut_after(n)`` does so once ``n`` more bytes of
-    responses have passed (wherever the clients' reads are then); ``restore`` listens again on the same port."""
+    responses have passed (wherever the clients' reads are then); ``restore`` takes connections again.
+
+    The listening socket stays open from start to end: a cut proxy resets each connection it is offered
+    (the client sees it reset, as by a dead server's host). Closing the port and binding it again would race
+    with the machine's other connections, any of which may take the freed port as its local one."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
-        self.port = free_port()
         self.cuts = 0
         self._budget: int | None = None
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
-        self._listener: socket.socket | None = None
-        self.restore()
+        self._refusing = False
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
 
     def restore(self) -> None:
-        listener = socket.create_server(("127.0.0.1", self.port))
         with self._lock:
-            self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+            self._refusing = False
 
     def cut_after(self, nbytes: int) -> None:
         with self._lock:
@@ -126,27 +130,44 @@ class CutProxy:
 
     def cut(self) -> None:
         with self._lock:
-            held, self._sockets = [*self._sockets, *([self._listener] if self._listener else [])], set()
-            self._listener, self._budget = None, None
+            held, self._sockets = list(self._sockets), set()
+            self._refusing, self._budget = True, None
             self.cuts += 1
         for sock in held:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
             sock.close()
 
-    def _accept(self, listener: socket.socket) -> None:
+    def close(self) -> None:
+        """Cut, and stop listening (the end of the proxy)."""
+        self.cut()
+        self._listener.close()
+
+    @staticmethod
+    def _reset(sock: socket.socket) -> None:
+        """Close ``sock`` with a reset (no orderly end), as a connection to a dead server ends."""
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+
+    def _accept(self) -> None:
         while True:
             try:
-                client, _ = listener.accept()
+                client, _ = self._listener.accept()
             except OSError:
-                return  # cut
+                return
+            with self._lock:
+                refusing = self._refusing
+            if refusing:
+                self._reset(client)
+                continue
             server = socket.create_connection(("127.0.0.1", self.upstream_port), timeout=10)
             server.settimeout(None)
             with self._lock:
-                if self._listener is not listener:
-                    client.close()
+                if self._refusing:
+                    self._reset(client)
                     server.close()
-                    return
+                    continue
                 self._sockets.update((client, server))
             for src, dst, responses in ((client, server, False), (server, client, True)):
                 threading.Thread(target=self._pump, args=(src, dst, responses), daemon=True).start()
@@ -157,10 +178,10 @@ class CutProxy:
                 cut = False
                 if responses:
                     with self._lock:
-                        if self._budget is not None:
+                        if self._budget is not None:  # one pump spends the last of it and cuts; none after
                             cut = len(data) >= self._budget
                             data = data[: self._budget]
-                            self._budget -= len(data)
+                            self._budget = None if cut else self._budget - len(data)
                 dst.sendall(data)
                 if cut:
                     self.cut()

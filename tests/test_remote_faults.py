@@ -103,7 +103,7 @@ def s3_proxy(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[CutPro
     proxy = CutProxy(s3_server.port)
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
     yield proxy
-    proxy.cut()
+    proxy.close()
 
 
 class KillAfter:

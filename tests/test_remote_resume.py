@@ -53,7 +53,7 @@ def gcs_proxy(gcs_server: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[CutP
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{proxy.port}")
     monkeypatch.setattr(gcsfs.retry, "asyncio", types.SimpleNamespace(sleep=_no_wait))
     yield proxy
-    proxy.cut()
+    proxy.close()
 
 
 class CutAfter:
