@@ -111,6 +111,31 @@ def test_runs_of_rows_land_in_their_places(table: tuple[ChunkTable, mmap.mmap, n
     np.testing.assert_array_equal(out, expected)
 
 
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(0, ROWS - 1), st.integers(0, 30)), max_size=8), seed=st.integers(0, 2**16))
+def test_runs_decoded_straight_into_their_margins(table: tuple[ChunkTable, mmap.mmap, np.ndarray],
+                                                   runs: list[tuple[int, int]], seed: int) -> None:
+    """With a margin of one chunk less one row, whole chunks are decoded around each run's place: the run's
+    rows are exact, the margins hold whatever (the rest of the run's first and last chunks), and nothing
+    outside the margins is touched."""
+    t, mapped, data = table
+    margin = t.rows_per_chunk - 1
+    lows = np.asarray([lo for lo, _ in runs], dtype=np.int64)
+    counts = np.asarray([min(n, ROWS - lo) for lo, n in runs], dtype=np.int64)
+    slot = 32 + 2 * margin
+    places = np.random.default_rng(seed).permutation(len(runs)) * (slot + 1) + margin + 1
+    out = np.full((len(runs) * (slot + 1) + 2, *data.shape[1:]), 7, np.uint8)
+    t.read_runs(mapped, lows, counts, out, places, margin)
+    free = np.zeros(len(out), dtype=bool)
+    for lo, n, place in zip(lows, counts, places):
+        np.testing.assert_array_equal(out[place : place + n], data[lo : lo + n])
+        free[place - margin : place + n + margin] = n > 0
+    assert (out[~free] == 7).all()
+    if t.rows_per_chunk > 1:  # a margin the output has no room for is refused
+        with pytest.raises(ValueError, match="margin"):
+            t.read_runs(mapped, np.array([1]), np.array([2]), out[:2], np.array([0]), margin)
+
+
 def test_a_damaged_frame_in_a_range_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "c.h5"
     data = column(path, 1)

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Any
 
 import gymnasium as gym
+import h5py
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -672,3 +673,79 @@ def test_torch_slices_in_worker_processes(datasets: dict[str, vcollect.Dataset])
     want = ds.slices_at(*zip(*[(items[i]["episode_ids"], items[i]["start_indices"]) for i in range(len(items))]), 2)
     np.testing.assert_array_equal(got, want["returns_to_go"])
 
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, vcollect.Dataset]:
+    """``frame_stack`` Zstandard datasets of 96x96 frames, three to a 32 KiB chunk: windows of slices long
+    enough against a chunk have theirs decoded straight into the batch's array (a margin of two frames on
+    either side of each window)."""
+    root = tmp_path_factory.mktemp("chunked")
+    rng = np.random.default_rng(7)
+    space = gym.spaces.Box(0, 255, (3, 96, 96), np.uint8)
+    stores = {"edge": EpisodeStore.create("s/chunked-edge-v0", space, ACT, root=root, frame_stack=3, shard_steps=50),
+              "zero": EpisodeStore.create("s/chunked-zero-v0", space, ACT, root=root, frame_stack=FrameStack(3, "zero"),
+                                          shard_steps=50)}
+    for i, t in enumerate([30, 17, 45, 25, 9]):
+        frames = rng.integers(0, 4, (t + 1, 96, 96), dtype=np.uint8) * 60
+        act, rew = rng.integers(0, 3, t), rng.normal(size=t)
+        term = np.eye(1, t, t - 1, dtype=bool)[0]
+        stores["edge"].write_episode(reference_stacks(frames, 3), act, rew, term, ~term & False, seed=i, env_id=0)
+        zero_stacks = reference_stacks(np.concatenate([np.zeros((2, 96, 96), np.uint8), frames]), 3)[2:]
+        stores["zero"].write_episode(zero_stacks, act, rew, term, ~term & False, seed=i, env_id=0)
+    out = {}
+    for name, store in stores.items():
+        store.close()
+        out[name] = vcollect.load_dataset(f"s/chunked-{name}-v0", root=root)
+    return out
+
+
+@pytest.mark.parametrize("name", ["edge", "zero"])
+def test_views_decoded_into_their_windows_equal_copies(chunked: dict[str, vcollect.Dataset], name: str) -> None:
+    """Frames decoded chunk by chunk straight into each window's slot (whole chunks, the rows outside the
+    window landing in margins beside it): every view equals the materialised stacks, windows at an episode's
+    start included, with and without next observations, through sample_slices and slices_at."""
+    ds = chunked[name]
+    shard = sorted(ds.path.rglob("*.h5"))[0]
+    frame_chunks: list[int] = []
+    with h5py.File(shard, "r") as f:
+        f.visititems(lambda _, d: frame_chunks.append(d.chunks[0])
+                     if isinstance(d, h5py.Dataset) and d.shape[1:] == (96, 96) else None)
+    assert frame_chunks and set(frame_chunks) == {3}  # three frames a chunk: a margin of 2 rows
+    length, k, margin, row = 9, 3, 2, 96 * 96
+    for nxt in (True, False):
+        view = ds.sample_slices(40, length, seed=3, cache_bytes=0, stacks="view", next_observations=nxt)
+        copy = ds.sample_slices(40, length, seed=3, cache_bytes=0, next_observations=nxt)
+        assert view.keys() == copy.keys()
+        for key, value in copy.items():
+            np.testing.assert_array_equal(view[key], value, err_msg=key)
+        rows = length + k - 1 + int(nxt)
+        low, high = byte_bounds(view["observations"])[0], byte_bounds(view.get("next_observations",
+                                                                                 view["observations"]))[1]
+        assert high - low == ((40 - 1) * (rows + 2 * margin) + rows) * row
+        # and every episode's first window, whose first stacks repeat (or zero) the episode's first frame
+        episodes = np.concatenate([view["episode_ids"], np.arange(5)])
+        starts = np.concatenate([view["start_indices"], np.zeros(5, dtype=np.int64)])
+        again = ds.slices_at(episodes, starts, length, cache_bytes=0, stacks="view", next_observations=nxt)
+        for key, value in ds.slices_at(episodes, starts, length, cache_bytes=0, next_observations=nxt).items():
+            np.testing.assert_array_equal(again[key], value, err_msg=key)
+
+
+def test_a_views_array_is_reused_only_once_nothing_refers_to_it(chunked: dict[str, vcollect.Dataset]) -> None:
+    """The array behind a batch of views is filled again by the next call only when no view of it is left:
+    a batch still held keeps its values (the next call gets an array of its own); once the batches are
+    dropped, the next call writes into the last one's memory, with the right values."""
+    ds = chunked["edge"]
+    first = ds.sample_slices(64, 9, seed=1, cache_bytes=0, stacks="view")
+    kept = np.array(first["observations"])
+    second = ds.sample_slices(64, 9, seed=2, cache_bytes=0, stacks="view")
+    np.testing.assert_array_equal(first["observations"], kept)
+    assert not np.shares_memory(first["observations"], second["observations"])
+    where = byte_bounds(second["observations"])[0]
+    del first, second
+    third = ds.sample_slices(64, 9, seed=4, cache_bytes=0, stacks="view")
+    assert byte_bounds(third["observations"])[0] == where
+    np.testing.assert_array_equal(third["observations"],
+                                  ds.sample_slices(64, 9, seed=4, cache_bytes=0)["observations"])
+    np.testing.assert_array_equal(third["next_observations"],
+                                  ds.sample_slices(64, 9, seed=4, cache_bytes=0)["next_observations"])

@@ -123,6 +123,7 @@ class ChunkTable:
         dataset.id.chunk_iter(note)
         self.codec = _CODECS[dataset.id.get_create_plist().get_filter(0)[0]]
         self._decoder = zstandard.ZstdDecompressor()
+        self._break_counts: np.ndarray | None = None  # breaks before each chunk (made on first need)
         if (self.offsets < 0).any():
             raise ValueError(f"column {dataset.name!r} has unwritten chunks")
         # a set filter-mask bit: HDF5 kept that chunk as it was (the filter could not shrink it); 18 bytes a
@@ -195,11 +196,16 @@ class ChunkTable:
         self._decode_chunks_into(mapped, lo, hi - 1, memoryview(out.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
         return out
 
-    def read_runs(self, mapped: Any, lows: np.ndarray, counts: np.ndarray, out: np.ndarray, places: np.ndarray) -> None:
+    def read_runs(self, mapped: Any, lows: np.ndarray, counts: np.ndarray, out: np.ndarray, places: np.ndarray,
+                  margin: int = 0) -> None:
         """``out[places[r] : places[r] + counts[r]]`` = rows ``lows[r]`` onward, for each run r of consecutive
         rows (``out``: C-contiguous, of this column's dtype and row shape). Each run's chunks are decoded once,
-        those back to back in the file as one stream: straight into ``out`` for one-row chunks, else into a
-        scratch buffer of one run's chunks (small enough to stay in the processor's cache) and copied out."""
+        those back to back in the file as one stream, straight into ``out`` for one-row chunks, and for chunks
+        of several rows too where ``margin`` (the rows of ``out`` before and after every run that may be
+        overwritten) is at least one chunk less one row: the run's first chunk then begins up to that many
+        rows before its place and its last ends up to that many after. Otherwise each run's chunks are
+        decoded into a scratch buffer of one run's chunks (small enough to stay in the processor's cache) and
+        copied out."""
         rows_per_chunk, row_bytes = self.rows_per_chunk, self.row_bytes
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
@@ -211,16 +217,51 @@ class ChunkTable:
         first = lows // rows_per_chunk
         last = (lows + counts - 1) // rows_per_chunk
         if rows_per_chunk == 1:
-            for a, b, place, n in zip(first.tolist(), last.tolist(), places.tolist(), counts.tolist()):
-                self._decode_chunks_into(mapped, a, b, view[place * row_bytes : (place + n) * row_bytes])
+            self._decode_spans(mapped, first, last, view, places * row_bytes)
             return
         chunk_bytes = rows_per_chunk * row_bytes
+        skips = lows - first * rows_per_chunk  # rows of a run's first chunk before the run
+        if margin >= rows_per_chunk - 1:
+            begins = (places - skips) * row_bytes
+            if begins.min() < 0 or int((begins + (last + 1 - first) * chunk_bytes).max()) > len(view):
+                raise ValueError(f"a run's chunks reach outside the output: margin {margin} rows is wrong")
+            self._decode_spans(mapped, first, last, view, begins)
+            return
         scratch = memoryview(np.empty(int((last - first).max() + 1) * chunk_bytes, dtype=np.uint8))  # type: ignore[arg-type]
-        skips = (lows - first * rows_per_chunk) * row_bytes
-        for a, b, skip, place, n in zip(first.tolist(), last.tolist(), skips.tolist(), places.tolist(),
+        for a, b, skip, place, n in zip(first.tolist(), last.tolist(), (skips * row_bytes).tolist(), places.tolist(),
                                         counts.tolist()):
             self._decode_chunks_into(mapped, a, b, scratch[: (b + 1 - a) * chunk_bytes])
             view[place * row_bytes : (place + n) * row_bytes] = scratch[skip : skip + n * row_bytes]
+
+    def _decode_spans(self, mapped: Any, first: np.ndarray, last: np.ndarray, view: memoryview,
+                      begins: np.ndarray) -> None:
+        """Chunks ``first[r]`` to ``last[r]`` (inclusive) decoded into ``view`` from byte ``begins[r]`` on, for
+        each r. A span of Zstandard chunks back to back in the file (nearly every span: HDF5 writes a column's
+        chunks in order) is one stream read in one call; the others go through :meth:`_decode_chunks_into`."""
+        chunk_bytes = self.rows_per_chunk * self.row_bytes
+        sizes = (last + 1 - first) * chunk_bytes
+        whole = np.ones(first.size, dtype=bool)  # one stream: no break inside, not a chunk kept unfiltered
+        if self.codec != "zstd":
+            whole[:] = False
+        else:
+            if self._break_counts is None:
+                self._break_counts = np.concatenate([[0], np.cumsum(self.breaks)])
+            whole &= (self._break_counts[last] == self._break_counts[first]) & ~self.stored_raw[first]
+        for a, b, at, size in zip(first[~whole].tolist(), last[~whole].tolist(), begins[~whole].tolist(),
+                                  sizes[~whole].tolist()):
+            self._decode_chunks_into(mapped, a, b, view[at : at + size])
+        if not whole.any():
+            return
+        starts = self.offsets.take(first[whole])
+        stops = self.offsets.take(last[whole]) + self.sizes.take(last[whole])
+        reader = self._decoder.stream_reader
+        for a, b, start, stop, at, size in zip(first[whole].tolist(), last[whole].tolist(), starts.tolist(),
+                                               stops.tolist(), begins[whole].tolist(), sizes[whole].tolist()):
+            with reader(mapped[start:stop], read_across_frames=True) as stream:
+                filled = stream.readinto(view[at : at + size])  # decodes until the target is full or input ends
+                extra = stream.read(1) if filled == size else b""
+            if filled != size or extra:
+                raise ValueError(f"chunks {a} to {b} decoded to {'more' if extra else filled} bytes, expected {size}")
 
     def _decode_chunks_into(self, mapped: Any, a: int, b: int, target: memoryview) -> None:
         """Chunks ``a`` to ``b`` (inclusive) decoded into ``target``, exactly their bytes (whole chunks: HDF5 pads

@@ -7,6 +7,7 @@ Episode ids are global: shards in the order given (by file name, commit time fir
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,12 +123,15 @@ class DatasetIndex:
         self._cache_size: int | None = None
         self._cache_lock = threading.Lock()
         self._rewards: tuple[np.ndarray, np.ndarray] | None = None
+        #: per observation column, the array gather_obs_runs filled last (reused when nothing refers to it)
+        self._run_buffers: dict[str, np.ndarray] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (e.g. into a DataLoader worker) without the sampling cache, its lock or open files: the
         copy rebuilds them on use, so no process reads through another's file handles."""
         state = self.__dict__.copy()
         state["_cache"], state["_cache_lock"], state["_rewards"] = None, None, None
+        state["_run_buffers"] = {}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -345,33 +349,58 @@ class DatasetIndex:
         """(batch, ``count``, ...) stored observation rows (single frames, for a ``frame_stack`` dataset): for
         each window the ``count`` consecutive global rows from ``first``, inside the episode beginning at global
         row ``starts`` (each run must end there). Rows before the episode's first read as its first (the reset
-        stack's padding), or 0 for ``padding="zero"`` frame stacks. Each run is read once, as a run."""
+        stack's padding), or 0 for ``padding="zero"`` frame stacks. Each run is read once, as a run.
+
+        The result is a view of rows ``m`` to ``m + count`` of a (batch, count + 2m, ...) array, m the rows a
+        compressed column's chunk holds beyond one where that is at most a quarter of ``count`` (else 0, as
+        from the sampling cache): each window's chunks are then decoded straight into its slot, whole, the
+        rows of its first and last chunk outside the run landing in the m rows on either side. That array is kept and filled again by the next call of the same shape
+        when nothing refers to it any more (no view of it left, which its reference count tells), so a
+        training loop that drops each batch before drawing the next writes into memory already mapped."""
         batch = len(first)
         first = np.asarray(first, dtype=np.int64)
         starts = np.asarray(starts, dtype=np.int64)
         skip = np.maximum(starts - first, 0)  # rows of each run before its episode
-        out = np.empty((batch * count, *self._row_shape(name)), dtype=dtype)
         cache = self.cache(cache_bytes)
+        lows = first + skip
+        which = np.searchsorted(self.obs_base, lows, side="right") - 1
+        touched = np.unique(which).tolist() if cache is None and batch else []
+        margin = max([self.files.run_margin(s, self.shards[s], name) for s in touched], default=0)
+        if 4 * margin > count:  # chunks long against a window: copied out of a scratch buffer instead
+            margin = 0
+        slot = count + 2 * margin
+        frames = self._run_buffer(name, (batch, slot, *self._row_shape(name)), dtype)
+        out = frames[:, margin : margin + count]
         if cache is not None:
             rows = np.maximum(first[:, None] + np.arange(count, dtype=np.int64), starts[:, None])
-            np.take(cache[name], rows.reshape(-1), axis=0, out=out)
+            np.take(cache[name], rows.reshape(-1), axis=0, out=frames.reshape(batch * count, *frames.shape[2:]))
         elif batch:
-            lows = first + skip
-            places = np.arange(batch, dtype=np.int64) * count + skip
-            which = np.searchsorted(self.obs_base, lows, side="right") - 1
-            for s in np.unique(which).tolist():
+            flat = frames.reshape(batch * slot, *frames.shape[2:])
+            places = np.arange(batch, dtype=np.int64) * slot + margin + skip
+            for s in touched:
                 sel = np.flatnonzero(which == s)
                 self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s], count - skip[sel],
-                                          out, places[sel])
+                                          flat, places[sel], margin)
             held = np.flatnonzero(skip)
             if held.size:  # the rows before an episode: copies of its first
                 owner = np.repeat(held, skip[held])
                 within = np.arange(owner.size) - np.repeat(np.cumsum(skip[held]) - skip[held], skip[held])
-                out[owner * count + within] = out[owner * count + skip[owner]]
-        out = out.reshape(batch, count, *out.shape[1:])
+                out[owner, within] = out[owner, skip[owner]]
         if self.frame_stack is not None and self.frame_stack.padding == "zero" and skip.any():
             out[np.arange(count) < skip[:, None]] = 0
+        self._run_buffers[name] = frames
         return out
+
+    def _run_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
+        """An array of ``shape``: the last one :meth:`gather_obs_runs` filled for column ``name`` when of that
+        shape and referred to by nothing else (taken out of the dict first, so two threads never share one),
+        else a new one."""
+        kept = self._run_buffers.pop(name, None)
+        # two references: ``kept`` and getrefcount's argument; any view handed out (a batch's) adds one
+        if kept is not None and kept.shape == shape and kept.dtype == dtype and sys.getrefcount(kept) == 2:
+            return kept
+        del kept
+        return np.empty(shape, dtype=dtype)
 
     def row_groups(self, rows: np.ndarray, obs_rows: bool) -> RowGroups:
         """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns."""

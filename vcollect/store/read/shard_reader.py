@@ -444,11 +444,27 @@ class OpenShardFiles:
                     _raise_read_error(shard, name, exc)
         out[where] = self.read(key, shard, name, rows)
 
+    def run_margin(self, key: int, shard: StoredShard, name: str) -> int:
+        """The ``margin`` with which :meth:`read_runs_into` decodes column ``name`` of ``shard`` straight into
+        its output: the rows of a chunk less one for a column read chunk by chunk (0 for one-row chunks), else 0
+        (raw and other columns are read row for row)."""
+        col = shard.columns[name]
+        if col.offset is not None or not col.size:
+            return 0
+        with self._lock:
+            try:
+                table = self._chunk_table(key, shard, name)
+            except Exception as exc:
+                _raise_read_error(shard, name, exc)
+        return 0 if table is None else table.rows_per_chunk - 1
+
     def read_runs_into(self, key: int, shard: StoredShard, name: str, lows: np.ndarray, counts: np.ndarray,
-                       out: np.ndarray, places: np.ndarray) -> None:
+                       out: np.ndarray, places: np.ndarray, margin: int = 0) -> None:
         """``out[places[r] : places[r] + counts[r]]`` = the ``counts[r]`` rows of column ``name`` of ``shard``
         from row ``lows[r]`` on, for each run r: a Zstandard column decodes each run's chunks once, as a stream
-        (slices' frames), a raw column is one gather from the file's map."""
+        (slices' frames), a raw column is one gather from the file's map. ``margin``: rows of ``out`` before
+        and after every run that may be overwritten; with :meth:`run_margin`'s, a compressed column's chunks
+        are decoded straight into ``out`` (whole chunks, around each run), with no copy."""
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         places = np.asarray(places, dtype=np.int64)
@@ -461,7 +477,7 @@ class OpenShardFiles:
                     if table is not None:
                         if ranges is not None:
                             ranges.ensure(*_chunk_ranges(table, _runs(lows, counts)))
-                        table.read_runs(self._get(key, shard, "map"), lows, counts, out, places)
+                        table.read_runs(self._get(key, shard, "map"), lows, counts, out, places, margin)
                         return
                     if col.offset is not None:
                         if ranges is not None:
