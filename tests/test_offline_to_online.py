@@ -205,6 +205,24 @@ def test_mixed_slices_have_the_rings_slice_keys_and_real_windows_of_each_source(
     np.testing.assert_array_equal(same["returns_to_go"], batch["returns_to_go"])  # one seed, one batch
 
 
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_mixed_slices_as_views_equal_copies(dataset: vcollect.Dataset, prioritized: bool) -> None:
+    """``stacks="view"`` goes to both sources (no TypeError): the same batch as ``"copy"`` from the same seed,
+    element for element, padded windows included, observations read-only."""
+    ring = make_ring(prioritized, 80)
+    ring.extend_from(dataset, [0, 2, 4, 6, 8, 10])
+    for pad in ("none", "both"):
+        copy = vcollect.MixedSampler(ring, dataset, ratio=0.5, seed=3).sample_slices(48, 4, pad=pad, gamma=0.9)
+        view = vcollect.MixedSampler(ring, dataset, ratio=0.5, seed=3).sample_slices(48, 4, pad=pad, gamma=0.9,
+                                                                                      stacks="view")
+        assert list(view) == list(copy) and view["source"].any() and not view["source"].all()
+        for key, value in copy.items():
+            if key != "extras":
+                np.testing.assert_array_equal(view[key], value, err_msg=key)
+        assert not view["observations"].flags.writeable and not view["next_observations"].flags.writeable
+        assert copy["observations"].flags.writeable
+
+
 def test_mixed_slices_split_at_the_ratio_and_take_an_empty_batch(dataset: vcollect.Dataset) -> None:
     ring = make_ring(False, 80)
     ring.extend_from(dataset, [1, 3, 5])

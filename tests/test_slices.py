@@ -210,6 +210,39 @@ def test_ring_slices_match_every_window_held(num_envs: int, capacity: int, opera
             assert batch["weights"].shape == (len(drawn),) and batch["weights"].max() == pytest.approx(1.0)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_envs=st.integers(1, 3), capacity=st.integers(3, 11), operations=ops, seed=st.integers(0, 2**16),
+       length=st.integers(1, 5), stack=st.sampled_from([1, 2, 3]), prioritized=st.booleans())
+def test_ring_slices_as_views_equal_copies(num_envs: int, capacity: int, operations: list[tuple[str, int]],
+                                           seed: int, length: int, stack: int, prioritized: bool) -> None:
+    """``stacks="view"`` on both rings: the batch ``"copy"`` gives, element for element (wrap-around rings,
+    abandoned and running episodes, stacks reaching back to an episode's first or oldest held row),
+    observations read-only; unpadded, each window's length + stack_num rows gathered once and every stack and
+    next observation a view over them; padded, materialised and read-only."""
+    if prioritized:
+        ring: VectorRingBuffer = PrioritizedVectorRingBuffer(num_envs, capacity, OBS, ACT, alpha=0.6, beta=0.4)
+    else:
+        ring = VectorRingBuffer(num_envs, capacity, OBS, ACT)
+    model = run_model(ring, operations, seed, 0.15)
+    for pad in PADS:
+        if not model.windows(length, pad, stack, 1.0):
+            continue
+        copy = ring.sample_slices(20, length, pad=pad, gamma=0.9, stack_num=stack, seed=seed)
+        view = ring.sample_slices(20, length, pad=pad, gamma=0.9, stack_num=stack, seed=seed, stacks="view")
+        assert list(view) == list(copy)
+        for key, value in copy.items():
+            if key != "extras":
+                np.testing.assert_array_equal(view[key], value, err_msg=key)
+        obs, nxt = view["observations"], view["next_observations"]
+        assert not obs.flags.writeable and not nxt.flags.writeable
+        if view["mask"].all():
+            assert np.shares_memory(obs, nxt) == (length + stack > 2)  # rows 0 .. L + k - 2 and 1 .. L + k - 1
+            (low, _), (_, high) = byte_bounds(obs), byte_bounds(nxt)
+            assert high - low == 20 * (length + stack) * OBS.shape[0] * obs.itemsize
+    with pytest.raises(ValueError, match="stacks must be 'copy'"):
+        ring.sample_slices(2, 1, pad="both", stacks="views")
+
+
 @settings(max_examples=25, deadline=None)
 @given(capacity=st.integers(4, 12), operations=ops, seed=st.integers(0, 2**16), length=st.integers(1, 4))
 def test_ring_slices_by_episode_draw_each_episode(capacity: int, operations: list[tuple[str, int]], seed: int,

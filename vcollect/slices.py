@@ -29,15 +29,19 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from vcollect.errors import SliceLengthError
 
 __all__ = [
     "PADS",
+    "STACKS",
     "By",
     "Pad",
     "SliceRequest",
+    "Stacks",
     "check_slice_request",
+    "check_stacks",
     "check_windows",
     "discounted_sums",
     "draw_windows",
@@ -45,6 +49,7 @@ __all__ = [
     "returns_to_go",
     "shape_rows",
     "slice_generator",
+    "strided_stacks",
     "window_returns",
     "window_counts",
     "window_steps",
@@ -53,6 +58,8 @@ __all__ = [
 Pad = Literal["none", "start", "end", "both"]
 By = Literal["window", "episode"]
 PADS: tuple[str, ...] = ("none", "start", "end", "both")
+Stacks = Literal["copy", "view"]
+STACKS: tuple[str, ...] = ("copy", "view")
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,25 @@ def check_slice_request(batch_size: Any, length: Any, pad: Any = "none", by: Any
     if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real) or not 0.0 <= float(gamma) <= 1.0:
         raise ValueError(f"gamma must be a discount factor, a real number in [0, 1] (1: plain sums), got {gamma!r}")
     return SliceRequest(size, steps, pad, by, float(gamma))
+
+
+def check_stacks(stacks: Any) -> Stacks:
+    """``stacks`` checked, else a ValueError saying what it may be."""
+    if stacks not in STACKS:
+        raise ValueError(f"stacks must be 'copy' (observations materialised, writable) or 'view' (read-only views "
+                         f"over each window's frames, read once), got {stacks!r}")
+    return stacks  # type: ignore[no-any-return]
+
+
+def strided_stacks(frames: np.ndarray, shift: int, length: int, k: int) -> np.ndarray:
+    """(batch, length, k, ...) read-only views of ``frames`` (batch, rows, ...): row i's stack is frames
+    ``shift + i`` to ``shift + i + k - 1``; (batch, length, ...) rows ``shift + i`` for k = 1."""
+    if k == 1:
+        return as_strided(frames[:, shift:], (frames.shape[0], length, *frames.shape[2:]),
+                          frames.strides, writeable=False)
+    step = frames.strides[1]
+    return as_strided(frames[:, shift:], (frames.shape[0], length, k, *frames.shape[2:]),
+                      (frames.strides[0], step, step, *frames.strides[2:]), writeable=False)
 
 
 def slice_generator(rng: np.random.Generator | None, seed: Any, default: np.random.Generator) -> np.random.Generator:

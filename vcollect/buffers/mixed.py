@@ -49,6 +49,15 @@ def _join(online: Any, offline: Any) -> Any:
     return np.concatenate([online, offline])
 
 
+def _arrays(batch: Any) -> list[np.ndarray]:
+    """The arrays of a batch (nested dicts and tuples; None: none)."""
+    if isinstance(batch, dict):
+        return [leaf for value in batch.values() for leaf in _arrays(value)]
+    if isinstance(batch, tuple):
+        return [leaf for value in batch for leaf in _arrays(value)]
+    return [] if batch is None else [batch]
+
+
 def _head(batch: Any, rows: int) -> Any:
     """The first ``rows`` rows of every array of a batch."""
     if isinstance(batch, dict):
@@ -167,22 +176,30 @@ class MixedSampler:
         Args:
             batch_size: How many windows (0: an empty batch of the right shapes).
             length: Steps per window.
-            **kwargs: Passed to both sources: those both take, ``pad``, ``by`` and ``gamma``.
+            **kwargs: Passed to both sources: those both take, ``pad``, ``by``, ``gamma`` and ``stacks``.
 
         Returns:
             ``ring.sample_slices``' keys over all windows (each (batch, length, ...), ``weights`` and the
             per-window keys (batch,)), and ``source`` (one per window). A window's ``episode_ids`` is a flat
             ring row where ``source`` is 0 and a dataset episode id where it is 1; a dataset window's
-            ``indices`` are -1.
+            ``indices`` are -1. With ``stacks="view"`` each source reads its windows' rows once (the cheap part
+            for a dataset: its frames decoded once), but the two parts are joined into arrays of their own
+            (a ring's stacks and a dataset's frames share no memory to be viewed together): ``observations``
+            and ``next_observations`` are then materialised, read-only as views are.
 
         Raises:
             SliceLengthError: A source given windows holds no episode of ``length`` steps with ``pad="none"``.
             ValueError: A bad argument, or the ring holds episode-hook columns.
             TypeError: A keyword one of the sources does not take.
         """
-        return self._mix(
+        batch = self._mix(
             batch_size,
             lambda count: self.ring.sample_slices(count, length, rng=self._rng, **kwargs),
             lambda count: self.dataset.sample_slices(count, length, rng=self._rng, **kwargs),
             0,
         )
+        if kwargs.get("stacks") == "view":
+            for key in ("observations", "next_observations"):
+                for leaf in _arrays(batch.get(key)):
+                    leaf.flags.writeable = False
+        return batch

@@ -32,7 +32,9 @@ from vcollect.held_rows import HeldRows
 from vcollect.slices import (
     Pad,
     SliceRequest,
+    Stacks,
     check_slice_request,
+    check_stacks,
     check_windows,
     slice_generator,
     window_counts,
@@ -270,7 +272,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
     def sample_slices(
         self, batch_size: int, length: int, *, pad: Pad = "none", by: Literal["window", "episode"] = "window",
         gamma: float = 1.0, stack_num: int = 1, priority: Literal["first", "max"] = "first",
-        seed: int | None = None, rng: np.random.Generator | None = None,
+        seed: int | None = None, rng: np.random.Generator | None = None, stacks: Stacks = "copy",
     ) -> dict[str, Any]:
         """As :meth:`VectorRingBuffer.sample_slices`, each window drawn in proportion to the priority
         (``priority ** alpha``) of its first step, or of the largest over its steps (``priority="max"``), with
@@ -290,6 +292,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             priority: "first" (the window's first step's) or "max" (the largest of its steps').
             seed: Seeds a generator for this call (else ``rng``, else the ring's own).
             rng: The generator to draw with.
+            stacks: "copy" or "view", as :meth:`VectorRingBuffer.sample_slices`.
 
         Returns:
             :meth:`VectorRingBuffer.sample_slices`' dict with ``weights`` (float64, one per window). Update
@@ -305,6 +308,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
                              "to draw episodes uniformly)")
         if priority not in ("first", "max"):
             raise ValueError(f"priority must be 'first' (the window's first step's) or 'max', got {priority!r}")
+        view = check_stacks(stacks)
         gen = slice_generator(rng, seed, self._rng)
         self._sync()
         episodes = held_episodes(self)
@@ -316,7 +320,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         else:
             which, starts, p = draw_weighted(episodes, self._tree[episodes.all_rows()], request, priority, gen,
                                               self.capacity)
-        batch = gather_slices(self, episodes, which, starts, request, stack_num)
+        batch = gather_slices(self, episodes, which, starts, request, stack_num, view)
         rows = batch["indices"]
         self._fresh[rows[rows >= 0]] = True
         batch["weights"] = np.power(p / p.min(), -self.beta) if p.size else p

@@ -29,7 +29,7 @@ from vcollect.buffers.row_writes import row_items, scatter_rows, write_columns, 
 from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
 from vcollect.errors import BufferNotReadyError, CheckpointMismatchError, CorruptCheckpointError
 from vcollect.held_rows import HeldRows
-from vcollect.slices import Pad, check_slice_request, slice_generator
+from vcollect.slices import Pad, Stacks, check_slice_request, check_stacks, slice_generator
 from vcollect.spaces import allocate, flatten_batch, leaves, space_from_dict, space_to_dict, unflatten_batch
 
 if TYPE_CHECKING:
@@ -898,6 +898,7 @@ class VectorRingBuffer:
     def sample_slices(
         self, batch_size: int, length: int, *, pad: Pad = "none", by: Literal["window", "episode"] = "window",
         gamma: float = 1.0, stack_num: int = 1, seed: int | None = None, rng: np.random.Generator | None = None,
+        stacks: Stacks = "copy",
     ) -> dict[str, Any]:
         """Draw windows of ``length`` consecutive steps of one episode (slices, for sequence models), with
         replacement; a window never crosses an episode or an env's ring.
@@ -918,6 +919,14 @@ class VectorRingBuffer:
             stack_num: Stack observations this deep, as :meth:`sample`.
             seed: Seeds a generator for this call (else ``rng``, else the ring's own).
             rng: The generator to draw with.
+            stacks: ``"copy"`` (default): ``observations`` and ``next_observations`` are arrays of their own,
+                writable, as :meth:`sample` gives them. ``"view"`` (as ``Dataset.sample_slices``'): read-only
+                numpy views over one array per window of its ``length + stack_num`` observation rows, gathered
+                once (the first step's stack, the window's steps, the last step's next observation), each row's
+                stack strided over it and ``next_observations`` the same rows shifted by one: the same values
+                as ``"copy"`` in about ``2 * stack_num`` times fewer bytes. Copy before writing (numpy refuses
+                writes to them). A batch holding a padded window (``pad`` other than ``"none"``) is
+                materialised as with ``"copy"``, read-only all the same (a padded row must read 0).
 
         Returns:
             :meth:`sample`'s keys, each with leading (batch, length) axes (``indices`` -1 at padded rows), and
@@ -929,11 +938,12 @@ class VectorRingBuffer:
 
         Raises:
             SliceLengthError: ``pad="none"`` and every episode held is shorter than ``length``.
-            ValueError: A bad argument, or ``seed`` and ``rng`` both given.
+            ValueError: A bad argument (``stacks`` not "copy" or "view"), or ``seed`` and ``rng`` both given.
         """
         request = check_slice_request(batch_size, length, pad, by, gamma)
+        view = check_stacks(stacks)
         episodes, which, starts = draw_uniform(self, request, slice_generator(rng, seed, self._rng))
-        return gather_slices(self, episodes, which, starts, request, stack_num)
+        return gather_slices(self, episodes, which, starts, request, stack_num, view)
 
 
 class RingWriter:

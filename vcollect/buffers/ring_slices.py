@@ -25,23 +25,34 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vcollect.buffers.sampling import check_count, gather_transitions
+from vcollect.buffers.sampling import check_count, gather_transitions, stack_rows
 from vcollect.slices import (
     SliceRequest,
+    Stacks,
     check_windows,
     discounted_sums,
     draw_windows,
     lowest_start,
     returns_to_go,
     shape_rows,
+    strided_stacks,
     window_counts,
     window_steps,
 )
+from vcollect.spaces import unflatten_batch
 
 if TYPE_CHECKING:
     from vcollect.buffers.ring import VectorRingBuffer
 
-__all__ = ["EpisodeTable", "HeldEpisodes", "draw_uniform", "draw_weighted", "gather_slices", "held_episodes"]
+__all__ = [
+    "EpisodeTable",
+    "HeldEpisodes",
+    "draw_uniform",
+    "draw_weighted",
+    "gather_slices",
+    "held_episodes",
+    "observation_views",
+]
 
 
 class HeldEpisodes:
@@ -280,11 +291,13 @@ def held_episodes(ring: VectorRingBuffer) -> HeldEpisodes:
 
 
 def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndarray, starts: np.ndarray,
-                  request: SliceRequest, stack_num: int) -> dict[str, Any]:
+                  request: SliceRequest, stack_num: int, stacks: Stacks = "copy") -> dict[str, Any]:
     """The batch of the windows (episode ``which``, ``starts``): ``gather_transitions``' keys, each
     (batch, length, ...), rows padded outside the episode 0 and their ``indices`` -1; plus ``mask``,
     ``timesteps``, ``returns_to_go``, ``partial``, ``episode_ids`` (the flat row of the episode's first step
     held) and ``start_indices`` (the window's first step in the episode, negative when padded at the start).
+    ``stacks="view"``: observations and next observations read-only views over each window's rows, gathered
+    once (:func:`observation_views`); a batch holding a padded window has them materialised, read-only too.
     """
     stack_num = check_count("stack_num", stack_num, 1, ring.capacity)
     size, length = len(which), request.length
@@ -292,7 +305,17 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     steps, mask = window_steps(lengths, starts, length)
     rows = episodes.rows_of(which[:, None], steps)
     padded = None if mask.all() else ~mask
-    batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num), size, length, padded)
+    if stacks == "view" and padded is None:
+        batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num, observations=False), size, length,
+                           None)
+        obs, nxt = observation_views(ring, rows, stack_num)
+        batch = {"observations": obs, **{key: batch[key] for key in ("actions", "rewards")},
+                 "next_observations": nxt, **batch}
+    else:
+        batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num), size, length, padded)
+        if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
+            for leaf in _leaves(batch["observations"]) + _leaves(batch["next_observations"]):
+                leaf.flags.writeable = False
     if padded is not None:
         batch["indices"][padded] = -1
     batch.update(
@@ -305,6 +328,34 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
         start_indices=np.asarray(starts, dtype=np.int64),
     )
     return batch
+
+
+def _leaves(tree: Any) -> list[np.ndarray]:
+    """The arrays of a nested dict/tuple of arrays."""
+    if isinstance(tree, dict):
+        return [leaf for value in tree.values() for leaf in _leaves(value)]
+    if isinstance(tree, tuple):
+        return [leaf for value in tree for leaf in _leaves(value)]
+    return [tree]
+
+
+def observation_views(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int) -> tuple[Any, Any]:
+    """Observations and next observations of unpadded windows of step rows ``rows`` (batch, length), as
+    read-only views over one array per window of its ``length + stack_num`` observation rows, gathered
+    once: the first row's stack (its ``stack_num - 1`` predecessors in the episode, the first repeated as in
+    ``gather_transitions``), the window's rows, and the last row's next observation. Row i's stack is
+    rows i to i + k - 1 of that array and its next stack rows i + 1 to i + k (``(batch, length, k, ...)``
+    views for ``stack_num`` k > 1, ``(batch, length, ...)`` for 1): the stacks ``gather_transitions`` builds,
+    since a step's predecessors in its episode are the window's earlier rows."""
+    length = rows.shape[1]
+    head = rows[:, :1] if stack_num == 1 else stack_rows(rows[:, 0], stack_num, ring._has_flat, ring.capacity)
+    frames = np.concatenate([head, rows[:, 1:], ring._next_flat.take(rows[:, -1:])], axis=1)
+    obs, nxt = [], []
+    for column in ring._obs_flat:
+        gathered = column.take(frames, axis=0)
+        obs.append(strided_stacks(gathered, 0, length, stack_num))
+        nxt.append(strided_stacks(gathered, 1, length, stack_num))
+    return unflatten_batch(ring.observation_space, obs), unflatten_batch(ring.observation_space, nxt)
 
 
 def draw_uniform(ring: VectorRingBuffer, request: SliceRequest, rng: np.random.Generator,

@@ -11,16 +11,17 @@ stored steps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from vcollect.errors import EpisodeIndexError
 from vcollect.slices import (
     SliceRequest,
+    Stacks,
     draw_windows,
     shape_rows,
+    strided_stacks,
     window_returns,
     window_steps,
 )
@@ -31,30 +32,14 @@ if TYPE_CHECKING:
     from vcollect.store.read.dataset_index import DatasetIndex
 
 __all__ = [
-    "STACKS",
-    "Stacks",
-    "check_stacks",
     "draw_view_windows",
     "gather_view_windows",
     "observation_copies",
     "observation_views",
     "read_windows",
-    "strided_stacks",
     "view_positions",
     "window_at",
 ]
-
-Stacks = Literal["copy", "view"]
-STACKS: tuple[str, ...] = ("copy", "view")
-
-
-def check_stacks(stacks: Any) -> Stacks:
-    """``stacks`` checked, else a ValueError saying what it may be."""
-    if stacks not in STACKS:
-        raise ValueError(f"stacks must be 'copy' (observations materialised, writable) or 'view' (read-only views "
-                         f"over each window's frames, read once), got {stacks!r}")
-    return stacks  # type: ignore[no-any-return]
-
 
 def draw_view_windows(episode_ids: np.ndarray, lengths: np.ndarray, request: SliceRequest,
                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -155,17 +140,6 @@ def observation_views(index: DatasetIndex, obs_base: np.ndarray, first_rows: np.
         if next_observations:
             nxt.append(strided_stacks(frames, 1, length, k))
     return obs, (nxt if next_observations else None)
-
-
-def strided_stacks(frames: np.ndarray, shift: int, length: int, k: int) -> np.ndarray:
-    """(batch, length, k, ...) read-only views of ``frames`` (batch, rows, ...): row i's stack is frames
-    ``shift + i`` to ``shift + i + k - 1``; (batch, length, ...) rows ``shift + i`` for k = 1."""
-    if k == 1:
-        return as_strided(frames[:, shift:], (frames.shape[0], length, *frames.shape[2:]),
-                          frames.strides, writeable=False)
-    step = frames.strides[1]
-    return as_strided(frames[:, shift:], (frames.shape[0], length, k, *frames.shape[2:]),
-                      (frames.strides[0], step, step, *frames.strides[2:]), writeable=False)
 
 
 def gather_view_windows(index: DatasetIndex, positions: np.ndarray, episode_ids: np.ndarray, starts: np.ndarray,

@@ -28,7 +28,7 @@ from vcollect.errors import (
     EnvUnavailableError,
     EpisodeIndexError,
 )
-from vcollect.slices import Pad, check_slice_request, slice_generator
+from vcollect.slices import Pad, Stacks, check_slice_request, check_stacks, slice_generator
 from vcollect.spaces import leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import (
     check_metadata_update,
@@ -49,8 +49,6 @@ from vcollect.store.layout.shard_format import column_path, shard_layout
 from vcollect.store.layout.staging import remove_stale_staging
 from vcollect.store.read.dataset_index import DatasetIndex, EpisodeData
 from vcollect.store.read.dataset_slices import (
-    Stacks,
-    check_stacks,
     draw_view_windows,
     gather_view_windows,
     view_positions,
