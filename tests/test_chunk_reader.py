@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import h5py
@@ -24,6 +25,7 @@ from vcollect.store.read.dataset_index import RowGroups
 from vcollect.store.read.reader import StoredDataset
 
 ROWS = 150
+POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-decode")
 RAW_ROWS = (0, 1, 40, 41, 42, 99, ROWS - 1)  # chunks written as they are, HDF5's filter mask saying so
 
 
@@ -124,13 +126,14 @@ def test_runs_decoded_straight_into_their_margins(table: tuple[ChunkTable, mmap.
     counts = np.asarray([min(n, ROWS - lo) for lo, n in runs], dtype=np.int64)
     slot = 32 + 2 * margin
     places = np.random.default_rng(seed).permutation(len(runs)) * (slot + 1) + margin + 1
-    out = np.full((len(runs) * (slot + 1) + 2, *data.shape[1:]), 7, np.uint8)
-    t.read_runs(mapped, lows, counts, out, places, margin)
-    free = np.zeros(len(out), dtype=bool)
-    for lo, n, place in zip(lows, counts, places):
-        np.testing.assert_array_equal(out[place : place + n], data[lo : lo + n])
-        free[place - margin : place + n + margin] = n > 0
-    assert (out[~free] == 7).all()
+    for threads in (1, 3):  # 3: the streams shared with two pool threads, however few bytes
+        out = np.full((len(runs) * (slot + 1) + 2, *data.shape[1:]), 7, np.uint8)
+        t.read_runs(mapped, lows, counts, out, places, margin, POOL, threads, parallel_bytes=0)
+        free = np.zeros(len(out), dtype=bool)
+        for lo, n, place in zip(lows, counts, places):
+            np.testing.assert_array_equal(out[place : place + n], data[lo : lo + n])
+            free[place - margin : place + n + margin] = n > 0
+        assert (out[~free] == 7).all()
     if t.rows_per_chunk > 1:  # a margin the output has no room for is refused
         with pytest.raises(ValueError, match="margin"):
             t.read_runs(mapped, np.array([1]), np.array([2]), out[:2], np.array([0]), margin)
@@ -149,6 +152,15 @@ def test_a_damaged_frame_in_a_range_is_an_error(tmp_path: Path) -> None:
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     with pytest.raises(Exception, match="(?i)zstd|frame|decoded"):
         t.read_range(mapped, k - 1, k + 2)
+    # decoded by a pool thread (four one-chunk runs in three shares by bytes, the damaged one in the last,
+    # a pool thread's): its error is this call's
+    good = [int(r) for r in np.flatnonzero(~t.stored_raw) if abs(r - k) > 1][:3]
+    out = np.zeros((4, *data.shape[1:]), np.uint8)
+    with pytest.raises(Exception, match="(?i)zstd|frame|decoded"):
+        t.read_runs(mapped, np.array([*good, k]), np.ones(4, dtype=np.int64), out, np.arange(4), 0, POOL, 3,
+                    parallel_bytes=0)
+    t.read_runs(mapped, np.array(good), np.ones(3, dtype=np.int64), out, np.arange(3), 0, POOL, 3, parallel_bytes=0)
+    np.testing.assert_array_equal(out[:3], data[good])
     good = np.flatnonzero(~t.stored_raw)[-3:]  # the table's decoder still decodes after the failure
     np.testing.assert_array_equal(t.read_rows(mapped, good), data[good])
     mapped.close()

@@ -19,8 +19,10 @@ before HDF5 reads them: its filters allocate whatever size a chunk's header decl
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Executor
 from typing import Any
 
 import h5py
@@ -38,6 +40,19 @@ LZ4_FILTER = 32004
 size (8 bytes, big-endian) and block size (4 bytes), then the blocks."""
 
 _CODECS = {ZSTD_FILTER: "zstd", DEFLATE_FILTER: "gzip"}
+
+PARALLEL_BYTES = 1 << 20
+"""Decoded bytes of one read of runs above which its streams are split between the calling thread and a
+pool's (Zstandard decodes without the GIL): below, handing work to a thread costs more than it saves."""
+
+_THREAD = threading.local()  # each pool thread's own decoder (a decoder is for one thread at a time)
+
+
+def _thread_decoder() -> zstandard.ZstdDecompressor:
+    decoder = getattr(_THREAD, "decoder", None)
+    if decoder is None:
+        decoder = _THREAD.decoder = zstandard.ZstdDecompressor()
+    return decoder
 
 #: The first bytes of a chunk that say how large it declares itself: LZ4's header, a Zstandard frame header.
 _HEADER_BYTES = {LZ4_FILTER: 12, ZSTD_FILTER: 18}
@@ -197,7 +212,8 @@ class ChunkTable:
         return out
 
     def read_runs(self, mapped: Any, lows: np.ndarray, counts: np.ndarray, out: np.ndarray, places: np.ndarray,
-                  margin: int = 0) -> None:
+                  margin: int = 0, pool: Executor | None = None, threads: int = 1,
+                  parallel_bytes: int = PARALLEL_BYTES) -> None:
         """``out[places[r] : places[r] + counts[r]]`` = rows ``lows[r]`` onward, for each run r of consecutive
         rows (``out``: C-contiguous, of this column's dtype and row shape). Each run's chunks are decoded once,
         those back to back in the file as one stream, straight into ``out`` for one-row chunks, and for chunks
@@ -205,7 +221,9 @@ class ChunkTable:
         overwritten) is at least one chunk less one row: the run's first chunk then begins up to that many
         rows before its place and its last ends up to that many after. Otherwise each run's chunks are
         decoded into a scratch buffer of one run's chunks (small enough to stay in the processor's cache) and
-        copied out."""
+        copied out. Straight into ``out``, runs of more than ``parallel_bytes`` in all are shared between
+        ``threads`` threads, this one and ``threads - 1`` of ``pool``'s (each with a decoder of its own), this
+        one waiting for the others."""
         rows_per_chunk, row_bytes = self.rows_per_chunk, self.row_bytes
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
@@ -217,7 +235,7 @@ class ChunkTable:
         first = lows // rows_per_chunk
         last = (lows + counts - 1) // rows_per_chunk
         if rows_per_chunk == 1:
-            self._decode_spans(mapped, first, last, view, places * row_bytes)
+            self._decode_spans(mapped, first, last, view, places * row_bytes, pool, threads, parallel_bytes)
             return
         chunk_bytes = rows_per_chunk * row_bytes
         skips = lows - first * rows_per_chunk  # rows of a run's first chunk before the run
@@ -225,7 +243,7 @@ class ChunkTable:
             begins = (places - skips) * row_bytes
             if begins.min() < 0 or int((begins + (last + 1 - first) * chunk_bytes).max()) > len(view):
                 raise ValueError(f"a run's chunks reach outside the output: margin {margin} rows is wrong")
-            self._decode_spans(mapped, first, last, view, begins)
+            self._decode_spans(mapped, first, last, view, begins, pool, threads, parallel_bytes)
             return
         scratch = memoryview(np.empty(int((last - first).max() + 1) * chunk_bytes, dtype=np.uint8))  # type: ignore[arg-type]
         for a, b, skip, place, n in zip(first.tolist(), last.tolist(), (skips * row_bytes).tolist(), places.tolist(),
@@ -233,11 +251,14 @@ class ChunkTable:
             self._decode_chunks_into(mapped, a, b, scratch[: (b + 1 - a) * chunk_bytes])
             view[place * row_bytes : (place + n) * row_bytes] = scratch[skip : skip + n * row_bytes]
 
-    def _decode_spans(self, mapped: Any, first: np.ndarray, last: np.ndarray, view: memoryview,
-                      begins: np.ndarray) -> None:
+    def _decode_spans(self, mapped: Any, first: np.ndarray, last: np.ndarray, view: memoryview, begins: np.ndarray,
+                      pool: Executor | None = None, threads: int = 1,
+                      parallel_bytes: int = PARALLEL_BYTES) -> None:
         """Chunks ``first[r]`` to ``last[r]`` (inclusive) decoded into ``view`` from byte ``begins[r]`` on, for
         each r. A span of Zstandard chunks back to back in the file (nearly every span: HDF5 writes a column's
-        chunks in order) is one stream read in one call; the others go through :meth:`_decode_chunks_into`."""
+        chunks in order) is one stream read in one call; the others go through :meth:`_decode_chunks_into`.
+        Streams of more than ``parallel_bytes`` in all are split, by bytes, between this thread and
+        ``threads - 1`` of ``pool``'s."""
         chunk_bytes = self.rows_per_chunk * self.row_bytes
         sizes = (last + 1 - first) * chunk_bytes
         whole = np.ones(first.size, dtype=bool)  # one stream: no break inside, not a chunk kept unfiltered
@@ -252,11 +273,32 @@ class ChunkTable:
             self._decode_chunks_into(mapped, a, b, view[at : at + size])
         if not whole.any():
             return
-        starts = self.offsets.take(first[whole])
-        stops = self.offsets.take(last[whole]) + self.sizes.take(last[whole])
-        reader = self._decoder.stream_reader
-        for a, b, start, stop, at, size in zip(first[whole].tolist(), last[whole].tolist(), starts.tolist(),
-                                               stops.tolist(), begins[whole].tolist(), sizes[whole].tolist()):
+        first, last, begins, sizes = first[whole], last[whole], begins[whole], sizes[whole]
+        spans = np.stack([first, last, self.offsets.take(first), self.offsets.take(last) + self.sizes.take(last),
+                          begins, sizes], axis=1)
+        total = int(sizes.sum())
+        workers = 0 if pool is None or total <= parallel_bytes else min(len(spans), threads) - 1
+        if pool is None or workers < 1:
+            self._stream_spans(self._decoder, mapped, view, spans)
+            return
+        cuts = np.searchsorted(np.cumsum(sizes), total * np.arange(1, workers + 1) / (workers + 1))
+        parts = np.split(spans, cuts)
+        futures = [pool.submit(self._stream_spans, None, mapped, view, part) for part in parts[1:] if len(part)]
+        try:
+            self._stream_spans(self._decoder, mapped, view, parts[0])
+        finally:  # the pool's threads write into ``view`` and read ``mapped``: done before either may go
+            errors = [future.exception() for future in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+
+    def _stream_spans(self, decoder: zstandard.ZstdDecompressor | None, mapped: Any, view: memoryview,
+                      spans: np.ndarray) -> None:
+        """Each span (first chunk, last chunk, file start, file stop, byte in ``view``, bytes) of Zstandard
+        chunks back to back in the file decoded as one stream, exactly its bytes (``decoder``: this thread's;
+        None: a pool thread's own)."""
+        reader = (decoder or _thread_decoder()).stream_reader
+        for a, b, start, stop, at, size in spans.tolist():
             with reader(mapped[start:stop], read_across_frames=True) as stream:
                 filled = stream.readinto(view[at : at + size])  # decodes until the target is full or input ends
                 extra = stream.read(1) if filled == size else b""

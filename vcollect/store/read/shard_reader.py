@@ -48,6 +48,24 @@ _TREE_KINDS = "biufcS"
 #: where the observation/action leaf columns are (Text ones are decoded when read)
 _LEAF_PREFIXES = ("observations", "actions")
 
+DECODE_THREADS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+"""Threads that decode one large read of runs (slices' frames) together: this process's cores, at most 4."""
+
+_decode_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, pool): made on first need
+
+
+def _decoding_threads() -> tuple[concurrent.futures.ThreadPoolExecutor | None, int]:
+    """The pool that helps decode large reads (one per process: a forked child makes its own) and how many
+    threads decode, the caller's included."""
+    global _decode_pool
+    threads = DECODE_THREADS
+    if threads < 2:
+        return None, 1
+    if _decode_pool is None or _decode_pool[0] != os.getpid():
+        _decode_pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(max_workers=threads - 1,
+                                                                           thread_name_prefix="vcollect-decode"))
+    return _decode_pool[1], threads
+
 
 def _not_corruption(exc: BaseException) -> bool:
     """True for errors that do not mean a shard is damaged (too many open files, no memory, ...)."""
@@ -464,7 +482,8 @@ class OpenShardFiles:
         from row ``lows[r]`` on, for each run r: a Zstandard column decodes each run's chunks once, as a stream
         (slices' frames), a raw column is one gather from the file's map. ``margin``: rows of ``out`` before
         and after every run that may be overwritten; with :meth:`run_margin`'s, a compressed column's chunks
-        are decoded straight into ``out`` (whole chunks, around each run), with no copy."""
+        are decoded straight into ``out`` (whole chunks, around each run), with no copy, a large read's
+        streams shared between this thread and up to ``DECODE_THREADS - 1`` others."""
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         places = np.asarray(places, dtype=np.int64)
@@ -477,7 +496,8 @@ class OpenShardFiles:
                     if table is not None:
                         if ranges is not None:
                             ranges.ensure(*_chunk_ranges(table, _runs(lows, counts)))
-                        table.read_runs(self._get(key, shard, "map"), lows, counts, out, places, margin)
+                        table.read_runs(self._get(key, shard, "map"), lows, counts, out, places, margin,
+                                        *_decoding_threads())
                         return
                     if col.offset is not None:
                         if ranges is not None:
