@@ -14,16 +14,27 @@ as read-only strided views), with and without ``next_observations``. Times: CPU 
 wall per call, p50 / p99: on a shared machine wall clock says little. Usage:
 
     python benchmarks/bench_slices_scale.py [--gb 10 1] [--calls 100] [--keep DIR] [--delete]
+    python benchmarks/bench_slices_scale.py --keep DIR --before OTHER_CHECKOUT --rounds 3 --modes view
 
 Without ``--keep`` the datasets are built in a temporary folder and deleted at the end; ``--delete`` deletes
-a kept folder's datasets at the end too.
+a kept folder's datasets at the end too. ``--threads N`` sets how many threads decode one call's frames
+(``vcollect.store.read.shard_reader.DECODE_THREADS``; default: the process's cores, at most 4).
+
+``--bound`` measures what bounds a ``stacks="view"`` call on this machine, from the first dataset's own
+frame chunks (read with h5py's ``read_direct_chunk``, no vcollect code): the Zstandard decode rate of one core
+(windows of 17 chunks, as a call's 256 windows of 68 frames touch, each decoded as one stream into a reused
+buffer; CPU time) and the rate at which one core writes memory (``np.copyto`` of as many bytes into a reused
+array), and the bytes a call decodes (256 windows x the whole chunks 68 frames from a random row touch).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,20 +44,103 @@ import numpy as np
 from bench_read_scale import build, frames_nbytes, pong_frames, shard_files
 
 from vcollect import load_dataset
+from vcollect.store.read import shard_reader
 
 
-def timed(call: Any, calls: int, warmup: int = 5) -> dict[str, float]:
-    """CPU and wall p50 / p99 (ms) of ``calls`` calls after ``warmup`` untimed ones."""
+def timed(call: Any, calls: int, warmup: int = 5, raw: dict[str, list[float]] | None = None) -> dict[str, float]:
+    """CPU and wall p50 / p99 (ms) of ``calls`` calls after ``warmup`` untimed ones, each call made while the
+    previous batch is still held (``batch = call()``, as a training loop does); ``raw`` gets the times."""
+    batch = None
     for _ in range(warmup):
-        call()
+        batch = call()
     cpu, wall = [], []
     for _ in range(calls):
         c0, w0 = time.process_time(), time.perf_counter()
-        call()
+        batch = call()
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
+    del batch
+    if raw is not None:
+        raw["cpu"], raw["wall"] = cpu, wall
     return {"cpu50": float(np.percentile(cpu, 50)) * 1e3, "cpu99": float(np.percentile(cpu, 99)) * 1e3,
             "wall50": float(np.percentile(wall, 50)) * 1e3, "wall99": float(np.percentile(wall, 99)) * 1e3}
+
+
+def bound(path: Path, batch: int, frames_per_window: int) -> None:
+    """Print the decode rate per core, the memory write rate and the bytes a call decodes (module docstring)."""
+    import h5py
+    import zstandard
+
+    with h5py.File(shard_files(path)[0], "r") as f:
+        found: list[h5py.Dataset] = []
+        f.visititems(lambda _, d: found.append(d) if isinstance(d, h5py.Dataset) and d.ndim == 3 and d.chunks
+                     and d.compression != "gzip" and d.id.get_create_plist().get_nfilters() else None)
+        column = max(found, key=lambda d: d.shape[0])
+        rows, chunk_rows = column.shape[0], column.chunks[0]
+        chunks = [column.id.read_direct_chunk((k * chunk_rows, 0, 0))[1] for k in range(rows // chunk_rows)]
+    chunk_bytes = chunk_rows * int(np.prod(column.shape[1:]))
+    per_window = 17
+    stretches = [b"".join(chunks[a : a + per_window]) for a in range(0, len(chunks) - per_window, per_window)]
+    out = np.zeros(len(stretches) * per_window * chunk_bytes, np.uint8)
+    view = memoryview(out)
+    decoder = zstandard.ZstdDecompressor()
+    best = float("inf")
+    for _ in range(5):
+        c0 = time.process_time()
+        for i, data in enumerate(stretches):
+            with decoder.stream_reader(data, read_across_frames=True) as stream:
+                stream.readinto(view[i * per_window * chunk_bytes : (i + 1) * per_window * chunk_bytes])
+        best = min(best, time.process_time() - c0)
+    decode_rate = out.nbytes / best
+    src = np.ones_like(out)
+    copy = min(timed_once(lambda: np.copyto(out, src)) for _ in range(5))
+    touched = (frames_per_window + chunk_rows - 1) / chunk_rows  # chunks a run from a uniform row touches, mean
+    call_bytes = batch * touched * chunk_bytes
+    print(f"\nbound: {len(chunks)} chunks of {chunk_rows} frames ({chunk_bytes} bytes, "
+          f"{sum(map(len, chunks)) / len(chunks):.0f} compressed); decode {decode_rate / 1e9:.2f} GB/s per core, "
+          f"memory write {out.nbytes / copy / 1e9:.2f} GB/s per core; a call decodes ~{call_bytes / 1e6:.1f} MB: "
+          f"{call_bytes / decode_rate * 1e3:.1f} ms of one core's decoding, {call_bytes / (out.nbytes / copy) * 1e3:.1f}"
+          f" ms of one core's memory writes")
+
+
+def timed_once(call: Any) -> float:
+    c0 = time.process_time()
+    call()
+    return time.process_time() - c0
+
+
+def paired(args: argparse.Namespace) -> None:
+    """Alternate runs of this script (datasets kept, built first) under the vcollect at ``--before`` and under
+    this one, ``--rounds`` times, each run its own process; print p50 / p99 of every call of each, pooled."""
+    root = args.keep or Path(tempfile.mkdtemp(prefix="vcollect-slices-scale-"))
+    here = Path(__file__).resolve()
+    this = here.parent.parent
+    common = [sys.executable, str(here), "--keep", str(root), "--gb", *map(str, args.gb), "--calls", str(args.calls),
+              "--batch", str(args.batch), "--length", str(args.length), "--modes", *args.modes]
+    if args.threads is not None:
+        common += ["--threads", str(args.threads)]
+    pooled: dict[tuple[str, str], dict[str, list[float]]] = {}
+    loads = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            for label, tree in (("before", args.before), ("after", this)):
+                out = Path(tmp) / f"{label}{r}.json"
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(here.parent)])}
+                subprocess.run([*common, "--raw", str(out)], env=env, check=True, stdout=subprocess.DEVNULL)
+                got = json.loads(out.read_text())
+                loads.append(got["load"])
+                for key, times in got["calls"].items():
+                    into = pooled.setdefault((key, label), {"cpu": [], "wall": []})
+                    into["cpu"] += times["cpu"]
+                    into["wall"] += times["wall"]
+    print(f"load (1 min) after each run: {min(loads):.1f} to {max(loads):.1f}; {args.rounds} rounds of {args.calls} "
+          "calls each side")
+    print("| dataset, call | code | CPU ms p50 | CPU ms p99 | wall ms p50 | wall ms p99 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for (key, label), times in pooled.items():
+        cpu, wall = np.asarray(times["cpu"]) * 1e3, np.asarray(times["wall"]) * 1e3
+        print(f"| {key} | {label} | {np.percentile(cpu, 50):.2f} | {np.percentile(cpu, 99):.2f} "
+              f"| {np.percentile(wall, 50):.2f} | {np.percentile(wall, 99):.2f} |")
 
 
 def main() -> None:
@@ -58,11 +152,24 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, default=None, help="build under DIR and keep it (default: a temp dir)")
     parser.add_argument("--delete", action="store_true", help="delete the datasets at the end, --keep or not")
     parser.add_argument("--modes", nargs="+", default=["copy", "view"], choices=["copy", "view"])
+    parser.add_argument("--threads", type=int, default=None, help="threads decoding one call's frames")
+    parser.add_argument("--bound", action="store_true", help="measure decode and memory write rates per core")
+    parser.add_argument("--raw", type=Path, default=None, help="write every call's times to this JSON file")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="a folder holding another vcollect (its package folder inside): alternate runs of it "
+                             "and of this one, process by process, --rounds times, and print both, pooled")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.before is not None:
+        paired(args)
+        return
+    if args.threads is not None:
+        shard_reader.DECODE_THREADS = args.threads
     root = args.keep or Path(tempfile.mkdtemp(prefix="vcollect-slices-scale-"))
-    print(f"load before: {os.getloadavg()}; root {root}")
+    print(f"load before: {os.getloadavg()}; root {root}; decode threads {shard_reader.DECODE_THREADS}")
     frames: np.ndarray | None = None
     ids = []
+    raw: dict[str, dict[str, list[float]]] = {}
     try:
         for gb in args.gb:
             dataset_id = f"bench/pong-slices-{round(gb * 1000)}mb-v0"
@@ -72,6 +179,8 @@ def main() -> None:
                 frames = pong_frames(5_000) if frames is None else frames
                 write_s = f"{build(root, dataset_id, gb, 'auto', frames, True):.1f} s"
             data = load_dataset(dataset_id, root=root)
+            if args.bound and dataset_id == ids[0]:
+                bound(data.path, args.batch, args.length + 4)
             raw_gb = (data.total_steps + data.total_episodes) * frames_nbytes(data.observation_space) / 1e9
             disk_gb = sum(f.stat().st_size for f in shard_files(data.path)) / 1e9
             print(f"\n{dataset_id}: {data.total_episodes:,} episodes, {data.total_steps:,} steps, {raw_gb:.2f} GB raw "
@@ -81,12 +190,16 @@ def main() -> None:
             for mode in args.modes:
                 for nxt in (True, False):
                     data.set_seed(0)
+                    raw[f"{dataset_id} {mode} {nxt}"] = times = {}
                     t = timed(lambda d=data, m=mode, n=nxt: d.sample_slices(args.batch, args.length, stacks=m,
-                                                                            next_observations=n), args.calls)
+                                                                            next_observations=n), args.calls,
+                              raw=times)
                     print(f"| stacks={mode!r}, next_observations={nxt} | {t['cpu50']:.2f} | {t['cpu99']:.2f} "
                           f"| {t['wall50']:.2f} | {t['wall99']:.2f} |", flush=True)
             data.close()
         print(f"load after: {os.getloadavg()}")
+        if args.raw is not None:
+            args.raw.write_text(json.dumps({"load": os.getloadavg()[0], "calls": raw}))
     finally:
         if args.keep is None or args.delete:
             for dataset_id in ids:

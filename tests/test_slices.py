@@ -765,9 +765,10 @@ def test_views_decoded_into_their_windows_equal_copies(chunked: dict[str, vcolle
 
 
 def test_a_views_array_is_reused_only_once_nothing_refers_to_it(chunked: dict[str, vcollect.Dataset]) -> None:
-    """The array behind a batch of views is filled again by the next call only when no view of it is left:
+    """The array behind a batch of views is filled again by a later call only when no view of it is left:
     a batch still held keeps its values (the next call gets an array of its own); once the batches are
-    dropped, the next call writes into the last one's memory, with the right values."""
+    dropped, the next call writes into the last one's memory, with the right values; a loop holding one batch
+    while drawing the next alternates between two arrays."""
     ds = chunked["edge"]
     first = ds.sample_slices(64, 9, seed=1, cache_bytes=0, stacks="view")
     kept = np.array(first["observations"])
@@ -782,3 +783,12 @@ def test_a_views_array_is_reused_only_once_nothing_refers_to_it(chunked: dict[st
                                   ds.sample_slices(64, 9, seed=4, cache_bytes=0)["observations"])
     np.testing.assert_array_equal(third["next_observations"],
                                   ds.sample_slices(64, 9, seed=4, cache_bytes=0)["next_observations"])
+    # a loop that still holds the previous batch while drawing the next: every other call's memory again
+    del third
+    places, batch = [], None
+    for seed in range(5, 9):
+        batch = ds.sample_slices(64, 9, seed=seed, cache_bytes=0, stacks="view")
+        places.append(byte_bounds(batch["observations"])[0])
+        np.testing.assert_array_equal(batch["observations"],
+                                      ds.sample_slices(64, 9, seed=seed, cache_bytes=0)["observations"])
+    assert places[0] == places[2] != places[1] == places[3]

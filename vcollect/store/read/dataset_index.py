@@ -123,8 +123,8 @@ class DatasetIndex:
         self._cache_size: int | None = None
         self._cache_lock = threading.Lock()
         self._rewards: tuple[np.ndarray, np.ndarray] | None = None
-        #: per observation column, the array gather_obs_runs filled last (reused when nothing refers to it)
-        self._run_buffers: dict[str, np.ndarray] = {}
+        #: per observation column, the arrays gather_obs_runs filled last (reused when nothing refers to them)
+        self._run_buffers: dict[str, list[np.ndarray]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (e.g. into a DataLoader worker) without the sampling cache, its lock or open files: the
@@ -354,9 +354,9 @@ class DatasetIndex:
         The result is a view of rows ``m`` to ``m + count`` of a (batch, count + 2m, ...) array, m the rows a
         compressed column's chunk holds beyond one where that is at most a quarter of ``count`` (else 0, as
         from the sampling cache): each window's chunks are then decoded straight into its slot, whole, the
-        rows of its first and last chunk outside the run landing in the m rows on either side. That array is kept and filled again by the next call of the same shape
-        when nothing refers to it any more (no view of it left, which its reference count tells), so a
-        training loop that drops each batch before drawing the next writes into memory already mapped."""
+        rows of its first and last chunk outside the run landing in the m rows on either side. The arrays of the last two calls are kept, and one is filled again by a
+        call of the same shape when nothing refers to it any more (no view of it left, which its reference
+        count tells), so a training loop writes into memory already mapped instead of faulting in fresh pages."""
         batch = len(first)
         first = np.asarray(first, dtype=np.int64)
         starts = np.asarray(starts, dtype=np.int64)
@@ -388,19 +388,28 @@ class DatasetIndex:
                 out[owner, within] = out[owner, skip[owner]]
         if self.frame_stack is not None and self.frame_stack.padding == "zero" and skip.any():
             out[np.arange(count) < skip[:, None]] = 0
-        self._run_buffers[name] = frames
+        self._run_buffers.setdefault(name, []).append(frames)
         return out
 
     def _run_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
-        """An array of ``shape``: the last one :meth:`gather_obs_runs` filled for column ``name`` when of that
-        shape and referred to by nothing else (taken out of the dict first, so two threads never share one),
-        else a new one."""
-        kept = self._run_buffers.pop(name, None)
-        # two references: ``kept`` and getrefcount's argument; any view handed out (a batch's) adds one
-        if kept is not None and kept.shape == shape and kept.dtype == dtype and sys.getrefcount(kept) == 2:
-            return kept
+        """An array of ``shape``: one of the last two :meth:`gather_obs_runs` filled for column ``name`` that is
+        of that shape and referred to by nothing else (the list taken out of the dict first, so two threads
+        never share one), else a new one. Two, so that ``batch = ds.sample_slices(...)`` in a loop, which
+        still holds the previous batch during the call, finds the one before it free."""
+        kept = self._run_buffers.pop(name, [])
+        chosen, others = None, []
+        while kept:
+            array = kept.pop()
+            # two references: ``array`` and getrefcount's argument; any view handed out (a batch's) adds one
+            if chosen is None and array.shape == shape and array.dtype == dtype and sys.getrefcount(array) == 2:
+                chosen = array
+            else:
+                others.append(array)
         del kept
-        return np.empty(shape, dtype=dtype)
+        if chosen is None:
+            chosen = np.empty(shape, dtype=dtype)
+        self._run_buffers[name] = others[:1]
+        return chosen
 
     def row_groups(self, rows: np.ndarray, obs_rows: bool) -> RowGroups:
         """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns."""
