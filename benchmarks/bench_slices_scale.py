@@ -18,7 +18,7 @@ wall per call, p50 / p99: on a shared machine wall clock says little. Usage:
 
 Without ``--keep`` the datasets are built in a temporary folder and deleted at the end; ``--delete`` deletes
 a kept folder's datasets at the end too. ``--threads N`` sets how many threads decode one call's frames
-(``vcollect.store.read.shard_reader.DECODE_THREADS``; default: the process's cores, at most 4).
+(``$VCOLLECT_DECODE_THREADS``; default 1, the calling thread alone).
 
 ``--bound`` measures what bounds a ``stacks="view"`` call on this machine, from the first dataset's own
 frame chunks (read with h5py's ``read_direct_chunk``, no vcollect code): the Zstandard decode rate of one core
@@ -44,7 +44,6 @@ import numpy as np
 from bench_read_scale import build, frames_nbytes, pong_frames, shard_files
 
 from vcollect import load_dataset
-from vcollect.store.read import shard_reader
 
 
 def timed(call: Any, calls: int, warmup: int = 5, raw: dict[str, list[float]] | None = None) -> dict[str, float]:
@@ -164,9 +163,9 @@ def main() -> None:
         paired(args)
         return
     if args.threads is not None:
-        shard_reader.DECODE_THREADS = args.threads
+        os.environ["VCOLLECT_DECODE_THREADS"] = str(args.threads)
     root = args.keep or Path(tempfile.mkdtemp(prefix="vcollect-slices-scale-"))
-    print(f"load before: {os.getloadavg()}; root {root}; decode threads {shard_reader.DECODE_THREADS}")
+    print(f"load before: {os.getloadavg()}; root {root}; decode threads {os.environ.get('VCOLLECT_DECODE_THREADS', 1)}")
     frames: np.ndarray | None = None
     ids = []
     raw: dict[str, dict[str, list[float]]] = {}

@@ -5,6 +5,7 @@ frame_stack and Zstandard, uniform and prioritized draws, and the bad inputs."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -792,3 +793,20 @@ def test_a_views_array_is_reused_only_once_nothing_refers_to_it(chunked: dict[st
         np.testing.assert_array_equal(batch["observations"],
                                       ds.sample_slices(64, 9, seed=seed, cache_bytes=0)["observations"])
     assert places[0] == places[2] != places[1] == places[3]
+
+
+def test_views_decoded_by_several_threads_equal_copies(chunked: dict[str, vcollect.Dataset],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """``$VCOLLECT_DECODE_THREADS=3``: a call's frames (megabytes per shard) decoded by the calling thread and
+    two pool threads, the same batch as one thread's copies; a value that is no thread count is refused."""
+    ds = chunked["edge"]
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "3")
+    view = ds.sample_slices(300, 9, seed=8, cache_bytes=0, stacks="view")
+    assert any(t.name.startswith("vcollect-decode") for t in threading.enumerate())
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "1")
+    copy = ds.sample_slices(300, 9, seed=8, cache_bytes=0)
+    for key, value in copy.items():
+        np.testing.assert_array_equal(view[key], value, err_msg=key)
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "all")
+    with pytest.raises(ValueError, match=r"\$VCOLLECT_DECODE_THREADS is how many threads .* got 'all'"):
+        ds.sample_slices(30, 9, seed=8, cache_bytes=0, stacks="view")

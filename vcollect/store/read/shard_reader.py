@@ -48,23 +48,32 @@ _TREE_KINDS = "biufcS"
 #: where the observation/action leaf columns are (Text ones are decoded when read)
 _LEAF_PREFIXES = ("observations", "actions")
 
-DECODE_THREADS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-"""Threads that decode one large read of runs (slices' frames) together: this process's cores, at most 4."""
+DECODE_THREADS_ENV = "VCOLLECT_DECODE_THREADS"
+"""Threads that decode one large read of runs (slices' frames) together, the calling thread included: 1 (the
+default) decodes on the calling thread alone. More lowers a call's wall time where cores are free, and costs
+CPU time where they are not (benchmarks/RESULTS.md)."""
 
-_decode_pool: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, pool): made on first need
+_decode_pool: tuple[int, int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, threads, pool)
 
 
 def _decoding_threads() -> tuple[concurrent.futures.ThreadPoolExecutor | None, int]:
     """The pool that helps decode large reads (one per process: a forked child makes its own) and how many
-    threads decode, the caller's included."""
+    threads decode, the caller's included (``$VCOLLECT_DECODE_THREADS``)."""
     global _decode_pool
-    threads = DECODE_THREADS
-    if threads < 2:
+    text = os.environ.get(DECODE_THREADS_ENV, "").strip()
+    try:
+        threads = int(text) if text else 1
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ValueError(f"${DECODE_THREADS_ENV} is how many threads decode a read together, a whole number >= 1 "
+                         f"(1: the calling thread alone), got {text!r}")
+    if threads == 1:
         return None, 1
-    if _decode_pool is None or _decode_pool[0] != os.getpid():
-        _decode_pool = (os.getpid(), concurrent.futures.ThreadPoolExecutor(max_workers=threads - 1,
-                                                                           thread_name_prefix="vcollect-decode"))
-    return _decode_pool[1], threads
+    if _decode_pool is None or _decode_pool[:2] != (os.getpid(), threads):
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads - 1, thread_name_prefix="vcollect-decode")
+        _decode_pool = (os.getpid(), threads, pool)
+    return _decode_pool[2], threads
 
 
 def _not_corruption(exc: BaseException) -> bool:
@@ -483,11 +492,12 @@ class OpenShardFiles:
         (slices' frames), a raw column is one gather from the file's map. ``margin``: rows of ``out`` before
         and after every run that may be overwritten; with :meth:`run_margin`'s, a compressed column's chunks
         are decoded straight into ``out`` (whole chunks, around each run), with no copy, a large read's
-        streams shared between this thread and up to ``DECODE_THREADS - 1`` others."""
+        streams shared between this thread and ``$VCOLLECT_DECODE_THREADS - 1`` others (none by default)."""
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         places = np.asarray(places, dtype=np.int64)
         col = shard.columns[name]
+        pool, threads = _decoding_threads()
         if col.dtype == out.dtype and out.flags.c_contiguous and col.size:
             with self._lock:
                 try:
@@ -496,8 +506,8 @@ class OpenShardFiles:
                     if table is not None:
                         if ranges is not None:
                             ranges.ensure(*_chunk_ranges(table, _runs(lows, counts)))
-                        table.read_runs(self._get(key, shard, "map"), lows, counts, out, places, margin,
-                                        *_decoding_threads())
+                        table.read_runs(self._get(key, shard, "map"), lows, counts, out, places, margin, pool,
+                                        threads)
                         return
                     if col.offset is not None:
                         if ranges is not None:
