@@ -672,7 +672,12 @@ class Dataset:
                 refuses writes to them; ``torch.as_tensor`` shares them, with torch's warning about
                 non-writable arrays). A padded row must read 0 while sharing frames with the real row beside
                 it, which no view can do, so a batch holding a padded window (``pad`` other than ``"none"``) is
-                materialised as with ``"copy"``, read-only all the same.
+                materialised as with ``"copy"``, read-only all the same. Read from Zstandard shards, each
+                window's chunks are decoded straight into its place in the batch's array (whole chunks: the
+                array holds a chunk's rows less one beside each window); the arrays of the last two calls are
+                kept and one is filled again once nothing refers to it (no view of it left), so a loop holding
+                one batch while drawing the next reuses memory. ``$VCOLLECT_DECODE_THREADS`` (default 1) sets
+                how many threads decode a call's frames together.
 
         Returns:
             :meth:`sample_steps`' keys, each with leading (batch, length) axes, and ``mask`` (bool: the row is a
