@@ -10,7 +10,9 @@ prints steps/s, the best of WINDOWS (3) windows of ``STEPS`` frames each on one 
 
 Slices (``bench_slices.py --torchrl``): ``python benchmarks/torchrl_peer.py slices cartpole|FILE.npy TRANSITIONS
 NUM_SLICES LENGTH CALLS [cache]`` fills TorchRL's ``ReplayBuffer(LazyMemmapStorage, SliceSampler)`` and prints one
-JSON line of per-batch times (``slice_speed``).
+JSON line of per-batch times (``slice_speed``). Pong slices (``bench_slices_torchrl_pong.py``): ``python
+benchmarks/torchrl_peer.py pong-slices stacks|catframes FRAMES.npy LENGTHS.npy NUM_SLICES LENGTH`` serves timed rounds
+(``pong_slice_server``).
 """
 
 from __future__ import annotations
@@ -184,7 +186,101 @@ def torchrl_slice_speed(source: str, transitions: int, num_slices: int, length: 
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-if __name__ == "__main__" and sys.argv[1] == "slices":
+def pong_slice_server(layout: str, frames_file: str, lengths_file: str, num_slices: int, length: int) -> None:
+    """Serve timed rounds of Pong slices from TorchRL's ``ReplayBuffer(LazyMemmapStorage, SliceSampler)`` over
+    stdin / stdout, so that a parent can alternate them with its own rounds. Runs under TorchRL.
+
+    The transitions come from ``frames_file`` (each episode's T + 1 frames in turn, (sum(T + 1), 84, 84)
+    uint8) and ``lengths_file`` (the T of each episode), one storage row per transition with ``pixels`` and
+    ``("next", "pixels")``. ``layout="stacks"``: each row holds its (4, 84, 84) stack and next stack whole
+    (an episode's first stacks repeat its first frame), as a collector over an env with ``CatFrames`` writes
+    them (TorchRL's Atari examples); the sample is reshaped to (num_slices, length). ``layout="catframes"``:
+    each row holds single (1, 84, 84) frames, as the note in ``CatFrames``' docs advises to save memory, and
+    the buffer's transform shapes the sample (num_slices, length) and applies ``CatFrames(N=4, dim=-3,
+    in_keys=["pixels", ("next", "pixels")])`` (a window's first 3 stacks padded inside the window,
+    ``padding="same"``). Both sample with ``SliceSampler(num_slices, traj_key="episode", strict_length=True)``
+    and ``batch_size=num_slices * length``, giving (num_slices, length, 4, 84, 84) stacks of both. Prints one
+    JSON line (``transitions``, ``fill_s``, ``storage_bytes``), then answers each stdin line ``N`` with one JSON
+    line of ``cpu`` and ``wall`` lists (seconds) of N ``sample`` calls; an empty line ends it."""
+    import json
+    import tempfile
+
+    import numpy as np
+    import torch
+    from tensordict import TensorDict
+    from torchrl.data import LazyMemmapStorage, ReplayBuffer, SliceSampler
+    from torchrl.envs import CatFrames, Compose
+
+    torch.set_num_threads(1)
+    frames = np.load(frames_file, mmap_mode="r")
+    lengths = np.load(lengths_file)
+    transitions = int(lengths.sum())
+    shaped = Compose(lambda td: td.reshape(num_slices, length).refine_names(None, "time"))
+    if layout == "catframes":
+        shaped.append(CatFrames(N=4, dim=-3, in_keys=["pixels", ("next", "pixels")]))
+    first = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]])  # each episode's first frame
+
+    def pixels(rows: np.ndarray, starts: np.ndarray) -> torch.Tensor:
+        """The frames at ``rows`` (1, 84, 84), or their stacks (4, 84, 84) over the episodes from ``starts``."""
+        if layout == "catframes":
+            return torch.from_numpy(frames[rows][:, None])
+        return torch.from_numpy(frames[np.maximum(rows[:, None] + np.arange(-3, 1), starts[:, None])])
+
+    with tempfile.TemporaryDirectory(prefix="torchrl-pong-slices-") as scratch:
+        rb = ReplayBuffer(storage=LazyMemmapStorage(transitions, scratch_dir=scratch),
+                          sampler=SliceSampler(num_slices=num_slices, traj_key="episode", strict_length=True),
+                          batch_size=num_slices * length, transform=shaped)
+        rng = np.random.default_rng(1)
+        fill0 = time.perf_counter()
+        block = max(1, 20_000 // int(lengths.max()))
+        for lo in range(0, len(lengths), block):
+            eps = range(lo, min(lo + block, len(lengths)))
+            rows = np.concatenate([first[e] + np.arange(lengths[e]) for e in eps])
+            starts = np.repeat(first[lo : lo + len(eps)], lengths[lo : lo + len(eps)])
+            n = rows.size
+            done = np.concatenate([np.arange(lengths[e]) == lengths[e] - 1 for e in eps]).reshape(n, 1)
+            done_t = torch.from_numpy(done)
+            rb.extend(TensorDict({
+                "pixels": pixels(rows, starts), "action": torch.from_numpy(rng.integers(0, 6, n)),
+                "episode": torch.from_numpy(np.repeat(np.asarray(eps), lengths[lo : lo + len(eps)])),
+                "done": torch.zeros(n, 1, dtype=torch.bool),
+                "next": {"pixels": pixels(rows + 1, starts), "reward": torch.ones(n, 1),
+                         "done": done_t, "terminated": done_t, "truncated": torch.zeros(n, 1, dtype=torch.bool)},
+            }, batch_size=[n]))
+        fill = time.perf_counter() - fill0
+        storage_bytes = sum(f.stat().st_size for f in Path(scratch).rglob("*") if f.is_file())
+        for _ in range(2):
+            batch = rb.sample()
+        assert tuple(batch["pixels"].shape) == (num_slices, length, 4, 84, 84), batch["pixels"].shape
+        print(json.dumps({"transitions": transitions, "fill_s": fill, "storage_bytes": storage_bytes}), flush=True)
+        for line in sys.stdin:
+            if not line.strip():
+                break
+            cpu, wall = [], []
+            for _ in range(int(line)):
+                c0, w0 = time.process_time(), time.perf_counter()
+                batch = rb.sample()
+                cpu.append(time.process_time() - c0)
+                wall.append(time.perf_counter() - w0)
+            del batch
+            print(json.dumps({"cpu": cpu, "wall": wall}), flush=True)
+
+
+def torchrl_pong_server(layout: str, frames_file: str, lengths_file: str, num_slices: int, length: int,
+                        ) -> subprocess.Popen[str] | None:
+    """``pong_slice_server`` started in a fresh process under TorchRL's interpreter (as ``torchrl_speed``), its
+    stdin and stdout pipes open; None without one. The caller reads its first line (the fill) and ends it."""
+    python = sys.executable if importlib.util.find_spec("torchrl") else os.environ.get("TORCHRL_PYTHON")
+    if not python:
+        return None
+    command = [python, str(Path(__file__).resolve()), "pong-slices", layout, frames_file, lengths_file,
+               str(num_slices), str(length)]
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+if __name__ == "__main__" and sys.argv[1] == "pong-slices":
+    pong_slice_server(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+elif __name__ == "__main__" and sys.argv[1] == "slices":
     import json
 
     print(json.dumps(slice_speed(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]),
