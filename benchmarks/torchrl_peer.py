@@ -8,7 +8,7 @@ library at the top, so the TorchRL interpreter needs no vcollect. Run alone:
 ``python benchmarks/torchrl_peer.py CartPole|HalfCheetah SerialEnv|ParallelEnv NUM_ENVS STEPS [WINDOWS]``
 prints steps/s, the best of WINDOWS (3) windows of ``STEPS`` frames each on one collector.
 
-Slices (``bench_slices.py --torchrl``): ``python benchmarks/torchrl_peer.py slices cartpole|FILE.npy TRANSITIONS
+Slices (``bench_slices.py --torchrl``): ``python benchmarks/torchrl_peer.py slices cartpole TRANSITIONS
 NUM_SLICES LENGTH CALLS [cache]`` fills TorchRL's ``ReplayBuffer(LazyMemmapStorage, SliceSampler)`` and prints one
 JSON line of per-batch times (``slice_speed``). Pong slices (``bench_slices_torchrl_pong.py``): ``python
 benchmarks/torchrl_peer.py pong-slices stacks|catframes FRAMES.npy LENGTHS.npy NUM_SLICES LENGTH`` serves timed rounds
@@ -115,9 +115,7 @@ def slice_speed(source: str, transitions: int, num_slices: int, length: int, cal
                 cache_values: bool = False) -> dict[str, float]:
     """Per-batch times of TorchRL's ``ReplayBuffer(LazyMemmapStorage, SliceSampler)``: ``num_slices`` slices of
     ``length`` steps, ``calls`` batches after 2 of warm-up. ``source``: "cartpole" (float32 observations of 4,
-    episodes of ``episode_lengths``) or an .npy file of (T + 1, ...) stacked frames whose transitions are stored
-    with ``("next", "observation")`` as TorchRL's collectors write them (one episode per 1,000 steps). The
-    storage is filled in blocks of 1M transitions under a temporary folder; ``cache_values``: the sampler's
+    episodes of ``episode_lengths``; Pong's rows are ``pong_slice_server``'s). The storage is filled in blocks of 1M transitions under a temporary folder; ``cache_values``: the sampler's
     cache of the trajectories (valid while nothing is written). Runs under TorchRL."""
     import tempfile
 
@@ -132,21 +130,18 @@ def slice_speed(source: str, transitions: int, num_slices: int, length: int, cal
                           sampler=SliceSampler(num_slices=num_slices, traj_key="episode", strict_length=True,
                                                cache_values=cache_values),
                           batch_size=num_slices * length)
-        frames = None if source == "cartpole" else np.load(source, mmap_mode="r")
-        lengths = episode_lengths(transitions) if frames is None else episode_lengths(transitions, 0, 1000, 1000)
+        if source != "cartpole":
+            raise ValueError(f"slices of {source!r}: only 'cartpole' here (Pong: the pong-slices mode)")
+        lengths = episode_lengths(transitions)
         episode = np.repeat(np.arange(len(lengths)), lengths)
-        block = 1_000_000 if frames is None else 20_000
+        block = 1_000_000
         rng = np.random.default_rng(1)
         fill0 = time.perf_counter()
         for lo in range(0, transitions, block):
             hi = min(lo + block, transitions)
             n = hi - lo
-            if frames is None:
-                obs = torch.from_numpy(rng.standard_normal((n, 4), dtype=np.float32))
-                nxt = torch.from_numpy(rng.standard_normal((n, 4), dtype=np.float32))
-            else:
-                rows = np.arange(lo, hi) % (len(frames) - 1)
-                obs, nxt = torch.from_numpy(frames[rows]), torch.from_numpy(frames[rows + 1])
+            obs = torch.from_numpy(rng.standard_normal((n, 4), dtype=np.float32))
+            nxt = torch.from_numpy(rng.standard_normal((n, 4), dtype=np.float32))
             last = hi == transitions or bool(episode[hi] != episode[hi - 1])  # the block's last row ends one
             done = torch.from_numpy(np.append(episode[lo + 1 : hi] != episode[lo : hi - 1], last)).reshape(n, 1)
             rb.extend(TensorDict({
