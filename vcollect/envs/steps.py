@@ -199,10 +199,10 @@ class StepBlock:
                 for leaf, value in zip(self.obs, obs_leaves):
                     leaf[k] = value
             self.rewards[k] = rewards
-            terms, truncs = self.terminations, self.truncations
-            terms[k] = terminations
-            truncs[k] = truncations
-            done = np.logical_or(terms[k], truncs[k], out=self.done[k])
+            self.terminations[k] = terminations
+            self.truncations[k] = truncations
+            done = self.done[k]
+            np.logical_or(self.terminations[k], self.truncations[k], out=done)
             self.count = k + 1
             return done
         if self.hold_obs:
