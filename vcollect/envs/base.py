@@ -403,7 +403,7 @@ class BaseVectorEnv:
         """The env ids of a synchronous call, checked: the vector env is open and none is in flight."""
         if self.closed:
             self._check_open()
-        ids = self._ids(env_ids)
+        ids = self._all_ids if env_ids is None else self._ids(env_ids)
         if np.count_nonzero(self._flight):
             self._check_idle(ids)
         return ids

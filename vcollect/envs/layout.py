@@ -96,6 +96,8 @@ class FixedLayout:
 
     def batch_leaves(self, batch: Any, k: int, what: str = "actions") -> list[np.ndarray]:
         """The leaves of a batch of k values as arrays of the layout dtypes; ActionError if malformed."""
+        if self.flat and type(batch) is np.ndarray and batch.dtype == self.dtypes[0] and batch.shape == (k, *self.shapes[0]):
+            return [batch]  # one plain leaf of the layout's dtype and shape: what the checks below would return
         try:
             leaves = self.flatten(batch)
         except (KeyError, IndexError, TypeError, ValueError) as exc:

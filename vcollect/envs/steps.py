@@ -185,22 +185,35 @@ class StepBlock:
         k = self.count
         if k == self.size:
             raise ValueError(f"the StepBlock is full ({self.size} rows): record and clear it first")
-        if len(obs_leaves) != self.obs_leaf_count:
+        if len(obs_leaves) != len(self._obs_shapes):
             raise ValueError(f"got {len(obs_leaves)} observation leaves, the block holds {self.obs_leaf_count}")
         if env_ids is not None and not np.array_equal(np.sort(env_ids), self._env_order):
             raise ValueError(f"env_ids must name each of the {self.num_envs} env ids once, got {env_ids!r}")
         if k == 0:
             self.first_restarts = np.array(restarting, dtype=bool)  # a copy: it may be a view of a row to reuse
-        rows: Any = slice(None) if env_ids is None else env_ids
+        if env_ids is None:  # in env id order: each row written whole
+            if self.hold_obs:
+                for held, value, shape, dtype in zip(self._held, obs_leaves, self._obs_shapes, self._obs_dtypes):
+                    held.append(_own_row(value, shape, dtype, None, handed_over))
+            else:
+                for leaf, value in zip(self.obs, obs_leaves):
+                    leaf[k] = value
+            self.rewards[k] = rewards
+            self.terminations[k] = terminations
+            self.truncations[k] = truncations
+            done = self.done[k]
+            np.logical_or(self.terminations[k], self.truncations[k], out=done)
+            self.count = k + 1
+            return done
         if self.hold_obs:
             for held, value, shape, dtype in zip(self._held, obs_leaves, self._obs_shapes, self._obs_dtypes):
                 held.append(_own_row(value, shape, dtype, env_ids, handed_over))
         else:
             for leaf, value in zip(self.obs, obs_leaves):
-                leaf[k][rows] = value
-        self.rewards[k][rows] = rewards
-        self.terminations[k][rows] = terminations
-        self.truncations[k][rows] = truncations
+                leaf[k][env_ids] = value
+        self.rewards[k][env_ids] = rewards
+        self.terminations[k][env_ids] = terminations
+        self.truncations[k][env_ids] = truncations
         done = np.logical_or(self.terminations[k], self.truncations[k], out=self.done[k])
         self.count = k + 1
         return done

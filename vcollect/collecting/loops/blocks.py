@@ -92,12 +92,16 @@ class BlockLoop(AllEnvLoop):
         owed = np.zeros(0, np.int64) if quota is None else quota - ledger.episode_ends
         done = self.progress(goal, quota)
         size = block.size
+        action_rows = block.actions[0]
         try:
             while held < goal if by_steps else bool((owed > 0).any()):
                 actions = c.actor.actions(all_ids, random)
                 k = block.count
                 self.stager.step_into(actions, block)
-                block.set_actions(k, (actions,) if single_action else flatten_batch(c.action_space, actions))
+                if single_action:  # row k was just staged: its one action leaf written in place
+                    action_rows[k] = actions
+                else:
+                    block.set_actions(k, flatten_batch(c.action_space, actions))
                 if not random:  # the policy acts next on these observations: checked now, not with the block
                     self._row_for_policy(k)
                 if not by_steps:
@@ -109,6 +113,7 @@ class BlockLoop(AllEnvLoop):
                     if quota is not None:
                         owed = quota - ledger.episode_ends
                     size = block.size
+                    action_rows = block.actions[0]
                 elif by_steps and held + (k + 1) * n >= goal and held + block.transitions() >= goal:
                     break  # (every row a transition would not be enough: no need to count them before)
         finally:
