@@ -39,9 +39,12 @@ class Collector:
     ``vcollect.policies.TianshouPolicy``) and records into ``buffer.ring``: the transitions Tianshou's
     algorithms then read through the buffer's Tianshou indices, never copied into a Tianshou buffer.
 
-    What differs from Tianshou's Collector: ``collect(n_step=n)`` collects exactly n transitions (Tianshou
-    rounds up to a multiple of the env count); the envs' resets are seeded from numpy's global generator
-    (seeded by the script's ``np.random.seed``) once, at their first reset, and then carry on their own
+    ``collect(n_episode=n)`` shares the episodes among the envs as Tianshou does (the envs that finish first
+    stop first once fewer episodes are owed than envs step) where the envs step on request (Tianshou's vector
+    envs, vcollect's dummy, subprocess and Ray backends); on a gymnasium or EnvPool vector env each env gets
+    a quota (vcollect's ``n_episode``). What differs from Tianshou's Collector: ``collect(n_step=n)``
+    collects exactly n transitions (Tianshou rounds up to a multiple of the env count); the envs' resets are
+    seeded from numpy's global generator (seeded by the script's ``np.random.seed``) once, at their first reset, and then carry on their own
     generators, where Tianshou takes the seeds ``env.seed(...)`` gave; ``reset_buffer`` keeps the running
     episodes' returns and lengths whatever ``keep_statistics`` says (so every reported return is a whole
     episode's). Each step's info is stored beside its transition (``buffer.info``, ``env_id`` added) where the
@@ -97,9 +100,11 @@ class Collector:
         self.buffer = buffer
         self.policy = policy.policy if isinstance(policy, Algorithm) else policy
         self.exploration_noise = bool(exploration_noise)
+        self._episode_order = "quota"
         if taps(venv):  # each step's infos beside its transition, with env_id, as Tianshou's buffers hold them
             venv = StepInfoTap(venv, buffer.ring, buffer.infos)
             buffer.infos.env_ids = True
+            self._episode_order = "finished_first"  # n_episode shared among the envs as Tianshou shares it
         self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
 
     # ------------------------------------------------------------------ Tianshou's counters
@@ -205,7 +210,7 @@ class Collector:
         pending = self.collector.pending_transitions
         stats = self.collector.collect(
             n_step, n_episode, random=random, render=render, reset_before_collect=reset_before_collect,
-            reset_options=_reset_options(gym_reset_kwargs),
+            reset_options=_reset_options(gym_reset_kwargs), episode_order=self._episode_order,
         )
         recorded = stats.n_collected_steps + self.collector.pending_transitions - pending
         # each step writes one row and each reset one: at most twice the steps, plus the resets before them
