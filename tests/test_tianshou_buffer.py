@@ -541,3 +541,35 @@ def test_hdf5_infos_from_tianshou_load_in_vcollect(tmp_path: Any) -> None:
     again = ts.VectorReplayBuffer.load_hdf5(str(tmp_path / "again.hdf5"))
     assert np.array_equal(again.info.key, [0, 2, 4, 0, 0, 3, 6, 0])
     assert np.array_equal(again.info.nested.x, theirs.info.nested.x)
+
+
+def test_unfinished_index_follows_collection_wraps_and_cut_episodes() -> None:
+    """unfinished_index, kept up to date as slots fill, against its definition read through ``next``: a held
+    transition that did not end its episode and has no next step held."""
+    from tests.tianshou_envs import MoveToRightEnv
+    from vcollect.tianshou import Collector
+
+    class Alternating:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __call__(self, obs: Any, state: Any = None) -> tuple[np.ndarray, Any]:
+            self.calls += 1
+            return ((np.arange(len(obs)) + self.calls) % 3 > 0).astype(np.int64), state
+
+    envs = [lambda size=size: MoveToRightEnv(size) for size in (2, 3, 7)]
+    buf = VectorReplayBuffer(3 * 8, 3)
+    collector = Collector(Alternating(), envs, buf, seed=0)
+    collector.reset()
+    seen = set()
+    for i in range(40):
+        collector.collect(n_step=1 + i % 7)
+        if i % 9 == 4:
+            collector.reset_env()  # cuts the running episodes
+        if i in (12, 25):
+            collector.reset_buffer()
+        held = buf.sample_indices(0)
+        expected = np.sort(held[(buf.next(held) == held) & ~buf.done[held]])
+        assert np.array_equal(buf.unfinished_index(), expected), i
+        seen.add(len(expected))
+    assert len(buf) == 24 and max(seen) > 3  # wrapped around, with cut episodes listed
