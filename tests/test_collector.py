@@ -76,6 +76,30 @@ def test_n_episode_extra_quota_is_not_biased_to_low_env_ids() -> None:
     assert (counts > 0).sum() >= 6, counts
 
 
+def test_n_episode_finished_first_stops_the_envs_that_finish_first_once_fewer_are_owed() -> None:
+    store = ListStore()
+    fns = [lambda n=n: CountingEnv(episode_length=n) for n in (2, 3, 4, 5)]
+    with Collector(None, fns, store=store, seed=0) as collector:
+        stats = collector.collect(n_episode=8, random=True, reset_before_collect=True, episode_order="finished_first")
+        # step 5: env 3 ends the 5th episode, 3 owed for 4 envs: it stops; step 6: envs 0 and 1 end the 6th and
+        # 7th, 1 owed for 3 envs: both stop; env 2 ends the 8th at step 8
+        assert np.bincount([e.env_id for e in store.episodes], minlength=4).tolist() == [3, 2, 2, 1]
+        assert stats.n_collected_episodes == 8 and stats.n_collected_steps == 3 * 2 + 2 * 3 + 2 * 4 + 5
+        # fewer episodes than envs: only the first ones step
+        stats = collector.collect(n_episode=2, random=True, episode_order="finished_first")
+        assert stats.lens.tolist() == [2, 3]
+        with pytest.raises(ValueError, match="episode_order must be 'quota' or 'finished_first'"):
+            collector.collect(n_episode=2, random=True, episode_order="tianshou")
+
+
+def test_n_episode_finished_first_needs_envs_stepped_on_request() -> None:
+    envs = gym.vector.SyncVectorEnv([lambda: CountingEnv(episode_length=3)] * 2)
+    with Collector(None, envs, seed=0) as collector:
+        collector.reset()
+        with pytest.raises(ValueError, match="episode_order='finished_first' needs a backend that steps envs on"):
+            collector.collect(n_episode=2, random=True, episode_order="finished_first")
+
+
 def test_unfinished_episodes_carry_over_between_calls() -> None:
     with Collector(None, counting_fns(1, length=10), seed=0) as collector:
         collector.reset()

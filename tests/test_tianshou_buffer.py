@@ -5,7 +5,7 @@ Ported (the cases the rings cover):
 - test_buffer.py: ``test_replaybuffer`` (its add / episode bookkeeping / prev / next part),
   ``test_replaybuffermanager`` (add, sample_indices, sample, prev, next, unfinished_index, wrap-around),
   ``test_get_replay_buffer_indices``, ``test_get_vector_replay_buffer_indices``, ``test_from_data``,
-  ``test_multibuf_hdf5`` / ``test_hdf5`` (the round trip, both ways between Tianshou and vcollect).
+  ``test_multibuf_hdf5`` / ``test_hdf5`` (the round trip, both ways between Tianshou and vcollect, infos included).
 - test_buffer.py: ``test_replaybuffer``'s infos (``b.info.a``, keys appearing later), ``test_ignore_obs_next``
   (Dict observations and actions, infos stacked), ``test_stack`` (without its ``save_only_last_obs`` buffer),
   ``test_update`` and the manager's refusal to be updated.
@@ -497,3 +497,79 @@ def test_vector_buffer_cannot_be_updated() -> None:
         buf.update(buf)
     with pytest.raises(UnsupportedBufferMethodError, match=r"VectorReplayBuffer\.update .*vcollect \d"):
         buf.update(buf)
+
+
+def test_hdf5_infos_from_vcollect_load_in_tianshou(tmp_path: Any) -> None:
+    ours = VectorReplayBuffer(6, 2)
+    for i in range(4):
+        ours.add(Batch(obs=np.array([[i], [10 + i]], float), act=np.array([i, i]), rew=np.array([1.0, 2.0]),
+                       terminated=np.array([i == 1, False]), truncated=np.zeros(2, bool),
+                       obs_next=np.array([[i + 1], [11 + i]], float),
+                       info={"a": np.array([i, 10 + i]), "b": {"c": np.array([0.5 * i, -1.5])}}))
+    ours.save_hdf5(str(tmp_path / "vcollect.hdf5"))
+    theirs = ts.VectorReplayBuffer.load_hdf5(str(tmp_path / "vcollect.hdf5"))
+    # 3 slots per sub-buffer: the 4th step of each took its first slot again
+    assert np.array_equal(theirs.info.a, [3, 1, 2, 13, 11, 12])
+    assert np.array_equal(theirs.info.b.c, [1.5, 0.5, 1.0, -1.5, -1.5, -1.5])
+    assert np.array_equal(theirs[np.array([1, 5])].info.a, [1, 12])
+    # Tianshou goes on adding to it, its infos beside the loaded ones
+    theirs.add(Batch(obs=np.zeros((2, 1)), act=np.array([9, 9]), rew=np.zeros(2), terminated=np.zeros(2, bool),
+                     truncated=np.zeros(2, bool), obs_next=np.zeros((2, 1)),
+                     info={"a": np.array([7, 8]), "b": {"c": np.array([2.0, 3.0])}}))
+    assert np.array_equal(theirs.info.a, [3, 7, 2, 13, 8, 12])
+
+
+def test_hdf5_infos_from_tianshou_load_in_vcollect(tmp_path: Any) -> None:
+    theirs = ts.VectorReplayBuffer(8, 2)
+    for i in range(3):
+        theirs.add(Batch(obs=np.array([[i], [5 + i]], float), act=np.array([i, 1]), rew=np.array([1.0, 0.0]),
+                         terminated=np.array([False, i == 0]), truncated=np.zeros(2, bool),
+                         obs_next=np.array([[i + 1], [6 + i]], float),
+                         info={"key": np.array([2 * i, 3 * i]), "env_id": np.array([0, 1]),
+                               "nested": {"x": np.array([[i, -i], [i, i]], np.float32)}}))
+    theirs.save_hdf5(str(tmp_path / "tianshou.hdf5"))
+    ours = VectorReplayBuffer.load_hdf5(str(tmp_path / "tianshou.hdf5"))
+    assert np.array_equal(ours.info.key, [0, 2, 4, 0, 0, 3, 6, 0])
+    assert np.array_equal(ours.info.env_id, [0, 0, 0, 0, 1, 1, 1, 0])
+    assert ours.info.nested.x.dtype == np.float32
+    assert np.array_equal(ours.info.nested.x[:, 1], [0, -1, -2, 0, 0, 1, 2, 0])
+    sampled = ours[np.array([2, 5])]
+    assert np.array_equal(sampled.info.key, [4, 3])
+    assert np.array_equal(sampled.info.nested.x, [[2, -2], [1, 1]])
+    # and back again, unchanged
+    ours.save_hdf5(str(tmp_path / "again.hdf5"))
+    again = ts.VectorReplayBuffer.load_hdf5(str(tmp_path / "again.hdf5"))
+    assert np.array_equal(again.info.key, [0, 2, 4, 0, 0, 3, 6, 0])
+    assert np.array_equal(again.info.nested.x, theirs.info.nested.x)
+
+
+def test_unfinished_index_follows_collection_wraps_and_cut_episodes() -> None:
+    """unfinished_index, kept up to date as slots fill, against its definition read through ``next``: a held
+    transition that did not end its episode and has no next step held."""
+    from tests.tianshou_envs import MoveToRightEnv
+    from vcollect.tianshou import Collector
+
+    class Alternating:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __call__(self, obs: Any, state: Any = None) -> tuple[np.ndarray, Any]:
+            self.calls += 1
+            return ((np.arange(len(obs)) + self.calls) % 3 > 0).astype(np.int64), state
+
+    envs = [lambda size=size: MoveToRightEnv(size) for size in (2, 3, 7)]
+    buf = VectorReplayBuffer(3 * 8, 3)
+    collector = Collector(Alternating(), envs, buf, seed=0)
+    collector.reset()
+    seen = set()
+    for i in range(40):
+        collector.collect(n_step=1 + i % 7)
+        if i % 9 == 4:
+            collector.reset_env()  # cuts the running episodes
+        if i in (12, 25):
+            collector.reset_buffer()
+        held = buf.sample_indices(0)
+        expected = np.sort(held[(buf.next(held) == held) & ~buf.done[held]])
+        assert np.array_equal(buf.unfinished_index(), expected), i
+        seen.add(len(expected))
+    assert len(buf) == 24 and max(seen) > 3  # wrapped around, with cut episodes listed

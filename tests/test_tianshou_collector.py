@@ -1,12 +1,12 @@
 """Tianshou 2.0.1's collector test (test/base/test_collector.py, ``test_collector``: its single-env and its
-SubprocVectorEnv parts) on vcollect.tianshou's Collector and buffers, with upstream's literal expected values:
-observations, next observations, rewards and the infos stored per transition (``buffer.info``: the env's
-``key`` and ``env`` entries, and ``env_id``). The SubprocVectorEnv is Tianshou's own; the Collector steps its
+SubprocVectorEnv and DummyVectorEnv parts) on vcollect.tianshou's Collector and buffers, with upstream's literal
+expected values: observations, next observations, rewards and the infos stored per transition (``buffer.info``:
+the env's ``key`` and ``env`` entries, and ``env_id``). The SubprocVectorEnv is Tianshou's own; the Collector steps its
 env factories in vcollect's worker processes.
 
-Not ported: its DummyVectorEnv part, whose first ``collect(n_episode=7)`` upstream accepts in two outcomes
-that depend on Tianshou's order of finishing envs (vcollect gives each env a quota), and which the rest of that
-part builds on.
+Its DummyVectorEnv part, whose first ``collect(n_episode=7)`` upstream accepts in two outcomes (they depend on
+the order the envs finish in), runs on a Tianshou DummyVectorEnv: the Collector shares episodes among the envs
+as Tianshou's does (``episode_order="finished_first"``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("tianshou")
 
-from tianshou.env import SubprocVectorEnv  # noqa: E402
+from tianshou.env import DummyVectorEnv, SubprocVectorEnv  # noqa: E402
 
 from tests.tianshou_envs import MoveToRightEnv, move_right  # noqa: E402
 from vcollect.tianshou import Collector, ReplayBuffer, VectorReplayBuffer  # noqa: E402
@@ -114,3 +114,52 @@ def test_collector_on_tianshous_subproc_vector_env() -> None:
         assert stats.n_collected_episodes == 4
     finally:
         c.close()
+
+
+def test_collector_on_tianshous_dummy_vector_env() -> None:
+    """Upstream's DummyVectorEnv part: episodes shared among the envs as Tianshou's Collector shares them."""
+    venv = DummyVectorEnv([functools.partial(move_right, size) for size in [2, 3, 4, 5]])
+    c = Collector(MaxActionPolicy(), venv, VectorReplayBuffer(total_size=100, buffer_num=4))
+    # the observations upstream's SubprocVectorEnv part left in its reference array, which this part builds on
+    obs = np.zeros(100)
+    obs[[0, 1, 2, 3, 25, 26, 27, 50, 51, 52, 53, 75, 76, 77, 78, 79]] = [0, 1, 0, 1, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 4]
+    keys = np.zeros(100)
+    keys[[0, 1, 2, 3, 25, 26, 27, 50, 51, 52, 53, 75, 76, 77, 78, 79]] = 1
+    env_ids = np.zeros(100)
+    env_ids[[0, 1, 2, 3, 25, 26, 27, 50, 51, 52, 53, 75, 76, 77, 78, 79]] = [0, 0, 0, 0, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3,
+                                                                             3, 3]
+    rews = np.zeros(100)
+    rews[[0, 1, 2, 3, 25, 26, 27, 50, 51, 52, 53, 75, 76, 77, 78, 79]] = [0, 1, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0,
+                                                                          0, 1]
+    c.reset()
+    c.collect(n_episode=7)
+    obs1 = obs.copy()
+    obs1[[4, 5, 28, 29, 30]] = [0, 1, 0, 1, 2]
+    obs2 = obs.copy()
+    obs2[[28, 29, 30, 54, 55, 56, 57]] = [0, 1, 2, 0, 1, 2, 3]
+    c2obs = c.buffer.obs[:, 0]
+    assert np.all(c2obs == obs1) or np.all(c2obs == obs2)
+    c.reset_env()
+    c.reset_buffer()
+    assert c.collect(n_episode=8).n_collected_episodes == 8
+    valid_indices = [4, 5, 28, 29, 30, 54, 55, 56, 57]
+    obs[valid_indices] = [0, 1, 0, 1, 2, 0, 1, 2, 3]
+    assert np.all(c.buffer.obs[:, 0] == obs)
+    keys[valid_indices] = [1, 1, 1, 1, 1, 1, 1, 1, 1]
+    assert np.allclose(c.buffer.info["key"], keys)
+    for e in c.buffer.info["env"][valid_indices]:
+        assert isinstance(e, MoveToRightEnv)
+    env_ids[valid_indices] = [0, 0, 1, 1, 1, 2, 2, 2, 2]
+    assert np.allclose(c.buffer.info["env_id"], env_ids)
+    rews[valid_indices] = [0, 1, 0, 0, 1, 0, 0, 0, 1]
+    assert np.allclose(c.buffer.rew, rews)
+    assert c.collect(n_episode=4, random=True).n_collected_episodes == 4
+
+
+@pytest.mark.parametrize("values", [np.array([3.5]), np.array([20, 9, 500, 11]), np.linspace(-3.3, 7.1, 257) ** 3])
+def test_summary_stats_are_tianshous_numbers(values: np.ndarray) -> None:
+    from tianshou.data import SequenceSummaryStats
+
+    from vcollect.tianshou.collector import summary_stats
+
+    assert summary_stats(values) == SequenceSummaryStats.from_sequence(values)

@@ -144,6 +144,18 @@ class Collector:
             return SubsetLoop(self.context)
         return AllEnvLoop(self.context)
 
+    def _episode_order(self, order: str) -> bool:
+        """Whether ``collect``'s ``episode_order`` asks for Tianshou's order, else ValueError."""
+        if order not in ("quota", "finished_first"):
+            raise ValueError(f"episode_order must be 'quota' or 'finished_first', got {order!r}")
+        if order == "finished_first" and not isinstance(self._loop, SubsetLoop):
+            raise ValueError(
+                f"episode_order='finished_first' needs a backend that steps envs on request (dummy, subprocess, "
+                f"Ray); {type(self.envs).__name__} does not (its loop is {self.capabilities.loop!r}): use "
+                "episode_order='quota'"
+            )
+        return order == "finished_first"
+
     def _reseed(self, seed: int | None) -> None:
         """(Re)make the generator, the per-env reset seed streams and the random actions from ``seed``."""
         self._rng = np.random.default_rng(seed)
@@ -289,6 +301,7 @@ class Collector:
         render: float | None = None,
         reset_options: dict[str, Any] | None = None,
         keep_episode_stats: bool = True,
+        episode_order: str = "quota",
     ) -> CollectStats:
         """Collect exactly ``n_step`` transitions or exactly ``n_episode`` whole episodes.
 
@@ -311,6 +324,11 @@ class Collector:
             keep_episode_stats: Keep every episode's return and length (``returns``/``lens``). False keeps
                 only their count, mean, M2, minimum and maximum (``returns_moments``/``lens_moments``, read by
                 ``returns_stat``/``lens_stat``), in bounded memory however many episodes the call collects.
+            episode_order: How ``n_episode`` is shared among the envs: ``"quota"`` (above), or
+                ``"finished_first"``, Tianshou's Collector's order: the first ``min(n_episode, N)`` envs step,
+                and whenever the episodes still owed are fewer than the envs stepping, the envs that have just
+                finished stop, lowest ids first (short episodes weigh more). Only for backends that step envs
+                on request (dummy, subprocess, Ray).
 
         Returns:
             What the call collected: counts, time, speed and the returns and lengths of its episodes.
@@ -323,6 +341,7 @@ class Collector:
         """
         self._closing.check_open()
         count = checked_count(n_step, n_episode)
+        finished_first = self._episode_order(episode_order) and n_episode is not None
         if not random and self.policy is None:
             raise ValueError("this collector has no policy: pass one, or call collect(random=True)")
         if reset_before_collect:
@@ -347,7 +366,13 @@ class Collector:
         # the ledger reports what the call is certain to report as it comes (bounded memory however long)
         self._ledger.open_call(call.returns, call.lens, n_step=count if quota is None else None, quota=quota)
         try:
-            steps = self._loop.collect_steps(count, call) if quota is None else self._loop.collect_episodes(quota, call)
+            if quota is None:
+                steps = self._loop.collect_steps(count, call)
+            elif finished_first:
+                assert isinstance(self._loop, SubsetLoop)
+                steps = self._loop.collect_episodes_finished_first(count, call)
+            else:
+                steps = self._loop.collect_episodes(quota, call)
         except BaseException as exc:
             early = count_failed_call(self._ledger, exc)  # what it had reported early is no longer held
             self.collect_step, self.collect_episode = self.collect_step + early[0], self.collect_episode + early[1]

@@ -2,10 +2,10 @@
 and buffers saved from the rings load in Tianshou.
 
 The file is Tianshou's own (``ReplayBuffer.save_hdf5``: the buffer's attributes, its ``_meta`` Batch of
-``obs``, ``act``, ``rew``, ``terminated``, ``truncated``, ``done``, ``obs_next`` in slot order): saving builds
-the Tianshou buffer the rings' transitions stand for (same indices) and lets Tianshou write it; loading lets
-Tianshou read it and adds its transitions, each sub-buffer's oldest first, to the adapter, keeping their
-indices.
+``obs``, ``act``, ``rew``, ``terminated``, ``truncated``, ``done``, ``obs_next`` and ``info`` in slot order):
+saving builds the Tianshou buffer the rings' transitions stand for (same indices) and lets Tianshou write it;
+loading lets Tianshou read it and adds its transitions with their infos, each sub-buffer's oldest first, to the
+adapter, keeping their indices. Tianshou's ``from_data`` takes no infos, and neither does the adapter's.
 """
 
 from __future__ import annotations
@@ -37,10 +37,14 @@ def to_tianshou(buffer: Any) -> Any:
     target = ts.ReplayBuffer(size, **options) if single else ts.VectorReplayBuffer(size * num, num, **options)
     if len(buffer) == 0:
         return target
-    target.set_batch(ts.Batch(
+    whole = ts.Batch(
         obs=buffer.obs, act=buffer.act, rew=buffer.rew.copy(), terminated=buffer.terminated.copy(),
         truncated=buffer.truncated.copy(), done=buffer.done.copy(), obs_next=buffer.obs_next,
-    ))
+    )
+    info = buffer.info
+    if info.get_keys():  # each slot's info, as Tianshou's buffers keep it
+        whole.info = info
+    target.set_batch(whole)
     counts = buffer.layout.count
     lengths = buffer.layout.lengths
     subs = [target] if single else list(target.buffers)
@@ -91,6 +95,7 @@ def fill_from_tianshou(buffer: Any, source: Any) -> None:
     meta = source._meta
     keys = set(meta.get_keys())
     obs, act = as_nested(meta.obs), as_nested(meta.act)
+    info = as_nested(meta.info) if "info" in keys else {}
     buffer.ring.bind_spaces(batch_space(obs, "obs"), batch_space(act, "act"))
     buffer.reset()
     # each sub-buffer's transitions, oldest first, as global indices
@@ -107,6 +112,8 @@ def fill_from_tianshou(buffer: Any, source: Any) -> None:
             terminated=np.asarray(meta.terminated)[idx], truncated=np.asarray(meta.truncated)[idx],
             obs_next=_rows(as_nested(meta.obs_next), nxt) if "obs_next" in keys else _rows(obs, nxt),
         )
+        if info:
+            step.info = ts.Batch(_rows(info, idx))
         buffer.add(step, buffer_ids=ids)
 
 

@@ -44,7 +44,10 @@ class SlotLayout:
         self.cursor: np.ndarray | None = None  # each env's newest flat row at the last sync
         self.writes = -1  # the ring's write counter at the last sync
         self.has_null = False  # a NaN was seen in a transition given a slot since the last clear
+        # per slot: its transition's episode goes on but its next step is not stored (kept as slots fill)
+        self.open = np.zeros(self.maxsize, dtype=bool)
         self._unfinished: np.ndarray | None = None
+        self._base = np.zeros(0, dtype=np.intp)  # each env's first flat row (for the ring's capacity)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -65,6 +68,7 @@ class SlotLayout:
         self.count.fill(0)
         self.cursor = last_rows
         self.has_null = False
+        self.open.fill(False)
         self._unfinished = None
 
     def changed(self, rows: FlatRows) -> bool:
@@ -85,29 +89,43 @@ class SlotLayout:
         if self.cursor is None or max_rows_written is None or max_rows_written >= capacity - 1:
             self.clear(last, rows.writes)
             self.cursor = rows.next_rows[last]  # every env's oldest row: the walk below covers the whole ring
-        base = np.arange(self.num_envs, dtype=np.intp) * capacity
+        base = self._base
+        if len(base) != self.num_envs or (self.num_envs > 1 and base[1] != capacity):
+            base = self._base = np.arange(self.num_envs, dtype=np.intp) * capacity
         written = (last - self.cursor) % capacity
         span = int(written.max()) if written.size else 0
+        start = self.cursor - base  # each env's first row to walk (its newest row at the last sync), in its ring
         self.cursor = last
         if span == 0:
             return
         self._unfinished = None
-        start = self.cursor - written - base  # (the old cursor) each env's first row to walk, within its ring
-        grid = (start[:, None] + np.arange(span)) % capacity + base[:, None]
-        steps = rows.has[grid] & (np.arange(span) < written[:, None])
-        new = steps.sum(axis=1)
+        walk = np.arange(span)
+        grid = (start[:, None] + walk) % capacity + base[:, None]
+        steps = rows.has[grid] & (walk < written[:, None])
+        env, col = np.nonzero(steps)
         # the k-th new step of env e takes slot (count + k) % size; only the newest `size` of them are kept
-        order = np.cumsum(steps, axis=1) - 1
-        keep = steps & (order >= (new - self.size)[:, None])
-        env = np.broadcast_to(np.arange(self.num_envs)[:, None], grid.shape)[keep]
-        virtual = env * self.size + (self.count[env] + order[keep]) % self.size
-        row = grid[keep]
+        order = np.cumsum(steps, axis=1)[env, col] - 1
+        new = np.bincount(env, minlength=self.num_envs)
+        if int(new.max()) > self.size:
+            keep = order >= (new - self.size)[env]
+            env, col, order = env[keep], col[keep], order[keep]
+        # an env whose walk starts with a step (on its newest row at the last sync) gave its newest transition
+        # then its next step, unless a reset started a new episode after that transition's next row
+        closed = steps[:, 0] & (self.count > 0)
+        if closed.any():
+            env_closed = np.flatnonzero(closed)
+            newest = env_closed * self.size + (self.count[env_closed] - 1) % self.size
+            follows = rows.next_rows[self.row_of[newest]] == start[env_closed] + base[env_closed]
+            self.open[newest[follows]] = False
+        virtual = env * self.size + (self.count[env] + order) % self.size
+        row = grid[env, col]
         self.count += new
         self.row_of[virtual] = row
         self.rew[virtual] = rows.rewards[row]
         self.terminated[virtual] = term = rows.terminations[row]
         self.truncated[virtual] = trunc = rows.truncations[row]
-        self.done[virtual] = term | trunc
+        self.done[virtual] = done = term | trunc
+        self.open[virtual] = ~done & ~rows.has[rows.next_rows[row]]
         if not self.has_null:
             self.has_null = rows.any_nan(row)
 
@@ -122,9 +140,6 @@ class SlotLayout:
             Those indices, ascending.
         """
         if self._unfinished is None:
-            filled = np.flatnonzero(self.row_of >= 0)
-            row = self.row_of[filled]
-            cut = ~self.done[filled] & ~rows.has[rows.next_rows[row]]
-            self._unfinished = filled[cut]
+            self._unfinished = np.flatnonzero(self.open)
         return self._unfinished
 

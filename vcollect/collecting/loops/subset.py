@@ -2,8 +2,9 @@
 
 n_step: every env steps while the count allows, the last batch only as many envs as still needed (taken
 in rotation, so no env id is favoured). n_episode: envs step until they have finished their quota, then
-idle. A backend with ``step_reset`` restarts the envs that ended within the same call (one round trip
-to a worker process instead of two); otherwise they are reset after the step. A policy that wants infos
+idle (or, asked for Tianshou's order, until the episodes owed are fewer than the envs stepping). A backend
+with ``step_reset`` restarts the envs that ended within the same call (one round trip to a worker process
+instead of two); otherwise they are reset after the step. A policy that wants infos
 (PolicyActor.wants_infos) is handed each step's infos, and the reset infos of the envs that restarted.
 
 A backend that replaces failed envs (``restarts_envs``, vcollect.envs.restarts) reports them after the
@@ -99,6 +100,34 @@ class SubsetLoop:
             if finished.size:
                 call.bar.update(finished.size)
                 quota[finished] -= 1
+
+    def collect_episodes_finished_first(self, n_episode: int, call: CollectCall) -> int:
+        """Record until ``n_episode`` episodes have finished, Tianshou's way: the first ``min(n_episode, N)``
+        envs step; whenever the episodes still owed are fewer than the envs stepping, the envs that have just
+        finished stop, lowest ids first (and are not restarted). Every episode finished in the call is
+        reported, and none is left running."""
+        c = self.ctx
+        stepping = np.zeros(c.num_envs, dtype=bool)
+        stepping[: min(n_episode, c.num_envs)] = True
+        c.reset_pending(np.flatnonzero(stepping), call.reset_options)
+        owed, collected = n_episode, 0
+        while owed > 0:
+            ready = np.flatnonzero(stepping)
+            if ready.size == c.num_envs:
+                ready = c.all_ids
+            c.reset_pending(ready, call.reset_options)  # envs that finished last step and go on
+            self.unrecorded = 0
+            # with at least twice as many episodes owed as envs stepping, every env that finishes goes on and
+            # restarts within the step; otherwise it restarts only once it is known to go on (above)
+            finished = self.step(ready, call, None if owed >= 2 * len(ready) else np.zeros(len(ready), dtype=bool))
+            collected += len(ready) - self.unrecorded
+            if finished.size:
+                call.bar.update(finished.size)
+                owed -= finished.size
+                surplus = int(np.count_nonzero(stepping)) - owed
+                if surplus > 0:
+                    stepping[np.sort(finished)[:surplus]] = False
+        return collected
 
     def _full_batches(self, batches: int, call: CollectCall) -> None:
         """``batches`` steps of every env through ``step_reset``, where no hook, rendering or infos are asked
