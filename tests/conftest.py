@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 # Read by Ray when it starts its processes: no usage-stats prompt or upload, no log deduplication chatter.
 RAY_QUIET_ENV = {
@@ -32,6 +33,12 @@ os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 # MuJoCo renders offscreen through EGL here (no display); read when mujoco is first imported, so set before
 # any test module imports it, and inherited by the processes tests start.
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+# Property tests are judged by what they assert, not by how long one example takes: on a loaded machine an
+# example can take several times Hypothesis's default 200 ms deadline, which fails the test as flaky without
+# any assertion failing. No deadline for every test (a test's own settings may still set one).
+settings.register_profile("vcollect-tests", deadline=None)
+settings.load_profile("vcollect-tests")
 
 # pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment where the controller had
 # none; the commands under test size their tables by COLUMNS, so the workers take the controller's values.
