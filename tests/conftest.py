@@ -1,8 +1,10 @@
 """Shared fixtures, and the environment pytest-xdist workers run in.
 
-`ray_local`: one small, quiet local Ray instance for the whole test session. Under pytest-xdist
-(`make test` runs `pytest -n auto --dist loadfile`) that is one per worker that runs a Ray test; each test
-file runs whole on one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once.
+`ray_local`: one small, quiet local Ray, started by the first test that asks for it and shut down once the
+worker's next test file asks for none (the files that ask for it run one after another, see
+``pytest_collection_modifyitems``), so a worker pays for one Ray start and no idle Ray while it runs the
+rest. Under pytest-xdist (`make test` runs `pytest -n auto --dist loadfile`) each test file runs whole on
+one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 # Read by Ray when it starts its processes: no usage-stats prompt or upload, no log deduplication chatter.
 RAY_QUIET_ENV = {
@@ -30,6 +33,12 @@ os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 # MuJoCo renders offscreen through EGL here (no display); read when mujoco is first imported, so set before
 # any test module imports it, and inherited by the processes tests start.
 os.environ.setdefault("MUJOCO_GL", "egl")
+
+# Property tests are judged by what they assert, not by how long one example takes: on a loaded machine an
+# example can take several times Hypothesis's default 200 ms deadline, which fails the test as flaky without
+# any assertion failing. No deadline for every test (a test's own settings may still set one).
+settings.register_profile("vcollect-tests", deadline=None)
+settings.load_profile("vcollect-tests")
 
 # pytest-xdist workers start with COLUMNS=80 and LINES=24 in their environment where the controller had
 # none; the commands under test size their tables by COLUMNS, so the workers take the controller's values.
@@ -56,46 +65,91 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """(xdist worker) Hand pytest-xdist the heaviest test files first, so none is left to run alone at the end.
+    """Note the files that use `ray_local`; (xdist worker) hand pytest-xdist the heaviest files first, the
+    files that use Ray one after another.
 
     ``--dist loadfile`` hands each worker a whole file when it runs short of work, in the order collected
     (``pytest_configure`` above turns off xdist's own ordering by number of tests, which put a few-test
     file of a minute last). Files with more tests marked ``slow`` come first, then files with more tests;
-    the tests of a file keep their order. A run without pytest-xdist keeps pytest's order.
+    the files that use Ray all take the place of the first of them, so each worker runs its share of them
+    in one stretch on one Ray. The tests of a file keep their order. A run without pytest-xdist keeps
+    pytest's order.
     """
-    if not hasattr(config, "workerinput"):
-        return
     by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
-        by_file.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    heaviest_first = sorted(
-        by_file.values(),
-        key=lambda tests: (-sum(test.get_closest_marker("slow") is not None for test in tests), -len(tests)),
-    )
-    items[:] = [item for tests in heaviest_first for item in tests]
-
-
-@pytest.fixture(scope="session")
-def ray_local() -> Iterator[Any]:
-    """A local Ray with 2 CPUs, started on first use (about 5 s, paid once) and shut down at the end.
-
-    Used as it is when the session already has Ray initialised.
-    """
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized():
-        yield ray
+        by_file.setdefault(file_of(item), []).append(item)
+    RAY_FILES.update(name for name, tests in by_file.items()
+                     if any("ray_local" in test.fixturenames for test in tests))
+    if not hasattr(config, "workerinput"):
         return
-    for key, value in RAY_QUIET_ENV.items():
-        os.environ.setdefault(key, value)
-    ray.init(
-        address="local",  # always a new local cluster, never one another process on this machine started
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=100 * 2**20,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
+    heaviest_first = sorted(
+        by_file,
+        key=lambda name: (-sum(test.get_closest_marker("slow") is not None for test in by_file[name]),
+                          -len(by_file[name])),
     )
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    first_ray = next((i for i, name in enumerate(heaviest_first) if name in RAY_FILES), len(heaviest_first))
+    order = [name for name in heaviest_first[:first_ray] if name not in RAY_FILES]
+    order += [name for name in heaviest_first if name in RAY_FILES]
+    order += [name for name in heaviest_first[first_ray:] if name not in RAY_FILES]
+    items[:] = [item for name in order for item in by_file[name]]
+
+
+def file_of(item: pytest.Item) -> str:
+    """The test file of ``item``, as its node id names it."""
+    return item.nodeid.split("::", 1)[0]
+
+
+# The test files with a test that asks for `ray_local` (filled at collection).
+RAY_FILES: set[str] = set()
+
+
+class LocalRay:
+    """The local Ray this session starts for `ray_local`: started on demand, shut down between uses."""
+
+    def __init__(self) -> None:
+        self.started = False  # whether the Ray now running is the one started here
+
+    def up(self) -> Any:
+        """Ray, initialised: a local instance with 2 CPUs started here (about 5 s) unless one is running."""
+        ray = pytest.importorskip("ray")
+        if ray.is_initialized():
+            return ray
+        for key, value in RAY_QUIET_ENV.items():
+            os.environ.setdefault(key, value)
+        ray.init(
+            address="local",  # always a new local cluster, never one another process on this machine started
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=100 * 2**20,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
+        self.started = True
+        return ray
+
+    def down(self) -> None:
+        """Shut down the Ray started here, if it runs (a Ray started elsewhere is left as it is)."""
+        if self.started:
+            import ray
+
+            ray.shutdown()
+            self.started = False
+
+
+LOCAL_RAY = LocalRay()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Once a test and the fixtures it ends are torn down: shut down the Ray started for `ray_local` when
+    the next test's file uses none (pytest-xdist names the next test a worker runs; none at its end)."""
+    yield
+    if nextitem is None or file_of(nextitem) not in RAY_FILES:
+        LOCAL_RAY.down()
+
+
+@pytest.fixture
+def ray_local() -> Any:
+    """A local Ray with 2 CPUs: the one running (started for an earlier test of this stretch of Ray files,
+    or by the session itself), else a new one, started here."""
+    return LOCAL_RAY.up()
