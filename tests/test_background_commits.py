@@ -118,6 +118,28 @@ def test_back_pressure_waits_for_the_oldest_commit(tmp_path: Path, monkeypatch: 
     assert load_dataset("bg/slow-v0", root=tmp_path).total_episodes == 4
 
 
+def test_wait_for_commits_says_whether_a_commit_is_still_running(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A watchdog's count: False (and the held shard not counted) while a commit runs, True once it ended."""
+    real_write = shard_commits.write_shard
+    release = threading.Event()
+    started = threading.Event()
+
+    def held_write(*args: Any, **kwargs: Any) -> str:
+        started.set()
+        assert release.wait(timeout=60), "the test never released the commit"
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(shard_commits, "write_shard", held_write)
+    store = EpisodeStore.create("bg/watch-v0", OBS, ACT, root=tmp_path, shard_steps=10, background_commits=True)
+    write(store, 0)  # one shard of 10 steps: handed to the commit thread, which holds it
+    assert started.wait(timeout=60)
+    assert store.wait_for_commits(0.05) is False and store.committed_episodes == 0
+    release.set()
+    assert store.wait_for_commits(60) is True and store.committed_episodes == 1
+    store.close()
+
+
 BACKGROUND_WRITER = """
 import numpy as np
 from gymnasium import spaces

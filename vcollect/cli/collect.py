@@ -439,11 +439,14 @@ def _hang_message(args: argparse.Namespace, store: Any, idle: float) -> str:
     )
     if store is None:
         return message + (" (no --dataset: nothing was stored)" if args.dataset is None else "")
+    settled = False
     with contextlib.suppress(Exception):  # a shard the commit thread is renaming now counts as committed
-        store.wait_for_commits(5.0)
+        settled = store.wait_for_commits(5.0)
+    kept = "keeps its" if settled else "keeps at least its"
     return message + (
-        f"; dataset {args.dataset} keeps its {store.committed_episodes:,} committed episodes "
-        f"({store.committed_steps:,} steps), episodes not yet committed were lost"
+        f"; dataset {args.dataset} {kept} {store.committed_episodes:,} committed episodes "
+        f"({store.committed_steps:,} steps){'' if settled else ' (a shard commit was still running)'}, "
+        "episodes not yet committed were lost"
     )
 
 

@@ -863,7 +863,7 @@ class EpisodeStore:
             self._committed_steps += job.pending.steps
             self._shards_written.append(job.final)
 
-    def wait_for_commits(self, timeout: float) -> None:
+    def wait_for_commits(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for background commits in flight, then count those that finished.
 
         For a watchdog (another thread) that reports what is on disk while the collecting thread is stuck;
@@ -871,9 +871,14 @@ class EpisodeStore:
 
         Args:
             timeout: The most seconds to wait.
+
+        Returns:
+            Whether every commit has finished (False: one was still running when the wait ended, so
+            ``committed_episodes`` may grow by its episodes).
         """
         self._commits.wait(timeout)
         self._reap(raise_errors=False)
+        return not self._commits.in_flight
 
     def _reap(self, raise_errors: bool) -> None:
         """Count background commits that finished; raise the error of one that failed when asked."""
