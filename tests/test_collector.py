@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+import vcollect.collecting.progress
 import vcollect.collector
 from tests.envs import BadObsEnv, CountingEnv, DictObsEnv, DyingEnv, FailingEnv
 from tests.replay import assert_replays
@@ -401,7 +402,7 @@ def test_no_progress_bar_is_made_unless_asked(monkeypatch: pytest.MonkeyPatch) -
     def no_tqdm(*args: object, **kwargs: object) -> None:
         raise AssertionError("collect() made a progress bar without progress=True")
 
-    monkeypatch.setattr(vcollect.collector, "tqdm", no_tqdm)
+    monkeypatch.setattr(vcollect.collecting.progress, "tqdm", no_tqdm)
     with Collector(None, counting_fns(2), seed=0) as collector:
         assert collector.collect(n_step=20, random=True, reset_before_collect=True).n_collected_steps == 20
         assert collector.collect(n_episode=3, random=True).n_collected_episodes == 3

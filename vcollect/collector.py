@@ -15,27 +15,28 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from vcollect.buffers import VectorRingBuffer
 from vcollect.collecting.calls import (
     call_stats,
     checked_count,
+    checked_episode_order,
     checked_seed,
     count_failed_call,
     episode_quota,
+    run_loop,
 )
 from vcollect.collecting.closing import Closing
-from vcollect.collecting.loops import AllEnvLoop, BlockLoop, StepLoop, SubsetLoop
+from vcollect.collecting.loops import StepLoop, pick_loop
 from vcollect.collecting.options import CollectorOptions, CollectorSettings
 from vcollect.collecting.parts import DEFAULT_BUFFER_ROWS, as_vector_env, build_context
-from vcollect.collecting.progress import NoBar, ThrottledBar
-from vcollect.collecting.step_context import CollectCall, ProgressBar
+from vcollect.collecting.progress import call_bar
+from vcollect.collecting.step_context import CollectCall
 from vcollect.envs import VectorEnv
 from vcollect.errors import CollectorStateError
 from vcollect.exit_commits import ExitStage, register_exit_close
 from vcollect.hooks import EpisodeRolloutHook, StepHook
-from vcollect.monitor import LiveFeed, as_monitors
+from vcollect.monitor import as_monitors, live_feed
 from vcollect.policies import Policy
 from vcollect.policies.wrapping import as_policy
 from vcollect.stats import CollectStats, EpisodeValues
@@ -50,34 +51,23 @@ __all__ = ["DEFAULT_BUFFER_ROWS", "CollectCall", "Collector", "as_vector_env"]
 class Collector:
     """Collect exact numbers of steps or episodes from a vector env into per-env ring buffers.
 
-    A Tianshou policy or Algorithm is wrapped in ``vcollect.policies.TianshouPolicy`` (recognised by
-    isinstance against Tianshou's classes when tianshou is imported), without infos: a policy that asks for
-    them (``SupportsInfos``, ``TianshouPolicy(p, pass_infos=True)``) gets each env's last; with
-    ``exploration_noise=True`` it acts as in Tianshou's training step (its training-time exploration, such as
-    DQN's ``eps_training``, whether or not the caller entered ``policy_within_training_step``; wrap it in
-    ``TianshouPolicy(p)`` yourself to follow the caller's flag as Tianshou's Collector does). With a ``store``
+    A Tianshou policy or Algorithm is wrapped in ``vcollect.policies.TianshouPolicy`` (without infos, unless it
+    asks for them); with ``exploration_noise=True`` it explores as in Tianshou's training step whether or not
+    the caller entered ``policy_within_training_step`` (TianshouPolicy's docstring says how). With a ``store``
     (an ``EpisodeSink``, e.g. ``EpisodeStore``, whose spaces are the envs') every completed episode is written
     whole, with the seed of its reset and its env id; a ``buffer`` given with a store is switched to keep
-    episodes longer than its rings whole (as ``keep_overflow=True`` does). ``seed`` seeds the generator behind
-    every reset's seed (one stream per env id) and the actions of ``collect(random=True)``. The dummy,
-    subprocess and Ray backends seed every reset the collector asks for, so for the same seed (and policy)
-    they give bit-identical data, equal to each other. The gymnasium backend (its vector envs restart finished
-    envs themselves) and EnvPool (seeded once, from the pool's seed) give the same data again for the same
-    backend and seeds, but not the data of the other backends.
+    episodes longer than its rings whole (as ``keep_overflow=True`` does). ``seed`` seeds every reset's seed
+    (one stream per env id) and ``collect(random=True)``'s actions: the dummy, subprocess and Ray backends then
+    give bit-identical data, equal to each other; the gymnasium backend (its envs restart themselves) and
+    EnvPool (seeded once, from the pool's seed) repeat their own data, not the others'.
 
     Backends that step every env at once are stepped whole; transitions beyond the requested count are
     recorded and stored at once and reported by the next call (``pending_transitions``). Episodes an env
-    restarts by itself, or whose reset the backend cannot seed (EnvPool), are stored with ``seed=None``.
-    Where such a backend restarts envs on their next step (NEXT_STEP), steps are recorded in blocks
-    (``stage_blocks=True``, not while rendering): the rings lag the envs by up to a block while a call
-    runs, never after it returns; ``stage_blocks=False`` records every step as it comes.
-
-    Hooks (``set_on_step_hook``, ``set_on_episode_done_hook``; what they see and may return:
-    vcollect.hooks) cost one ``is None`` test per step when unset. While one is set, a blocks backend is
-    stepped step by step; a hook that raises stops the call, every episode finished before it stored.
-
-    ``collect_step`` / ``collect_episode`` / ``collect_time``: running totals of what the collect calls
-    reported since construction or the last ``reset_stat()`` (as Tianshou's Collector keeps them).
+    restarts by itself, or whose reset the backend cannot seed (EnvPool), are stored with ``seed=None``. Where
+    such a backend restarts envs on their next step (NEXT_STEP), steps are recorded in blocks (``stage_blocks``,
+    not while rendering or while a hook is set: vcollect.hooks): the rings lag the envs by up to a block while
+    a call runs, never after it returns. ``collect_step`` / ``collect_episode`` / ``collect_time``: totals
+    reported since construction or ``reset_stat()`` (as Tianshou's Collector keeps them).
 
     Args:
         policy: Called as ``policy(obs_batch, state) -> (actions, state)`` on the ready envs only; a Tianshou
@@ -128,33 +118,13 @@ class Collector:
         self._reseed(settings.seed)
         self.collect_step, self.collect_episode, self.collect_time = 0, 0, 0.0
         self._loop: StepLoop = self._make_loop(settings.stage_blocks)
-        monitors = as_monitors(settings.monitor)
-        self._live: LiveFeed | None = None
-        if monitors and context.tally is not None:
-            self._live = LiveFeed(monitors, context.tally, lambda: self.buffer.episode_lengths)
+        self._live = live_feed(as_monitors(settings.monitor), context.tally, lambda: self.buffer.episode_lengths)
         if self._writer is not None:  # hands its queued episodes to the store if never closed (vcollect.exit_commits)
             register_exit_close(self, ExitStage.COLLECTOR)
 
     def _make_loop(self, stage_blocks: bool) -> StepLoop:
         """The step loop the backend's capabilities call for (AsyncCollector chooses its own)."""
-        kind = self.capabilities.loop
-        if kind == "blocks" and stage_blocks:
-            return BlockLoop(self.context)
-        if kind == "subset":
-            return SubsetLoop(self.context)
-        return AllEnvLoop(self.context)
-
-    def _episode_order(self, order: str) -> bool:
-        """Whether ``collect``'s ``episode_order`` asks for Tianshou's order, else ValueError."""
-        if order not in ("quota", "finished_first"):
-            raise ValueError(f"episode_order must be 'quota' or 'finished_first', got {order!r}")
-        if order == "finished_first" and not isinstance(self._loop, SubsetLoop):
-            raise ValueError(
-                f"episode_order='finished_first' needs a backend that steps envs on request (dummy, subprocess, "
-                f"Ray); {type(self.envs).__name__} does not (its loop is {self.capabilities.loop!r}): use "
-                "episode_order='quota'"
-            )
-        return order == "finished_first"
+        return pick_loop(self.context, stage_blocks)
 
     def _reseed(self, seed: int | None) -> None:
         """(Re)make the generator, the per-env reset seed streams and the random actions from ``seed``."""
@@ -324,24 +294,25 @@ class Collector:
             keep_episode_stats: Keep every episode's return and length (``returns``/``lens``). False keeps
                 only their count, mean, M2, minimum and maximum (``returns_moments``/``lens_moments``, read by
                 ``returns_stat``/``lens_stat``), in bounded memory however many episodes the call collects.
-            episode_order: How ``n_episode`` is shared among the envs: ``"quota"`` (above), or
-                ``"finished_first"``, Tianshou's Collector's order: the first ``min(n_episode, N)`` envs step,
-                and whenever the episodes still owed are fewer than the envs stepping, the envs that have just
-                finished stop, lowest ids first (short episodes weigh more). Only for backends that step envs
-                on request (dummy, subprocess, Ray).
+            episode_order: How ``n_episode`` is shared among the envs: ``"quota"`` (above), or Tianshou's
+                ``"finished_first"``: the first ``min(n_episode, N)`` envs step, and whenever fewer episodes are
+                owed than envs step, those that just finished stop, lowest ids first (short episodes weigh
+                more). Only where envs step on request (dummy, subprocess, Ray).
 
         Returns:
             What the call collected: counts, time, speed and the returns and lengths of its episodes.
 
         Raises:
-            ValueError: Not exactly one of ``n_step`` / ``n_episode``, a count that is not a positive
-                integer, or no policy without ``random=True``.
+            ValueError: Not exactly one of ``n_step`` / ``n_episode``, a count that is not a positive integer,
+                no policy without ``random=True``, or an ``episode_order`` the backend cannot follow.
             CollectorStateError: The collector is closed, or was never reset (and
                 ``reset_before_collect`` is False).
         """
         self._closing.check_open()
         count = checked_count(n_step, n_episode)
-        finished_first = self._episode_order(episode_order) and n_episode is not None
+        finished_first = n_episode is not None and checked_episode_order(
+            episode_order, self._loop, type(self.envs).__name__, self.capabilities.loop
+        )
         if not random and self.policy is None:
             raise ValueError("this collector has no policy: pass one, or call collect(random=True)")
         if reset_before_collect:
@@ -353,26 +324,14 @@ class Collector:
             )
         self._actor.begin_call()
         start = time.perf_counter()
-        bar: ProgressBar = NoBar()
-        shown = tqdm(total=count, unit="step" if n_step is not None else "ep") if progress else None
-        if self._live is not None:
-            self._live.begin(shown)
-            bar = ThrottledBar(shown if shown is not None else NoBar(), on_move=self._live.moved)
-        elif shown is not None:
-            bar = ThrottledBar(shown)
+        bar = call_bar(count, "step" if n_step is not None else "ep", progress, self._live)
         call = CollectCall(random, render, reset_options, bar, EpisodeValues(keep_episode_stats),
                            EpisodeValues(keep_episode_stats))
         quota = None if n_step is not None else episode_quota(count, self.num_envs, self._rng)
         # the ledger reports what the call is certain to report as it comes (bounded memory however long)
         self._ledger.open_call(call.returns, call.lens, n_step=count if quota is None else None, quota=quota)
         try:
-            if quota is None:
-                steps = self._loop.collect_steps(count, call)
-            elif finished_first:
-                assert isinstance(self._loop, SubsetLoop)
-                steps = self._loop.collect_episodes_finished_first(count, call)
-            else:
-                steps = self._loop.collect_episodes(quota, call)
+            steps = run_loop(self._loop, count, quota, finished_first, call)
         except BaseException as exc:
             early = count_failed_call(self._ledger, exc)  # what it had reported early is no longer held
             self.collect_step, self.collect_episode = self.collect_step + early[0], self.collect_episode + early[1]
@@ -380,9 +339,7 @@ class Collector:
         finally:
             self._ledger.close_call()
             try:
-                if self._live is not None:
-                    self._live.end()
-                bar.close()
+                bar.close()  # and the live feed's last figures
             finally:
                 self.context.write_queued()  # every episode finished in the call reaches the store, even on an error
         stats = call_stats(call, steps, time.perf_counter() - start, self.context.take_abandoned())

@@ -26,6 +26,7 @@ __all__ = [
     "Monitor",
     "TensorBoardMonitor",
     "as_monitors",
+    "live_feed",
 ]
 
 RECENT_EPISODES = 100
@@ -244,3 +245,20 @@ class LiveFeed:
         if self.bar is not None:
             self.bar.set_postfix_str(figures.summary(), refresh=False)
         return figures
+
+
+def live_feed(monitors: Sequence[Monitor], tally: EpisodeTally | None,
+              running_lengths: Callable[[], np.ndarray]) -> LiveFeed | None:
+    """A collector's live feed: None when no monitor is given or the collector keeps no tally.
+
+    Args:
+        monitors: Who is given the figures (``as_monitors``' result).
+        tally: The collector's episode tally, or None.
+        running_lengths: Gives each env's running episode's steps so far.
+
+    Returns:
+        The LiveFeed, or None.
+    """
+    if not monitors or tally is None:
+        return None
+    return LiveFeed(monitors, tally, running_lengths)

@@ -1,9 +1,10 @@
-"""A collector's calls, asked and answered: collect's count and reset's seed checked, each env's episode
-quota, and the CollectStats a collect call returns.
+"""A collector's calls, asked and answered: collect's count, episode order and reset's seed checked, each
+env's episode quota, the loop run for the call, and the CollectStats a collect call returns.
 
 ``collect(n_step=n)`` asks a loop for exactly n transitions; ``collect(n_episode=n)`` gives each env a
 quota of n // N episodes, one more for n % N envs drawn from the collector's generator. What the loop
-recorded into the call's CollectCall becomes the CollectStats the call returns.
+recorded into the call's CollectCall becomes the CollectStats the call returns. Asked for Tianshou's order
+(``episode_order="finished_first"``), a loop that steps envs on request shares the episodes as Tianshou does.
 """
 
 from __future__ import annotations
@@ -11,10 +12,19 @@ from __future__ import annotations
 import numpy as np
 
 from vcollect.collecting.ledger import TransitionLedger
+from vcollect.collecting.loops import StepLoop, SubsetLoop
 from vcollect.collecting.step_context import CollectCall
 from vcollect.stats import AbandonedEpisode, CollectStats
 
-__all__ = ["call_stats", "checked_count", "checked_seed", "count_failed_call", "episode_quota"]
+__all__ = [
+    "call_stats",
+    "checked_count",
+    "checked_episode_order",
+    "checked_seed",
+    "count_failed_call",
+    "episode_quota",
+    "run_loop",
+]
 
 
 def checked_count(n_step: object, n_episode: object) -> int:
@@ -36,6 +46,54 @@ def checked_count(n_step: object, n_episode: object) -> int:
     if not isinstance(count, (int, np.integer)) or isinstance(count, bool) or count < 1:
         raise ValueError(f"n_step / n_episode must be a positive integer, got {count!r}")
     return int(count)
+
+
+def checked_episode_order(order: str, loop: StepLoop, envs_name: str, loop_kind: str) -> bool:
+    """Whether ``collect``'s ``episode_order`` asks for Tianshou's order, which needs a loop that steps envs on
+    request.
+
+    Args:
+        order: ``"quota"`` or ``"finished_first"``.
+        loop: The collector's step loop.
+        envs_name: The backend's class name, for the error.
+        loop_kind: The backend's loop kind (its capabilities), for the error.
+
+    Returns:
+        True for ``"finished_first"``.
+
+    Raises:
+        ValueError: Another order, or ``"finished_first"`` on a backend whose envs all step at once.
+    """
+    if order not in ("quota", "finished_first"):
+        raise ValueError(f"episode_order must be 'quota' or 'finished_first', got {order!r}")
+    if order == "finished_first" and not isinstance(loop, SubsetLoop):
+        raise ValueError(
+            f"episode_order='finished_first' needs a backend that steps envs on request (dummy, subprocess, "
+            f"Ray); {envs_name} does not (its loop is {loop_kind!r}): use episode_order='quota'"
+        )
+    return order == "finished_first"
+
+
+def run_loop(loop: StepLoop, count: int, quota: np.ndarray | None, finished_first: bool, call: CollectCall) -> int:
+    """Run the loop for one call: ``count`` transitions (``quota`` None), each env's ``quota`` of episodes, or
+    ``count`` episodes in Tianshou's order (``finished_first``: a SubsetLoop, see checked_episode_order).
+
+    Args:
+        loop: The collector's step loop.
+        count: The transitions or episodes asked for.
+        quota: Each env's episodes (an episodes call), or None (a steps call).
+        finished_first: Tianshou's order for an episodes call.
+        call: The call's CollectCall (the loop records into it).
+
+    Returns:
+        The transitions the call reports.
+    """
+    if quota is None:
+        return loop.collect_steps(count, call)
+    if finished_first:
+        assert isinstance(loop, SubsetLoop)
+        return loop.collect_episodes_finished_first(count, call)
+    return loop.collect_episodes(quota, call)
 
 
 def checked_seed(seed: int | None) -> int | None:

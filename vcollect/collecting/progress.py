@@ -1,6 +1,7 @@
 """ThrottledBar: the progress bar ``collect(progress=True)`` shows, counted per step and drawn a few times a second.
 
-NoBar stands in when no bar is shown.
+NoBar stands in when no bar is shown; ``call_bar`` picks the bar of one collect call (a live monitor's feed
+is moved with it).
 
 The step loops report every vector step (``bar.update(k)``). A tqdm does its own bookkeeping on every
 update; here an update only adds to a counter and, every ``stride`` updates, reads the clock. The shown
@@ -15,7 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["CHECKS_PER_INTERVAL", "NoBar", "ThrottledBar"]
+from tqdm.auto import tqdm
+
+from vcollect.monitor import LiveFeed
+
+__all__ = ["CHECKS_PER_INTERVAL", "NoBar", "ThrottledBar", "call_bar"]
 
 CHECKS_PER_INTERVAL = 4
 """Clock reads aimed at per interval: the bar lags the count by at most about 1/4 of an interval more."""
@@ -33,14 +38,16 @@ class ThrottledBar:
         interval: seconds between two moves of ``bar`` (tqdm's own default redraw period, 0.1 s).
         clock: the monotonic clock read (seconds).
         on_move: called each time the bar is moved on (live figures taken then: vcollect.monitor).
+        on_close: called when the bar is closed, before ``bar`` is (a live feed's last figures).
     """
 
     def __init__(self, bar: Any, interval: float = 0.1, clock: Callable[[], float] = time.monotonic,
-                 on_move: Callable[[], None] | None = None) -> None:
+                 on_move: Callable[[], None] | None = None, on_close: Callable[[], None] | None = None) -> None:
         if not interval > 0:
             raise ValueError(f"interval must be > 0 seconds, got {interval!r}")
         self.bar = bar
         self.on_move = on_move
+        self.on_close = on_close
         self.n = 0
         """The count so far (every update added in, shown or not yet)."""
         self.interval = float(interval)
@@ -82,9 +89,13 @@ class ThrottledBar:
     def close(self) -> None:
         """Move the bar to the final count and close it."""
         try:
-            self._move()
+            if self.on_close is not None:
+                self.on_close()
         finally:
-            self.bar.close()
+            try:
+                self._move()
+            finally:
+                self.bar.close()
 
 
 class NoBar:
@@ -98,3 +109,23 @@ class NoBar:
     def close(self) -> None:
         """Nothing to close."""
 
+
+
+def call_bar(total: int, unit: str, show: bool, live: LiveFeed | None) -> ThrottledBar | NoBar:
+    """The progress bar of one collect call: a tqdm of ``total`` ``unit`` when ``show``; with a live feed,
+    the feed begins with the call, takes its figures as the bar moves and ends when the bar is closed.
+
+    Args:
+        total: What the call asks for (steps or episodes).
+        unit: The tqdm's unit ("step" or "ep").
+        show: Whether a tqdm is shown.
+        live: The collector's live feed (vcollect.monitor), or None.
+
+    Returns:
+        The bar the step loops update; its ``close`` closes the tqdm and ends the feed.
+    """
+    shown = tqdm(total=total, unit=unit) if show else None
+    if live is not None:
+        live.begin(shown)
+        return ThrottledBar(shown if shown is not None else NoBar(), on_move=live.moved, on_close=live.end)
+    return ThrottledBar(shown) if shown is not None else NoBar()
