@@ -191,29 +191,16 @@ class StepBlock:
             raise ValueError(f"env_ids must name each of the {self.num_envs} env ids once, got {env_ids!r}")
         if k == 0:
             self.first_restarts = np.array(restarting, dtype=bool)  # a copy: it may be a view of a row to reuse
-        if env_ids is None:  # in env id order: each row written whole
-            if self.hold_obs:
-                for held, value, shape, dtype in zip(self._held, obs_leaves, self._obs_shapes, self._obs_dtypes):
-                    held.append(_own_row(value, shape, dtype, None, handed_over))
-            else:
-                for leaf, value in zip(self.obs, obs_leaves):
-                    leaf[k] = value
-            self.rewards[k] = rewards
-            self.terminations[k] = terminations
-            self.truncations[k] = truncations
-            done = self.done[k]
-            np.logical_or(self.terminations[k], self.truncations[k], out=done)
-            self.count = k + 1
-            return done
+        at: Any = k if env_ids is None else (k, env_ids)  # row k, whole or at the envs in the given order
         if self.hold_obs:
             for held, value, shape, dtype in zip(self._held, obs_leaves, self._obs_shapes, self._obs_dtypes):
                 held.append(_own_row(value, shape, dtype, env_ids, handed_over))
         else:
             for leaf, value in zip(self.obs, obs_leaves):
-                leaf[k][env_ids] = value
-        self.rewards[k][env_ids] = rewards
-        self.terminations[k][env_ids] = terminations
-        self.truncations[k][env_ids] = truncations
+                leaf[at] = value
+        self.rewards[at] = rewards
+        self.terminations[at] = terminations
+        self.truncations[at] = truncations
         done = np.logical_or(self.terminations[k], self.truncations[k], out=self.done[k])
         self.count = k + 1
         return done
