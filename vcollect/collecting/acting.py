@@ -58,7 +58,6 @@ class PolicyActor:
         self._random = RandomPolicy(action_space)
         self.state: Any = None
         self._obs: list[np.ndarray] | None = None  # newest observation of every env, flat leaf form
-        self._plain_obs = not isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple))  # one leaf
         self._obs_owned = False  # the cached arrays are ours alone (not handed to the policy yet)
         self._trusted = False
         # read once: the loops choose their path by it (a blocks backend is stepped step by step for it)
@@ -120,7 +119,7 @@ class PolicyActor:
     def remember(self, env_ids: np.ndarray, obs: Any, *, owned: bool = False) -> None:
         """Keep the newest observations of env_ids. Arrays handed to the policy, or that the caller may still
         hold (``owned`` False), are never written to afterwards: their rows are replaced copy-on-write."""
-        new = [np.asarray(obs)] if self._plain_obs else flatten_batch(self.observation_space, obs)
+        new = flatten_batch(self.observation_space, obs)
         if len(env_ids) == self.num_envs:
             self._obs = new  # fresh arrays from the env, in env id order
             self._obs_owned = owned
@@ -151,7 +150,7 @@ class PolicyActor:
             return self._ring.last_obs(env_ids)
         if len(env_ids) == self.num_envs:
             self._obs_owned = False
-            return cache[0] if self._plain_obs else unflatten_batch(self.observation_space, cache)
+            return unflatten_batch(self.observation_space, cache)
         return unflatten_batch(self.observation_space, [leaf[env_ids] for leaf in cache])
 
     # ------------------------------------------------------------------ the policy

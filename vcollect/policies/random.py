@@ -79,8 +79,6 @@ class RandomPolicy:
         Returns:
             The actions, batched, and None.
         """
-        if type(obs) is np.ndarray and obs.ndim:  # a plain batch: its first axis (batch_size_of's answer)
-            return self._sample(obs.shape[0]), None
         return self._sample(batch_size_of(obs)), None
 
     def sample(self, batch_size: int) -> Any:
