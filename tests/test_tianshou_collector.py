@@ -154,12 +154,3 @@ def test_collector_on_tianshous_dummy_vector_env() -> None:
     rews[valid_indices] = [0, 1, 0, 0, 1, 0, 0, 0, 1]
     assert np.allclose(c.buffer.rew, rews)
     assert c.collect(n_episode=4, random=True).n_collected_episodes == 4
-
-
-@pytest.mark.parametrize("values", [np.array([3.5]), np.array([20, 9, 500, 11]), np.linspace(-3.3, 7.1, 257) ** 3])
-def test_summary_stats_are_tianshous_numbers(values: np.ndarray) -> None:
-    from tianshou.data import SequenceSummaryStats
-
-    from vcollect.tianshou.collector import summary_stats
-
-    assert summary_stats(values) == SequenceSummaryStats.from_sequence(values)

@@ -9,7 +9,6 @@ the buffer handed to ``algorithm.update``), ``policy``, ``collect_step`` / ``col
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +26,7 @@ from vcollect.envs import DummyVectorEnv, SubprocVectorEnv
 from vcollect.tianshou.buffer import VectorReplayBuffer
 from vcollect.tianshou.info_tap import StepInfoTap, taps
 
-__all__ = ["DEFAULT_SIZE_PER_ENV", "Collector", "summary_stats"]
+__all__ = ["DEFAULT_SIZE_PER_ENV", "Collector"]
 
 DEFAULT_SIZE_PER_ENV = 10_000
 """Transitions per env of the buffer a Collector makes when given none (Tianshou's default)."""
@@ -45,7 +44,8 @@ class Collector:
     envs, vcollect's dummy, subprocess and Ray backends); on a gymnasium or EnvPool vector env each env gets
     a quota (vcollect's ``n_episode``). What differs from Tianshou's Collector: ``collect(n_step=n)``
     collects exactly n transitions (Tianshou rounds up to a multiple of the env count); the envs' resets are
-    seeded from numpy's global generator (seeded by the script's ``np.random.seed``) once, at their first reset, and then carry on their own
+    seeded from numpy's global generator (seeded by the script's ``np.random.seed``) once, at their first
+    reset, and then carry on their own
     generators, where Tianshou takes the seeds ``env.seed(...)`` gave; ``reset_buffer`` keeps the running
     episodes' returns and lengths whatever ``keep_statistics`` says (so every reported return is a whole
     episode's). Each step's info is stored beside its transition (``buffer.info``, ``env_id`` added) where the
@@ -225,30 +225,10 @@ class Collector:
             collect_time=time,
             collect_speed=stats.n_collected_steps / time if time > 0 else 0.0,
             returns=returns,
-            returns_stat=summary_stats(returns) if returns.size else None,
+            returns_stat=SequenceSummaryStats.from_sequence(returns) if returns.size else None,
             lens=lens,
-            lens_stat=summary_stats(lens) if lens.size else None,
+            lens_stat=SequenceSummaryStats.from_sequence(lens) if lens.size else None,
         )
-
-
-def summary_stats(values: np.ndarray) -> SequenceSummaryStats:
-    """Tianshou's ``SequenceSummaryStats.from_sequence`` of a non-empty 1-D array, the same numbers (numpy's
-    mean and std reduce as here) without numpy's per-call dispatch, which costs more than the arithmetic on the
-    few episodes of a collect call.
-
-    Args:
-        values: The returns or lengths.
-
-    Returns:
-        Their mean, standard deviation, maximum and minimum.
-    """
-    a = values.astype(np.float64, copy=False)
-    mean = np.add.reduce(a) / a.size
-    deviations = a - mean
-    return SequenceSummaryStats(
-        mean=float(mean), std=math.sqrt(np.add.reduce(deviations * deviations) / a.size),
-        max=float(values.max()), min=float(values.min()),
-    )
 
 
 def _vector_env(env: Any) -> Any:

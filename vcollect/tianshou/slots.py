@@ -47,7 +47,6 @@ class SlotLayout:
         # per slot: its transition's episode goes on but its next step is not stored (kept as slots fill)
         self.open = np.zeros(self.maxsize, dtype=bool)
         self._unfinished: np.ndarray | None = None
-        self._base = np.zeros(0, dtype=np.intp)  # each env's first flat row (for the ring's capacity)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -89,9 +88,7 @@ class SlotLayout:
         if self.cursor is None or max_rows_written is None or max_rows_written >= capacity - 1:
             self.clear(last, rows.writes)
             self.cursor = rows.next_rows[last]  # every env's oldest row: the walk below covers the whole ring
-        base = self._base
-        if len(base) != self.num_envs or (self.num_envs > 1 and base[1] != capacity):
-            base = self._base = np.arange(self.num_envs, dtype=np.intp) * capacity
+        base = np.arange(self.num_envs, dtype=np.intp) * capacity
         written = (last - self.cursor) % capacity
         span = int(written.max()) if written.size else 0
         start = self.cursor - base  # each env's first row to walk (its newest row at the last sync), in its ring
