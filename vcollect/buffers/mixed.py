@@ -15,6 +15,7 @@ import numpy as np
 
 from vcollect.buffers.preload import check_same_spaces
 from vcollect.buffers.sampling import check_count
+from vcollect.spaces import flatten_batch
 
 if TYPE_CHECKING:
     from vcollect.buffers.ring import VectorRingBuffer
@@ -47,15 +48,6 @@ def _join(online: Any, offline: Any) -> Any:
     if isinstance(online, tuple):
         return tuple(_join(a, b) for a, b in zip(online, offline))
     return np.concatenate([online, offline])
-
-
-def _arrays(batch: Any) -> list[np.ndarray]:
-    """The arrays of a batch (nested dicts and tuples; None: none)."""
-    if isinstance(batch, dict):
-        return [leaf for value in batch.values() for leaf in _arrays(value)]
-    if isinstance(batch, tuple):
-        return [leaf for value in batch for leaf in _arrays(value)]
-    return [] if batch is None else [batch]
 
 
 def _head(batch: Any, rows: int) -> Any:
@@ -200,6 +192,6 @@ class MixedSampler:
         )
         if kwargs.get("stacks") == "view":
             for key in ("observations", "next_observations"):
-                for leaf in _arrays(batch.get(key)):
+                for leaf in flatten_batch(self.ring.observation_space, batch[key]) if key in batch else []:
                     leaf.flags.writeable = False
         return batch

@@ -39,7 +39,7 @@ from vcollect.slices import (
     window_counts,
     window_steps,
 )
-from vcollect.spaces import unflatten_batch
+from vcollect.spaces import flatten_batch, unflatten_batch
 
 if TYPE_CHECKING:
     from vcollect.buffers.ring import VectorRingBuffer
@@ -306,15 +306,16 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     rows = episodes.rows_of(which[:, None], steps)
     padded = None if mask.all() else ~mask
     if stacks == "view" and padded is None:
-        batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num, observations=False), size, length,
-                           None)
+        rest = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num, observations=False), size, length,
+                          None)
         obs, nxt = observation_views(ring, rows, stack_num)
-        batch = {"observations": obs, **{key: batch[key] for key in ("actions", "rewards")},
-                 "next_observations": nxt, **batch}
+        batch = {"observations": obs, "actions": rest.pop("actions"), "rewards": rest.pop("rewards"),
+                 "next_observations": nxt, **rest}  # sample()'s key order
     else:
         batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num), size, length, padded)
         if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
-            for leaf in _leaves(batch["observations"]) + _leaves(batch["next_observations"]):
+            space = ring.observation_space
+            for leaf in flatten_batch(space, batch["observations"]) + flatten_batch(space, batch["next_observations"]):
                 leaf.flags.writeable = False
     if padded is not None:
         batch["indices"][padded] = -1
@@ -328,15 +329,6 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
         start_indices=np.asarray(starts, dtype=np.int64),
     )
     return batch
-
-
-def _leaves(tree: Any) -> list[np.ndarray]:
-    """The arrays of a nested dict/tuple of arrays."""
-    if isinstance(tree, dict):
-        return [leaf for value in tree.values() for leaf in _leaves(value)]
-    if isinstance(tree, tuple):
-        return [leaf for value in tree for leaf in _leaves(value)]
-    return [tree]
 
 
 def observation_views(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int) -> tuple[Any, Any]:
