@@ -86,18 +86,24 @@ def test_a_failed_background_commit_keeps_its_episodes_and_surfaces(tmp_path: Pa
     assert not data.verify()
 
 
-def test_back_pressure_waits_for_the_oldest_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With max_in_flight commits running, the next hand-over blocks until the oldest finishes."""
+def hold_commits(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Semaphore, threading.Event]:
+    """Make every shard commit signal that it started, then wait for the returned event before writing."""
     real_write = shard_commits.write_shard
     release = threading.Event()
     started = threading.Semaphore(0)
 
-    def slow_write(*args: Any, **kwargs: Any) -> str:
+    def held_write(*args: Any, **kwargs: Any) -> str:
         started.release()
         assert release.wait(timeout=60), "the test never released the commit"
         return real_write(*args, **kwargs)
 
-    monkeypatch.setattr(shard_commits, "write_shard", slow_write)
+    monkeypatch.setattr(shard_commits, "write_shard", held_write)
+    return started, release
+
+
+def test_back_pressure_waits_for_the_oldest_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With max_in_flight commits running, the next hand-over blocks until the oldest finishes."""
+    started, release = hold_commits(monkeypatch)
     store = EpisodeStore.create("bg/slow-v0", OBS, ACT, root=tmp_path, shard_steps=10, background_commits=True)
     writer_done = threading.Event()
 
@@ -121,19 +127,10 @@ def test_back_pressure_waits_for_the_oldest_commit(tmp_path: Path, monkeypatch: 
 def test_wait_for_commits_says_whether_a_commit_is_still_running(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A watchdog's count: False (and the held shard not counted) while a commit runs, True once it ended."""
-    real_write = shard_commits.write_shard
-    release = threading.Event()
-    started = threading.Event()
-
-    def held_write(*args: Any, **kwargs: Any) -> str:
-        started.set()
-        assert release.wait(timeout=60), "the test never released the commit"
-        return real_write(*args, **kwargs)
-
-    monkeypatch.setattr(shard_commits, "write_shard", held_write)
+    started, release = hold_commits(monkeypatch)
     store = EpisodeStore.create("bg/watch-v0", OBS, ACT, root=tmp_path, shard_steps=10, background_commits=True)
     write(store, 0)  # one shard of 10 steps: handed to the commit thread, which holds it
-    assert started.wait(timeout=60)
+    assert started.acquire(timeout=60)
     assert store.wait_for_commits(0.05) is False and store.committed_episodes == 0
     release.set()
     assert store.wait_for_commits(60) is True and store.committed_episodes == 1

@@ -354,9 +354,10 @@ class DatasetIndex:
         The result is a view of rows ``m`` to ``m + count`` of a (batch, count + 2m, ...) array, m the rows a
         compressed column's chunk holds beyond one where that is at most a quarter of ``count`` (else 0, as
         from the sampling cache): each window's chunks are then decoded straight into its slot, whole, the
-        rows of its first and last chunk outside the run landing in the m rows on either side. The arrays of the last two calls are kept, and one is filled again by a
-        call of the same shape when nothing refers to it any more (no view of it left, which its reference
-        count tells), so a training loop writes into memory already mapped instead of faulting in fresh pages."""
+        rows of its first and last chunk outside the run landing in the m rows on either side. The arrays of
+        the last two calls are kept, and one is filled again by a call of the same shape when nothing refers to
+        it any more (no view of it left, which its reference count tells), so a training loop writes into memory
+        already mapped instead of faulting in fresh pages."""
         batch = len(first)
         first = np.asarray(first, dtype=np.int64)
         starts = np.asarray(starts, dtype=np.int64)
