@@ -543,9 +543,13 @@ def test_hdf5_infos_from_tianshou_load_in_vcollect(tmp_path: Any) -> None:
     assert np.array_equal(again.info.nested.x, theirs.info.nested.x)
 
 
-def test_unfinished_index_follows_collection_wraps_and_cut_episodes() -> None:
-    """unfinished_index, kept up to date as slots fill, against its definition read through ``next``: a held
-    transition that did not end its episode and has no next step held."""
+@pytest.mark.filterwarnings("ignore:n_step=")
+def test_prev_next_unfinished_index_follow_tianshous_through_wraps_and_cut_episodes() -> None:
+    """prev, next, unfinished_index and sample_indices, kept up to date as slots fill, equal those of Tianshou's
+    own Collector and VectorReplayBuffer given the same steps, across wrap-arounds, emptied buffers and
+    episodes cut by env resets (Tianshou's next goes on into the next episode's first step)."""
+    from tianshou.env import DummyVectorEnv
+
     from tests.tianshou_envs import MoveToRightEnv
     from vcollect.tianshou import Collector
 
@@ -557,19 +561,49 @@ def test_unfinished_index_follows_collection_wraps_and_cut_episodes() -> None:
             self.calls += 1
             return ((np.arange(len(obs)) + self.calls) % 3 > 0).astype(np.int64), state
 
-    envs = [lambda size=size: MoveToRightEnv(size) for size in (2, 3, 7)]
-    buf = VectorReplayBuffer(3 * 8, 3)
-    collector = Collector(Alternating(), envs, buf, seed=0)
+    class AlternatingBatch(Alternating):
+        """The same actions as a Tianshou policy's result (Tianshou's Collector calls ``policy(batch, state)``)."""
+
+        training = False
+
+        def train(self, mode: bool = True) -> Any:
+            return self
+
+        def __call__(self, batch: Any, state: Any = None) -> Any:  # type: ignore[override]
+            return Batch(act=super().__call__(batch.obs, state)[0])
+
+        def add_exploration_noise(self, act: Any, batch: Any) -> Any:
+            return act
+
+        def map_action(self, act: Any) -> Any:
+            return act
+
+    def envs() -> DummyVectorEnv:
+        return DummyVectorEnv([lambda size=size: MoveToRightEnv(size) for size in (2, 3, 7)])
+
+    ours = VectorReplayBuffer(3 * 8, 3)
+    theirs = ts.VectorReplayBuffer(3 * 8, 3)
+    collector = Collector(Alternating(), envs(), ours)
+    reference = ts.Collector(AlternatingBatch(), envs(), theirs)  # type: ignore[arg-type]
     collector.reset()
-    seen = set()
+    reference.reset()
+    cut = set()
     for i in range(40):
         collector.collect(n_step=1 + i % 7)
+        reference.collect(n_step=1 + i % 7)
         if i % 9 == 4:
             collector.reset_env()  # cuts the running episodes
+            reference.reset_env()
         if i in (12, 25):
             collector.reset_buffer()
-        held = buf.sample_indices(0)
-        expected = np.sort(held[(buf.next(held) == held) & ~buf.done[held]])
-        assert np.array_equal(buf.unfinished_index(), expected), i
-        seen.add(len(expected))
-    assert len(buf) == 24 and max(seen) > 3  # wrapped around, with cut episodes listed
+            reference.reset_buffer()
+        held = theirs.sample_indices(0)
+        assert np.array_equal(ours.sample_indices(0), held), i
+        assert np.array_equal(ours.done[held], theirs.done[held]), i  # (Tianshou keeps stale flags in emptied slots)
+        assert np.array_equal(ours.next(held), theirs.next(held)), i
+        assert np.array_equal(ours.prev(held), theirs.prev(held)), i
+        assert np.array_equal(ours.unfinished_index(), theirs.unfinished_index()), i
+        if len(theirs):
+            assert np.array_equal(ours.sample_indices(16), theirs.sample_indices(16)), i
+        cut.update(held[(ours.next(held) != held) & (ours[ours.next(held)].obs[:, 0] == 0)].tolist())
+    assert len(ours) == 24 and cut  # wrapped around, with steps followed by another episode's first

@@ -55,10 +55,12 @@ def test_dqn_trains_off_policy_on_the_rings() -> None:
         collection_step_num_env_steps=10, test_step_num_episodes=2, batch_size=32,
         update_step_num_gradient_steps_per_sample=0.1, show_progress=False,
     ))
-    assert result.train_step == 400  # exactly the trainer's steps (the initial 64 were before it reset the counters)
+    # as on Tianshou's Collector: each collect steps every env, 10 steps rounded up to 12, 17 collects an epoch
+    # (the initial 64 were before the trainer reset the counters), one gradient step each (round(0.1 * 12))
+    assert result.train_step == 2 * 17 * 12
     assert result.test_episode == 2 * 3  # the initial test and one per epoch
-    assert len(buffer) == 400  # 464 steps collected into 4 rings of 100 transitions: the newest 100 of each
-    assert result.update_step == 40
+    assert len(buffer) == 400  # 472 steps collected into 4 rings of 100 transitions: the newest 100 of each
+    assert result.update_step == 2 * 17
     assert any(not torch.equal(w, p) for w, p in zip(weights, policy.parameters()))  # the update read the rings
     assert np.isfinite(result.best_reward)
 

@@ -76,7 +76,7 @@ class Collector:
         buffer: The rings to record into (a ``VectorRingBuffer`` with one ring per env); None makes one.
         store: Where every completed episode is written (an ``EpisodeSink`` of the envs' spaces).
         **options: The keyword options (``seed``, ``exploration_noise``, ``validate``, ``record_infos``,
-            ``seed_every_reset``, ``stage_blocks``, ``unfinished``, ``unfinished_hint``, ``check_finite`` and the
+            ``seed_every_reset``, ``seed_first_reset``, ``stage_blocks``, ``unfinished``, ``unfinished_hint``, ``check_finite`` and the
             hooks), shared with AsyncCollector; defaults and meaning: vcollect.collecting.options.CollectorSettings.
 
     Raises:
@@ -110,6 +110,7 @@ class Collector:
         self.observation_space, self.action_space = context.observation_space, context.action_space
         self.unfinished = settings.unfinished
         self.seed_every_reset = settings.seed_every_reset
+        self.seed_first_reset = settings.seed_first_reset
         self.record_infos = settings.record_infos
         self.exploration_noise = settings.exploration_noise
         self.validate = settings.validate
@@ -129,7 +130,7 @@ class Collector:
     def _reseed(self, seed: int | None) -> None:
         """(Re)make the generator, the per-env reset seed streams and the random actions from ``seed``."""
         self._rng = np.random.default_rng(seed)
-        self.context.reseed(int(self._rng.integers(0, 2**63)), self.seed_every_reset)
+        self.context.reseed(int(self._rng.integers(0, 2**63)), self.seed_every_reset, self.seed_first_reset)
         self._actor.reseed(int(self._rng.integers(0, 2**63)))
 
     # ------------------------------------------------------------------ hooks (Tianshou's names)

@@ -21,8 +21,7 @@ __all__ = ["FlatRows"]
 class FlatRows:
     """Flat-index access to a ring with its spaces bound.
 
-    A *step row* (``has``) holds a transition; the row after it (``next_rows``) its next observation. The row
-    before a step row (``prev_rows``) is a step row of the same episode or holds no step.
+    A *step row* (``has``) holds a transition; the row after it (``next_rows``) its next observation.
 
     Args:
         ring: The rings to read (their spaces bound).
@@ -81,18 +80,6 @@ class FlatRows:
         last_step = base + (ring._last_flat - base - 1) % capacity
         ended = ring._has_flat[last_step] & (ring._term_flat[last_step] | ring._trunc_flat[last_step])
         return ring._has_episode & ~ended
-
-    def prev_rows(self, rows: np.ndarray) -> np.ndarray:
-        """The flat index of the row before each of ``rows``, inside its env's ring.
-
-        Args:
-            rows: Flat rows.
-
-        Returns:
-            Their predecessors.
-        """
-        capacity = self.ring.capacity
-        return rows - 1 + capacity * (rows % capacity == 0)
 
     def observations(self, rows: np.ndarray) -> Any:
         """The observations at flat ``rows`` (any shape of index array), batched as the space nests them.

@@ -25,6 +25,7 @@ class CollectorOptions(TypedDict, total=False):
     validate: bool
     record_infos: bool
     seed_every_reset: bool
+    seed_first_reset: bool
     stage_blocks: bool
     unfinished: Literal["drop", "truncate"]
     unfinished_hint: str | None
@@ -44,6 +45,7 @@ class CollectorSettings:
         validate: check observations, rewards and a policy's actions.
         record_infos: keep each env's infos since its reset and store them with the episode.
         seed_every_reset: seed every reset (False: only each env's first).
+        seed_first_reset: with ``seed_every_reset=False``, seed each env's first reset (False: no reset).
         stage_blocks: record NEXT_STEP backends' steps in blocks.
         unfinished: what becomes of episodes still running at close or reset: ``"drop"`` or ``"truncate"``.
         unfinished_hint: how the UnfinishedEpisodesWarning tells the user to ask for ``"truncate"``, for an
@@ -70,11 +72,15 @@ class CollectorSettings:
     later episodes continue the env's own generator, as Tianshou's and Minari's collectors reset, and are
     stored with ``seed=None``: the run is reproducible from ``seed`` as a whole, but an episode can no
     longer be replayed alone by its seed. It saves gymnasium's new generator per reset (about 10 us).
+    ``seed_first_reset=False`` (with ``seed_every_reset=False``) seeds no reset at all: every env carries on
+    the generator it has, as seeded by its caller (Tianshou's ``venv.seed(seed)`` before its Collector resets
+    without a seed); ``seed`` then seeds only ``collect(random=True)``'s actions and the episode quotas.
 
     Raises:
         TypeError: an option that no collector takes.
         ValueError: ``unfinished`` is neither ``"drop"`` nor ``"truncate"``.
         TypeError: ``unfinished_hint`` is neither a string nor None.
+        ValueError: ``seed_first_reset=False`` with ``seed_every_reset=True``.
     """
 
     seed: int | None = None
@@ -82,6 +88,7 @@ class CollectorSettings:
     validate: bool = True
     record_infos: bool = False
     seed_every_reset: bool = True
+    seed_first_reset: bool = True
     stage_blocks: bool = True
     unfinished: Literal["drop", "truncate"] = "drop"
     unfinished_hint: str | None = None
@@ -95,3 +102,8 @@ class CollectorSettings:
             raise ValueError(f"unfinished must be 'drop' or 'truncate', got {self.unfinished!r}")
         if self.unfinished_hint is not None and not isinstance(self.unfinished_hint, str):
             raise TypeError(f"unfinished_hint must be a string or None, got {type(self.unfinished_hint).__name__}")
+        if self.seed_every_reset and not self.seed_first_reset:
+            raise ValueError(
+                "seed_first_reset=False seeds no reset, which contradicts seed_every_reset=True: pass "
+                "seed_every_reset=False with it"
+            )

@@ -4,7 +4,8 @@ Env i's k-th reset gets the k-th seed of env i's own stream, whatever the other 
 That makes a reset's seed known before the env finishes its episode (a backend can restart the env
 inside the step that ended it) and makes it the same on every backend and in any interleaving of envs.
 With ``every_reset=False`` only each env's first reset is seeded (the first seed of its stream); later
-resets get None and the env's own generator carries on, as Tianshou and Minari reset by default.
+resets get None and the env's own generator carries on, as Tianshou and Minari reset by default; with
+``first_reset=False`` too, no reset is seeded at all (each env carries on the generator its caller seeded).
 """
 
 from __future__ import annotations
@@ -24,18 +25,24 @@ BLOCK = 64
 class ResetSeeds:
     """Per-env streams of reset seeds, all derived from one ``seed`` (None: fresh entropy).
 
-    ``every_reset=False``: an env's resets after its first get None (see the module docstring).
+    ``every_reset=False``: an env's resets after its first get None; ``first_reset=False`` as well: every reset
+    gets None (see the module docstring).
     """
 
     def __init__(
-        self, num_envs: int, seed: int | np.random.SeedSequence | None, *, every_reset: bool = True
+        self,
+        num_envs: int,
+        seed: int | np.random.SeedSequence | None,
+        *,
+        every_reset: bool = True,
+        first_reset: bool = True,
     ) -> None:
         root = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         self._streams = [np.random.default_rng(child) for child in root.spawn(num_envs)]
         # Each env's upcoming seeds, the next one last (so taking it is a list pop).
         self._upcoming: list[list[int]] = [[] for _ in range(num_envs)]
         # every_reset=False: envs whose first seed was taken (their later resets are unseeded)
-        self._seeded: list[bool] | None = None if every_reset else [False] * num_envs
+        self._seeded: list[bool] | None = None if every_reset else [not first_reset] * num_envs
 
     def _refill(self, env_id: int) -> list[int]:
         upcoming = self._upcoming[env_id]

@@ -127,9 +127,10 @@ class StepContext:
         self.abandoned: list[AbandonedEpisode] = []
         """Episodes given up since the collector last took them (their envs were replaced)."""
 
-    def reseed(self, seed: int, every_reset: bool) -> None:
-        """New streams of reset seeds from ``seed`` (``every_reset`` False: only each env's first reset seeded)."""
-        self.reset_seeds = ResetSeeds(self.num_envs, seed, every_reset=every_reset)
+    def reseed(self, seed: int, every_reset: bool, first_reset: bool = True) -> None:
+        """New streams of reset seeds from ``seed`` (``every_reset`` False: only each env's first reset seeded;
+        ``first_reset`` False as well: none)."""
+        self.reset_seeds = ResetSeeds(self.num_envs, seed, every_reset=every_reset, first_reset=first_reset)
         self.upcoming_all = self.reset_seeds.upcoming(list(range(self.num_envs)))
 
     @property

@@ -48,9 +48,12 @@ class VectorReplayBuffer:
     written by ``add`` or, for a Collector's steps on envs stepped on request (vcollect's dummy, subprocess
     and Ray backends, and Tianshou's vector envs), by the Collector, which adds ``env_id`` as Tianshou's
     vector envs do; indexing a
-    slot that holds no transition raises IndexError instead of returning zeros; ``unfinished_index`` also
-    lists a transition whose episode was cut by a reset (Tianshou chains it into the next episode);
-    ``sample_indices(None)`` lists every transition, in order, as Tianshou's VectorReplayBuffer does.
+    slot that holds no transition raises IndexError instead of returning zeros. As in Tianshou's, ``sample``
+    draws from numpy ``RandomState`` generators seeded with ``random_seed`` (the whole buffer's picks each
+    draw's sub-buffer by its share of the transitions, then each sub-buffer's own its slots), so a buffer
+    given the same transitions samples the same indices; and ``prev``/``next`` walk slots, stopping only at
+    a step that ended its episode or at a sub-buffer's oldest/newest transition (a step whose episode a reset
+    cut short is followed by the next episode's first step, as in Tianshou's).
 
     Args:
         total_size: Transitions held in all (``buffer_num`` sub-buffers of ``ceil(total_size / buffer_num)``).
@@ -61,7 +64,7 @@ class VectorReplayBuffer:
             stored once either way.
         save_only_last_obs: Must be False (stack frames with ``stack_num`` instead).
         sample_avail: With ``stack_num > 1``, sample only indices with a whole stack behind them.
-        random_seed: Seeds the generator ``sample`` draws with.
+        random_seed: Seeds the generators ``sample`` draws with (Tianshou's).
         single: Take ``add``'s batches unbatched when no ``buffer_ids`` are given (Tianshou's ReplayBuffer).
 
     Raises:
@@ -101,7 +104,8 @@ class VectorReplayBuffer:
         self._sample_avail = bool(sample_avail)
         self._ignore_obs_next = bool(ignore_obs_next)
         self._single = bool(single)
-        self._rng = np.random.default_rng(random_seed)
+        self._random_state = np.random.RandomState(random_seed)  # picks each draw's sub-buffer
+        self._sub_random_states = [np.random.RandomState(random_seed) for _ in range(self.buffer_num)]
         self._pending = 0  # rows any env may have written since the last sync (0: unknown where changed)
 
     # ------------------------------------------------------------------ Tianshou's members
@@ -197,8 +201,12 @@ class VectorReplayBuffer:
         self._pending += int(max_rows_written)
 
     def sample_indices(self, batch_size: int | None) -> np.ndarray:
-        """Indices drawn uniformly with replacement; every index, each env's oldest first, for 0 or None; none
-        for a negative size.
+        """Indices drawn with replacement, as Tianshou's buffers draw them: every index (each env's oldest
+        first) for 0, and for None where the buffer has several sub-buffers; none for a negative size.
+
+        A VectorReplayBuffer picks each draw's sub-buffer with probability proportional to its transitions,
+        then draws that many slots from each sub-buffer (the indices come grouped by sub-buffer, in order); a
+        ReplayBuffer draws its slots directly (None: ``len(self)`` of them).
 
         Args:
             batch_size: How many.
@@ -215,20 +223,33 @@ class VectorReplayBuffer:
         lengths = layout.lengths
         total = int(lengths.sum())
         starts = np.cumsum(lengths) - lengths
+        if self._single and batch_size is None:
+            batch_size = total
         if self._sample_avail and self.stack_num > 1:
             every = self._every(lengths, starts, total)
             prev = every
             for _ in range(self.stack_num - 2):
                 prev = self.prev(prev)
             every = every[prev != self.prev(prev)]
-            return every if not batch_size else self._rng.choice(every, batch_size)
+            if not batch_size:
+                return every
+            if not self._single:
+                return self._random_state.choice(every, batch_size).astype(np.int64)
+            return self._sub_random_states[0].choice(every, batch_size).astype(np.int64)
         if not batch_size:
             return self._every(lengths, starts, total)
         if total == 0:
             raise ValueError("cannot sample from an empty buffer: collect some steps first")
-        draws = self._rng.integers(0, total, size=batch_size)
-        env = np.searchsorted(starts + lengths, draws, side="right")
-        return self._indices_of(env, draws - starts[env], lengths)
+        if self._single:
+            per_env = np.array([batch_size])
+        else:
+            picked = self._random_state.choice(self.buffer_num, batch_size, p=lengths / total)
+            per_env = np.bincount(picked, minlength=self.buffer_num)
+        parts = [
+            self._sub_random_states[env].choice(int(lengths[env]), int(count)) + env * self.size
+            for env, count in enumerate(per_env.tolist()) if count > 0
+        ]
+        return np.concatenate(parts).astype(np.int64)
 
     def sample(self, batch_size: int | None) -> tuple[Batch, np.ndarray]:
         """A batch of transitions and their indices (``sample_indices``' draw).
@@ -243,8 +264,8 @@ class VectorReplayBuffer:
         return self[indices], indices
 
     def prev(self, index: int | np.ndarray) -> Any:
-        """The index of the step before each index in the same episode (the index itself at the episode's
-        first step, or at the oldest step held).
+        """The index of the step before each index (the index itself where the step before ended its episode,
+        or at the oldest step held), as Tianshou's ``prev``.
 
         Args:
             index: An index or an array of them.
@@ -255,8 +276,8 @@ class VectorReplayBuffer:
         return self._step(index, -1)
 
     def next(self, index: int | np.ndarray) -> Any:
-        """The index of the step after each index in the same episode (the index itself at a step that ended
-        the episode, or at the newest step held).
+        """The index of the step after each index (the index itself at a step that ended its episode, or at
+        the newest step held), as Tianshou's ``next``.
 
         Args:
             index: An index or an array of them.
@@ -267,13 +288,15 @@ class VectorReplayBuffer:
         return self._step(index, 1)
 
     def unfinished_index(self) -> np.ndarray:
-        """Indices of steps whose episode went on but whose next step is not held: each env's newest step
-        unless it ended its episode (and a step whose episode a reset cut short).
+        """Each env's newest index unless its step ended the episode (Tianshou's).
 
         Returns:
             Those indices, ascending.
         """
-        return self._synced().unfinished(self._rows)
+        layout = self._synced()
+        env = np.flatnonzero(layout.count > 0)
+        newest = env * self.size + (layout.count[env] - 1) % self.size
+        return newest[~layout.done[newest]]
 
     def get_buffer_indices(self, start: int, stop: int) -> np.ndarray:
         """The indices from ``start`` to ``stop`` (exclusive) inside one sub-buffer, wrapping at its end.
@@ -615,23 +638,25 @@ class VectorReplayBuffer:
         return to_batch(_zero_where(values, ~filled))
 
     def _step(self, index: int | np.ndarray, direction: int) -> Any:
-        """prev (direction -1) or next (+1) of Tianshou's index."""
+        """prev (direction -1) or next (+1) of Tianshou's index: the neighbouring slot of the sub-buffer's held
+        ones, unless a step ending an episode or the sub-buffer's newest step lies between (an index of an
+        empty slot is its own)."""
         scalar = np.ndim(index) == 0
         indices = self._flat(index).reshape(-1) if not scalar else self._flat([operator.index(index)])  # type: ignore[arg-type]
         layout = self._synced()
-        rows = layout.row_of[indices]
-        held = rows >= 0
-        safe = np.where(held, rows, 0)
         size = self.size
-        other = indices - indices % size + (indices % size + direction) % size
+        env, slot = np.divmod(indices, size)
+        base = env * size
+        held = np.maximum(layout.lengths[env], 1)
+        newest = np.maximum(layout.count[env] - 1, 0) % size
         if direction > 0:
-            there = self._rows.next_rows[safe]
-            goes_on = ~layout.done[indices]
+            stop = layout.done[indices] | (slot == newest)
+            moved = (slot + 1 - stop) % held
         else:
-            there = self._rows.prev_rows(safe)
-            goes_on = np.ones(len(indices), dtype=bool)
-        moves = held & goes_on & self._rows.has[there] & (layout.row_of[other] == there)
-        result = np.where(moves, other, indices)
+            before = (slot - 1) % held
+            stop = layout.done[base + before] | (before == newest)
+            moved = (before + stop) % held
+        result = np.where(layout.row_of[indices] >= 0, base + moved, indices)
         if scalar:
             return int(result[0])
         return result.reshape(np.shape(index))

@@ -23,6 +23,8 @@ from vcollect.buffers.flat_rows import FlatRows
 from vcollect.buffers.ring import RingWriter
 from vcollect.collector import as_vector_env
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv
+from vcollect.policies.tianshou_policy import TianshouPolicy
+from vcollect.policies.tianshou_types import is_tianshou_policy
 from vcollect.tianshou.buffer import VectorReplayBuffer
 from vcollect.tianshou.info_tap import StepInfoTap, taps
 
@@ -39,18 +41,28 @@ class Collector:
     ``vcollect.policies.TianshouPolicy``) and records into ``buffer.ring``: the transitions Tianshou's
     algorithms then read through the buffer's Tianshou indices, never copied into a Tianshou buffer.
 
-    ``collect(n_episode=n)`` shares the episodes among the envs as Tianshou does (the envs that finish first
-    stop first once fewer episodes are owed than envs step) where the envs step on request (Tianshou's vector
-    envs, vcollect's dummy, subprocess and Ray backends); on a gymnasium or EnvPool vector env each env gets
-    a quota (vcollect's ``n_episode``). What differs from Tianshou's Collector: ``collect(n_step=n)``
-    collects exactly n transitions (Tianshou rounds up to a multiple of the env count); the envs' resets are
-    seeded from numpy's global generator (seeded by the script's ``np.random.seed``) once, at their first
-    reset, and then carry on their own
-    generators, where Tianshou takes the seeds ``env.seed(...)`` gave; ``reset_buffer`` keeps the running
-    episodes' returns and lengths whatever ``keep_statistics`` says (so every reported return is a whole
-    episode's). Each step's info is stored beside its transition (``buffer.info``, ``env_id`` added) where the
-    envs step on request (Tianshou's vector envs, vcollect's dummy, subprocess and Ray backends); a gymnasium
-    or EnvPool vector env's steps are stored without infos.
+    On a Tianshou ``DummyVectorEnv`` (its envs stepped in this process, as they are) a script that swaps
+    the two imports runs as on Tianshou's Collector for the same seeds: the envs are Tianshou's own objects,
+    seeded by the script's ``venv.seed(...)``, and no reset is seeded afterwards (each env carries on its own
+    generator, as Tianshou resets them); ``collect(n_step=n)`` steps every env each time (n rounded up to a
+    multiple of the env count); ``collect(n_episode=n)`` shares the episodes among the envs as Tianshou does
+    (the envs that finish first stop first once fewer episodes are owed than envs step), restarts each env
+    that finishes at once and every env when the call ends; the policy is called in the same order on the
+    same observations, its exploration noise added under the caller's training-step flag (Tianshou's
+    trainer sets it), so it draws the same numbers from numpy's global generator; and the buffer samples
+    the same indices (vcollect.tianshou.VectorReplayBuffer). The transitions, episodes, sampled batches and
+    trained weights are then Tianshou's, bit for bit.
+
+    Elsewhere: on vcollect's dummy, subprocess and Ray backends (a Tianshou SubprocVectorEnv's env factories
+    are run again in vcollect's subprocesses) episodes are shared as above, but the envs' resets are seeded
+    from numpy's global generator (seeded by the script's ``np.random.seed``) once, at their first reset;
+    on a gymnasium or EnvPool vector env each env gets a quota of episodes (vcollect's ``n_episode``).
+    ``collect(random=True)`` samples vcollect's own random actions (seeded by ``seed``), not each env's
+    action space. ``reset_buffer`` keeps the running episodes' returns and lengths whatever
+    ``keep_statistics`` says (so every reported return is a whole episode's). Each step's info is stored
+    beside its transition (``buffer.info``, ``env_id`` added) where the envs step on request; a gymnasium
+    or EnvPool vector env's steps are stored without infos. The buffer stores the actions the envs were
+    given (after the policy's ``map_action``), where Tianshou's stores the policy's own.
 
     Args:
         policy: A Tianshou Algorithm or Policy (or any policy vcollect's Collector takes).
@@ -59,7 +71,9 @@ class Collector:
             ``vcollect.Collector`` takes (a vcollect VectorEnv, a gymnasium vector env, env factories).
         buffer: A ``vcollect.tianshou.VectorReplayBuffer`` with one sub-buffer per env (None: one of
             ``DEFAULT_SIZE_PER_ENV`` transitions per env).
-        exploration_noise: Add the policy's exploration noise to its actions (Tianshou's).
+        exploration_noise: Add the policy's exploration noise to its actions, as Tianshou's Collector does
+            (under the caller's training-step flag: DQN's ``eps_training`` inside Tianshou's trainer's
+            training step, ``eps_inference`` in its test step).
         **options: Further keyword options of ``vcollect.Collector`` (``seed``, ``validate``, hooks, ...).
 
     Raises:
@@ -94,7 +108,11 @@ class Collector:
                 f"the buffer has {buffer.buffer_num} sub-buffers for {num_envs} envs: make it "
                 f"VectorReplayBuffer(total_size, buffer_num={num_envs})"
             )
-        if "seed" not in options:  # the script's np.random.seed decides, as it does Tianshou's runs
+        if isinstance(env, TianshouDummyVectorEnv) and "seed" not in options:
+            # Tianshou's own env objects, seeded by the script's venv.seed(...): every reset unseeded, as Tianshou's
+            options.setdefault("seed_every_reset", False)
+            options.setdefault("seed_first_reset", False)
+        elif "seed" not in options:  # the script's np.random.seed decides, as it does Tianshou's runs
             options["seed"] = int(np.random.randint(0, 2**31 - 1))
             options.setdefault("seed_every_reset", False)
         self.env = env
@@ -102,10 +120,13 @@ class Collector:
         self.policy = policy.policy if isinstance(policy, Algorithm) else policy
         self.exploration_noise = bool(exploration_noise)
         self._episode_order = "quota"
+        self._tap: StepInfoTap | None = None
         if taps(venv):  # each step's infos beside its transition, with env_id, as Tianshou's buffers hold them
-            venv = StepInfoTap(venv, buffer.ring, buffer.infos)
+            venv = self._tap = StepInfoTap(venv, buffer.ring, buffer.infos)
             buffer.infos.env_ids = True
             self._episode_order = "finished_first"  # n_episode shared among the envs as Tianshou shares it
+        if is_tianshou_policy(policy):  # its exploration noise under the caller's training-step flag, as Tianshou's
+            policy = TianshouPolicy(policy, exploration_noise=False)
         self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
 
     # ------------------------------------------------------------------ Tianshou's counters
@@ -144,6 +165,7 @@ class Collector:
         """
         options = _reset_options(gym_reset_kwargs)
         self.collector.reset(reset_buffer=False, reset_stats=reset_stats, options=options)
+        self._note_written(self.env_num)
         if reset_buffer:
             self.reset_buffer()
 
@@ -154,6 +176,7 @@ class Collector:
             gym_reset_kwargs: ``options`` passed to every env's reset.
         """
         self.collector.reset_env(options=_reset_options(gym_reset_kwargs))
+        self._note_written(self.env_num)
 
     def reset_stat(self) -> None:
         """Zero ``collect_step``, ``collect_episode`` and ``collect_time``."""
@@ -180,6 +203,10 @@ class Collector:
             ring.episode_lengths[running] = lengths[running]
             ring.episode_returns[running] = returns[running]
 
+    def _note_written(self, bound: int) -> None:
+        """Tell the buffer the most rows any env wrote: counted where the envs are tapped, else ``bound``."""
+        self.buffer.note_written(self._tap.take_rows() if self._tap is not None else bound)
+
     def close(self) -> None:
         """Close the envs."""
         self.collector.close()
@@ -195,10 +222,11 @@ class Collector:
         reset_before_collect: bool = False,
         gym_reset_kwargs: dict[str, Any] | None = None,
     ) -> CollectStats:
-        """Collect exactly ``n_step`` transitions or ``n_episode`` episodes into the buffer.
+        """Collect ``n_step`` transitions (rounded up to a multiple of the env count) or ``n_episode`` episodes
+        into the buffer, as Tianshou's Collector does.
 
         Args:
-            n_step: Transitions to collect.
+            n_step: Transitions to collect (every env steps each time).
             n_episode: Whole episodes to collect.
             random: Sample actions from the action space instead of the policy.
             render: Render and sleep this many seconds after each step.
@@ -208,14 +236,22 @@ class Collector:
         Returns:
             Tianshou's CollectStats of the call (counts, time, speed, returns and lengths with their stats).
         """
-        pending = self.collector.pending_transitions
-        stats = self.collector.collect(
+        collector, options = self.collector, _reset_options(gym_reset_kwargs)
+        if isinstance(n_step, int) and not isinstance(n_step, bool) and n_step > 0:
+            n_step = -(-n_step // self.env_num) * self.env_num  # every env steps each time, as in Tianshou's
+        pending = collector.pending_transitions
+        stats = collector.collect(
             n_step, n_episode, random=random, render=render, reset_before_collect=reset_before_collect,
-            reset_options=_reset_options(gym_reset_kwargs), episode_order=self._episode_order,
+            reset_options=options, episode_order=self._episode_order,
         )
-        recorded = stats.n_collected_steps + self.collector.pending_transitions - pending
-        # each step writes one row and each reset one: at most twice the steps, plus the resets before them
-        self.buffer.note_written(2 * recorded + self.env_num)
+        if n_step is None and self._episode_order == "finished_first":
+            # Tianshou's resets: each env that finished restarts at once (even one that then idles), and every
+            # env is reset once more when the call ends
+            collector.context.reset_pending(collector.context.all_ids, options)
+            collector.reset_env(options=options)
+        recorded = stats.n_collected_steps + collector.pending_transitions - pending
+        # each step writes one row and each reset one: at most twice the steps, plus the resets before and after
+        self._note_written(2 * recorded + 3 * self.env_num)
         returns = np.asarray(stats.returns, dtype=float)
         lens = np.asarray(stats.lens, dtype=int)
         time = stats.collect_time

@@ -3,7 +3,9 @@ ring rows of their transitions (vcollect.tianshou.infos), as Tianshou's Collecto
 
 It wraps backends that step each env on request (the subset loop's: dummy, subprocess, Ray), keeping every
 capability they declare (``step_reset`` included): a step's infos are written when the step returns, before
-the collector records it, so the ring's newest row of each stepped env is that step's row.
+the collector records it, so the ring's newest row of each stepped env is that step's row. It also counts
+the ring rows each env's steps and resets write (``take_rows``), so the buffer's Tianshou indices follow the
+new rows exactly.
 """
 
 from __future__ import annotations
@@ -41,15 +43,28 @@ class StepInfoTap(PassThroughVectorEnv):
         super().__init__(envs)
         self._ring = ring
         self._infos = infos
+        self._rows = np.zeros(self.num_envs, dtype=np.int64)  # ring rows each env wrote since take_rows
+
+    def take_rows(self) -> int:
+        """The most ring rows any env wrote (one per step, one per reset) since the last call."""
+        most = int(self._rows.max())
+        self._rows.fill(0)
+        return most
+
+    def on_reset(self, env_ids: np.ndarray, infos: Sequence[dict[str, Any]]) -> None:
+        """Count the reset rows."""
+        self._rows[env_ids] += 1
 
     def on_step(self, env_ids: np.ndarray, infos: Sequence[dict[str, Any]]) -> None:
-        """Write each env's info at its step row (the ring's newest row of the env)."""
+        """Write each env's info at its step row (the ring's newest row of the env), and count the rows."""
         self._infos.write(FlatRows(self._ring).last_rows[env_ids], infos)
+        self._rows[env_ids] += 1
 
     def step_reset(self, actions: Any, env_ids: Any = None, **kwargs: Any) -> StepResetResult:
         """Step and restart the ended envs (the wrapped env's ``step_reset``), writing the step's infos."""
         result: StepResetResult = self.envs.step_reset(actions, env_ids, **kwargs)
         self.on_step(self.all_ids if env_ids is None else np.asarray(env_ids, dtype=np.intp), result.infos)
+        self._rows[result.reset_ids] += 1
         return result
 
     def take_restarts(self) -> Any:

@@ -6,7 +6,8 @@ emptied sits at index ``e * size + m % size``, and each sub-buffer keeps its new
 The layout keeps exactly that index over a ring of ``2 * size + 1`` rows per env (a ring stores an episode
 of T steps in T + 1 rows, so ``2 * size + 1`` rows always hold the newest ``size`` transitions): ``row_of``
 maps each index to the flat ring row of its transition (-1 for a slot not filled yet), and the per-index
-rewards and flags Tianshou's return computations read as whole arrays are kept beside it.
+rewards and flags Tianshou's return computations (and its ``prev``/``next``) read as whole arrays are kept
+beside it.
 
 The layout follows the ring's writes (``sync``): each env's rows written since the last sync are walked in
 order and their step rows take the next slots, as Tianshou's insertion does. Where more rows may have been
@@ -44,9 +45,6 @@ class SlotLayout:
         self.cursor: np.ndarray | None = None  # each env's newest flat row at the last sync
         self.writes = -1  # the ring's write counter at the last sync
         self.has_null = False  # a NaN was seen in a transition given a slot since the last clear
-        # per slot: its transition's episode goes on but its next step is not stored (kept as slots fill)
-        self.open = np.zeros(self.maxsize, dtype=bool)
-        self._unfinished: np.ndarray | None = None
 
     @property
     def lengths(self) -> np.ndarray:
@@ -67,8 +65,6 @@ class SlotLayout:
         self.count.fill(0)
         self.cursor = last_rows
         self.has_null = False
-        self.open.fill(False)
-        self._unfinished = None
 
     def changed(self, rows: FlatRows) -> bool:
         """Whether the ring was written since the last sync (by its write counter)."""
@@ -95,7 +91,6 @@ class SlotLayout:
         self.cursor = last
         if span == 0:
             return
-        self._unfinished = None
         walk = np.arange(span)
         grid = (start[:, None] + walk) % capacity + base[:, None]
         steps = rows.has[grid] & (walk < written[:, None])
@@ -106,14 +101,6 @@ class SlotLayout:
         if int(new.max()) > self.size:
             keep = order >= (new - self.size)[env]
             env, col, order = env[keep], col[keep], order[keep]
-        # an env whose walk starts with a step (on its newest row at the last sync) gave its newest transition
-        # then its next step, unless a reset started a new episode after that transition's next row
-        closed = steps[:, 0] & (self.count > 0)
-        if closed.any():
-            env_closed = np.flatnonzero(closed)
-            newest = env_closed * self.size + (self.count[env_closed] - 1) % self.size
-            follows = rows.next_rows[self.row_of[newest]] == start[env_closed] + base[env_closed]
-            self.open[newest[follows]] = False
         virtual = env * self.size + (self.count[env] + order) % self.size
         row = grid[env, col]
         self.count += new
@@ -121,22 +108,6 @@ class SlotLayout:
         self.rew[virtual] = rows.rewards[row]
         self.terminated[virtual] = term = rows.terminations[row]
         self.truncated[virtual] = trunc = rows.truncations[row]
-        self.done[virtual] = done = term | trunc
-        self.open[virtual] = ~done & ~rows.has[rows.next_rows[row]]
+        self.done[virtual] = term | trunc
         if not self.has_null:
             self.has_null = rows.any_nan(row)
-
-    def unfinished(self, rows: FlatRows) -> np.ndarray:
-        """Indices of transitions whose episode goes on past them but whose next step is not stored: each
-        env's newest transition unless it ended the episode, and one whose episode was cut by a reset.
-
-        Args:
-            rows: The ring's rows.
-
-        Returns:
-            Those indices, ascending.
-        """
-        if self._unfinished is None:
-            self._unfinished = np.flatnonzero(self.open)
-        return self._unfinished
-

@@ -1,0 +1,129 @@
+"""vcollect.tianshou's Collector and VectorReplayBuffer reproduce Tianshou 2.0.1's own, for the same seeds: a
+script that swaps the two imports collects the same transitions (per env, in order), reports the same episodes,
+leaves numpy's global generator (which Tianshou's exploration draws from) in the same state, samples the same
+indices and, through Tianshou's trainer, trains the same weights.
+
+The envs are Tianshou ``DummyVectorEnv``s seeded by ``venv.seed(seed)`` as Tianshou's scripts seed them; each
+side gets its own, built the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tianshou")
+torch = pytest.importorskip("torch")
+gym = pytest.importorskip("gymnasium")
+
+import tianshou.data as ts  # noqa: E402
+from tianshou.algorithm import DQN  # noqa: E402
+from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy  # noqa: E402
+from tianshou.algorithm.optim import AdamOptimizerFactory  # noqa: E402
+from tianshou.env import DummyVectorEnv  # noqa: E402
+from tianshou.trainer import OffPolicyTrainerParams  # noqa: E402
+from tianshou.utils.net.common import Net  # noqa: E402
+from tianshou.utils.torch_utils import policy_within_training_step  # noqa: E402
+
+import vcollect.tianshou as vt  # noqa: E402
+
+SIDES = {"tianshou": (ts.Collector, ts.VectorReplayBuffer), "vcollect": (vt.Collector, vt.VectorReplayBuffer)}
+KEYS = ("obs", "act", "rew", "terminated", "truncated", "obs_next")
+
+
+def dqn(eps_training: float = 0.5, eps_inference: float = 0.2) -> tuple[Any, Any]:
+    """A small DQN on CartPole, its weights from torch's seed 0: (policy, algorithm)."""
+    torch.manual_seed(0)
+    env = gym.make("CartPole-v1")
+    net = Net(state_shape=env.observation_space.shape, action_shape=2, hidden_sizes=[16])
+    policy = DiscreteQLearningPolicy(
+        model=net, action_space=env.action_space, observation_space=env.observation_space,
+        eps_training=eps_training, eps_inference=eps_inference,
+    )
+    return policy, DQN(policy=policy, optim=AdamOptimizerFactory(lr=1e-3), gamma=0.9, n_step_return_horizon=3,
+                       target_update_freq=20)
+
+
+def cartpoles(n: int, seed: int) -> DummyVectorEnv:
+    envs = DummyVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n)])
+    envs.seed(seed)
+    return envs
+
+
+def collected(side: str) -> dict[str, Any]:
+    """A script's collection on one side: exploring training steps (with a reset cutting the running
+    episodes, and n_step not a multiple of the env count), then test passes of more and of fewer episodes
+    than envs; what the buffers and stats hold afterwards."""
+    collector_cls, buffer_cls = SIDES[side]
+    policy, _ = dqn()
+    np.random.seed(3)
+    buf = buffer_cls(400, 4)
+    train = collector_cls(policy, cartpoles(4, 7), buf, exploration_noise=True)
+    test = collector_cls(policy, cartpoles(5, 70), exploration_noise=True)
+    with policy_within_training_step(policy):
+        train.reset()
+        train.collect(n_step=60)
+        train.reset(reset_buffer=False)
+        steps = train.collect(n_step=42)
+    test.reset()
+    many = test.collect(n_episode=7)
+    test.reset()
+    few = test.collect(n_episode=3)
+    every = buf.sample_indices(0)
+    batch = buf[every]
+    sampled = buf.sample_indices(32)
+    return {
+        "indices": every, **{key: batch[key] for key in KEYS}, "env_id": batch.info.env_id,
+        "n_step": steps.n_collected_steps, "returns": [many.returns, few.returns], "lens": [many.lens, few.lens],
+        "test_rows": test.buffer[test.buffer.sample_indices(0)].obs,
+        "next": buf.next(every), "prev": buf.prev(every), "unfinished": buf.unfinished_index(),
+        "sampled": sampled, "sampled_obs": buf.sample(32)[0].obs, "numpy_after": np.random.rand(3),
+    }
+
+
+@pytest.mark.filterwarnings("ignore:n_step=", "ignore:n_episode=")
+def test_collection_samples_and_generator_state_equal_tianshous() -> None:
+    theirs, ours = collected("tianshou"), collected("vcollect")
+    assert theirs["n_step"] == 44  # Tianshou steps every env each time: 42 rounded up to a multiple of 4
+    assert len(theirs["returns"][0]) == 7 and len(theirs["returns"][1]) == 3
+    for key, value in theirs.items():
+        if isinstance(value, list):
+            for mine, reference in zip(ours[key], value, strict=True):
+                assert np.array_equal(mine, reference), key
+        else:
+            assert np.array_equal(ours[key], value), key
+
+
+def trained(side: str) -> tuple[list[Any], dict[str, Any]]:
+    """Tianshou's test_dqn.py setup, scaled down: its trainer run on one side; the weights and the counts."""
+    collector_cls, buffer_cls = SIDES[side]
+    policy, algorithm = dqn(eps_training=0.1, eps_inference=0.05)
+    np.random.seed(5)
+    training_envs, test_envs = cartpoles(4, 11), cartpoles(5, 11)
+    training_collector = collector_cls(algorithm, training_envs, buffer_cls(2000, 4), exploration_noise=True)
+    test_collector = collector_cls(algorithm, test_envs, exploration_noise=True)
+    with policy_within_training_step(policy):
+        training_collector.reset()
+        training_collector.collect(n_step=64)
+    result = algorithm.run_training(OffPolicyTrainerParams(
+        training_collector=training_collector, test_collector=test_collector, max_epochs=2, epoch_num_steps=160,
+        collection_step_num_env_steps=8, test_step_num_episodes=5, batch_size=32,
+        update_step_num_gradient_steps_per_sample=0.25, show_progress=False, test_in_training=False,
+    ))
+    weights = [p.detach().clone() for p in algorithm.state_dict().values() if isinstance(p, torch.Tensor)]
+    counts = {"env_steps": result.train_step, "gradient_steps": result.update_step,
+              "best_reward": result.best_reward, "train_episodes": result.train_episode}
+    return weights, counts
+
+
+def test_dqn_trainer_trains_the_same_weights_as_on_tianshous() -> None:
+    """Tianshou's OffPolicyTrainer with the two lines swapped: the same env steps, gradient steps, test
+    returns and, bit for bit, the same trained weights."""
+    theirs, ours = trained("tianshou"), trained("vcollect")
+    assert ours[1] == theirs[1]
+    assert theirs[1]["gradient_steps"] > 0
+    assert len(ours[0]) == len(theirs[0]) > 0
+    for mine, reference in zip(ours[0], theirs[0], strict=True):
+        assert torch.equal(mine, reference)
