@@ -127,3 +127,48 @@ def test_dqn_trainer_trains_the_same_weights_as_on_tianshous() -> None:
     assert len(ours[0]) == len(theirs[0]) > 0
     for mine, reference in zip(ours[0], theirs[0], strict=True):
         assert torch.equal(mine, reference)
+
+
+def sac_updated(side: str) -> dict[str, Any]:
+    """A small SAC on Pendulum: exploring collection, then a few of Tianshou's updates from the buffer."""
+    from tianshou.algorithm import SAC
+    from tianshou.algorithm.modelfree.sac import SACPolicy
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic, ContinuousCritic
+
+    collector_cls, buffer_cls = SIDES[side]
+    torch.manual_seed(1)
+    np.random.seed(1)
+    env = gym.make("Pendulum-v1")
+    shape, action_shape = env.observation_space.shape, env.action_space.shape
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=Net(state_shape=shape, hidden_sizes=[16]), action_shape=action_shape, unbounded=True
+    )
+    critics = [ContinuousCritic(preprocess_net=Net(state_shape=shape, action_shape=action_shape, hidden_sizes=[16],
+                                                   concat=True)) for _ in range(2)]
+    policy = SACPolicy(actor=actor, action_space=env.action_space)
+    algorithm = SAC(policy=policy, policy_optim=AdamOptimizerFactory(lr=1e-3), critic=critics[0],
+                    critic_optim=AdamOptimizerFactory(lr=1e-3), critic2=critics[1],
+                    critic2_optim=AdamOptimizerFactory(lr=1e-3), n_step_return_horizon=3)
+    envs = DummyVectorEnv([lambda: gym.make("Pendulum-v1") for _ in range(2)])
+    envs.seed(4)
+    buf = buffer_cls(200, 2)
+    collector = collector_cls(algorithm, envs, buf, exploration_noise=True)
+    with policy_within_training_step(policy):
+        collector.reset()
+        collector.collect(n_step=60)
+        batch = buf[buf.sample_indices(0)]
+        for _ in range(3):
+            algorithm.update(buffer=buf, sample_size=16)  # type: ignore[arg-type]
+    return {**{key: batch[key] for key in KEYS},
+            "weights": [p.detach().clone() for p in algorithm.state_dict().values() if isinstance(p, torch.Tensor)]}
+
+
+def test_sac_stores_the_policys_own_actions_and_updates_the_same_weights() -> None:
+    """The buffer holds the policy's actions before map_action scales them into the env's bounds (in [-1, 1]
+    for Pendulum's [-2, 2]), as Tianshou's does, so SAC's critic learns on the same actions."""
+    theirs, ours = sac_updated("tianshou"), sac_updated("vcollect")
+    assert np.abs(theirs["act"]).max() <= 1.0 < 2.0 * np.abs(theirs["act"]).max()
+    for key in KEYS:
+        assert np.array_equal(ours[key], theirs[key]), key
+    for mine, reference in zip(ours["weights"], theirs["weights"], strict=True):
+        assert torch.equal(mine, reference)

@@ -27,6 +27,7 @@ from vcollect.policies.tianshou_policy import TianshouPolicy
 from vcollect.policies.tianshou_types import is_tianshou_policy
 from vcollect.tianshou.buffer import VectorReplayBuffer
 from vcollect.tianshou.info_tap import StepInfoTap, taps
+from vcollect.tianshou.raw_actions import RawActions
 
 __all__ = ["DEFAULT_SIZE_PER_ENV", "Collector"]
 
@@ -61,8 +62,9 @@ class Collector:
     action space. ``reset_buffer`` keeps the running episodes' returns and lengths whatever
     ``keep_statistics`` says (so every reported return is a whole episode's). Each step's info is stored
     beside its transition (``buffer.info``, ``env_id`` added) where the envs step on request; a gymnasium
-    or EnvPool vector env's steps are stored without infos. The buffer stores the actions the envs were
-    given (after the policy's ``map_action``), where Tianshou's stores the policy's own.
+    or EnvPool vector env's steps are stored without infos. The buffer stores the policy's own actions (before
+    its ``map_action``), as Tianshou's, where the envs step on request; on a gymnasium or EnvPool vector env,
+    and for ``collect(random=True)``, the actions the envs were given.
 
     Args:
         policy: A Tianshou Algorithm or Policy (or any policy vcollect's Collector takes).
@@ -125,8 +127,12 @@ class Collector:
             venv = self._tap = StepInfoTap(venv, buffer.ring, buffer.infos)
             buffer.infos.env_ids = True
             self._episode_order = "finished_first"  # n_episode shared among the envs as Tianshou shares it
+        self._map_action: Callable[[Any], Any] | None = None  # the policy's, applied by the tap
         if is_tianshou_policy(policy):  # its exploration noise under the caller's training-step flag, as Tianshou's
             policy = TianshouPolicy(policy, exploration_noise=False)
+            if self._tap is not None:  # the rings hold the policy's own actions; the tap maps them for the envs
+                self._map_action = policy.map_action
+                policy = RawActions(policy, venv.single_action_space)
         self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
 
     # ------------------------------------------------------------------ Tianshou's counters
@@ -239,6 +245,8 @@ class Collector:
         collector, options = self.collector, _reset_options(gym_reset_kwargs)
         if isinstance(n_step, int) and not isinstance(n_step, bool) and n_step > 0:
             n_step = -(-n_step // self.env_num) * self.env_num  # every env steps each time, as in Tianshou's
+        if self._tap is not None:
+            self._tap.map_action = None if random else self._map_action
         pending = collector.pending_transitions
         stats = collector.collect(
             n_step, n_episode, random=random, render=render, reset_before_collect=reset_before_collect,
