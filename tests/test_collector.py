@@ -194,6 +194,30 @@ def test_seed_every_reset_false_seeds_each_envs_first_reset_only_and_is_reproduc
         assert_replays(cartpole(), episode)
 
 
+def test_seed_first_reset_false_seeds_no_reset_and_the_envs_carry_on_their_generators() -> None:
+    """seed_first_reset=False: every episode is stored with seed None and the data is what the envs' own
+    generators give (seeded by their caller beforehand), whatever the collector's seed; the contradictory
+    seed_every_reset=True is refused."""
+    runs = []
+    for seed in (1, 2):
+        envs = [cartpole() for _ in range(2)]
+        for i, env in enumerate(envs):
+            env.reset(seed=100 + i)
+        store = ListStore()
+        with Collector(None, [lambda env=env: env for env in envs], store=store, seed=seed, seed_every_reset=False,
+                       seed_first_reset=False) as collector:
+            collector.collect(n_episode=4, random=True, reset_before_collect=True)
+        runs.append(store.episodes)
+    assert all(e.seed is None for run in runs for e in run)
+    reference = cartpole()
+    reference.reset(seed=100)
+    first, _ = reference.reset()  # the env's own generator, carried on past its seeded reset
+    assert np.array_equal([e for e in runs[0] if e.env_id == 0][0].observations[0], first)
+    assert np.array_equal([e for e in runs[1] if e.env_id == 0][0].observations[0], first)
+    with pytest.raises(ValueError, match="seed_first_reset=False"):
+        Collector(None, [cartpole], seed_first_reset=False)
+
+
 class StepThenResetEnvs(DummyVectorEnv):
     """A DummyVectorEnv that declares no step_reset: the Collector steps, then resets the ended envs in a
     second call."""
