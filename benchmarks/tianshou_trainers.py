@@ -7,7 +7,8 @@ the SAC stage of test/continuous/test_sac_with_il.py (SAC, Pendulum-v1). Each ru
 ``Collector`` / ``VectorReplayBuffer`` and once with ``from vcollect.tianshou import Collector,
 VectorReplayBuffer`` -- the only difference -- each side in a fresh process, torch on one thread on both.
 
-Recorded per run: the best test reward, whether it met the threshold, the env steps trained, wall-clock
+Recorded per run: the best test reward, whether it met the threshold, the env steps trained, the gradient
+steps and test episodes, wall-clock
 and CPU time (``time.process_time``: on a shared machine the fairer of the two) of the training (the
 initial collect and ``run_training``), and CPU time per 1,000 env steps.
 
@@ -235,6 +236,7 @@ def _timed(train: Any, threshold: float) -> dict[str, Any]:
     return {
         "best_reward": float(result.best_reward), "threshold": threshold,
         "threshold_met": bool(result.best_reward >= threshold), "env_steps": int(result.train_step),
+        "gradient_steps": int(result.update_step), "test_episodes": int(result.test_episode),
         "wall_s": wall, "cpu_s": cpu, "cpu_s_per_1k_steps": 1000 * cpu / max(1, int(result.train_step)),
     }
 
