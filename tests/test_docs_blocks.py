@@ -4,7 +4,10 @@ runs as written, twice.
 Each Python block is pasted into a file of its own and run with ``python file.py`` in a fresh process, each
 shell block with ``bash -e`` (tests/doc_blocks.py runs both), as a reader runs them: a page's blocks in
 order, in one empty folder with datasets roots of its own, as a reader goes down the page; then the page's
-blocks again in the same folder, since a reader re-runs a block after changing it. README's quick start
+blocks again in the same folder, since a reader re-runs a block after changing it (a block whose page
+folder holds the same files before its second run as before its first, none of them written or removed
+in between, would run again on exactly what it ran on first: its first run stands for its second, so the
+Tianshou page's blocks, which write nothing, run once). README's quick start
 runs first; a page that says its blocks read the quick start's dataset starts from a copy of the quick
 start's folder (its datasets root), as a reader who ran the quick start first. The pages then run side by
 side, each page's blocks one at a time. The README sections a page includes (``--8<-- "README.md:..."``:
@@ -105,6 +108,19 @@ def test_the_pages_have_blocks_and_the_parser_finds_them() -> None:
     assert [b.lang for b in RUNNABLE[README]] == ["python"]  # the install commands are not run
 
 
+# A block's file in its page's folder, by language (tests/doc_blocks.py writes it there)
+SUFFIX = {"python": ".py", "bash": ".sh"}
+# What a page's folder holds: each file's path in it, size and modification time (ns)
+FolderState = frozenset[tuple[str, int, int]]
+
+
+def folder_state(folder: Path, scripts: set[str]) -> FolderState:
+    """Every file under ``folder`` but the page's own block files, with its size and modification time."""
+    files = (path for path in folder.rglob("*") if path.relative_to(folder).as_posix() not in scripts)
+    return frozenset((path.relative_to(folder).as_posix(), stat.st_size, stat.st_mtime_ns)
+                     for path in files if not path.is_dir() for stat in (path.stat(),))
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     """Every block run: README's quick start first, then every page's blocks in order and again, pages side
@@ -113,8 +129,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     results: dict[str, Run] = {}
     folders = {page: base / re.sub(r"[^a-z]+", "-", page.lower()) for page in RUNNABLE}
     runnable = {page: [b for b in found if not missing_module(b.code)] for page, found in RUNNABLE.items()}
+    scripts = {page: {f"{block.name}{SUFFIX[block.lang]}" for block in found} for page, found in runnable.items()}
+    before: dict[str, FolderState] = {}  # each block's folder before its first run
     folders[README].mkdir()
     for block in runnable[README]:
+        before[block.name] = folder_state(folders[README], scripts[README])
         results[block.name] = finish(start_block(block.name, block.lang, block.code, folders[README]),
                                      Run(folders[README]))
     for page, folder in folders.items():
@@ -124,9 +143,16 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
             folder.mkdir(exist_ok=True)
 
     def run_page(page: str) -> None:
-        """The page's blocks in order, one at a time, then again (README's only again: they ran first)."""
+        """The page's blocks in order, one at a time, then again (README's only again: they ran first); a
+        block whose folder is as it was before its first run runs once (see the module's docstring)."""
         for attempt in ((" again",) if page == README else ("", " again")):
             for block in runnable[page]:
+                state = folder_state(folders[page], scripts[page])
+                if not attempt:
+                    before[block.name] = state
+                elif before[block.name] == state:  # nothing to run on that its first run did not
+                    results[f"{block.name}{attempt}"] = results[block.name]
+                    continue
                 process = start_block(block.name, block.lang, block.code, folders[page])
                 results[f"{block.name}{attempt}"] = finish(process, Run(folders[page]))
 
@@ -195,6 +221,7 @@ def test_blocks_that_read_the_quick_start_dataset_say_so() -> None:
 def test_quick_start_runs_and_does_what_it_says(runs: dict[str, Run]) -> None:
     run = runs[QUICK_START.name]
     assert run.returncode == 0, run.stderr
+    assert runs[f"{QUICK_START.name} again"] is not run  # it wrote its dataset: it ran a second time
     dataset = load_dataset("demo/cartpole-v0", root=run.datasets)
     assert dataset.total_episodes == 100
     assert " 100 episodes in " in run.stdout  # print(stats)

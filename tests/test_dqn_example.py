@@ -96,7 +96,7 @@ def test_dqn_benchmark_runs_every_row_on_both_sides() -> None:
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dqn_vs_tianshou.py"
     out = subprocess.run(
-        [sys.executable, str(script), "--total-steps", "1300", "--learning-starts", "1000", "--repeats", "1"],
+        [sys.executable, str(script), "--total-steps", "1100", "--learning-starts", "1000", "--repeats", "1"],
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]  # minus the header

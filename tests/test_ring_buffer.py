@@ -225,7 +225,7 @@ op = st.tuples(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     data=st.data(),
     cfg=st.sampled_from([PLAIN, NESTED]),
@@ -282,7 +282,7 @@ all_op = st.tuples(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     data=st.data(),
     cfg=st.sampled_from([PLAIN, NESTED]),
@@ -555,7 +555,7 @@ def ring_state(buf: VectorRingBuffer) -> list[np.ndarray]:
     ]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     data=st.data(),
     cfg=st.sampled_from([PLAIN, NESTED]),
