@@ -54,6 +54,7 @@ from vcollect.envs.subproc.transport import (
 __all__ = ["SubprocVectorEnv"]
 
 _SPIN_S = 300e-6
+_POSTED = "posted"  # SubprocVectorEnv._split: a fast step_reset of every env announced to the workers
 
 
 class SubprocVectorEnv(BaseVectorEnv):
@@ -75,6 +76,8 @@ class SubprocVectorEnv(BaseVectorEnv):
     pick one several times the slowest call you expect. Building the envs and render() are not bounded.
     The async half (send/recv) takes its own ``recv(timeout=)``, and no step or reset in flight may take
     longer than ``timeout`` either: past it ``recv`` raises as a synchronous call does.
+    ``send_step_reset``/``recv_step_reset`` split a step_reset of every env in two (``capabilities``:
+    ``split_step_reset``), so the Collector records one step while the workers take the next.
 
     `max_restarts` (default 0): how many times a worker process that died, or one of whose envs raised in
     a synchronous step, reset or step_reset, is replaced by a new process holding the same env ids (new
@@ -114,7 +117,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         EnvWorkerError: A worker failed to start or build its envs.
     """
 
-    capabilities = EnvCapabilities(step_reset=True)
+    capabilities = EnvCapabilities(step_reset=True, split_step_reset=True)
 
     def __init__(
         self,
@@ -138,7 +141,9 @@ class SubprocVectorEnv(BaseVectorEnv):
         self.num_workers = num_workers
         self.timeout = check_timeout(timeout)
         budget = RestartBudget(max_restarts)
-        self.capabilities = EnvCapabilities(step_reset=True, restarts_envs=budget.max_restarts > 0)
+        self.capabilities = EnvCapabilities(
+            step_reset=True, split_step_reset=True, restarts_envs=budget.max_restarts > 0
+        )
         self.closed = True  # until the workers are up (a failed start leaves nothing to close)
         pool = WorkerPool(
             env_fns, num_workers, context=context, spin_s=spin_s, import_main=import_main, timeout=self.timeout,
@@ -166,6 +171,9 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._seeds_written: list[int | None] | None = None  # the reset seeds in every shared row, as given
         self._full_parts = pool.parts(STEP, self._all_ids, None)
         self._full_step_reset_parts = pool.parts(STEP_RESET, self._all_ids, None)
+        # the step_reset of every env send_step_reset started: _POSTED (announced to the workers), the
+        # arguments of a synchronous call for recv_step_reset to make, or None when none is under way
+        self._split: Any = None
 
     # -- the hot paths: synchronous calls while nothing else is in flight ---------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
@@ -186,6 +194,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
             ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
         """
+        if self._split is not None:
+            self._refuse_split()
         self._pool.begin("step")
         self._catch_deaths()
         try:
@@ -214,6 +224,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
             ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
         """
+        if self._split is not None:
+            self._refuse_split()
         self._pool.begin("reset")
         self._catch_deaths()
         try:
@@ -252,6 +264,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
             ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
         """
+        if self._split is not None:
+            self._refuse_split()
         pool = self._pool
         if self.timeout is not None:
             pool.begin("step")
@@ -266,6 +280,76 @@ class SubprocVectorEnv(BaseVectorEnv):
         finally:
             pool.deadline = None
             pool.catch_deaths = False
+
+    def send_step_reset(
+        self, actions: Any, *, reset_seeds: Sequence[int | None], options: dict | None = None
+    ) -> None:
+        """Start ``step_reset(actions, reset_seeds=reset_seeds, options=options)`` of every env and return at
+        once; ``recv_step_reset`` waits for it and returns its result. Meanwhile the workers step while this
+        process does other work; the vector env takes no other call until the result is taken. ``timeout``
+        bounds the step from this call to the end of its wait.
+
+        Args:
+            actions: A batch of actions, one row per env.
+            reset_seeds: The seed of each env's reset, should it end.
+            options: Passed to every reset.
+
+        Raises:
+            ValueError: A step_reset started this way is still under way, or bad seeds or options (raised here
+                or by ``recv_step_reset``).
+            CollectorStateError: The vector env is closed.
+        """
+        if self._split is not None:
+            self._refuse_split()
+        pool = self._pool
+        if options is None and not self.closed and not any(pool.commands):
+            if self.timeout is not None:
+                pool.begin("step")
+            if self._restarting:
+                self._catch_deaths()
+            try:
+                posted = self._post_step_reset_all(actions, reset_seeds)
+            except BaseException:
+                pool.deadline = None
+                pool.catch_deaths = False
+                raise
+            if posted:
+                self._split = _POSTED
+                return
+            pool.deadline = None
+            pool.catch_deaths = False
+        self._split = (actions, list(reset_seeds), options)  # made by recv_step_reset, synchronously
+
+    def recv_step_reset(self) -> StepResetResult:
+        """Wait for the step_reset ``send_step_reset`` started and return its result.
+
+        Returns:
+            What ``step_reset`` of every env returns.
+
+        Raises:
+            ValueError: No step_reset was started with ``send_step_reset``.
+            CollectorStateError: The vector env was closed meanwhile.
+            EnvWorkerError, ObservationError, EnvOutputError: As ``step_reset`` raises them.
+        """
+        split, self._split = self._split, None
+        if split is None:
+            raise ValueError("no step_reset is under way: start one with send_step_reset()")
+        if split is not _POSTED:
+            actions, seeds, options = split
+            return self.step_reset(actions, reset_seeds=seeds, options=options)
+        self._check_open()
+        pool = self._pool
+        try:
+            return self._settle_step_reset_all()
+        finally:
+            pool.deadline = None
+            pool.catch_deaths = False
+
+    def _refuse_split(self) -> NoReturn:
+        raise ValueError(
+            "a step_reset of every env started with send_step_reset() is under way: take its result with "
+            "recv_step_reset() before calling the vector env again"
+        )
 
     def _catch_deaths(self) -> None:
         """Let the synchronous call under way lose as many workers as the restart budget still allows."""
@@ -426,12 +510,19 @@ class SubprocVectorEnv(BaseVectorEnv):
         """step_reset of every env with nothing in flight, each env with a seed or each without: the
         collector's call, made without pipes (see vcollect.envs.subproc.transport). None when the seeds
         are not one int in [0, 2**63) per env, nor all None: the general path handles (or rejects) those."""
+        if not self._post_step_reset_all(actions, reset_seeds):
+            return None
+        return self._settle_step_reset_all()
+
+    def _post_step_reset_all(self, actions: Any, reset_seeds: Sequence[int | None]) -> bool:
+        """Write the actions and reset plan of every env into the shared rows and announce the fast command;
+        False (nothing sent) when the seeds are not one int in [0, 2**63) per env, nor all None."""
         pool = self._pool
         if any(pool.owed):
             pool.settle_owed()  # before any shared row is written: a worker may still be reading them
         seeds = reset_seeds if type(reset_seeds) is list else list(reset_seeds)
         if len(seeds) != self.num_envs:  # (one seed would broadcast to every row)
-            return None
+            return False
         rows = self._rows
         if seeds != self._seeds_written:  # the plan changes only when an episode ends
             if seeds.count(None) == len(seeds):
@@ -442,10 +533,10 @@ class SubprocVectorEnv(BaseVectorEnv):
                     rows.reset_seed[:] = seeds  # raises for None and seeds from 2**63 on
                 except (TypeError, ValueError, OverflowError):
                     self._seeds_written = None
-                    return None
+                    return False
                 if min(cast("list[int]", seeds)) < 0:
                     self._seeds_written = None
-                    return None
+                    return False
             if self._rows_mode != mode:
                 rows.reset_mode[...] = mode
                 self._rows_mode = mode
@@ -456,7 +547,14 @@ class SubprocVectorEnv(BaseVectorEnv):
         if self._restarted_dirty:
             rows.restarted[...] = False
             self._restarted_dirty = False
-        replies, flags = pool.step_reset_all()
+        pool.post_step_reset_all()
+        return True
+
+    def _settle_step_reset_all(self) -> StepResetResult:
+        """The result of the fast command ``_post_step_reset_all`` announced, once every worker answered."""
+        pool = self._pool
+        rows = self._rows
+        replies, flags = pool.settle_step_reset_all()
         reset_infos: dict[int, dict[str, Any]] = {}
         if any(replies):
             infos = self._infos_of(replies, reset_infos, pool.group_sizes)
@@ -506,6 +604,8 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     # -- async half ------------------------------------------------------------------------------
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
+        if self._split is not None:
+            self._refuse_split()
         pool = self._pool
         if any(pool.owed):
             pool.settle_owed()
@@ -517,6 +617,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             pool.dispatch(pool.parts(STEP, ids, None), STEP)
 
     def _dispatch_reset(self, ids: np.ndarray, seeds: list[int | None], options: dict | None) -> None:
+        if self._split is not None:
+            self._refuse_split()
         parts = self._pool.parts(RESET, ids, (seeds, options))
         if self._restarting:
             self._dispatch_losing(parts, RESET)
@@ -589,6 +691,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
         """
         self._check_open()
+        if self._split is not None:
+            self._refuse_split()
         pool = self._pool
         self._render_results = {}
         message = pickle.dumps((RENDER, (), None))
@@ -601,6 +705,8 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
         """One ATTR command per worker holding some of ids; bounded by ``timeout`` like a step."""
+        if self._split is not None:
+            self._refuse_split()
         pool = self._pool
         if any(pool.owed):
             pool.settle_owed()
