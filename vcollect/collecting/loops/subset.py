@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from gymnasium.spaces import Dict, Tuple
 
 from vcollect.collecting.step_context import CollectCall, StepContext, take_rows
 from vcollect.envs import StepResetResult
@@ -222,10 +223,12 @@ class SubsetLoop:
         envs take the next one (see the module docstring)."""
         c, split = self.ctx, self.split
         assert split is not None
-        seeds, options = c.upcoming_all, call.reset_options
+        options = call.reset_options
         actor, validate, obs_problem, all_ids, n = c.actor, c.validate, c.obs_problem, c.all_ids, c.num_envs
         random, bar, space = call.random, call.bar, c.observation_space
         replacing = c.restarter is not None
+        flat = not isinstance(space, (Dict, Tuple))  # observations are one array
+        seeds = list(c.upcoming_all)  # looked up again whenever seeds are taken
         actions = actor.actions(all_ids, random)
         split.send_step_reset(actions, reset_seeds=seeds, options=options)
         for left in range(batches - 1, -1, -1):
@@ -249,9 +252,12 @@ class SubsetLoop:
                 restart_seeds: list[int | None] = []
                 if restarted.size:
                     restart_seeds = c.reset_seeds.take(restarted.tolist())
+                    seeds = list(c.upcoming_all)
                     actor.reset_state(restarted)
                 if random:
                     actor.forget_obs()
+                elif flat and not restarted.size:
+                    actor.use_rows([np.array(obs)])
                 else:
                     acted = [leaf.copy() for leaf in flatten_batch(space, obs)]
                     if restarted.size:
@@ -277,6 +283,7 @@ class SubsetLoop:
                 bar.update(n)
                 continue
             if left:
+                seeds = list(c.upcoming_all)
                 actions = actor.actions(all_ids, random)
                 split.send_step_reset(actions, reset_seeds=seeds, options=options)
 
