@@ -363,7 +363,7 @@ def _record_past_a_failing_policy(backend: str) -> list[Any]:
     from vcollect import Collector
     from vcollect.envs import make_vector
 
-    workers = {"num_workers": 2} if backend == "subproc" else {}
+    workers = {"num_workers": 2, "overlap_steps": True} if backend == "subproc" else {}
     store = ListStore()
     policy = _PolicyFailingAt(40)
     with Collector(policy, make_vector("CartPole-v1", 4, backend=backend, **workers), store=store, seed=0,
@@ -420,7 +420,8 @@ def test_subproc_collector_store_failing_while_the_next_step_runs_abandons_the_r
     from vcollect.envs import make_vector
     from vcollect.policies import RandomPolicy
 
-    envs = make_vector("CartPole-v1", 4, backend="subproc", num_workers=2)
+    envs = make_vector("CartPole-v1", 4, backend="subproc", num_workers=2, overlap_steps=True)
+    assert envs.capabilities.split_step_reset
     sink = _SinkFailingOnce()
     with Collector(RandomPolicy(envs.single_action_space, seed=0), envs, store=sink, seed=0,
                    seed_every_reset=True) as collector:
@@ -443,3 +444,14 @@ def test_subproc_collector_store_failing_while_the_next_step_runs_abandons_the_r
             rows.append(obs)
         assert np.array_equal(np.array(rows), episode.observations)
         assert episode.terminations[-1] or episode.truncations[-1]
+
+
+def test_subproc_declares_split_steps_where_a_cpu_is_free(closing):
+    # Recording a step while the workers take the next pays only with a CPU beside the workers': declared
+    # by default only then; overlap_steps says it outright either way.
+    usable = len(os.sched_getaffinity(0))
+    for workers, overlap, declared in [(1, None, usable > 1), (2, None, usable > 2), (2, True, True), (1, False, False)]:
+        envs = SubprocVectorEnv([make_cartpole] * 2, num_workers=workers, overlap_steps=overlap)
+        closing.append(envs)
+        assert envs.capabilities.split_step_reset == declared
+        assert envs.capabilities.step_reset

@@ -76,8 +76,12 @@ class SubprocVectorEnv(BaseVectorEnv):
     pick one several times the slowest call you expect. Building the envs and render() are not bounded.
     The async half (send/recv) takes its own ``recv(timeout=)``, and no step or reset in flight may take
     longer than ``timeout`` either: past it ``recv`` raises as a synchronous call does.
-    ``send_step_reset``/``recv_step_reset`` split a step_reset of every env in two (``capabilities``:
-    ``split_step_reset``), so the Collector records one step while the workers take the next.
+    ``send_step_reset``/``recv_step_reset`` split a step_reset of every env in two, so that a collector can record
+    one step while the workers take the next. `overlap_steps`: whether the vector env declares that
+    (``capabilities.split_step_reset``): it pays only where this process has a CPU beside the workers' (with as
+    many workers as CPUs, the recording has to share a CPU with a worker that is stepping, and the step takes
+    as long as recording first and stepping after); None (the default) declares it where more CPUs are usable
+    than there are workers.
 
     `max_restarts` (default 0): how many times a worker process that died, or one of whose envs raised in
     a synchronous step, reset or step_reset, is replaced by a new process holding the same env ids (new
@@ -111,13 +115,14 @@ class SubprocVectorEnv(BaseVectorEnv):
         import_main: Whether workers import the program's main module (None: only where needed).
         timeout: Seconds each synchronous call may take (None: no limit).
         max_restarts: Worker replacements allowed over the vector env's life.
+        overlap_steps: Whether to declare ``split_step_reset`` (None: where a CPU is free beside the workers).
 
     Raises:
         ValueError: No factory, a ``num_workers`` outside 1..len(env_fns), or a bad ``timeout``.
         EnvWorkerError: A worker failed to start or build its envs.
     """
 
-    capabilities = EnvCapabilities(step_reset=True, split_step_reset=True)
+    capabilities = EnvCapabilities(step_reset=True)
 
     def __init__(
         self,
@@ -129,6 +134,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         import_main: bool | None = None,
         timeout: float | None = None,
         max_restarts: int = 0,
+        overlap_steps: bool | None = None,
     ) -> None:
         exit_if_importing_main()  # a worker running an unguarded script: the parent explains
         num_envs = len(env_fns)
@@ -141,8 +147,11 @@ class SubprocVectorEnv(BaseVectorEnv):
         self.num_workers = num_workers
         self.timeout = check_timeout(timeout)
         budget = RestartBudget(max_restarts)
+        if overlap_steps is None:
+            usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            overlap_steps = usable > num_workers
         self.capabilities = EnvCapabilities(
-            step_reset=True, split_step_reset=True, restarts_envs=budget.max_restarts > 0
+            step_reset=True, split_step_reset=bool(overlap_steps), restarts_envs=budget.max_restarts > 0
         )
         self.closed = True  # until the workers are up (a failed start leaves nothing to close)
         pool = WorkerPool(
