@@ -176,7 +176,8 @@ class SubsetLoop:
             self._overlapped_batches(batches, call)
             return
         assert self.step_reset is not None
-        step_reset, seeds, options = self.step_reset.step_reset, c.upcoming_all, call.reset_options
+        step_reset, options = self.step_reset.step_reset, call.reset_options
+        seeds = list(c.upcoming_all)  # looked up again whenever seeds are taken
         actor, add_all, writer, needs_reset = c.actor, c.buffer.add_all, c.writer, c.needs_reset
         lengths, returns = c.buffer.episode_lengths, c.buffer.episode_returns
         validate, obs_problem, all_ids, n = c.validate, c.obs_problem, c.all_ids, c.num_envs
@@ -189,6 +190,7 @@ class SubsetLoop:
                 replaced, abandoned = c.take_replaced()
                 if replaced.size:  # the rest of this batch is recorded the general way
                     self._record_step_reset(all_ids, actions, result, call, replaced, abandoned)
+                    seeds = list(c.upcoming_all)
                     bar.update(n - replaced.size)
                     continue
             obs, rewards, terms, truncs, _, restarted, reset_obs, _ = result
@@ -209,6 +211,7 @@ class SubsetLoop:
                 needs_reset[finished] = True
             if restarted.size:
                 c.start_episodes(restarted, reset_obs, c.reset_seeds.take(restarted.tolist()), options, remember=False)
+                seeds = list(c.upcoming_all)
                 if not random:  # the policy acts next on the restarted envs' first observations
                     for leaf, first in zip(flatten_batch(space, obs), flatten_batch(space, reset_obs)):
                         leaf[restarted] = first
