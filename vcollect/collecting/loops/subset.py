@@ -232,63 +232,68 @@ class SubsetLoop:
         replacing = c.restarter is not None
         flat = not isinstance(space, (Dict, Tuple))  # observations are one array
         seeds = list(c.upcoming_all)  # looked up again whenever seeds are taken
-        actions = actor.actions(all_ids, random)
-        split.send_step_reset(actions, reset_seeds=seeds, options=options)
-        for left in range(batches - 1, -1, -1):
-            result = split.recv_step_reset()
-            obs, rewards, terms, truncs, _, restarted, reset_obs, _ = result
-            replaced, abandoned = c.take_replaced() if replacing else (None, None)
-            if replaced is not None and replaced.size:  # the rest of this batch is recorded the general way
-                assert abandoned is not None
-                self._record_step_reset(all_ids, actions, result, call, replaced, abandoned)
-                bar.update(n - replaced.size)
-            elif validate and (
-                obs_problem(obs) is not None
-                or not math.isfinite(float(np.add.reduce(rewards)))
-                or (restarted.size and obs_problem(reset_obs) is not None)
-            ):  # a check that may fail: the step is recorded (or refused) before anything else is sent
-                self._record_result(all_ids, None, actions, result, call)
-                bar.update(n)
-            else:
-                # what the next actions depend on: the restarted envs' seeds and policy state, and the
-                # observations the policy acts on (a copy: the rings record what the envs returned)
-                restart_seeds: list[int | None] = []
-                if restarted.size:
-                    restart_seeds = c.reset_seeds.take(restarted.tolist())
-                    seeds = list(c.upcoming_all)
-                    actor.reset_state(restarted)
-                if random:
-                    actor.forget_obs()
-                elif flat and not restarted.size:
-                    actor.use_rows([np.array(obs)])
+        under_way = False  # whether a step was sent whose result is not taken yet
+        try:
+            actions = actor.actions(all_ids, random)
+            split.send_step_reset(actions, reset_seeds=seeds, options=options)
+            under_way = True
+            for left in range(batches - 1, -1, -1):
+                under_way = False
+                result = split.recv_step_reset()
+                obs, rewards, terms, truncs, _, restarted, reset_obs, _ = result
+                replaced, abandoned = c.take_replaced() if replacing else (None, None)
+                if replaced is not None and replaced.size:  # the rest of this batch is recorded the general way
+                    assert abandoned is not None
+                    self._record_step_reset(all_ids, actions, result, call, replaced, abandoned)
+                    bar.update(n - replaced.size)
+                elif validate and (
+                    obs_problem(obs) is not None
+                    or not math.isfinite(float(np.add.reduce(rewards)))
+                    or (restarted.size and obs_problem(reset_obs) is not None)
+                ):  # a check that may fail: the step is recorded (or refused) before anything else is sent
+                    self._record_result(all_ids, None, actions, result, call)
+                    bar.update(n)
                 else:
-                    acted = [leaf.copy() for leaf in flatten_batch(space, obs)]
+                    # what the next actions depend on: the restarted envs' seeds and policy state, and the
+                    # observations the policy acts on (a copy: the rings record what the envs returned)
+                    restart_seeds: list[int | None] = []
                     if restarted.size:
-                        for leaf, first in zip(acted, flatten_batch(space, reset_obs)):
-                            leaf[restarted] = first
-                    actor.use_rows(acted)
-                step = (actions, obs, rewards, terms, truncs, restarted, reset_obs, restart_seeds)
-                if left:
-                    try:
-                        actions = actor.actions(all_ids, random)
-                        split.send_step_reset(actions, reset_seeds=seeds, options=options)
-                    except BaseException:
-                        self._record_batch(*step, call)  # recorded, as when acting follows recording
-                        raise
-                try:
-                    self._record_batch(*step, call)
-                except BaseException:
+                        restart_seeds = c.reset_seeds.take(restarted.tolist())
+                        seeds = list(c.upcoming_all)
+                        actor.reset_state(restarted)
+                    if random:
+                        actor.forget_obs()
+                    elif flat and not restarted.size:
+                        actor.use_rows([np.array(obs)])
+                    else:
+                        acted = [leaf.copy() for leaf in flatten_batch(space, obs)]
+                        if restarted.size:
+                            for leaf, first in zip(acted, flatten_batch(space, reset_obs)):
+                                leaf[restarted] = first
+                        actor.use_rows(acted)
+                    step = (actions, obs, rewards, terms, truncs, restarted, reset_obs, restart_seeds)
                     if left:
-                        with contextlib.suppress(Exception):
-                            split.recv_step_reset()
-                        c.abandon_running(_DROPPED_STEP)
-                    raise
-                bar.update(n)
-                continue
-            if left:
-                seeds = list(c.upcoming_all)
-                actions = actor.actions(all_ids, random)
-                split.send_step_reset(actions, reset_seeds=seeds, options=options)
+                        try:
+                            actions = actor.actions(all_ids, random)
+                            split.send_step_reset(actions, reset_seeds=seeds, options=options)
+                        except BaseException:
+                            self._record_batch(*step, call)  # recorded, as when acting follows recording
+                            raise
+                        under_way = True
+                    self._record_batch(*step, call)
+                    bar.update(n)
+                    continue
+                if left:
+                    seeds = list(c.upcoming_all)
+                    actions = actor.actions(all_ids, random)
+                    split.send_step_reset(actions, reset_seeds=seeds, options=options)
+                    under_way = True
+        except BaseException:
+            if under_way:  # the envs took a step no ring will see: wait for it, give up the running episodes
+                with contextlib.suppress(Exception):
+                    split.recv_step_reset()
+                c.abandon_running(_DROPPED_STEP)
+            raise
 
     def _record_batch(
         self,
