@@ -4,6 +4,7 @@ InfoRecordingEnv's narrowed declaration."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 import gymnasium as gym
@@ -37,7 +38,10 @@ def assert_declares(envs: Any, expected: EnvCapabilities) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_process_backends_declare_subset_steps_with_seeded_step_resets(closing, backend):
     envs = make(closing, backend, [CountingEnv] * 2)
-    assert_declares(envs, EnvCapabilities(step_reset=True))
+    # the subprocess backend also splits its step_reset of every env in two where a CPU is free beside its
+    # workers (send_step_reset/recv_step_reset; test_subproc_declares_split_steps_where_a_cpu_is_free)
+    split = backend == "subproc" and len(os.sched_getaffinity(0)) > envs.num_workers
+    assert_declares(envs, EnvCapabilities(step_reset=True, split_step_reset=split))
     assert envs.capabilities.loop == "subset"
 
 
@@ -63,6 +67,7 @@ def test_a_backend_without_capabilities_is_refused():
         ({"steps_in_blocks": True, "autoresets": True}, "steps_in_blocks needs"),
         ({"step_reset": True, "steps_all_envs": True}, "cannot offer it"),
         ({"hands_over_obs": True, "steps_all_envs": True, "autoresets": True}, "needs steps_in_blocks"),
+        ({"split_step_reset": True}, "split_step_reset splits a step_reset in two: it needs step_reset"),
     ],
 )
 def test_capabilities_refuse_contradictions(fields, message):
@@ -83,8 +88,9 @@ def test_capabilities_are_frozen_and_name_their_loop():
 def test_info_recording_declares_what_it_records_and_forwards_nothing_else(closing, backend):
     inner = make(closing, backend, [CountingEnv] * 2)
     recording = InfoRecordingEnv(inner)
-    # the wrapped env's capabilities less step_reset (infos are taken before a restart) and recv_any
-    assert_declares(recording, dataclasses.replace(inner.capabilities, step_reset=False, recv_any=False))
+    # the wrapped env's capabilities less step_reset (infos are taken before a restart), its split, and recv_any
+    expected = dataclasses.replace(inner.capabilities, step_reset=False, split_step_reset=False, recv_any=False)
+    assert_declares(recording, expected)
     with pytest.raises(AttributeError):
         recording.metadata  # noqa: B018 - a backend extra: not forwarded
     assert recording.reset(seeds=3)[1] == [{"seed": 3}, {"seed": 4}]  # the protocol still goes through

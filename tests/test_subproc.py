@@ -300,3 +300,158 @@ def test_a_script_without_main_guard_gets_a_one_line_error(tmp_path, context):
     assert lines[0] == "Traceback (most recent call last):" and done.stderr.count("Traceback") == 1
     assert "RuntimeError" not in done.stderr and "bootstrapping" not in done.stderr
     assert len(lines) < 20
+
+
+def test_subproc_split_step_reset_returns_what_step_reset_returns_and_holds_other_calls(closing):
+    # send_step_reset/recv_step_reset of every env: the results of step_reset, restarts included (fast path with
+    # seeds, the synchronous path with options); while one is under way every other call is refused.
+    split = SubprocVectorEnv([make_cartpole] * 4, num_workers=2)
+    closing.append(split)
+    twin = make(closing, "dummy", [make_cartpole] * 4)
+    split.reset(seeds=0)
+    twin.reset(seeds=0)
+    rng = np.random.default_rng(0)
+    restarts = 0
+    for t in range(60):
+        actions = rng.integers(0, 2, 4)
+        seeds = [1000 * t + j for j in range(4)]
+        options = {"low": -0.01, "high": 0.01} if t % 3 == 0 else None
+        split.send_step_reset(actions, reset_seeds=seeds, options=options)
+        if t == 0:
+            for call in (
+                functools.partial(split.step, actions),
+                functools.partial(split.reset, seeds=1),
+                functools.partial(split.step_reset, actions, reset_seeds=seeds),
+                functools.partial(split.send_step_reset, actions, reset_seeds=seeds),
+                functools.partial(split.send, actions),
+                functools.partial(split.reset_async, seeds=1),
+                functools.partial(split.get_env_attr, "spec"),
+                split.render,
+            ):
+                with pytest.raises(ValueError, match="recv_step_reset"):
+                    call()
+        got = split.recv_step_reset()
+        want = twin.step_reset(actions, reset_seeds=seeds, options=options)
+        for a, b in zip(got[:4], want[:4]):
+            assert_identical(a, b)
+        assert got.reset_ids.tolist() == want.reset_ids.tolist() and got.reset_infos == want.reset_infos
+        if want.reset_ids.size:
+            assert_identical(got.reset_obs, want.reset_obs)
+            restarts += want.reset_ids.size
+    assert restarts >= 4
+    with pytest.raises(ValueError, match="no step_reset is under way"):
+        split.recv_step_reset()
+    split.step(np.zeros(4, np.int64))  # nothing under way: the vector env takes calls again
+
+
+class _PolicyFailingAt:
+    """Acts on the pole angle; raises on its ``fail_at``-th call (0: never)."""
+
+    def __init__(self, fail_at: int) -> None:
+        self.calls = 0
+        self.fail_at = fail_at
+
+    def __call__(self, obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("the policy failed")
+        return (obs[:, 2] > 0).astype(np.int64), None
+
+
+def _record_past_a_failing_policy(backend: str) -> list[Any]:
+    from tests.sinks import ListStore
+    from vcollect import Collector
+    from vcollect.envs import make_vector
+
+    workers = {"num_workers": 2, "overlap_steps": True} if backend == "subproc" else {}
+    store = ListStore()
+    policy = _PolicyFailingAt(40)
+    with Collector(policy, make_vector("CartPole-v1", 4, backend=backend, **workers), store=store, seed=0,
+                   seed_every_reset=True) as collector:
+        with pytest.raises(RuntimeError, match="the policy failed"):
+            collector.collect(n_step=4 * 100, reset_before_collect=True)
+        seen: list[Any] = [len(collector.buffer)]
+        seen += [collector.buffer.episode(e).observations.tobytes() for e in range(4)]
+        policy.fail_at = 0
+        stats = collector.collect(n_step=4 * 30 + 2)
+        seen += [len(collector.buffer), stats.lens.tolist()]
+        seen += [collector.buffer.episode(e).observations.tobytes() for e in range(4)]
+    seen += [(ep.seed, ep.env_id, ep.observations.tobytes()) for ep in store.episodes]
+    return seen
+
+
+def test_subproc_collector_records_the_steps_before_a_failing_policy_as_in_process():
+    # The subprocess collector sends each step's next actions before recording it: a policy that raises
+    # still leaves every step before it recorded, exactly as the in-process backend does.
+    assert _record_past_a_failing_policy("subproc") == _record_past_a_failing_policy("dummy")
+
+
+class _SinkFailingOnce:
+    """A ListStore whose first write raises OSError."""
+
+    def __init__(self) -> None:
+        from tests.sinks import ListStore
+
+        self.inner = ListStore()
+        self.observation_space = self.inner.observation_space
+        self.action_space = self.inner.action_space
+        self.failed = False
+
+    def write_episodes(self, *args: Any, **kwargs: Any) -> None:
+        if not self.failed:
+            self.failed = True
+            raise OSError("the disk is full")
+        self.inner.write_episodes(*args, **kwargs)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_subproc_collector_store_failing_while_the_next_step_runs_abandons_the_running_episodes():
+    # The store raises while a step is recorded and the next step is under way: that step is waited for and
+    # dropped, the running episodes (their envs took it) are abandoned and listed, and the next call starts
+    # every env afresh, so every episode stored afterwards replays exactly from its seed and actions.
+    import gymnasium as gym
+
+    from vcollect import Collector
+    from vcollect.envs import make_vector
+    from vcollect.policies import RandomPolicy
+
+    envs = make_vector("CartPole-v1", 4, backend="subproc", num_workers=2, overlap_steps=True)
+    assert envs.capabilities.split_step_reset
+    sink = _SinkFailingOnce()
+    with Collector(RandomPolicy(envs.single_action_space, seed=0), envs, store=sink, seed=0,
+                   seed_every_reset=True) as collector:
+        with pytest.raises(OSError, match="the disk is full"):
+            collector.collect(n_step=4 * 3000, reset_before_collect=True)
+        assert isinstance(envs, SubprocVectorEnv)
+        assert envs._split is None and not any(envs._pool.owed)  # nothing left under way
+        stats = collector.collect(n_step=4 * 300)
+        assert stats.n_collected_steps == 4 * 300
+        assert 1 <= len(stats.abandoned) <= 4
+        assert all("dropped" in episode.error and episode.steps >= 1 for episode in stats.abandoned)
+    stored = sink.inner.episodes
+    assert len(stored) >= 20
+    env = gym.make("CartPole-v1")
+    for episode in stored:
+        obs, _ = env.reset(seed=episode.seed)
+        rows = [obs]
+        for action in episode.actions.tolist():
+            obs, *_ = env.step(action)
+            rows.append(obs)
+        assert np.array_equal(np.array(rows), episode.observations)
+        assert episode.terminations[-1] or episode.truncations[-1]
+
+
+def test_subproc_declares_split_steps_where_a_cpu_is_free(closing):
+    # Recording a step while the workers take the next pays only with a CPU beside the workers': declared
+    # by default only then; overlap_steps says it outright either way.
+    usable = len(os.sched_getaffinity(0))
+    for workers, overlap, declared in [(1, None, usable > 1), (2, None, usable > 2), (2, True, True), (1, False, False)]:
+        envs = SubprocVectorEnv([make_cartpole] * 2, num_workers=workers, overlap_steps=overlap)
+        closing.append(envs)
+        assert envs.capabilities.split_step_reset == declared
+        assert envs.capabilities.step_reset

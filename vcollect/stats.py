@@ -16,13 +16,15 @@ FOLD_EVERY = 4096
 
 
 class AbandonedEpisode(NamedTuple):
-    """An episode given up because its env's worker failed and was replaced (``max_restarts``): not stored,
-    not counted as collected.
+    """An episode given up because its env's worker failed and was replaced (``max_restarts``), or because
+    its env took a step that was never recorded (recording the step before it raised): not stored, not counted
+    as collected.
 
     Attributes:
         env_id: The env id whose episode it was.
         steps: The steps the episode had taken (recorded in the rings, never stored).
-        error: Why the worker was replaced: the env's exception, or how the process or actor died.
+        error: Why the worker was replaced (the env's exception, or how the process or actor died), or why the
+            step was dropped.
     """
 
     env_id: int

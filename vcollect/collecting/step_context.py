@@ -222,6 +222,16 @@ class StepContext:
         self.needs_reset[replaced] = True
         return replaced, running
 
+    def abandon_running(self, error: str) -> None:
+        """Give up every running episode (their envs took a step the rings never saw): not stored, listed in
+        ``abandoned`` with ``error``; every env then waits for a reset."""
+        running = self.buffer.unfinished()
+        for env_id in running.tolist():
+            self.abandoned.append(AbandonedEpisode(env_id, int(self.buffer.episode_lengths[env_id]), error))
+        if running.size:
+            self.ring.abandon_episodes(running)
+        self.needs_reset[:] = True
+
     def take_abandoned(self) -> tuple[AbandonedEpisode, ...]:
         """The episodes abandoned since the last take (a collect call's)."""
         abandoned, self.abandoned = tuple(self.abandoned), []
@@ -236,6 +246,7 @@ class StepContext:
         *,
         check: bool = True,
         remember: bool = True,
+        policy_state: bool = True,
     ) -> None:
         """Begin new episodes for env_ids from their first observations, reset with these seeds.
 
@@ -246,6 +257,7 @@ class StepContext:
             options: the options of the resets.
             check: check the observations (with ``validate``).
             remember: make them the actor's newest observations.
+            policy_state: reset their policy state (False: the caller did, before the policy acted on them).
         """
         if check and self.validate:
             self.check_obs(obs, env_ids, "a reset observation")
@@ -256,7 +268,8 @@ class StepContext:
             stored: list[int | None] = list(seeds) if self.capabilities.seeded_resets else [None] * len(env_ids)
             self.writer.started(env_ids.tolist(), stored, options)
         self.needs_reset[env_ids] = False
-        self.actor.reset_state(env_ids)
+        if policy_state:
+            self.actor.reset_state(env_ids)
 
     def self_started(self, env_ids: np.ndarray, *, policy_state: bool = True) -> None:
         """Episodes envs started by themselves, whose first rows are in the rings already: no seed or options

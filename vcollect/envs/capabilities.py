@@ -37,6 +37,9 @@ class EnvCapabilities:
             vcollect.envs.restarts) instead of raising, within a budget (``max_restarts``); only
             subset-stepping backends with ``step_reset`` (the loops that handle it: SubsetLoop, and
             AsyncCollector's AsyncLoop).
+        split_step_reset: It can start a ``step_reset`` of every env (``send_step_reset``) and hand its result
+            over later (``recv_step_reset``), so the collector records one step while the envs take the next
+            (the subprocess backend); needs ``step_reset``.
 
     Raises:
         ValueError: A combination of flags no loop handles (named), or ``recv_batch_size < 1``.
@@ -51,6 +54,7 @@ class EnvCapabilities:
     recv_any: bool = False
     hands_over_obs: bool = False
     restarts_envs: bool = False
+    split_step_reset: bool = False
 
     def __post_init__(self) -> None:
         if self.recv_batch_size < 1:
@@ -63,6 +67,8 @@ class EnvCapabilities:
             raise ValueError("step_reset steps a subset of envs; a steps_all_envs backend cannot offer it")
         if self.restarts_envs and not self.step_reset:
             raise ValueError("restarts_envs is handled by the subset loop: it needs step_reset")
+        if self.split_step_reset and not self.step_reset:
+            raise ValueError("split_step_reset splits a step_reset in two: it needs step_reset")
 
     @property
     def loop(self) -> StepLoop:

@@ -64,7 +64,7 @@ class InfoRecordingEnv(PassThroughVectorEnv):
                 f"recording infos needs a backend that steps and resets each env on request; "
                 f"{type(envs).__name__} steps all envs at once or resets them by itself"
             )
-        super().__init__(envs, replace(wrapped, step_reset=False, recv_any=False))
+        super().__init__(envs, replace(wrapped, step_reset=False, split_step_reset=False, recv_any=False))
         self._rows: list[list[dict[str, Any]]] = [[] for _ in range(self.num_envs)]
 
     def on_reset(self, env_ids: np.ndarray, infos: Sequence[dict[str, Any]]) -> None:

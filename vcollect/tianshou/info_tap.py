@@ -78,6 +78,17 @@ class StepInfoTap(PassThroughVectorEnv):
         self._rows[result.reset_ids] += 1
         return result
 
+    def send_step_reset(self, actions: Any, **kwargs: Any) -> None:
+        """Start a step_reset of every env (the wrapped env's ``send_step_reset``, where it declares
+        ``split_step_reset``)."""
+        self.envs.send_step_reset(actions, **kwargs)
+
+    def recv_step_reset(self) -> StepResetResult:
+        """The result of the step_reset ``send_step_reset`` started, writing the step's infos."""
+        result: StepResetResult = self.envs.recv_step_reset()
+        self.on_step(self.all_ids, result.infos)
+        return result
+
     def take_restarts(self) -> Any:
         """The envs the wrapped backend replaced (where it declares ``restarts_envs``)."""
         return self.envs.take_restarts()

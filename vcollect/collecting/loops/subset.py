@@ -11,23 +11,34 @@ A backend that replaces failed envs (``restarts_envs``, vcollect.envs.restarts) 
 step: their rows of the step are not recorded (nor counted), their running episodes are abandoned
 (StepContext.take_replaced) and they are reset at once with the next seeds of their streams, so the call's
 counts stay exact.
+
+A backend that splits its step_reset in two (``split_step_reset``: the subprocess backend) has each step's
+next actions sent before the step is recorded: once a step's result is in, what the next actions depend on
+comes first (the checks of its observations and rewards, the seeds and policy state of the envs it restarted,
+the policy's actions on its observations), the next step is sent, and the step is recorded (rings, ledger,
+store) while the envs take the next one. A step whose checks fail, or in which envs were replaced, is recorded
+before anything else is sent, as step by step. Should recording a step raise while the next one is under way,
+that next step is waited for and dropped; every running episode is then abandoned (its env took a step the
+rings never saw; listed with the collector's abandoned episodes) and every env waits for a reset.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+from gymnasium.spaces import Dict, Tuple
 
 from vcollect.collecting.step_context import CollectCall, StepContext, take_rows
 from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
 from vcollect.stats import Extendable
 
-__all__ = ["StepsAndResets", "SubsetLoop"]
+__all__ = ["SplitsStepReset", "StepsAndResets", "SubsetLoop"]
 
 
 @runtime_checkable
@@ -47,6 +58,24 @@ class StepsAndResets(Protocol):
         ...
 
 
+@runtime_checkable
+class SplitsStepReset(Protocol):
+    """What a backend that declares ``split_step_reset`` offers."""
+
+    def send_step_reset(
+        self, actions: Any, *, reset_seeds: Sequence[int | None], options: dict[str, Any] | None = None
+    ) -> None:
+        """Start a step_reset of every env; its result is taken by ``recv_step_reset``."""
+        ...
+
+    def recv_step_reset(self) -> StepResetResult:
+        """Wait for the step_reset ``send_step_reset`` started and return its result."""
+        ...
+
+
+_DROPPED_STEP = "recording the step before raised while the env took its next step, which was dropped"
+
+
 class SubsetLoop:
     """The step loop of backends that step any subset of their envs (dummy, subprocess, Ray)."""
 
@@ -57,6 +86,14 @@ class SubsetLoop:
             if not isinstance(context.envs, StepsAndResets):
                 raise TypeError(f"{type(context.envs).__name__} declares step_reset but has no step_reset method")
             self.step_reset = context.envs
+        self.split: SplitsStepReset | None = None
+        if context.capabilities.split_step_reset:
+            if not isinstance(context.envs, SplitsStepReset):
+                raise TypeError(
+                    f"{type(context.envs).__name__} declares split_step_reset but has no send_step_reset and "
+                    "recv_step_reset methods"
+                )
+            self.split = context.envs
         self._next_env = 0  # where the next partial batch starts
         self.unrecorded = 0
         """Transitions of replaced envs that steps did not record (restarts_envs); the loops subtract them."""
@@ -135,8 +172,12 @@ class SubsetLoop:
         if batches <= 0:
             return
         c = self.ctx
+        if self.split is not None and c.on_episode_done_hook is None:
+            self._overlapped_batches(batches, call)
+            return
         assert self.step_reset is not None
-        step_reset, seeds, options = self.step_reset.step_reset, c.upcoming_all, call.reset_options
+        step_reset, options = self.step_reset.step_reset, call.reset_options
+        seeds = list(c.upcoming_all)  # looked up again whenever seeds are taken
         actor, add_all, writer, needs_reset = c.actor, c.buffer.add_all, c.writer, c.needs_reset
         lengths, returns = c.buffer.episode_lengths, c.buffer.episode_returns
         validate, obs_problem, all_ids, n = c.validate, c.obs_problem, c.all_ids, c.num_envs
@@ -149,6 +190,7 @@ class SubsetLoop:
                 replaced, abandoned = c.take_replaced()
                 if replaced.size:  # the rest of this batch is recorded the general way
                     self._record_step_reset(all_ids, actions, result, call, replaced, abandoned)
+                    seeds = list(c.upcoming_all)
                     bar.update(n - replaced.size)
                     continue
             obs, rewards, terms, truncs, _, restarted, reset_obs, _ = result
@@ -169,6 +211,7 @@ class SubsetLoop:
                 needs_reset[finished] = True
             if restarted.size:
                 c.start_episodes(restarted, reset_obs, c.reset_seeds.take(restarted.tolist()), options, remember=False)
+                seeds = list(c.upcoming_all)
                 if not random:  # the policy acts next on the restarted envs' first observations
                     for leaf, first in zip(flatten_batch(space, obs), flatten_batch(space, reset_obs)):
                         leaf[restarted] = first
@@ -177,6 +220,111 @@ class SubsetLoop:
             else:
                 actor.remember(all_ids, obs, owned=True)
             bar.update(n)
+
+    def _overlapped_batches(self, batches: int, call: CollectCall) -> None:
+        """``_full_batches`` on a backend that declares ``split_step_reset``: each step is recorded while the
+        envs take the next one (see the module docstring)."""
+        c, split = self.ctx, self.split
+        assert split is not None
+        options = call.reset_options
+        actor, validate, obs_problem, all_ids, n = c.actor, c.validate, c.obs_problem, c.all_ids, c.num_envs
+        random, bar, space = call.random, call.bar, c.observation_space
+        replacing = c.restarter is not None
+        flat = not isinstance(space, (Dict, Tuple))  # observations are one array
+        seeds = list(c.upcoming_all)  # looked up again whenever seeds are taken
+        under_way = False  # whether a step was sent whose result is not taken yet
+        try:
+            actions = actor.actions(all_ids, random)
+            split.send_step_reset(actions, reset_seeds=seeds, options=options)
+            under_way = True
+            for left in range(batches - 1, -1, -1):
+                under_way = False
+                result = split.recv_step_reset()
+                obs, rewards, terms, truncs, _, restarted, reset_obs, _ = result
+                replaced, abandoned = c.take_replaced() if replacing else (None, None)
+                if replaced is not None and replaced.size:  # the rest of this batch is recorded the general way
+                    assert abandoned is not None
+                    self._record_step_reset(all_ids, actions, result, call, replaced, abandoned)
+                    bar.update(n - replaced.size)
+                elif validate and (
+                    obs_problem(obs) is not None
+                    or not math.isfinite(float(np.add.reduce(rewards)))
+                    or (restarted.size and obs_problem(reset_obs) is not None)
+                ):  # a check that may fail: the step is recorded (or refused) before anything else is sent
+                    self._record_result(all_ids, None, actions, result, call)
+                    bar.update(n)
+                else:
+                    # what the next actions depend on: the restarted envs' seeds and policy state, and the
+                    # observations the policy acts on (a copy: the rings record what the envs returned)
+                    restart_seeds: list[int | None] = []
+                    if restarted.size:
+                        restart_seeds = c.reset_seeds.take(restarted.tolist())
+                        seeds = list(c.upcoming_all)
+                        actor.reset_state(restarted)
+                    if random:
+                        actor.forget_obs()
+                    elif flat and not restarted.size:
+                        actor.use_rows([np.array(obs)])
+                    else:
+                        acted = [leaf.copy() for leaf in flatten_batch(space, obs)]
+                        if restarted.size:
+                            for leaf, first in zip(acted, flatten_batch(space, reset_obs)):
+                                leaf[restarted] = first
+                        actor.use_rows(acted)
+                    step = (actions, obs, rewards, terms, truncs, restarted, reset_obs, restart_seeds)
+                    if left:
+                        try:
+                            actions = actor.actions(all_ids, random)
+                            split.send_step_reset(actions, reset_seeds=seeds, options=options)
+                        except BaseException:
+                            self._record_batch(*step, call)  # recorded, as when acting follows recording
+                            raise
+                        under_way = True
+                    self._record_batch(*step, call)
+                    bar.update(n)
+                    continue
+                if left:
+                    seeds = list(c.upcoming_all)
+                    actions = actor.actions(all_ids, random)
+                    split.send_step_reset(actions, reset_seeds=seeds, options=options)
+                    under_way = True
+        except BaseException:
+            if under_way:  # the envs took a step no ring will see: wait for it, give up the running episodes
+                with contextlib.suppress(Exception):
+                    split.recv_step_reset()
+                c.abandon_running(_DROPPED_STEP)
+            raise
+
+    def _record_batch(
+        self,
+        actions: Any,
+        obs: Any,
+        rewards: np.ndarray,
+        terms: np.ndarray,
+        truncs: np.ndarray,
+        restarted: np.ndarray,
+        reset_obs: Any,
+        restart_seeds: list[int | None],
+        call: CollectCall,
+    ) -> None:
+        """Record a checked step of every env (its restarted envs' seeds taken and policy state reset already):
+        rings, episode ends, the restarted envs' first rows."""
+        c = self.ctx
+        if c.writer is not None:
+            c.writer.next_rounds()
+        c.buffer.add_all(actions, rewards, terms, truncs, obs)
+        done = terms | truncs
+        if np.count_nonzero(done):
+            finished = c.all_ids[done]
+            call.returns.extend(c.buffer.episode_returns[finished].tolist())
+            call.lens.extend(c.buffer.episode_lengths[finished].tolist())
+            c.ended(finished)
+            c.needs_reset[finished] = True
+        if restarted.size:
+            c.start_episodes(
+                restarted, reset_obs, restart_seeds, call.reset_options, check=False, remember=False,
+                policy_state=False,
+            )
 
     def step(self, env_ids: np.ndarray, call: CollectCall, may_reset: np.ndarray | None) -> np.ndarray:
         """Act, step and record for ``env_ids`` (ascending); write finished episodes and restart them, except

@@ -306,6 +306,12 @@ class WorkerPool:
     def step_reset_all(self) -> tuple[list[bytes | None], int]:
         """The fast command (a step-and-reset of every env, its plan already in the shared rows): each
         worker's pickled reply (None where it had nothing to say) and the REPLY_* bits of all replies."""
+        self.post_step_reset_all()
+        return self.settle_step_reset_all()
+
+    def post_step_reset_all(self) -> None:
+        """Announce the fast command to every worker without waiting; ``settle_step_reset_all`` takes the
+        answers (until then the shared rows are the workers': nothing may write them)."""
         rows = self.rows
         assert rows is not None
         control = rows.control
@@ -314,6 +320,11 @@ class WorkerPool:
             control[w, CTRL_FAST] = 1
             owed[w] = _OWE_DONE
             sem.release()
+
+    def settle_step_reset_all(self) -> tuple[list[bytes | None], int]:
+        """Wait for every worker's answer to the fast command ``post_step_reset_all`` announced: each worker's
+        pickled reply (None where it had nothing to say) and the REPLY_* bits of all replies."""
+        control = self.rows.control  # type: ignore[union-attr]
         replies = []
         flags = 0
         for w in range(self.num_workers):

@@ -54,6 +54,7 @@ from vcollect.envs.subproc.transport import (
 __all__ = ["SubprocVectorEnv"]
 
 _SPIN_S = 300e-6
+_POSTED = "posted"  # SubprocVectorEnv._split: a fast step_reset of every env announced to the workers
 
 
 class SubprocVectorEnv(BaseVectorEnv):
@@ -75,6 +76,12 @@ class SubprocVectorEnv(BaseVectorEnv):
     pick one several times the slowest call you expect. Building the envs and render() are not bounded.
     The async half (send/recv) takes its own ``recv(timeout=)``, and no step or reset in flight may take
     longer than ``timeout`` either: past it ``recv`` raises as a synchronous call does.
+    ``send_step_reset``/``recv_step_reset`` split a step_reset of every env in two, so that a collector can record
+    one step while the workers take the next. `overlap_steps`: whether the vector env declares that
+    (``capabilities.split_step_reset``): it pays only where this process has a CPU beside the workers' (with as
+    many workers as CPUs, the recording has to share a CPU with a worker that is stepping, and the step takes
+    as long as recording first and stepping after); None (the default) declares it where more CPUs are usable
+    than there are workers.
 
     `max_restarts` (default 0): how many times a worker process that died, or one of whose envs raised in
     a synchronous step, reset or step_reset, is replaced by a new process holding the same env ids (new
@@ -108,6 +115,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         import_main: Whether workers import the program's main module (None: only where needed).
         timeout: Seconds each synchronous call may take (None: no limit).
         max_restarts: Worker replacements allowed over the vector env's life.
+        overlap_steps: Whether to declare ``split_step_reset`` (None: where a CPU is free beside the workers).
 
     Raises:
         ValueError: No factory, a ``num_workers`` outside 1..len(env_fns), or a bad ``timeout``.
@@ -126,6 +134,7 @@ class SubprocVectorEnv(BaseVectorEnv):
         import_main: bool | None = None,
         timeout: float | None = None,
         max_restarts: int = 0,
+        overlap_steps: bool | None = None,
     ) -> None:
         exit_if_importing_main()  # a worker running an unguarded script: the parent explains
         num_envs = len(env_fns)
@@ -138,7 +147,12 @@ class SubprocVectorEnv(BaseVectorEnv):
         self.num_workers = num_workers
         self.timeout = check_timeout(timeout)
         budget = RestartBudget(max_restarts)
-        self.capabilities = EnvCapabilities(step_reset=True, restarts_envs=budget.max_restarts > 0)
+        if overlap_steps is None:
+            usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            overlap_steps = usable > num_workers
+        self.capabilities = EnvCapabilities(
+            step_reset=True, split_step_reset=bool(overlap_steps), restarts_envs=budget.max_restarts > 0
+        )
         self.closed = True  # until the workers are up (a failed start leaves nothing to close)
         pool = WorkerPool(
             env_fns, num_workers, context=context, spin_s=spin_s, import_main=import_main, timeout=self.timeout,
@@ -166,6 +180,9 @@ class SubprocVectorEnv(BaseVectorEnv):
         self._seeds_written: list[int | None] | None = None  # the reset seeds in every shared row, as given
         self._full_parts = pool.parts(STEP, self._all_ids, None)
         self._full_step_reset_parts = pool.parts(STEP_RESET, self._all_ids, None)
+        # the step_reset of every env send_step_reset started: _POSTED (announced to the workers), the
+        # arguments of a synchronous call for recv_step_reset to make, or None when none is under way
+        self._split: Any = None
 
     # -- the hot paths: synchronous calls while nothing else is in flight ---------------------------
     def step(self, actions: Any, env_ids: EnvIds = None) -> StepResult:
@@ -186,6 +203,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
             ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
         """
+        if self._split is not None:
+            self._refuse_split()
         self._pool.begin("step")
         self._catch_deaths()
         try:
@@ -214,6 +233,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
             ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
         """
+        if self._split is not None:
+            self._refuse_split()
         self._pool.begin("reset")
         self._catch_deaths()
         try:
@@ -252,6 +273,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
             ValueError: Bad env ids, seeds or options, or an env id with a step or reset in flight.
         """
+        if self._split is not None:
+            self._refuse_split()
         pool = self._pool
         if self.timeout is not None:
             pool.begin("step")
@@ -266,6 +289,76 @@ class SubprocVectorEnv(BaseVectorEnv):
         finally:
             pool.deadline = None
             pool.catch_deaths = False
+
+    def send_step_reset(
+        self, actions: Any, *, reset_seeds: Sequence[int | None], options: dict | None = None
+    ) -> None:
+        """Start ``step_reset(actions, reset_seeds=reset_seeds, options=options)`` of every env and return at
+        once; ``recv_step_reset`` waits for it and returns its result. Meanwhile the workers step while this
+        process does other work; the vector env takes no other call until the result is taken. ``timeout``
+        bounds the step from this call to the end of its wait.
+
+        Args:
+            actions: A batch of actions, one row per env.
+            reset_seeds: The seed of each env's reset, should it end.
+            options: Passed to every reset.
+
+        Raises:
+            ValueError: A step_reset started this way is still under way, or bad seeds or options (raised here
+                or by ``recv_step_reset``).
+            CollectorStateError: The vector env is closed.
+        """
+        if self._split is not None:
+            self._refuse_split()
+        pool = self._pool
+        if options is None and not self.closed and not any(pool.commands):
+            if self.timeout is not None:
+                pool.begin("step")
+            if self._restarting:
+                self._catch_deaths()
+            try:
+                posted = self._post_step_reset_all(actions, reset_seeds)
+            except BaseException:
+                pool.deadline = None
+                pool.catch_deaths = False
+                raise
+            if posted:
+                self._split = _POSTED
+                return
+            pool.deadline = None
+            pool.catch_deaths = False
+        self._split = (actions, list(reset_seeds), options)  # made by recv_step_reset, synchronously
+
+    def recv_step_reset(self) -> StepResetResult:
+        """Wait for the step_reset ``send_step_reset`` started and return its result.
+
+        Returns:
+            What ``step_reset`` of every env returns.
+
+        Raises:
+            ValueError: No step_reset was started with ``send_step_reset``.
+            CollectorStateError: The vector env was closed meanwhile.
+            EnvWorkerError, ObservationError, EnvOutputError: As ``step_reset`` raises them.
+        """
+        split, self._split = self._split, None
+        if split is None:
+            raise ValueError("no step_reset is under way: start one with send_step_reset()")
+        if split is not _POSTED:
+            actions, seeds, options = split
+            return self.step_reset(actions, reset_seeds=seeds, options=options)
+        self._check_open()
+        pool = self._pool
+        try:
+            return self._settle_step_reset_all()
+        finally:
+            pool.deadline = None
+            pool.catch_deaths = False
+
+    def _refuse_split(self) -> NoReturn:
+        raise ValueError(
+            "a step_reset of every env started with send_step_reset() is under way: take its result with "
+            "recv_step_reset() before calling the vector env again"
+        )
 
     def _catch_deaths(self) -> None:
         """Let the synchronous call under way lose as many workers as the restart budget still allows."""
@@ -426,12 +519,19 @@ class SubprocVectorEnv(BaseVectorEnv):
         """step_reset of every env with nothing in flight, each env with a seed or each without: the
         collector's call, made without pipes (see vcollect.envs.subproc.transport). None when the seeds
         are not one int in [0, 2**63) per env, nor all None: the general path handles (or rejects) those."""
+        if not self._post_step_reset_all(actions, reset_seeds):
+            return None
+        return self._settle_step_reset_all()
+
+    def _post_step_reset_all(self, actions: Any, reset_seeds: Sequence[int | None]) -> bool:
+        """Write the actions and reset plan of every env into the shared rows and announce the fast command;
+        False (nothing sent) when the seeds are not one int in [0, 2**63) per env, nor all None."""
         pool = self._pool
         if any(pool.owed):
             pool.settle_owed()  # before any shared row is written: a worker may still be reading them
         seeds = reset_seeds if type(reset_seeds) is list else list(reset_seeds)
         if len(seeds) != self.num_envs:  # (one seed would broadcast to every row)
-            return None
+            return False
         rows = self._rows
         if seeds != self._seeds_written:  # the plan changes only when an episode ends
             if seeds.count(None) == len(seeds):
@@ -442,10 +542,10 @@ class SubprocVectorEnv(BaseVectorEnv):
                     rows.reset_seed[:] = seeds  # raises for None and seeds from 2**63 on
                 except (TypeError, ValueError, OverflowError):
                     self._seeds_written = None
-                    return None
+                    return False
                 if min(cast("list[int]", seeds)) < 0:
                     self._seeds_written = None
-                    return None
+                    return False
             if self._rows_mode != mode:
                 rows.reset_mode[...] = mode
                 self._rows_mode = mode
@@ -456,7 +556,14 @@ class SubprocVectorEnv(BaseVectorEnv):
         if self._restarted_dirty:
             rows.restarted[...] = False
             self._restarted_dirty = False
-        replies, flags = pool.step_reset_all()
+        pool.post_step_reset_all()
+        return True
+
+    def _settle_step_reset_all(self) -> StepResetResult:
+        """The result of the fast command ``_post_step_reset_all`` announced, once every worker answered."""
+        pool = self._pool
+        rows = self._rows
+        replies, flags = pool.settle_step_reset_all()
         reset_infos: dict[int, dict[str, Any]] = {}
         if any(replies):
             infos = self._infos_of(replies, reset_infos, pool.group_sizes)
@@ -505,6 +612,39 @@ class SubprocVectorEnv(BaseVectorEnv):
             self._infos[env_id] = info
 
     # -- async half ------------------------------------------------------------------------------
+    def send(self, actions: Any, env_ids: EnvIds = None) -> None:
+        """Dispatch steps for env_ids (all when None); results come back through recv().
+
+        Args:
+            actions: A batch of actions, one row per env id.
+            env_ids: The env ids to step (None: all).
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, one with a step or reset in flight, or a ``send_step_reset`` under way.
+        """
+        if self._split is not None:
+            self._refuse_split()
+        super().send(actions, env_ids)
+
+    def reset_async(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> None:
+        """Dispatch resets for env_ids (all when None); results come back through recv_reset().
+
+        Args:
+            env_ids: The env ids to reset (None: all).
+            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
+                (None: unseeded).
+            options: Passed to the reset of every listed env.
+
+        Raises:
+            CollectorStateError: The vector env is closed.
+            ValueError: Bad env ids, seeds or options, one with a step or reset in flight, or a
+                ``send_step_reset`` under way.
+        """
+        if self._split is not None:
+            self._refuse_split()
+        super().reset_async(env_ids, seeds, options)
+
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         pool = self._pool
         if any(pool.owed):
@@ -589,6 +729,8 @@ class SubprocVectorEnv(BaseVectorEnv):
             CollectorStateError: The vector env is closed.
         """
         self._check_open()
+        if self._split is not None:
+            self._refuse_split()
         pool = self._pool
         self._render_results = {}
         message = pickle.dumps((RENDER, (), None))
@@ -601,6 +743,8 @@ class SubprocVectorEnv(BaseVectorEnv):
 
     def _attr_replies(self, ids: list[int], name: str, write: bool, value: Any) -> list[AttrReply]:
         """One ATTR command per worker holding some of ids; bounded by ``timeout`` like a step."""
+        if self._split is not None:
+            self._refuse_split()
         pool = self._pool
         if any(pool.owed):
             pool.settle_owed()
