@@ -268,14 +268,18 @@ class ChunkTable:
         thread and ``threads - 1`` of ``pool``'s."""
         lib = library() if self.codec == "zstd" else None
         if lib is not None:
-            own = batch is None
-            if batch is None:
-                batch = StretchBatch(view)
-            elif batch.address != np.frombuffer(view, dtype=np.uint8).ctypes.data:
-                raise ValueError("the batch decodes into another output than this read's")
-            self._add_stretches(mapped, first, last, view, begins, batch)
-            if own:
-                batch.run(lib, None if batch.nbytes <= parallel_bytes else pool, threads)
+            if batch is not None:
+                if batch.address != np.frombuffer(view, dtype=np.uint8).ctypes.data:
+                    raise ValueError("the batch decodes into another output than this read's")
+                self._add_stretches(mapped, first, last, view, begins, batch)
+                return
+            total = int((last + 1 - first).sum()) * self.rows_per_chunk * self.row_bytes
+            own = StretchBatch(view, lib, None if total <= parallel_bytes else pool, threads)
+            try:
+                self._add_stretches(mapped, first, last, view, begins, own)
+                own.run()
+            finally:
+                own.close()
             return
         chunk_bytes = self.rows_per_chunk * self.row_bytes
         sizes = (last + 1 - first) * chunk_bytes
@@ -355,9 +359,9 @@ class ChunkTable:
         a column's last chunk to full size); the chunks back to back in the file as one Zstandard stream."""
         lib = library() if self.codec == "zstd" else None
         if lib is not None:  # one libzstd call a stretch, the GIL released
-            batch = StretchBatch(target)
+            batch = StretchBatch(target, lib)
             self._add_stretches(mapped, np.array([a]), np.array([b]), target, np.zeros(1, dtype=np.int64), batch)
-            batch.run(lib)
+            batch.run()
             return
         chunk_bytes = self.rows_per_chunk * self.row_bytes
         cuts = (np.flatnonzero(self.breaks[a:b]) + a + 1).tolist()

@@ -378,13 +378,17 @@ class DatasetIndex:
         elif batch:
             flat = frames.reshape(batch * slot, *frames.shape[2:])
             places = np.arange(batch, dtype=np.int64) * slot + margin + skip
-            together = self.files.runs_batch(flat)  # every shard's frames decoded at once, threads sharing them
-            for s in touched:
-                sel = np.flatnonzero(which == s)
-                self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s], count - skip[sel],
-                                          flat, places[sel], margin, together)
-            if together is not None:
-                self.files.decode_runs_batch(together, name)
+            together = self.files.runs_batch(flat)  # every shard's frames: threads decode them as they come
+            try:
+                for s in touched:
+                    sel = np.flatnonzero(which == s)
+                    self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s],
+                                              count - skip[sel], flat, places[sel], margin, together)
+                if together is not None:
+                    self.files.decode_runs_batch(together, name)
+            finally:
+                if together is not None:
+                    together.close()
             held = np.flatnonzero(skip)
             if held.size:  # the rows before an episode: copies of its first
                 owner = np.repeat(held, skip[held])

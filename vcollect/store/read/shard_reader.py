@@ -487,9 +487,10 @@ class OpenShardFiles:
         return 0 if table is None else table.rows_per_chunk - 1
 
     def runs_batch(self, out: np.ndarray) -> StretchBatch | None:
-        """A batch in which :meth:`read_runs_into` of several shards leaves their Zstandard stretches, to be
-        decoded together by :meth:`decode_runs_batch` (the threads sharing all of a call's stretches); None
-        where libzstd does not load (each read then decodes its own).
+        """A batch in which :meth:`read_runs_into` of several shards leaves their stretches of Zstandard frames,
+        decoded by :meth:`decode_runs_batch` (on ``$VCOLLECT_DECODE_THREADS`` threads where ``out`` is over a
+        megabyte: the others begin decoding as soon as the first shard's stretches are in); None where
+        libzstd does not load (each read then decodes its own). ``close()`` it whatever happens.
 
         Args:
             out: The array the reads decode into (C-contiguous).
@@ -497,20 +498,21 @@ class OpenShardFiles:
         Returns:
             The batch, or None.
         """
-        return StretchBatch(out.reshape(-1).view(np.uint8)) if library() is not None else None
+        lib = library()
+        if lib is None:
+            return None
+        pool, threads = _decoding_threads()
+        return StretchBatch(out.reshape(-1).view(np.uint8), lib, None if out.nbytes <= PARALLEL_BYTES else pool,
+                            threads)
 
     def decode_runs_batch(self, batch: StretchBatch, name: str) -> None:
-        """Decode what :meth:`read_runs_into` left in ``batch`` for column ``name``, on
-        ``$VCOLLECT_DECODE_THREADS`` threads where it is over a megabyte.
+        """Decode what :meth:`read_runs_into` left in ``batch`` for column ``name`` and wait for every thread.
 
         Raises:
             CorruptShardError: A stretch does not decode to its bytes; the message names its shard.
         """
-        lib = library()
-        assert lib is not None, "a batch is made only where libzstd loads"
-        pool, threads = _decoding_threads()
         try:
-            batch.run(lib, None if batch.nbytes <= PARALLEL_BYTES else pool, threads)
+            batch.run()
         except StretchError as exc:
             if exc.label is None:
                 raise

@@ -20,14 +20,14 @@ import ctypes
 import ctypes.util
 import functools
 import importlib.util
+import queue
 import threading
-from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import Any
 
 import numpy as np
 
-__all__ = ["StretchBatch", "StretchError", "decode_stretches", "library"]
+__all__ = ["StretchBatch", "StretchError", "library"]
 
 #: libzstd's error code for a destination buffer too small for what the frames hold.
 _DST_SIZE_TOO_SMALL = 70
@@ -116,70 +116,53 @@ def _context(lib: ctypes.CDLL) -> int:
     return int(context.pointer)
 
 
-def _decode_share(lib: ctypes.CDLL, jobs: Iterator[list[int]]) -> None:
-    """Decode stretches taken from ``jobs`` (shared with other threads) until none is left."""
-    decompress, context = lib.ZSTD_decompressDCtx, _context(lib)
-    for dst, size, src, length, a, b, source in jobs:
-        got = decompress(context, dst, size, src, length)  # the GIL released for the whole stretch
-        if got == size:
-            continue
-        if not lib.ZSTD_isError(got):
-            why = f"decoded to {got} bytes"
-        elif lib.ZSTD_getErrorCode(got) == _DST_SIZE_TOO_SMALL:
-            why = "decoded to more bytes"
-        else:
-            why = f"cannot be decoded (zstd: {lib.ZSTD_getErrorName(got).decode()})"
-        raise StretchError(f"chunks {a} to {b} {why}, expected {size}", source)
-
-
-def decode_stretches(lib: ctypes.CDLL, jobs: np.ndarray, pool: Executor | None = None, threads: int = 1) -> None:
-    """Decode each stretch of ``jobs``, this thread and ``threads - 1`` of ``pool``'s taking them in turn.
-
-    Args:
-        lib: :func:`library`'s libzstd.
-        jobs: (n, 7) int64 rows: destination address, decoded bytes, source address, source bytes, first and
-            last chunk (for messages), an index of the source (for errors). The caller keeps both buffers
-            alive and has checked the addresses.
-        pool: Threads that help (None: this thread alone).
-        threads: How many threads decode, this one included.
-
-    Raises:
-        StretchError: A stretch decodes to other than its bytes, or is not valid Zstandard (the first error
-            met; every thread has stopped by then).
-    """
-    rows = iter(jobs.tolist())  # one iterator shared by the threads: each next() is atomic under the GIL
-    helpers = 0 if pool is None else min(threads, len(jobs)) - 1
-    futures = [pool.submit(_decode_share, lib, rows) for _ in range(helpers)] if pool is not None else []
-    errors: list[BaseException | None] = []
-    try:
-        _decode_share(lib, rows)
-    finally:  # the helpers write into the caller's buffers: done before they may go
-        for _ in rows:  # after an error here, the helpers find nothing more to take
-            pass
-        errors = [future.exception() for future in futures]
-    for error in errors:
-        if error is not None:
-            raise error
+def _decode(lib: ctypes.CDLL, context: int, job: list[int]) -> None:
+    """Decode one stretch (a job row, see :class:`StretchBatch`) with ``context``."""
+    dst, size, src, length, a, b, source = job
+    got = lib.ZSTD_decompressDCtx(context, dst, size, src, length)  # the GIL released for the whole stretch
+    if got == size:
+        return
+    if not lib.ZSTD_isError(got):
+        why = f"decoded to {got} bytes"
+    elif lib.ZSTD_getErrorCode(got) == _DST_SIZE_TOO_SMALL:
+        why = "decoded to more bytes"
+    else:
+        why = f"cannot be decoded (zstd: {lib.ZSTD_getErrorName(got).decode()})"
+    raise StretchError(f"chunks {a} to {b} {why}, expected {size}", source)
 
 
 class StretchBatch:
-    """Stretches of frames from several buffers (shard files' maps) into one output, decoded together.
+    """Stretches of frames from several buffers (shard files' maps) decoded into one output.
 
-    Keeps a reference to every buffer added, so their addresses stay valid until :meth:`run`.
+    With a ``pool`` and ``threads`` > 1, ``threads - 1`` of the pool's threads start at once and decode each
+    stretch as it is added (taking them from one queue), while the caller goes on adding others; :meth:`run`
+    has the caller take from the queue too until it is empty, then wait for the helpers. Otherwise :meth:`run`
+    decodes every stretch on the calling thread. Keeps a reference to every buffer added and to the output,
+    so their addresses stay valid while any thread may decode; :meth:`close` (after :meth:`run`, or instead
+    of it when adding failed) stops the helpers and waits for them.
     """
 
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: Any, lib: ctypes.CDLL, pool: Executor | None = None, threads: int = 1) -> None:
         """Args:
             out: The writeable, contiguous buffer (an array, a memoryview of one) the stretches decode into.
+            lib: :func:`library`'s libzstd.
+            pool: Threads that help (None: the calling thread decodes alone).
+            threads: How many threads decode, the caller included.
         """
         self._out = np.frombuffer(out, dtype=np.uint8)
         if not self._out.flags.writeable:
             raise ValueError("stretches are decoded into a writeable buffer")
         self.address = int(self._out.ctypes.data)
-        self._jobs: list[np.ndarray] = []
+        self._lib = lib
+        self._jobs: list[list[int]] = []
         self._sources: list[Any] = []
         self._labels: list[Any] = []
+        self._errors: list[StretchError] = []
+        self._stopped = False  # set by close(): helpers take what is left without decoding it
         self.nbytes = 0
+        self._helpers = max(0, threads - 1) if pool is not None else 0
+        self._queue: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
+        self._futures = [pool.submit(self._help) for _ in range(self._helpers)] if pool is not None else []
 
     def add(self, source: Any, starts: np.ndarray, stops: np.ndarray, places: np.ndarray, sizes: np.ndarray,
             first: np.ndarray, last: np.ndarray) -> None:
@@ -197,29 +180,71 @@ class StretchBatch:
             raise ValueError(f"chunks {int(first[k])} to {int(last[k])} lie outside the file ({src.size} bytes)")
         if int(places.min()) < 0 or int((places + sizes).max()) > self._out.size:
             raise ValueError("a stretch's place lies outside the output")
-        self._jobs.append(np.stack([self.address + places, sizes, int(src.ctypes.data) + starts, stops - starts,
-                                    first, last, np.full(len(starts), len(self._sources))], axis=1))
+        jobs = np.stack([self.address + places, sizes, int(src.ctypes.data) + starts, stops - starts, first, last,
+                         np.full(len(starts), len(self._sources))], axis=1).tolist()
         self._sources.append(src)
         self.nbytes += int(sizes.sum())
+        if self._futures:
+            for job in jobs:
+                self._queue.put(job)
+        else:
+            self._jobs += jobs
 
     def label(self, value: Any) -> None:
         """Name every buffer added since the last call ``value`` (a StretchError from one of them carries it)."""
         self._labels.extend([value] * (len(self._sources) - len(self._labels)))
 
-    def run(self, lib: ctypes.CDLL, pool: Executor | None = None, threads: int = 1) -> None:
-        """Decode every stretch added (see :func:`decode_stretches`), then let the buffers go.
+    def _take(self, decode: bool) -> None:
+        """Take stretches from the queue until its end marker (put back for the next thread), decoding them
+        unless ``decode`` is False or an error was met."""
+        lib, context = self._lib, _context(self._lib)
+        while (job := self._queue.get()) is not None:
+            if decode and not self._errors and not self._stopped:
+                try:
+                    _decode(lib, context, job)
+                except StretchError as exc:
+                    self._errors.append(exc)
+        self._queue.put(None)
+
+    def _help(self) -> None:
+        self._take(True)
+
+    def run(self) -> None:
+        """Decode every stretch added, the helpers included, and wait for them.
 
         Raises:
-            StretchError: A stretch does not decode to its bytes; ``label`` names its buffer.
+            StretchError: A stretch does not decode to its bytes or is not valid Zstandard (the first met);
+                ``label`` names its buffer.
         """
         try:
-            if self._jobs:
-                decode_stretches(lib, np.concatenate(self._jobs), pool, threads)
+            if self._futures:
+                self._queue.put(None)
+                self._take(True)
+                futures, self._futures = self._futures, []
+                for future in futures:
+                    future.result()
+            else:
+                lib, context = self._lib, _context(self._lib)
+                for job in self._jobs:
+                    _decode(lib, context, job)
         except StretchError as exc:
-            exc.label = self._labels[exc.source] if exc.source < len(self._labels) else None
-            raise
+            self._errors.append(exc)
         finally:
-            self._jobs.clear()
-            self._sources.clear()
-            self._labels.clear()
-            self.nbytes = 0
+            self.close()
+        if self._errors:
+            error = self._errors[0]
+            error.label = self._labels[error.source] if error.source < len(self._labels) else None
+            raise error
+
+    def close(self) -> None:
+        """Stop the helpers, with no more stretches decoded, and wait for them (nothing to do after
+        :meth:`run`); then let the buffers go."""
+        if self._futures:
+            self._stopped = True
+            self._queue.put(None)
+            self._take(False)
+            for future in self._futures:
+                future.exception()
+            self._futures = []
+        self._jobs = []
+        self._sources = []
