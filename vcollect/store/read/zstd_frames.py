@@ -164,6 +164,11 @@ class StretchBatch:
         self._queue: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
         self._futures = [pool.submit(self._help) for _ in range(self._helpers)] if pool is not None else []
 
+    @property
+    def helping(self) -> bool:
+        """Whether helper threads are decoding (until :meth:`run` or :meth:`close` ends)."""
+        return bool(self._futures)
+
     def add(self, source: Any, starts: np.ndarray, stops: np.ndarray, places: np.ndarray, sizes: np.ndarray,
             first: np.ndarray, last: np.ndarray) -> None:
         """Add stretches: bytes ``starts[i]`` to ``stops[i]`` of ``source`` (a buffer: a file's map) decode to
