@@ -11,7 +11,8 @@ from the shard files (in the page cache: the files are small once compressed).
 For each dataset, ``--calls`` calls after 5 of warm-up (maps opened, chunk tables read), each with
 ``stacks="copy"`` (materialised stacks, the default) and ``stacks="view"`` (each window's frames once, stacks
 as read-only strided views), with and without ``next_observations``. Times: CPU (``time.process_time``) and
-wall per call, p50 / p99: on a shared machine wall clock says little. Usage:
+wall per call, p50 / p99, and the calling thread's CPU (``time.thread_time``: with decode threads, the part of
+the process's CPU the call's own thread spent): on a shared machine wall clock says little. Usage:
 
     python benchmarks/bench_slices_scale.py [--gb 10 1] [--calls 100] [--keep DIR] [--delete]
     python benchmarks/bench_slices_scale.py --keep DIR --before OTHER_CHECKOUT --rounds 3 --modes view
@@ -52,16 +53,18 @@ def timed(call: Any, calls: int, warmup: int = 5, raw: dict[str, list[float]] | 
     batch = None
     for _ in range(warmup):
         batch = call()
-    cpu, wall = [], []
+    cpu, wall, caller = [], [], []
     for _ in range(calls):
-        c0, w0 = time.process_time(), time.perf_counter()
+        c0, w0, t0 = time.process_time(), time.perf_counter(), time.thread_time()
         batch = call()
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
+        caller.append(time.thread_time() - t0)
     del batch
     if raw is not None:
-        raw["cpu"], raw["wall"] = cpu, wall
+        raw["cpu"], raw["wall"], raw["caller"] = cpu, wall, caller
     return {"cpu50": float(np.percentile(cpu, 50)) * 1e3, "cpu99": float(np.percentile(cpu, 99)) * 1e3,
+            "caller50": float(np.percentile(caller, 50)) * 1e3, "caller99": float(np.percentile(caller, 99)) * 1e3,
             "wall50": float(np.percentile(wall, 50)) * 1e3, "wall99": float(np.percentile(wall, 99)) * 1e3}
 
 
@@ -129,16 +132,20 @@ def paired(args: argparse.Namespace) -> None:
                 got = json.loads(out.read_text())
                 loads.append(got["load"])
                 for key, times in got["calls"].items():
-                    into = pooled.setdefault((key, label), {"cpu": [], "wall": []})
+                    into = pooled.setdefault((key, label), {"cpu": [], "wall": [], "caller": []})
                     into["cpu"] += times["cpu"]
+                    into["caller"] += times["caller"]
                     into["wall"] += times["wall"]
     print(f"load (1 min) after each run: {min(loads):.1f} to {max(loads):.1f}; {args.rounds} rounds of {args.calls} "
           "calls each side")
-    print("| dataset, call | code | CPU ms p50 | CPU ms p99 | wall ms p50 | wall ms p99 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| dataset, call | code | CPU ms p50 | CPU ms p99 | calling thread's CPU ms p50 / p99 | wall ms p50 "
+          "| wall ms p99 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for (key, label), times in pooled.items():
         cpu, wall = np.asarray(times["cpu"]) * 1e3, np.asarray(times["wall"]) * 1e3
+        caller = np.asarray(times["caller"]) * 1e3
         print(f"| {key} | {label} | {np.percentile(cpu, 50):.2f} | {np.percentile(cpu, 99):.2f} "
+              f"| {np.percentile(caller, 50):.2f} / {np.percentile(caller, 99):.2f} "
               f"| {np.percentile(wall, 50):.2f} | {np.percentile(wall, 99):.2f} |")
 
 
@@ -184,8 +191,9 @@ def main() -> None:
             disk_gb = sum(f.stat().st_size for f in shard_files(data.path)) / 1e9
             print(f"\n{dataset_id}: {data.total_episodes:,} episodes, {data.total_steps:,} steps, {raw_gb:.2f} GB raw "
                   f"stacks, {disk_gb:.3f} GB on disk in {len(shard_files(data.path))} shards, written in {write_s}")
-            print(f"| call ({args.batch} x {args.length}) | CPU ms p50 | CPU ms p99 | wall ms p50 | wall ms p99 |")
-            print("| --- | --- | --- | --- | --- |")
+            print(f"| call ({args.batch} x {args.length}) | CPU ms p50 | CPU ms p99 | calling thread's CPU ms p50 / p99 "
+                  "| wall ms p50 | wall ms p99 |")
+            print("| --- | --- | --- | --- | --- | --- |")
             for mode in args.modes:
                 for nxt in (True, False):
                     data.set_seed(0)
@@ -194,7 +202,8 @@ def main() -> None:
                                                                             next_observations=n), args.calls,
                               raw=times)
                     print(f"| stacks={mode!r}, next_observations={nxt} | {t['cpu50']:.2f} | {t['cpu99']:.2f} "
-                          f"| {t['wall50']:.2f} | {t['wall99']:.2f} |", flush=True)
+                          f"| {t['caller50']:.2f} / {t['caller99']:.2f} | {t['wall50']:.2f} | {t['wall99']:.2f} |",
+                          flush=True)
             data.close()
         print(f"load after: {os.getloadavg()}")
         if args.raw is not None:

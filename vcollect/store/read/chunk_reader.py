@@ -232,8 +232,10 @@ class ChunkTable:
         rows_per_chunk, row_bytes = self.rows_per_chunk, self.row_bytes
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
-        keep = counts > 0
-        lows, counts, places = lows[keep], counts[keep], np.asarray(places, dtype=np.int64)[keep]
+        places = np.asarray(places, dtype=np.int64)
+        if not lows.size or counts.min() <= 0:
+            keep = counts > 0
+            lows, counts, places = lows[keep], counts[keep], places[keep]
         if not lows.size:
             return
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]

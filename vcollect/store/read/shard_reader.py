@@ -533,7 +533,7 @@ class OpenShardFiles:
         counts = np.asarray(counts, dtype=np.int64)
         places = np.asarray(places, dtype=np.int64)
         col = shard.columns[name]
-        pool, threads = _decoding_threads()
+        pool, threads = _decoding_threads() if batch is None else (None, 1)  # a batch decodes on its own threads
         if col.dtype == out.dtype and out.flags.c_contiguous and col.size:
             with self._lock:
                 try:
