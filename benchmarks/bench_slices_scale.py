@@ -25,7 +25,8 @@ a kept folder's datasets at the end too. ``--threads N`` sets how many threads d
 frame chunks (read with h5py's ``read_direct_chunk``, no vcollect code): the Zstandard decode rate of one core
 (windows of 17 chunks, as a call's 256 windows of 68 frames touch, each decoded as one stream into a reused
 buffer; CPU time) and the rate at which one core writes memory (``np.copyto`` of as many bytes into a reused
-array), and the bytes a call decodes (256 windows x the whole chunks 68 frames from a random row touch).
+array), the bytes a call decodes (256 windows x the whole chunks 68 frames from a random row touch), and the
+speed-up of decoding those stretches on two threads instead of one as slices do (one libzstd call a stretch).
 """
 
 from __future__ import annotations
@@ -103,6 +104,38 @@ def bound(path: Path, batch: int, frames_per_window: int) -> None:
           f"memory write {out.nbytes / copy / 1e9:.2f} GB/s per core; a call decodes ~{call_bytes / 1e6:.1f} MB: "
           f"{call_bytes / decode_rate * 1e3:.1f} ms of one core's decoding, {call_bytes / (out.nbytes / copy) * 1e3:.1f}"
           f" ms of one core's memory writes")
+    parallel_decode(stretches, per_window * chunk_bytes, out)
+
+
+def parallel_decode(stretches: list[bytes], size: int, out: np.ndarray) -> None:
+    """Print the wall clock of decoding ``stretches`` (``size`` bytes each) into ``out`` as vcollect's slices do
+    (one libzstd call a stretch, the GIL released for it) on one thread and on two: the speed-up a second
+    decode thread can give on this machine (2.0 where two cores are free and the GIL is no obstacle)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vcollect.store.read.zstd_frames import StretchBatch, library
+
+    lib = library()
+    if lib is None:
+        print("parallel decode: libzstd does not load here")
+        return
+    source = b"".join(stretches)
+    lengths = np.array([len(s) for s in stretches], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    places = np.arange(len(stretches), dtype=np.int64) * size
+    sizes = np.full(len(stretches), size, dtype=np.int64)
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for _ in range(7):
+            for threads in (1, 2):
+                batch = StretchBatch(out, lib, pool if threads > 1 else None, threads)
+                w0 = time.perf_counter()
+                batch.add(source, starts, starts + lengths, places, sizes, places, places)
+                batch.run()
+                walls[threads].append(time.perf_counter() - w0)
+    one, two = min(walls[1]), min(walls[2])
+    print(f"parallel decode ({out.nbytes / 1e6:.0f} MB, one libzstd call a stretch, best of 7 wall): one thread "
+          f"{one * 1e3:.1f} ms, two threads {two * 1e3:.1f} ms: {one / two:.2f}x")
 
 
 def timed_once(call: Any) -> float:
