@@ -27,6 +27,7 @@ from vcollect.slices import PADS, lowest_start, window_counts
 from vcollect.store import EpisodeStore
 from vcollect.store.read import chunk_reader, shard_reader
 from vcollect.store.read.chunk_reader import ChunkTable
+from vcollect.store.read.dataset_index import DatasetIndex
 from vcollect.store.read.reader import StoredDataset
 from vcollect.store.write.frame_stack import FrameStack
 
@@ -831,6 +832,29 @@ def test_views_decoded_by_the_stream_reader_equal_libzstds(chunked: dict[str, vc
     assert slow.keys() == fast.keys()
     for key, value in fast.items():
         np.testing.assert_array_equal(slow[key], value, err_msg=key)
+
+
+def test_a_step_column_failing_while_frames_decode_leaves_no_thread_waiting(chunked: dict[str, vcollect.Dataset],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two decode threads, the step columns' read failing while the pool thread still decodes a call's frames:
+    the error is the call's, the pool thread is stopped and free at once, and the next call is right."""
+    ds = chunked["edge"]
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "2")
+    want = ds.sample_slices(100, 9, seed=21, cache_bytes=0)
+    gather = DatasetIndex.gather
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the step columns could not be read")
+
+    monkeypatch.setattr(DatasetIndex, "gather", failing)
+    with pytest.raises(RuntimeError, match="step columns"):
+        ds.sample_slices(100, 9, seed=21, cache_bytes=0, stacks="view")
+    assert shard_reader._decode_pool is not None
+    assert shard_reader._decode_pool[2].submit(lambda: "free").result(timeout=5) == "free"
+    monkeypatch.setattr(DatasetIndex, "gather", gather)
+    got = ds.sample_slices(100, 9, seed=21, cache_bytes=0, stacks="view")
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
 
 
 @pytest.mark.parametrize("threads", ["1", "2"])

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import zstandard
 
+from vcollect.store.read import zstd_frames
 from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
 
 LIB = library()
@@ -127,3 +128,15 @@ def test_helpers_decode_while_stretches_are_added_and_stop_when_closed(pool: Thr
     done.start()
     done.join(timeout=30)
     assert not done.is_alive(), "close() did not stop the helper"
+
+
+def test_a_batch_dropped_without_close_frees_its_helper(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A helper waiting for stretches that never come (its batch dropped, never run or closed) quits after the
+    idle time, so the pool's thread serves other work again."""
+    assert LIB is not None
+    monkeypatch.setattr(zstd_frames, "_IDLE_S", 0.2)
+    with ThreadPoolExecutor(max_workers=1) as lonely:
+        dropped = StretchBatch(np.zeros(64, np.uint8), LIB, lonely, 2)
+        assert dropped.helping
+        del dropped
+        assert lonely.submit(lambda: "free").result(timeout=30) == "free"

@@ -83,15 +83,16 @@ def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded
     size, length = steps.shape
     obs_base = index.global_obs_offset.take(ids)
     pending: list[FramesInFlight] = []  # frames threads still decode while the step columns are read
-    if stacks == "view" and padded is None:
-        obs, nxt = observation_views(index, obs_base, obs_base + steps[:, 0], length, next_observations, limit,
-                                     pending)
-    else:
-        obs, nxt = observation_copies(index, obs_base, obs_base[:, None] + steps, padded, next_observations, limit)
-        if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
-            for leaf in obs + (nxt or []):
-                leaf.flags.writeable = False
     try:
+        if stacks == "view" and padded is None:
+            obs, nxt = observation_views(index, obs_base, obs_base + steps[:, 0], length, next_observations, limit,
+                                         pending)
+        else:
+            obs, nxt = observation_copies(index, obs_base, obs_base[:, None] + steps, padded, next_observations,
+                                          limit)
+            if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
+                for leaf in obs + (nxt or []):
+                    leaf.flags.writeable = False
         groups = index.row_groups((index.global_step_offset.take(ids)[:, None] + steps).reshape(-1), False)
         steps_read = {
             "actions": unflatten_batch(index.action_space, [
@@ -101,12 +102,11 @@ def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded
             "terminations": index.gather("terminations", np.dtype(np.bool_), groups, limit),
             "truncations": index.gather("truncations", np.dtype(np.bool_), groups, limit),
         }
-    except BaseException:
+        for frames in pending:
+            frames.finish()
+    finally:  # after an error, the threads stop (a no-op for frames finished)
         for frames in pending:
             frames.cancel()
-        raise
-    for frames in pending:
-        frames.finish()
     shaped = shape_rows(steps_read, size, length, padded)
     batch = {"observations": unflatten_batch(index.observation_space, obs), "actions": shaped["actions"],
              "rewards": shaped["rewards"]}

@@ -32,6 +32,9 @@ __all__ = ["StretchBatch", "StretchError", "library"]
 #: libzstd's error code for a destination buffer too small for what the frames hold.
 _DST_SIZE_TOO_SMALL = 70
 
+#: Seconds a helper thread waits for the next stretch before it leaves the rest to the caller.
+_IDLE_S = 10.0
+
 _THREAD = threading.local()  # each thread's own decoding context (a context is for one thread at a time)
 
 
@@ -201,7 +204,7 @@ class StretchBatch:
 
     def _take(self, decode: bool) -> None:
         """Take stretches from the queue until its end marker (put back for the next thread), decoding them
-        unless ``decode`` is False or an error was met."""
+        unless ``decode`` is False or an error was met (the caller's part: the marker is in the queue)."""
         lib, context = self._lib, _context(self._lib)
         while (job := self._queue.get()) is not None:
             if decode and not self._errors and not self._stopped:
@@ -212,7 +215,23 @@ class StretchBatch:
         self._queue.put(None)
 
     def _help(self) -> None:
-        self._take(True)
+        """A helper's work: :meth:`_take`, except that a helper left waiting ``_IDLE_S`` seconds for a stretch
+        quits (the caller takes whatever is left in :meth:`run`), so a batch dropped without :meth:`close`
+        never holds a pool thread for long."""
+        lib, context = self._lib, _context(self._lib)
+        while True:
+            try:
+                job = self._queue.get(timeout=_IDLE_S)
+            except queue.Empty:
+                return
+            if job is None:
+                self._queue.put(None)
+                return
+            if not self._errors and not self._stopped:
+                try:
+                    _decode(lib, context, job)
+                except StretchError as exc:
+                    self._errors.append(exc)
 
     def run(self) -> None:
         """Decode every stretch added, the helpers included, and wait for them.
