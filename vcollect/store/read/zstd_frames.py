@@ -4,8 +4,8 @@ python-zstandard's stream reader decodes a stretch of frames lying back to back 
 call into libzstd, taking the GIL back between frames, and sets each stream up and closes it under the GIL:
 threads sharing a batch's stretches meet on the GIL some twenty times a stretch. ``ZSTD_decompressDCtx``
 decodes every frame of a stretch in one call into a buffer of exactly the stretch's size, and ctypes releases
-the GIL for the whole call, so the threads of :func:`decode_stretches` decode in parallel, each with a
-decoding context of its own, taking stretches from one shared list until none is left.
+the GIL for the whole call, so the threads of a :class:`StretchBatch` decode in parallel, each with a
+decoding context of its own, taking stretches from one queue as they are added.
 
 The library is the copy of libzstd the ``zstandard`` package ships (its CFFI extension exports libzstd's C
 API), else the system's libzstd; :func:`library` is None where neither loads, and readers use the stream
@@ -146,11 +146,16 @@ class StretchBatch:
     """
 
     def __init__(self, out: Any, lib: ctypes.CDLL, pool: Executor | None = None, threads: int = 1) -> None:
-        """Args:
+        """An empty batch, its helpers (if any) started and waiting for stretches.
+
+        Args:
             out: The writeable, contiguous buffer (an array, a memoryview of one) the stretches decode into.
             lib: :func:`library`'s libzstd.
             pool: Threads that help (None: the calling thread decodes alone).
             threads: How many threads decode, the caller included.
+
+        Raises:
+            ValueError: ``out`` is read-only.
         """
         self._out = np.frombuffer(out, dtype=np.uint8)
         if not self._out.flags.writeable:
@@ -163,9 +168,8 @@ class StretchBatch:
         self._errors: list[StretchError] = []
         self._stopped = False  # set by close(): helpers take what is left without decoding it
         self.nbytes = 0
-        self._helpers = max(0, threads - 1) if pool is not None else 0
         self._queue: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
-        self._futures = [pool.submit(self._help) for _ in range(self._helpers)] if pool is not None else []
+        self._futures = [pool.submit(self._help) for _ in range(threads - 1)] if pool is not None else []
 
     @property
     def helping(self) -> bool:
