@@ -11,7 +11,8 @@ from the shard files (in the page cache: the files are small once compressed).
 For each dataset, ``--calls`` calls after 5 of warm-up (maps opened, chunk tables read), each with
 ``stacks="copy"`` (materialised stacks, the default) and ``stacks="view"`` (each window's frames once, stacks
 as read-only strided views), with and without ``next_observations``. Times: CPU (``time.process_time``) and
-wall per call, p50 / p99: on a shared machine wall clock says little. Usage:
+wall per call, p50 / p99, and the calling thread's CPU (``time.thread_time``: with decode threads, the part of
+the process's CPU the call's own thread spent): on a shared machine wall clock says little. Usage:
 
     python benchmarks/bench_slices_scale.py [--gb 10 1] [--calls 100] [--keep DIR] [--delete]
     python benchmarks/bench_slices_scale.py --keep DIR --before OTHER_CHECKOUT --rounds 3 --modes view
@@ -24,7 +25,8 @@ a kept folder's datasets at the end too. ``--threads N`` sets how many threads d
 frame chunks (read with h5py's ``read_direct_chunk``, no vcollect code): the Zstandard decode rate of one core
 (windows of 17 chunks, as a call's 256 windows of 68 frames touch, each decoded as one stream into a reused
 buffer; CPU time) and the rate at which one core writes memory (``np.copyto`` of as many bytes into a reused
-array), and the bytes a call decodes (256 windows x the whole chunks 68 frames from a random row touch).
+array), the bytes a call decodes (256 windows x the whole chunks 68 frames from a random row touch), and the
+speed-up of decoding those stretches on two threads instead of one as slices do (one libzstd call a stretch).
 """
 
 from __future__ import annotations
@@ -52,16 +54,18 @@ def timed(call: Any, calls: int, warmup: int = 5, raw: dict[str, list[float]] | 
     batch = None
     for _ in range(warmup):
         batch = call()
-    cpu, wall = [], []
+    cpu, wall, caller = [], [], []
     for _ in range(calls):
-        c0, w0 = time.process_time(), time.perf_counter()
+        c0, w0, t0 = time.process_time(), time.perf_counter(), time.thread_time()
         batch = call()
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
+        caller.append(time.thread_time() - t0)
     del batch
     if raw is not None:
-        raw["cpu"], raw["wall"] = cpu, wall
+        raw["cpu"], raw["wall"], raw["caller"] = cpu, wall, caller
     return {"cpu50": float(np.percentile(cpu, 50)) * 1e3, "cpu99": float(np.percentile(cpu, 99)) * 1e3,
+            "caller50": float(np.percentile(caller, 50)) * 1e3, "caller99": float(np.percentile(caller, 99)) * 1e3,
             "wall50": float(np.percentile(wall, 50)) * 1e3, "wall99": float(np.percentile(wall, 99)) * 1e3}
 
 
@@ -100,6 +104,38 @@ def bound(path: Path, batch: int, frames_per_window: int) -> None:
           f"memory write {out.nbytes / copy / 1e9:.2f} GB/s per core; a call decodes ~{call_bytes / 1e6:.1f} MB: "
           f"{call_bytes / decode_rate * 1e3:.1f} ms of one core's decoding, {call_bytes / (out.nbytes / copy) * 1e3:.1f}"
           f" ms of one core's memory writes")
+    parallel_decode(stretches, per_window * chunk_bytes, out)
+
+
+def parallel_decode(stretches: list[bytes], size: int, out: np.ndarray) -> None:
+    """Print the wall clock of decoding ``stretches`` (``size`` bytes each) into ``out`` as vcollect's slices do
+    (one libzstd call a stretch, the GIL released for it) on one thread and on two: the speed-up a second
+    decode thread can give on this machine (2.0 where two cores are free and the GIL is no obstacle)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vcollect.store.read.zstd_frames import StretchBatch, library
+
+    lib = library()
+    if lib is None:
+        print("parallel decode: libzstd does not load here")
+        return
+    source = b"".join(stretches)
+    lengths = np.array([len(s) for s in stretches], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    places = np.arange(len(stretches), dtype=np.int64) * size
+    sizes = np.full(len(stretches), size, dtype=np.int64)
+    walls: dict[int, list[float]] = {1: [], 2: []}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for _ in range(7):
+            for threads in (1, 2):
+                batch = StretchBatch(out, lib, pool if threads > 1 else None, threads)
+                w0 = time.perf_counter()
+                batch.add(source, starts, starts + lengths, places, sizes, places, places)
+                batch.run()
+                walls[threads].append(time.perf_counter() - w0)
+    one, two = min(walls[1]), min(walls[2])
+    print(f"parallel decode ({out.nbytes / 1e6:.0f} MB, one libzstd call a stretch, best of 7 wall): one thread "
+          f"{one * 1e3:.1f} ms, two threads {two * 1e3:.1f} ms: {one / two:.2f}x")
 
 
 def timed_once(call: Any) -> float:
@@ -129,16 +165,20 @@ def paired(args: argparse.Namespace) -> None:
                 got = json.loads(out.read_text())
                 loads.append(got["load"])
                 for key, times in got["calls"].items():
-                    into = pooled.setdefault((key, label), {"cpu": [], "wall": []})
+                    into = pooled.setdefault((key, label), {"cpu": [], "wall": [], "caller": []})
                     into["cpu"] += times["cpu"]
+                    into["caller"] += times["caller"]
                     into["wall"] += times["wall"]
     print(f"load (1 min) after each run: {min(loads):.1f} to {max(loads):.1f}; {args.rounds} rounds of {args.calls} "
           "calls each side")
-    print("| dataset, call | code | CPU ms p50 | CPU ms p99 | wall ms p50 | wall ms p99 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| dataset, call | code | CPU ms p50 | CPU ms p99 | calling thread's CPU ms p50 / p99 | wall ms p50 "
+          "| wall ms p99 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for (key, label), times in pooled.items():
         cpu, wall = np.asarray(times["cpu"]) * 1e3, np.asarray(times["wall"]) * 1e3
+        caller = np.asarray(times["caller"]) * 1e3
         print(f"| {key} | {label} | {np.percentile(cpu, 50):.2f} | {np.percentile(cpu, 99):.2f} "
+              f"| {np.percentile(caller, 50):.2f} / {np.percentile(caller, 99):.2f} "
               f"| {np.percentile(wall, 50):.2f} | {np.percentile(wall, 99):.2f} |")
 
 
@@ -184,8 +224,9 @@ def main() -> None:
             disk_gb = sum(f.stat().st_size for f in shard_files(data.path)) / 1e9
             print(f"\n{dataset_id}: {data.total_episodes:,} episodes, {data.total_steps:,} steps, {raw_gb:.2f} GB raw "
                   f"stacks, {disk_gb:.3f} GB on disk in {len(shard_files(data.path))} shards, written in {write_s}")
-            print(f"| call ({args.batch} x {args.length}) | CPU ms p50 | CPU ms p99 | wall ms p50 | wall ms p99 |")
-            print("| --- | --- | --- | --- | --- |")
+            print(f"| call ({args.batch} x {args.length}) | CPU ms p50 | CPU ms p99 | calling thread's CPU ms p50 / p99 "
+                  "| wall ms p50 | wall ms p99 |")
+            print("| --- | --- | --- | --- | --- | --- |")
             for mode in args.modes:
                 for nxt in (True, False):
                     data.set_seed(0)
@@ -194,7 +235,8 @@ def main() -> None:
                                                                             next_observations=n), args.calls,
                               raw=times)
                     print(f"| stacks={mode!r}, next_observations={nxt} | {t['cpu50']:.2f} | {t['cpu99']:.2f} "
-                          f"| {t['wall50']:.2f} | {t['wall99']:.2f} |", flush=True)
+                          f"| {t['caller50']:.2f} / {t['caller99']:.2f} | {t['wall50']:.2f} | {t['wall99']:.2f} |",
+                          flush=True)
             data.close()
         print(f"load after: {os.getloadavg()}")
         if args.raw is not None:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from vcollect import EpisodeStore, load_dataset
 from vcollect.errors import CorruptShardError
+from vcollect.store.read import chunk_reader, shard_reader
 from vcollect.store.read.chunk_reader import ChunkTable
 from vcollect.store.read.dataset_index import RowGroups
 from vcollect.store.read.reader import StoredDataset
@@ -46,6 +47,19 @@ def column(path: Path, rows_per_chunk: int) -> np.ndarray:
             np.ascontiguousarray(data[first : first + rows_per_chunk]).tobytes())
         ds.id.write_direct_chunk((first, 0, 0, 0), frame)
     return data
+
+
+@pytest.fixture(scope="module", autouse=True, params=["libzstd", "stream reader"])
+def decoder(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Every test twice: stretches of frames decoded by libzstd's one-shot call, and by python-zstandard's
+    stream reader, as where libzstd does not load."""
+    with pytest.MonkeyPatch.context() as patch:
+        if request.param == "stream reader":
+            for module in (chunk_reader, shard_reader):
+                patch.setattr(module, "library", lambda: None)
+        elif chunk_reader.library() is None:
+            pytest.skip("libzstd does not load here")
+        yield request.param
 
 
 @pytest.fixture(scope="module", params=[1, 4], ids=["one-row-chunks", "four-row-chunks"])

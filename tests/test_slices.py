@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -21,9 +22,12 @@ from scipy import stats
 import vcollect
 from vcollect.buffers.prioritized import PrioritizedVectorRingBuffer
 from vcollect.buffers.ring import RingWriter, VectorRingBuffer
-from vcollect.errors import EpisodeIndexError, SliceLengthError
+from vcollect.errors import CorruptShardError, EpisodeIndexError, SliceLengthError
 from vcollect.slices import PADS, lowest_start, window_counts
 from vcollect.store import EpisodeStore
+from vcollect.store.read import chunk_reader, shard_reader
+from vcollect.store.read.chunk_reader import ChunkTable
+from vcollect.store.read.dataset_index import DatasetIndex
 from vcollect.store.read.reader import StoredDataset
 from vcollect.store.write.frame_stack import FrameStack
 
@@ -810,3 +814,73 @@ def test_views_decoded_by_several_threads_equal_copies(chunked: dict[str, vcolle
     monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "all")
     with pytest.raises(ValueError, match=r"\$VCOLLECT_DECODE_THREADS is how many threads .* got 'all'"):
         ds.sample_slices(30, 9, seed=8, cache_bytes=0, stacks="view")
+
+
+@pytest.mark.parametrize(("name", "threads"), [("edge", "1"), ("zero", "3")])
+def test_views_decoded_by_the_stream_reader_equal_libzstds(chunked: dict[str, vcollect.Dataset], name: str,
+                                                            threads: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where libzstd does not load, python-zstandard's stream reader decodes the windows' frames: the same
+    batch as libzstd's one-shot calls, on one thread and on three (the frames then still decoding while the
+    step columns are read, the rows before an episode's first zeroed after)."""
+    ds = chunked[name]
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", threads)
+    fast = ds.sample_slices(100, 9, seed=12, cache_bytes=0, stacks="view")
+    fast = {key: np.array(value) for key, value in fast.items()}
+    for module in (chunk_reader, shard_reader):
+        monkeypatch.setattr(module, "library", lambda: None)
+    slow = ds.sample_slices(100, 9, seed=12, cache_bytes=0, stacks="view")
+    assert slow.keys() == fast.keys()
+    for key, value in fast.items():
+        np.testing.assert_array_equal(slow[key], value, err_msg=key)
+
+
+def test_a_step_column_failing_while_frames_decode_leaves_no_thread_waiting(chunked: dict[str, vcollect.Dataset],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two decode threads, the step columns' read failing while the pool thread still decodes a call's frames:
+    the error is the call's, the pool thread is stopped and free at once, and the next call is right."""
+    ds = chunked["edge"]
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "2")
+    want = ds.sample_slices(100, 9, seed=21, cache_bytes=0)
+    gather = DatasetIndex.gather
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the step columns could not be read")
+
+    monkeypatch.setattr(DatasetIndex, "gather", failing)
+    with pytest.raises(RuntimeError, match="step columns"):
+        ds.sample_slices(100, 9, seed=21, cache_bytes=0, stacks="view")
+    assert shard_reader._decode_pool is not None
+    assert shard_reader._decode_pool[2].submit(lambda: "free").result(timeout=5) == "free"
+    monkeypatch.setattr(DatasetIndex, "gather", gather)
+    got = ds.sample_slices(100, 9, seed=21, cache_bytes=0, stacks="view")
+    for key, value in want.items():
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_damaged_frame_in_a_window_names_its_shard(tmp_path: Path, threads: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame chunk damaged in the middle of a shard: windows decoded as views over it raise CorruptShardError
+    naming that shard (decoded by the caller or by a pool thread), and windows elsewhere still read."""
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", threads)
+    rng = np.random.default_rng(3)
+    space = gym.spaces.Box(0, 255, (3, 96, 96), np.uint8)
+    with EpisodeStore.create("s/damaged-v0", space, ACT, root=tmp_path, frame_stack=3, shard_steps=60) as store:
+        for i in range(4):
+            frames = rng.integers(0, 4, (61, 96, 96), dtype=np.uint8) * 60
+            term = np.eye(1, 60, 59, dtype=bool)[0]
+            store.write_episode(reference_stacks(frames, 3), rng.integers(0, 3, 60), rng.normal(size=60), term,
+                                np.zeros(60, bool), seed=i, env_id=0)
+    ds = vcollect.load_dataset("s/damaged-v0", root=tmp_path)
+    shard = sorted(ds.path.rglob("*.h5"))[-1]
+    with h5py.File(shard, "r") as f:
+        table = ChunkTable(f["observations"])
+    k = len(table.offsets) // 2
+    with open(shard, "r+b") as f:
+        f.seek(int(table.offsets[k]) + int(table.sizes[k]) // 2)
+        f.write(b"\xff" * 16)
+    with pytest.raises(CorruptShardError, match=shard.name):
+        ds.slices_at(np.arange(4), np.full(4, 0), 60, cache_bytes=0, stacks="view")
+    within = ds.slices_at(np.array([0]), np.array([0]), 20, cache_bytes=0, stacks="view")
+    np.testing.assert_array_equal(within["observations"], ds.slices_at(np.array([0]), np.array([0]), 20,
+                                                                       cache_bytes=0)["observations"])

@@ -29,6 +29,8 @@ import h5py
 import numpy as np
 import zstandard
 
+from vcollect.store.read.zstd_frames import StretchBatch, library
+
 ZSTD_FILTER = 32015
 """HDF5's registered id of the Zstandard filter (what hdf5plugin.Zstd writes)."""
 
@@ -213,7 +215,7 @@ class ChunkTable:
 
     def read_runs(self, mapped: Any, lows: np.ndarray, counts: np.ndarray, out: np.ndarray, places: np.ndarray,
                   margin: int = 0, pool: Executor | None = None, threads: int = 1,
-                  parallel_bytes: int = PARALLEL_BYTES) -> None:
+                  parallel_bytes: int = PARALLEL_BYTES, batch: StretchBatch | None = None) -> None:
         """``out[places[r] : places[r] + counts[r]]`` = rows ``lows[r]`` onward, for each run r of consecutive
         rows (``out``: C-contiguous, of this column's dtype and row shape). Each run's chunks are decoded once,
         those back to back in the file as one stream, straight into ``out`` for one-row chunks, and for chunks
@@ -223,19 +225,24 @@ class ChunkTable:
         decoded into a scratch buffer of one run's chunks (small enough to stay in the processor's cache) and
         copied out. Straight into ``out``, runs of more than ``parallel_bytes`` in all are shared between
         ``threads`` threads, this one and ``threads - 1`` of ``pool``'s (each with a decoder of its own), this
-        one waiting for the others."""
+        one waiting for the others. Where libzstd loads (:func:`zstd_frames.library`), each stretch of frames
+        back to back is one libzstd call with the GIL released; given a ``batch`` (a StretchBatch over ``out``),
+        those stretches are added to it for the caller to decode, with other shards' (the rest is decoded
+        now)."""
         rows_per_chunk, row_bytes = self.rows_per_chunk, self.row_bytes
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
-        keep = counts > 0
-        lows, counts, places = lows[keep], counts[keep], np.asarray(places, dtype=np.int64)[keep]
+        places = np.asarray(places, dtype=np.int64)
+        if not lows.size or counts.min() <= 0:
+            keep = counts > 0
+            lows, counts, places = lows[keep], counts[keep], places[keep]
         if not lows.size:
             return
         view = memoryview(out.reshape(-1).view(np.uint8))  # type: ignore[arg-type]
         first = lows // rows_per_chunk
         last = (lows + counts - 1) // rows_per_chunk
         if rows_per_chunk == 1:
-            self._decode_spans(mapped, first, last, view, places * row_bytes, pool, threads, parallel_bytes)
+            self._decode_spans(mapped, first, last, view, places * row_bytes, pool, threads, parallel_bytes, batch)
             return
         chunk_bytes = rows_per_chunk * row_bytes
         skips = lows - first * rows_per_chunk  # rows of a run's first chunk before the run
@@ -243,7 +250,7 @@ class ChunkTable:
             begins = (places - skips) * row_bytes
             if begins.min() < 0 or int((begins + (last + 1 - first) * chunk_bytes).max()) > len(view):
                 raise ValueError(f"a run's chunks reach outside the output: margin {margin} rows is wrong")
-            self._decode_spans(mapped, first, last, view, begins, pool, threads, parallel_bytes)
+            self._decode_spans(mapped, first, last, view, begins, pool, threads, parallel_bytes, batch)
             return
         scratch = memoryview(np.empty(int((last - first).max() + 1) * chunk_bytes, dtype=np.uint8))  # type: ignore[arg-type]
         for a, b, skip, place, n in zip(first.tolist(), last.tolist(), (skips * row_bytes).tolist(), places.tolist(),
@@ -253,12 +260,29 @@ class ChunkTable:
 
     def _decode_spans(self, mapped: Any, first: np.ndarray, last: np.ndarray, view: memoryview, begins: np.ndarray,
                       pool: Executor | None = None, threads: int = 1,
-                      parallel_bytes: int = PARALLEL_BYTES) -> None:
+                      parallel_bytes: int = PARALLEL_BYTES, batch: StretchBatch | None = None) -> None:
         """Chunks ``first[r]`` to ``last[r]`` (inclusive) decoded into ``view`` from byte ``begins[r]`` on, for
-        each r. A span of Zstandard chunks back to back in the file (nearly every span: HDF5 writes a column's
-        chunks in order) is one stream read in one call; the others go through :meth:`_decode_chunks_into`.
-        Streams of more than ``parallel_bytes`` in all are split, by bytes, between this thread and
-        ``threads - 1`` of ``pool``'s."""
+        each r. With libzstd (Zstandard columns), every span is cut into stretches of frames back to back in
+        the file (nearly every span is one: HDF5 writes a column's chunks in order) and chunks kept
+        unfiltered, the stretches decoded one libzstd call each, left in ``batch`` where one is given. Without
+        it, a span of chunks back to back is one stream read in one call, the others go through
+        :meth:`_decode_chunks_into`. Streams of more than ``parallel_bytes`` in all are shared between this
+        thread and ``threads - 1`` of ``pool``'s."""
+        lib = library() if self.codec == "zstd" else None
+        if lib is not None:
+            if batch is not None:
+                if batch.address != np.frombuffer(view, dtype=np.uint8).ctypes.data:
+                    raise ValueError("the batch decodes into another output than this read's")
+                self._add_stretches(mapped, first, last, view, begins, batch)
+                return
+            total = int((last + 1 - first).sum()) * self.rows_per_chunk * self.row_bytes
+            own = StretchBatch(view, lib, None if total <= parallel_bytes else pool, threads)
+            try:
+                self._add_stretches(mapped, first, last, view, begins, own)
+                own.run()
+            finally:
+                own.close()
+            return
         chunk_bytes = self.rows_per_chunk * self.row_bytes
         sizes = (last + 1 - first) * chunk_bytes
         whole = np.ones(first.size, dtype=bool)  # one stream: no break inside, not a chunk kept unfiltered
@@ -274,8 +298,8 @@ class ChunkTable:
         if not whole.any():
             return
         first, last, begins, sizes = first[whole], last[whole], begins[whole], sizes[whole]
-        spans = np.stack([first, last, self.offsets.take(first), self.offsets.take(last) + self.sizes.take(last),
-                          begins, sizes], axis=1)
+        starts, stops = self.offsets.take(first), self.offsets.take(last) + self.sizes.take(last)
+        spans = np.stack([first, last, starts, stops, begins, sizes], axis=1)
         total = int(sizes.sum())
         workers = 0 if pool is None or total <= parallel_bytes else min(len(spans), threads) - 1
         if pool is None or workers < 1:
@@ -291,6 +315,33 @@ class ChunkTable:
         for error in errors:
             if error is not None:
                 raise error
+
+    def _add_stretches(self, mapped: Any, first: np.ndarray, last: np.ndarray, view: memoryview,
+                       begins: np.ndarray, batch: StretchBatch) -> None:
+        """Spans of Zstandard chunks ``first[r]`` to ``last[r]`` (into ``view`` from byte ``begins[r]``) cut where
+        the file breaks them: each stretch of frames back to back added to ``batch``, each chunk kept
+        unfiltered copied into place now (exactly a chunk's bytes, else ValueError)."""
+        chunk_bytes = self.rows_per_chunk * self.row_bytes
+        counts = last + 1 - first
+        total = int(counts.sum())
+        span = np.repeat(np.arange(len(first)), counts)
+        chunk = np.arange(total, dtype=np.int64) + np.repeat(first - (np.cumsum(counts) - counts), counts)
+        opens = np.ones(total, dtype=bool)  # a chunk that begins a stretch: a span's first, or after a break
+        opens[1:] = (span[1:] != span[:-1]) | self.breaks.take(chunk[:-1])
+        heads = np.flatnonzero(opens)
+        a, b = chunk.take(heads), chunk.take(np.append(heads[1:] - 1, total - 1))
+        at = begins.take(span.take(heads)) + (a - first.take(span.take(heads))) * chunk_bytes
+        starts, stops = self.offsets.take(a), self.offsets.take(b) + self.sizes.take(b)
+        raw = self.stored_raw.take(a)  # always a stretch of its own: breaks lie on both sides of it
+        if raw.any():
+            for k, start, stop, place in zip(a[raw].tolist(), starts[raw].tolist(), stops[raw].tolist(),
+                                             at[raw].tolist()):
+                if stop - start != chunk_bytes:
+                    raise ValueError(f"chunk {k} holds {stop - start} bytes, expected {chunk_bytes}")
+                view[place : place + chunk_bytes] = mapped[start:stop]
+            keep = ~raw
+            a, b, at, starts, stops = a[keep], b[keep], at[keep], starts[keep], stops[keep]
+        batch.add(mapped, starts, stops, at, (b + 1 - a) * chunk_bytes, a, b)
 
     def _stream_spans(self, decoder: zstandard.ZstdDecompressor | None, mapped: Any, view: memoryview,
                       spans: np.ndarray) -> None:
@@ -308,6 +359,12 @@ class ChunkTable:
     def _decode_chunks_into(self, mapped: Any, a: int, b: int, target: memoryview) -> None:
         """Chunks ``a`` to ``b`` (inclusive) decoded into ``target``, exactly their bytes (whole chunks: HDF5 pads
         a column's last chunk to full size); the chunks back to back in the file as one Zstandard stream."""
+        lib = library() if self.codec == "zstd" else None
+        if lib is not None:  # one libzstd call a stretch, the GIL released
+            batch = StretchBatch(target, lib)
+            self._add_stretches(mapped, np.array([a]), np.array([b]), target, np.zeros(1, dtype=np.int64), batch)
+            batch.run()
+            return
         chunk_bytes = self.rows_per_chunk * self.row_bytes
         cuts = (np.flatnonzero(self.breaks[a:b]) + a + 1).tolist()
         for c0, c1 in zip([a, *cuts], [*cuts, b + 1]):  # a stretch of chunks back to back in the file

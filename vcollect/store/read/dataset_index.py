@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import dataset_spaces
 from vcollect.store.layout.shard_format import column_path
 from vcollect.store.read.shard_reader import OpenShardFiles, ShardOpener, StoredShard, decode_column
+from vcollect.store.read.zstd_frames import StretchBatch
 from vcollect.store.write.frame_stack import FrameStack, rebuild_episode, stack_rows
 
-__all__ = ["DatasetIndex", "EpisodeData"]
+__all__ = ["DatasetIndex", "EpisodeData", "FramesInFlight"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -345,7 +347,7 @@ class DatasetIndex:
         return out
 
     def gather_obs_runs(self, name: str, dtype: np.dtype[Any], first: np.ndarray, starts: np.ndarray, count: int,
-                        cache_bytes: int) -> np.ndarray:
+                        cache_bytes: int, pending: list[FramesInFlight] | None = None) -> np.ndarray:
         """(batch, ``count``, ...) stored observation rows (single frames, for a ``frame_stack`` dataset): for
         each window the ``count`` consecutive global rows from ``first``, inside the episode beginning at global
         row ``starts`` (each run must end there). Rows before the episode's first read as its first (the reset
@@ -357,7 +359,11 @@ class DatasetIndex:
         rows of its first and last chunk outside the run landing in the m rows on either side. The arrays of
         the last two calls are kept, and one is filled again by a call of the same shape when nothing refers to
         it any more (no view of it left, which its reference count tells), so a training loop writes into memory
-        already mapped instead of faulting in fresh pages."""
+        already mapped instead of faulting in fresh pages.
+
+        Given a ``pending`` list, frames that decode threads are still decoding when this returns are left
+        in flight: a FramesInFlight is appended, and the result must not be read before its ``finish()`` (or
+        used at all after its ``cancel()``); the caller does other work meanwhile."""
         batch = len(first)
         first = np.asarray(first, dtype=np.int64)
         starts = np.asarray(starts, dtype=np.int64)
@@ -372,25 +378,49 @@ class DatasetIndex:
         slot = count + 2 * margin
         frames = self._run_buffer(name, (batch, slot, *self._row_shape(name)), dtype)
         out = frames[:, margin : margin + count]
+        self._run_buffers.setdefault(name, []).append(frames)
         if cache is not None:
             rows = np.maximum(first[:, None] + np.arange(count, dtype=np.int64), starts[:, None])
             np.take(cache[name], rows.reshape(-1), axis=0, out=frames.reshape(batch * count, *frames.shape[2:]))
-        elif batch:
-            flat = frames.reshape(batch * slot, *frames.shape[2:])
-            places = np.arange(batch, dtype=np.int64) * slot + margin + skip
+            self._pad_before_episodes(out, skip, False)
+            return out
+        if not batch:
+            return out
+        flat = frames.reshape(batch * slot, *frames.shape[2:])
+        places = np.arange(batch, dtype=np.int64) * slot + margin + skip
+        together = self.files.runs_batch(flat)  # every shard's frames: threads decode them as they come
+        in_flight = None if together is None else FramesInFlight(self.files, together, name,
+                                                                 lambda: self._pad_before_episodes(out, skip, True))
+        try:
             for s in touched:
                 sel = np.flatnonzero(which == s)
-                self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s], count - skip[sel],
-                                          flat, places[sel], margin)
-            held = np.flatnonzero(skip)
-            if held.size:  # the rows before an episode: copies of its first
-                owner = np.repeat(held, skip[held])
-                within = np.arange(owner.size) - np.repeat(np.cumsum(skip[held]) - skip[held], skip[held])
-                out[owner, within] = out[owner, skip[owner]]
-        if self.frame_stack is not None and self.frame_stack.padding == "zero" and skip.any():
-            out[np.arange(count) < skip[:, None]] = 0
-        self._run_buffers.setdefault(name, []).append(frames)
+                self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s],
+                                          count - skip[sel], flat, places[sel], margin, together)
+        except BaseException:
+            if in_flight is not None:
+                in_flight.cancel()
+            raise
+        if in_flight is None:
+            self._pad_before_episodes(out, skip, True)
+        elif pending is not None and together is not None and together.helping:
+            pending.append(in_flight)
+        else:
+            in_flight.finish()
         return out
+
+    def _pad_before_episodes(self, out: np.ndarray, skip: np.ndarray, copy_first: bool) -> None:
+        """The ``skip[i]`` rows of window i before its episode: copies of the episode's first row
+        (``copy_first``: read from the files, which gave only the episode's rows), or 0 for ``padding="zero"``
+        frame stacks."""
+        held = np.flatnonzero(skip)
+        if not held.size:
+            return
+        if copy_first:
+            owner = np.repeat(held, skip[held])
+            within = np.arange(owner.size) - np.repeat(np.cumsum(skip[held]) - skip[held], skip[held])
+            out[owner, within] = out[owner, skip[owner]]
+        if self.frame_stack is not None and self.frame_stack.padding == "zero":
+            out[np.arange(out.shape[1]) < skip[:, None]] = 0
 
     def _run_buffer(self, name: str, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray:
         """An array of ``shape``: one of the last two :meth:`gather_obs_runs` filled for column ``name`` that is
@@ -441,3 +471,27 @@ class RowGroups:
         cuts = (np.flatnonzero(which[1:] != which[:-1]) + 1).tolist()
         self.parts = [(int(which[a]), order[a:b], ordered[a:b] - base[which[a]])
                       for a, b in zip([0, *cuts], [*cuts, len(rows)]) if b > a]
+
+
+class FramesInFlight:
+    """Frames of :meth:`DatasetIndex.gather_obs_runs` that decode threads are still decoding."""
+
+    def __init__(self, files: OpenShardFiles, batch: StretchBatch, name: str, settle: Callable[[], None]) -> None:
+        self._files, self._batch, self._name, self._settle = files, batch, name, settle
+
+    def finish(self) -> None:
+        """Decode what is left (this thread taking its share), wait for the threads, and fill the rows the
+        files do not give (before an episode's first).
+
+        Raises:
+            CorruptShardError: A stretch of frames does not decode; the message names its shard.
+        """
+        try:
+            self._files.decode_runs_batch(self._batch, self._name)
+        finally:
+            self._batch.close()
+        self._settle()
+
+    def cancel(self) -> None:
+        """Stop the threads, decoding nothing more, and wait for them (the frames are not to be read)."""
+        self._batch.close()

@@ -29,7 +29,7 @@ from vcollect.spaces import unflatten_batch
 from vcollect.store.layout.shard_format import column_path
 
 if TYPE_CHECKING:
-    from vcollect.store.read.dataset_index import DatasetIndex
+    from vcollect.store.read.dataset_index import DatasetIndex, FramesInFlight
 
 __all__ = [
     "draw_view_windows",
@@ -82,21 +82,31 @@ def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded
     with ``stacks="view"`` and no window padded, handed out as read-only views over that run."""
     size, length = steps.shape
     obs_base = index.global_obs_offset.take(ids)
-    if stacks == "view" and padded is None:
-        obs, nxt = observation_views(index, obs_base, obs_base + steps[:, 0], length, next_observations, limit)
-    else:
-        obs, nxt = observation_copies(index, obs_base, obs_base[:, None] + steps, padded, next_observations, limit)
-        if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
-            for leaf in obs + (nxt or []):
-                leaf.flags.writeable = False
-    groups = index.row_groups((index.global_step_offset.take(ids)[:, None] + steps).reshape(-1), False)
-    steps_read = {
-        "actions": unflatten_batch(index.action_space, [
-            index.gather(column_path("actions", leaf.name), leaf.dtype, groups, limit) for leaf in index.act_leaves]),
-        "rewards": index.gather("rewards", np.dtype(np.float64), groups, limit),
-        "terminations": index.gather("terminations", np.dtype(np.bool_), groups, limit),
-        "truncations": index.gather("truncations", np.dtype(np.bool_), groups, limit),
-    }
+    pending: list[FramesInFlight] = []  # frames threads still decode while the step columns are read
+    try:
+        if stacks == "view" and padded is None:
+            obs, nxt = observation_views(index, obs_base, obs_base + steps[:, 0], length, next_observations, limit,
+                                         pending)
+        else:
+            obs, nxt = observation_copies(index, obs_base, obs_base[:, None] + steps, padded, next_observations,
+                                          limit)
+            if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
+                for leaf in obs + (nxt or []):
+                    leaf.flags.writeable = False
+        groups = index.row_groups((index.global_step_offset.take(ids)[:, None] + steps).reshape(-1), False)
+        steps_read = {
+            "actions": unflatten_batch(index.action_space, [
+                index.gather(column_path("actions", leaf.name), leaf.dtype, groups, limit)
+                for leaf in index.act_leaves]),
+            "rewards": index.gather("rewards", np.dtype(np.float64), groups, limit),
+            "terminations": index.gather("terminations", np.dtype(np.bool_), groups, limit),
+            "truncations": index.gather("truncations", np.dtype(np.bool_), groups, limit),
+        }
+        for frames in pending:
+            frames.finish()
+    finally:  # after an error, the threads stop (a no-op for frames finished)
+        for frames in pending:
+            frames.cancel()
     shaped = shape_rows(steps_read, size, length, padded)
     batch = {"observations": unflatten_batch(index.observation_space, obs), "actions": shaped["actions"],
              "rewards": shaped["rewards"]}
@@ -123,19 +133,22 @@ def observation_copies(index: DatasetIndex, obs_base: np.ndarray, obs_rows: np.n
 
 
 def observation_views(index: DatasetIndex, obs_base: np.ndarray, first_rows: np.ndarray, length: int,
-                      next_observations: bool, limit: int) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+                      next_observations: bool, limit: int, pending: list[FramesInFlight] | None = None,
+                      ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """Each observation leaf's (batch, length, ...) observations of unpadded windows whose first step's
     observation lies at global row ``first_rows``, and next observations (None where not asked), as read-only
     views over one array of each window's stored rows: for a ``frame_stack`` dataset of k frames, its
     length + k - 1 frames (one more for next observations), a row's stack the k frames from its own on (the
     stack axis strided by one frame), the next observations the same shifted by one frame; else its
-    length (+ 1) observations, the next observations shifted by one row."""
+    length (+ 1) observations, the next observations shifted by one row. Given ``pending``, frames still being
+    decoded by threads are left in flight (:meth:`DatasetIndex.gather_obs_runs`): none is to be read before
+    each one's ``finish()``."""
     k = 1 if index.frame_stack is None else index.frame_stack.k
     count = length + k - 1 + int(next_observations)
     obs, nxt = [], []
     for leaf in index.obs_leaves:
         frames = index.gather_obs_runs(column_path("observations", leaf.name), leaf.dtype, first_rows - (k - 1),
-                                       obs_base, count, limit)
+                                       obs_base, count, limit, pending)
         obs.append(strided_stacks(frames, 0, length, k))
         if next_observations:
             nxt.append(strided_stacks(frames, 1, length, k))

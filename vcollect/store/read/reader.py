@@ -677,7 +677,8 @@ class Dataset:
                 array holds a chunk's rows less one beside each window); the arrays of the last two calls are
                 kept and one is filled again once nothing refers to it (no view of it left), so a loop holding
                 one batch while drawing the next reuses memory. ``$VCOLLECT_DECODE_THREADS`` (default 1) sets
-                how many threads decode a call's frames together.
+                how many threads decode a call's frames together (each stretch of frames one libzstd call with
+                the GIL released, so two threads decode in parallel).
 
         Returns:
             :meth:`sample_steps`' keys, each with leading (batch, length) axes, and ``mask`` (bool: the row is a

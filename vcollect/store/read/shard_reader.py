@@ -31,7 +31,8 @@ import numpy as np
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR, SHARD_FORMAT_NAME, column_path
-from vcollect.store.read.chunk_reader import ChunkTable, check_declared_sizes
+from vcollect.store.read.chunk_reader import PARALLEL_BYTES, ChunkTable, check_declared_sizes
+from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
 
@@ -485,19 +486,54 @@ class OpenShardFiles:
                 _raise_read_error(shard, name, exc)
         return 0 if table is None else table.rows_per_chunk - 1
 
+    def runs_batch(self, out: np.ndarray) -> StretchBatch | None:
+        """A batch in which :meth:`read_runs_into` of several shards leaves their stretches of Zstandard frames,
+        decoded by :meth:`decode_runs_batch` (on ``$VCOLLECT_DECODE_THREADS`` threads where ``out`` is over a
+        megabyte: the others begin decoding as soon as the first shard's stretches are in); None where
+        libzstd does not load (each read then decodes its own). ``close()`` it whatever happens.
+
+        Args:
+            out: The array the reads decode into (C-contiguous).
+
+        Returns:
+            The batch, or None.
+        """
+        lib = library()
+        if lib is None:
+            return None
+        pool, threads = _decoding_threads()
+        return StretchBatch(out.reshape(-1).view(np.uint8), lib, None if out.nbytes <= PARALLEL_BYTES else pool,
+                            threads)
+
+    def decode_runs_batch(self, batch: StretchBatch, name: str) -> None:
+        """Decode what :meth:`read_runs_into` left in ``batch`` for column ``name`` and wait for every thread.
+
+        Raises:
+            CorruptShardError: A stretch does not decode to its bytes; the message names its shard.
+        """
+        try:
+            batch.run()
+        except StretchError as exc:
+            if exc.label is None:
+                raise
+            _raise_read_error(exc.label, name, exc)
+
     def read_runs_into(self, key: int, shard: StoredShard, name: str, lows: np.ndarray, counts: np.ndarray,
-                       out: np.ndarray, places: np.ndarray, margin: int = 0) -> None:
+                       out: np.ndarray, places: np.ndarray, margin: int = 0,
+                       batch: StretchBatch | None = None) -> None:
         """``out[places[r] : places[r] + counts[r]]`` = the ``counts[r]`` rows of column ``name`` of ``shard``
         from row ``lows[r]`` on, for each run r: a Zstandard column decodes each run's chunks once, as a stream
         (slices' frames), a raw column is one gather from the file's map. ``margin``: rows of ``out`` before
         and after every run that may be overwritten; with :meth:`run_margin`'s, a compressed column's chunks
         are decoded straight into ``out`` (whole chunks, around each run), with no copy, a large read's
-        streams shared between this thread and ``$VCOLLECT_DECODE_THREADS - 1`` others (none by default)."""
+        streams shared between this thread and ``$VCOLLECT_DECODE_THREADS - 1`` others (none by default).
+        Given a ``batch`` (:meth:`runs_batch` over ``out``), the stretches of Zstandard frames are left in it,
+        to be decoded by :meth:`decode_runs_batch` once every shard's are in."""
         lows = np.asarray(lows, dtype=np.int64)
         counts = np.asarray(counts, dtype=np.int64)
         places = np.asarray(places, dtype=np.int64)
         col = shard.columns[name]
-        pool, threads = _decoding_threads()
+        pool, threads = _decoding_threads() if batch is None else (None, 1)  # a batch decodes on its own threads
         if col.dtype == out.dtype and out.flags.c_contiguous and col.size:
             with self._lock:
                 try:
@@ -507,7 +543,9 @@ class OpenShardFiles:
                         if ranges is not None:
                             ranges.ensure(*_chunk_ranges(table, _runs(lows, counts)))
                         table.read_runs(self._get(key, shard, "map"), lows, counts, out, places, margin, pool,
-                                        threads)
+                                        threads, batch=batch)
+                        if batch is not None:
+                            batch.label(shard)
                         return
                     if col.offset is not None:
                         if ranges is not None:
