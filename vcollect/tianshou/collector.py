@@ -140,12 +140,12 @@ class Collector:
                 self._map_action = policy.map_action
                 inverse = getattr(self.policy, "map_action_inverse", None)
                 policy = RawActions(policy, venv.single_action_space)
+        self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
         if isinstance(env, TianshouDummyVectorEnv):  # each env's own space object, as Tianshou's Collector takes it
             spaces = list(env.action_space)
         else:
             spaces = seeded_copies(venv.single_action_space, num_envs, options.get("seed"))
         self._random = RandomActions(spaces, inverse)
-        self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
         self.collector.context.actor.random_source = self._random
 
     # ------------------------------------------------------------------ Tianshou's counters
