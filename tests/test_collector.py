@@ -841,3 +841,26 @@ def test_collector_options_are_typed_once_and_an_unknown_one_is_refused() -> Non
             cls(None, DummyVectorEnv([CountingEnv] * 2), valdate=False)  # type: ignore[call-arg]
         with cls(None, DummyVectorEnv([CountingEnv] * 2), seed=3, validate=False, unfinished="truncate") as c:
             assert not c.validate and c.unfinished == "truncate"
+
+
+def test_a_random_source_draws_the_random_actions_for_the_ready_env_ids() -> None:
+    """PolicyActor.random_source replaces RandomPolicy for ``collect(random=True)``: called with the ready env
+    ids, its actions are recorded as given; None brings RandomPolicy back, with the collector's seed."""
+    calls: list[list[int]] = []
+
+    def source(env_ids: np.ndarray) -> np.ndarray:
+        calls.append(env_ids.tolist())
+        return (env_ids % 2).astype(np.int64)  # env 0 always 0, env 1 always 1, env 2 always 0
+
+    def stored(collector: Collector) -> list[np.ndarray]:
+        return [np.asarray(collector.buffer.episode(env).actions) for env in range(3)]
+
+    with Collector(None, counting_fns(3, length=50), seed=4) as collector:
+        collector.context.actor.random_source = source
+        collector.collect(n_step=12, random=True, reset_before_collect=True)
+        assert calls == [[0, 1, 2]] * 4
+        assert [a.tolist() for a in stored(collector)] == [[0] * 4, [1] * 4, [0] * 4]
+        collector.context.actor.random_source = None
+        collector.collect(n_step=60, random=True, reset_before_collect=True)
+        drawn = np.concatenate(stored(collector))
+        assert len(calls) == 4 and 0 < drawn.sum() < drawn.size

@@ -172,3 +172,58 @@ def test_sac_stores_the_policys_own_actions_and_updates_the_same_weights() -> No
         assert np.array_equal(ours[key], theirs[key]), key
     for mine, reference in zip(ours["weights"], theirs["weights"], strict=True):
         assert torch.equal(mine, reference)
+
+
+def sac_warmed_up(side: str, action_scaling: bool) -> dict[str, Any]:
+    """A SAC script's warm-up on one side: random steps (``collect(n_step=..., random=True)``, crossing episode
+    ends), random episodes, then the policy's exploring steps; what the buffer holds, the envs' action spaces'
+    generator states and numpy's global generator afterwards."""
+    from tianshou.algorithm.modelfree.sac import SACPolicy
+    from tianshou.utils.net.continuous import ContinuousActorProbabilistic
+
+    collector_cls, buffer_cls = SIDES[side]
+    torch.manual_seed(2)
+    np.random.seed(2)
+    env = gym.make("Pendulum-v1")
+    actor = ContinuousActorProbabilistic(
+        preprocess_net=Net(state_shape=env.observation_space.shape, hidden_sizes=[16]),
+        action_shape=env.action_space.shape, unbounded=True,
+    )
+    policy = SACPolicy(actor=actor, action_space=env.action_space, action_scaling=action_scaling)
+    envs = DummyVectorEnv([lambda: gym.make("Pendulum-v1", max_episode_steps=15) for _ in range(3)])
+    envs.seed(5)
+    buf = buffer_cls(600, 3)
+    collector = collector_cls(policy, envs, buf, exploration_noise=True)
+    collector.reset()
+    warm = collector.collect(n_step=60, random=True)
+    episodes = collector.collect(n_episode=4, random=True)
+    random_act = buf[buf.sample_indices(0)].act
+    with policy_within_training_step(policy):
+        collector.collect(n_step=30)
+    batch = buf[buf.sample_indices(0)]
+    return {
+        **{key: batch[key] for key in KEYS}, "random_act": random_act,
+        "returns": [warm.returns, episodes.returns], "lens": [warm.lens, episodes.lens],
+        "space_states": [space.np_random.bit_generator.state for space in envs.get_env_attr("action_space")],
+        "numpy_after": np.random.rand(3),
+    }
+
+
+@pytest.mark.parametrize("action_scaling", [True, False])
+def test_random_warm_up_stores_and_steps_as_tianshous(action_scaling: bool) -> None:
+    """``collect(random=True)`` samples each env's own action space in env-id order, gives the samples to the
+    envs and stores the policy's map_action_inverse of them (the policy's scale, [-1, 1] for Pendulum's
+    [-2, 2] with action scaling; the samples as drawn without it), as Tianshou's Collector does: the
+    transitions, the spaces' generators and numpy's are then Tianshou's, bit for bit."""
+    theirs, ours = sac_warmed_up("tianshou", action_scaling), sac_warmed_up("vcollect", action_scaling)
+    bound = 1.0 if action_scaling else 2.0
+    assert np.abs(theirs["random_act"]).max() <= bound < 2.0 * np.abs(theirs["random_act"]).max()
+    assert len(theirs["returns"][0]) == 3 and len(theirs["returns"][1]) == 4
+    for key, value in theirs.items():
+        if key == "space_states":
+            assert ours[key] == value
+        elif isinstance(value, list):
+            for mine, reference in zip(ours[key], value, strict=True):
+                assert np.array_equal(mine, reference), key
+        else:
+            assert np.array_equal(ours[key], value), key

@@ -56,6 +56,10 @@ class PolicyActor:
         self._action_leaves = leaves(action_space)
         self._action_check = BatchCheck(action_space)
         self._random = RandomPolicy(action_space)
+        self.random_source: Callable[[np.ndarray], Any] | None = None
+        """When set, draws ``collect(random=True)``'s actions instead of RandomPolicy: called with the ready env
+        ids (ascending), it returns one action per id, recorded and given to the envs as they are (unchecked).
+        None: RandomPolicy over the action space, seeded by the collector's ``seed``."""
         self.state: Any = None
         self._obs: list[np.ndarray] | None = None  # newest observation of every env, flat leaf form
         self._obs_owned = False  # the cached arrays are ours alone (not handed to the policy yet)
@@ -65,7 +69,7 @@ class PolicyActor:
         self._infos: list[Mapping[str, Any]] = [{}] * self.num_envs  # each env's last info (wants_infos)
 
     def reseed(self, seed: int) -> None:
-        """Re-seed the random actions."""
+        """Re-seed the random actions (RandomPolicy's; a ``random_source`` keeps its own generators)."""
         self._random = RandomPolicy(self.action_space, seed=seed)
 
     def clear(self) -> None:
@@ -88,6 +92,8 @@ class PolicyActor:
     def actions(self, env_ids: np.ndarray, random: bool) -> Any:
         """Actions for env_ids' latest observations: the policy's (checked), or random ones."""
         if random:
+            if self.random_source is not None:
+                return self.random_source(env_ids)
             return self._random.sample(len(env_ids))  # inside the action space by construction
         actions = self._act(self._current_obs(env_ids), env_ids)
         if self.validate and not self._trusted:

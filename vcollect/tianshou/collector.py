@@ -27,6 +27,7 @@ from vcollect.policies.tianshou_policy import TianshouPolicy
 from vcollect.policies.tianshou_types import is_tianshou_policy
 from vcollect.tianshou.buffer import VectorReplayBuffer
 from vcollect.tianshou.info_tap import StepInfoTap, taps
+from vcollect.tianshou.random_actions import RandomActions, seeded_copies
 from vcollect.tianshou.raw_actions import RawActions
 
 __all__ = ["DEFAULT_SIZE_PER_ENV", "Collector"]
@@ -51,20 +52,24 @@ class Collector:
     that finishes at once and every env when the call ends; the policy is called in the same order on the
     same observations, its exploration noise added under the caller's training-step flag (Tianshou's
     trainer sets it), so it draws the same numbers from numpy's global generator; and the buffer samples
-    the same indices (vcollect.tianshou.VectorReplayBuffer). The transitions, episodes, sampled batches and
-    trained weights are then Tianshou's, bit for bit.
+    the same indices (vcollect.tianshou.VectorReplayBuffer); ``collect(random=True)`` samples each env's own
+    action space object in env-id order (seeded by ``venv.seed(...)``), steps the envs with the samples and
+    stores the policy's ``map_action_inverse`` of them, without exploration noise, and leaves no policy state.
+    The transitions, episodes, sampled batches and trained weights are then Tianshou's, bit for bit.
 
     Elsewhere: on vcollect's dummy, subprocess and Ray backends (a Tianshou SubprocVectorEnv's env factories
     are run again in vcollect's subprocesses) episodes are shared as above, but the envs' resets are seeded
     from numpy's global generator (seeded by the script's ``np.random.seed``) once, at their first reset;
-    on a gymnasium or EnvPool vector env each env gets a quota of episodes (vcollect's ``n_episode``).
-    ``collect(random=True)`` samples vcollect's own random actions (seeded by ``seed``), not each env's
-    action space. ``reset_buffer`` keeps the running episodes' returns and lengths whatever
-    ``keep_statistics`` says (so every reported return is a whole episode's). Each step's info is stored
-    beside its transition (``buffer.info``, ``env_id`` added) where the envs step on request; a gymnasium
-    or EnvPool vector env's steps are stored without infos. The buffer stores the policy's own actions (before
-    its ``map_action``), as Tianshou's, where the envs step on request; on a gymnasium or EnvPool vector env,
-    and for ``collect(random=True)``, the actions the envs were given.
+    on a gymnasium or EnvPool vector env each env gets a quota of episodes (vcollect's ``n_episode``); and
+    ``collect(random=True)`` samples one copy of the action space per env, each seeded from its own stream of
+    ``seed`` (the same seed, the same random actions). ``reset_buffer`` keeps the running episodes' returns and
+    lengths whatever ``keep_statistics`` says (so every reported return is a whole episode's). Each step's info
+    is stored beside its transition (``buffer.info``, ``env_id`` added) where the envs step on request; a
+    gymnasium or EnvPool vector env's steps are stored without infos. Where the envs step on request the buffer
+    stores the policy's own actions (before its ``map_action``), as Tianshou's, and random samples through the
+    policy's ``map_action_inverse`` (none, or action scaling off: the samples as drawn), so both are on the
+    policy's scale; on a gymnasium or EnvPool vector env it stores the actions the envs were given, on the
+    env's scale both: the policy's after its ``map_action``, random samples as drawn.
 
     Args:
         policy: A Tianshou Algorithm or Policy (or any policy vcollect's Collector takes).
@@ -128,12 +133,20 @@ class Collector:
             buffer.infos.env_ids = True
             self._episode_order = "finished_first"  # n_episode shared among the envs as Tianshou shares it
         self._map_action: Callable[[Any], Any] | None = None  # the policy's, applied by the tap
+        inverse: Callable[[Any], Any] | None = None  # what the rings store of a random sample (None: the sample)
         if is_tianshou_policy(policy):  # its exploration noise under the caller's training-step flag, as Tianshou's
             policy = TianshouPolicy(policy, exploration_noise=False)
             if self._tap is not None:  # the rings hold the policy's own actions; the tap maps them for the envs
                 self._map_action = policy.map_action
+                inverse = getattr(self.policy, "map_action_inverse", None)
                 policy = RawActions(policy, venv.single_action_space)
         self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
+        if isinstance(env, TianshouDummyVectorEnv):  # each env's own space object, as Tianshou's Collector takes it
+            spaces = list(env.action_space)
+        else:
+            spaces = seeded_copies(venv.single_action_space, num_envs, options.get("seed"))
+        self._random = RandomActions(spaces, inverse)
+        self.collector.context.actor.random_source = self._random
 
     # ------------------------------------------------------------------ Tianshou's counters
 
@@ -234,7 +247,7 @@ class Collector:
         Args:
             n_step: Transitions to collect (every env steps each time).
             n_episode: Whole episodes to collect.
-            random: Sample actions from the action space instead of the policy.
+            random: Sample each env's action space instead of calling the policy (stored as the class says).
             render: Render and sleep this many seconds after each step.
             reset_before_collect: Reset the envs (and the counters) first, keeping the buffer (Tianshou 2's).
             gym_reset_kwargs: ``options`` passed to the env resets of this call.
@@ -246,12 +259,14 @@ class Collector:
         if isinstance(n_step, int) and not isinstance(n_step, bool) and n_step > 0:
             n_step = -(-n_step // self.env_num) * self.env_num  # every env steps each time, as in Tianshou's
         if self._tap is not None:
-            self._tap.map_action = None if random else self._map_action
+            self._tap.map_action = self._random.to_envs if random else self._map_action
         pending = collector.pending_transitions
         stats = collector.collect(
             n_step, n_episode, random=random, render=render, reset_before_collect=reset_before_collect,
             reset_options=options, episode_order=self._episode_order,
         )
+        if random:  # no policy state comes out of random steps (Tianshou's hidden state is None after them)
+            collector.context.actor.state = None
         if n_step is None and self._episode_order == "finished_first":
             # Tianshou's resets: each env that finished restarts at once (even one that then idles), and every
             # env is reset once more when the call ends

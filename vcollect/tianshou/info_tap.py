@@ -7,7 +7,8 @@ the collector records it, so the ring's newest row of each stepped env is that s
 the ring rows each env's steps and resets write (``take_rows``), so the buffer's Tianshou indices follow the
 new rows exactly. Given the policy's ``map_action`` (``map_action``), it maps the actions on their way to the
 envs, as Tianshou's Collector maps them between storing and stepping: the rings then hold the policy's own
-actions, as Tianshou's buffers do.
+actions, as Tianshou's buffers do (for random actions it is given vcollect.tianshou.random_actions'
+``RandomActions.to_envs``: the envs get the samples, the rings their ``map_action_inverse``).
 """
 
 from __future__ import annotations
