@@ -1,8 +1,8 @@
 """vcollect.tianshou's ``collect(random=True)`` where no Tianshou DummyVectorEnv is stepped (there it is
 Tianshou's, bit for bit: tests/test_tianshou_reproduces.py): vcollect's own backends sample one seeded copy of
 the action space per env, give the samples to the envs and store the policy's ``map_action_inverse`` of them,
-on the scale of the policy's own stored actions; a gymnasium vector env's buffer holds the actions the envs
-were given, random and policy actions alike. Every action an env receives is recorded by the env itself.
+on the scale of the policy's own stored actions (gymnasium and EnvPool vector envs alike:
+tests/test_tianshou_vector_actions.py). Every action an env receives is recorded by the env itself.
 """
 
 from __future__ import annotations
@@ -102,22 +102,6 @@ def test_a_policy_without_map_action_inverse_stores_the_samples() -> None:
     for mine, sent in zip(stored, given, strict=True):
         assert len(mine) == len(sent) == 4
         assert np.abs(sent).max() > 1.0
-        assert np.array_equal(mine, sent)
-
-
-def test_gymnasium_vector_env_stores_random_and_policy_actions_as_given() -> None:
-    policy = sac()
-    venv = gym.vector.SyncVectorEnv([Recorded, Recorded])
-    buf = vt.VectorReplayBuffer(2 * SIZE, 2)
-    collector = vt.Collector(policy, venv, buf, exploration_noise=True, seed=1)
-    collector.reset()
-    collector.collect(n_step=8, random=True)
-    with policy_within_training_step(policy):
-        collector.collect(n_step=4)
-    for env, mine in zip(venv.envs, stored_per_env(buf), strict=True):
-        sent = np.stack(env.given)  # type: ignore[attr-defined]
-        assert len(mine) == len(sent) == 6
-        assert np.abs(sent[:4]).max() > 1.0  # both on the env's scale, random and policy actions alike
         assert np.array_equal(mine, sent)
 
 

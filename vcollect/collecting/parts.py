@@ -25,6 +25,7 @@ from vcollect.collecting.step_context import StepContext
 from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
 from vcollect.envs.base import BaseVectorEnv
 from vcollect.envs.info_recording import InfoRecordingEnv
+from vcollect.envs.pass_through import PassThroughVectorEnv
 from vcollect.monitor import EpisodeTally, as_monitors
 from vcollect.policies import Policy
 from vcollect.store.sink import AcceptsEnvSpec, EpisodeSink, check_sink
@@ -141,7 +142,7 @@ def checked_store(store: EpisodeSink | None, envs: VectorEnv) -> EpisodeSink | N
 
 def env_spec(envs: VectorEnv) -> EnvSpec | None:
     """The EnvSpec of the envs where the backend knows it (made from a registered id)."""
-    return envs.env_spec if isinstance(envs, BaseVectorEnv | InfoRecordingEnv) else None
+    return envs.env_spec if isinstance(envs, BaseVectorEnv | PassThroughVectorEnv) else None
 
 
 def build_context(

@@ -27,6 +27,7 @@ from vcollect.policies.tianshou_policy import TianshouPolicy
 from vcollect.policies.tianshou_types import is_tianshou_policy
 from vcollect.tianshou.buffer import VectorReplayBuffer
 from vcollect.tianshou.info_tap import StepInfoTap, taps
+from vcollect.tianshou.mapped_actions import MappedActions
 from vcollect.tianshou.random_actions import RandomActions, seeded_copies
 from vcollect.tianshou.raw_actions import RawActions
 
@@ -132,14 +133,16 @@ class Collector:
             venv = self._tap = StepInfoTap(venv, buffer.ring, buffer.infos)
             buffer.infos.env_ids = True
             self._episode_order = "finished_first"  # n_episode shared among the envs as Tianshou shares it
-        self._map_action: Callable[[Any], Any] | None = None  # the policy's, applied by the tap
+        self._map_action: Callable[[Any], Any] | None = None  # the policy's, applied on the way to the envs
+        self._mapped: MappedActions | None = None
         inverse: Callable[[Any], Any] | None = None  # what the rings store of a random sample (None: the sample)
         if is_tianshou_policy(policy):  # its exploration noise under the caller's training-step flag, as Tianshou's
             policy = TianshouPolicy(policy, exploration_noise=False)
-            if self._tap is not None:  # the rings hold the policy's own actions; the tap maps them for the envs
-                self._map_action = policy.map_action
-                inverse = getattr(self.policy, "map_action_inverse", None)
-                policy = RawActions(policy, venv.single_action_space)
+            # the rings hold the policy's own actions, as Tianshou's buffers; the envs get them mapped
+            self._map_action = policy.map_action
+            inverse = getattr(self.policy, "map_action_inverse", None)
+            policy = RawActions(policy, venv.single_action_space)
+            venv = self._mapped = MappedActions(venv)
         self.collector = vcollect.Collector(policy, venv, buffer.ring, exploration_noise=exploration_noise, **options)
         if isinstance(env, TianshouDummyVectorEnv):  # each env's own space object, as Tianshou's Collector takes it
             spaces = list(env.action_space)
@@ -258,8 +261,8 @@ class Collector:
         collector, options = self.collector, _reset_options(gym_reset_kwargs)
         if isinstance(n_step, int) and not isinstance(n_step, bool) and n_step > 0:
             n_step = -(-n_step // self.env_num) * self.env_num  # every env steps each time, as in Tianshou's
-        if self._tap is not None:
-            self._tap.map_action = self._random.to_envs if random else self._map_action
+        if self._mapped is not None:
+            self._mapped.map_action = self._random.to_envs if random else self._map_action
         pending = collector.pending_transitions
         stats = collector.collect(
             n_step, n_episode, random=random, render=render, reset_before_collect=reset_before_collect,

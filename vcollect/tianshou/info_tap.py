@@ -5,15 +5,13 @@ It wraps backends that step each env on request (the subset loop's: dummy, subpr
 capability they declare (``step_reset`` included): a step's infos are written when the step returns, before
 the collector records it, so the ring's newest row of each stepped env is that step's row. It also counts
 the ring rows each env's steps and resets write (``take_rows``), so the buffer's Tianshou indices follow the
-new rows exactly. Given the policy's ``map_action`` (``map_action``), it maps the actions on their way to the
-envs, as Tianshou's Collector maps them between storing and stepping: the rings then hold the policy's own
-actions, as Tianshou's buffers do (for random actions it is given vcollect.tianshou.random_actions'
-``RandomActions.to_envs``: the envs get the samples, the rings their ``map_action_inverse``).
+new rows exactly. It passes the actions on as it gets them (vcollect.tianshou.mapped_actions maps them for
+the envs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -47,8 +45,6 @@ class StepInfoTap(PassThroughVectorEnv):
         self._ring = ring
         self._infos = infos
         self._rows = np.zeros(self.num_envs, dtype=np.int64)  # ring rows each env wrote since take_rows
-        self.map_action: Callable[[Any], Any] | None = None
-        """Applied to the actions before the envs get them (None: the actions as they come)."""
 
     def take_rows(self) -> int:
         """The most ring rows any env wrote (one per step, one per reset) since the last call."""
@@ -65,15 +61,8 @@ class StepInfoTap(PassThroughVectorEnv):
         self._infos.write(FlatRows(self._ring).last_rows[env_ids], infos)
         self._rows[env_ids] += 1
 
-    def step(self, actions: Any, env_ids: Any = None) -> Any:
-        """Step (the wrapped env's) with the mapped actions, writing the step's infos."""
-        return super().step(actions if self.map_action is None else self.map_action(actions), env_ids)
-
     def step_reset(self, actions: Any, env_ids: Any = None, **kwargs: Any) -> StepResetResult:
-        """Step and restart the ended envs (the wrapped env's ``step_reset``) with the mapped actions, writing
-        the step's infos."""
-        if self.map_action is not None:
-            actions = self.map_action(actions)
+        """Step and restart the ended envs (the wrapped env's ``step_reset``), writing the step's infos."""
         result: StepResetResult = self.envs.step_reset(actions, env_ids, **kwargs)
         self.on_step(self.all_ids if env_ids is None else np.asarray(env_ids, dtype=np.intp), result.infos)
         self._rows[result.reset_ids] += 1
