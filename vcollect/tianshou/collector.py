@@ -66,11 +66,12 @@ class Collector:
     ``seed`` (the same seed, the same random actions). ``reset_buffer`` keeps the running episodes' returns and
     lengths whatever ``keep_statistics`` says (so every reported return is a whole episode's). Each step's info
     is stored beside its transition (``buffer.info``, ``env_id`` added) where the envs step on request; a
-    gymnasium or EnvPool vector env's steps are stored without infos. Where the envs step on request the buffer
-    stores the policy's own actions (before its ``map_action``), as Tianshou's, and random samples through the
-    policy's ``map_action_inverse`` (none, or action scaling off: the samples as drawn), so both are on the
-    policy's scale; on a gymnasium or EnvPool vector env it stores the actions the envs were given, on the
-    env's scale both: the policy's after its ``map_action``, random samples as drawn.
+    gymnasium or EnvPool vector env's steps are stored without infos. On every backend (gymnasium and EnvPool
+    vector envs included) the buffer stores a Tianshou policy's own actions (before its ``map_action``: a SAC
+    or TD3 actor's in [-1, 1]), as Tianshou's, and random samples through the policy's ``map_action_inverse``
+    (none, or action scaling off: the samples as drawn), so both are on the policy's scale; the envs get the
+    policy's ``map_action`` of its actions, and the samples as drawn. Any other policy's actions are stored as
+    vcollect's Collector stores them.
 
     Args:
         policy: A Tianshou Algorithm or Policy (or any policy vcollect's Collector takes).

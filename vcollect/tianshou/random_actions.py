@@ -4,8 +4,8 @@ Tianshou's Collector samples each ready env's own action space (``env.action_spa
 order), steps the envs with those samples and stores the policy's ``map_action_inverse`` of them, so that the
 buffer holds random and policy actions on the same scale (the policy's own, before its ``map_action``).
 RandomActions is the PolicyActor's ``random_source`` doing the same: what it returns is recorded in the rings,
-and ``to_envs`` gives back, for those very actions, the samples the envs must get (vcollect.tianshou.info_tap
-applies it on their way to the envs).
+and ``to_envs`` gives back, for those very actions, the samples the envs must get
+(vcollect.tianshou.mapped_actions applies it on their way to the envs).
 """
 
 from __future__ import annotations

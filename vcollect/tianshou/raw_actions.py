@@ -2,8 +2,8 @@
 
 Tianshou's Collector stores the policy's action (after its exploration noise) and steps the envs with its
 ``map_action`` of it; vcollect's collector applies ``map_action`` itself when the policy has one and records
-what the envs got. This wrapper has no ``map_action`` (vcollect.tianshou.info_tap maps the actions for the
-envs instead), so the rings hold Tianshou's actions. The actions are Tianshou's raw ones (for a continuous
+what the envs got. This wrapper has no ``map_action`` (vcollect.tianshou.mapped_actions maps the actions for
+the envs instead), so the rings hold Tianshou's actions. The actions are Tianshou's raw ones (for a continuous
 policy, before scaling into the env's bounds), so the collector does not check them against the env's
 action space, as Tianshou's does not.
 """
