@@ -74,9 +74,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--dist loadfile`` hands each worker a whole file when it runs short of work, in the order collected
     (``pytest_configure`` above turns off xdist's own ordering by number of tests, which put a few-test
     file of a minute last). Files with more tests marked ``slow`` come first, then files with more tests;
-    the files that use Ray all take the place of the first of them, so each worker runs its share of them
-    in one stretch on one Ray. The tests of a file keep their order. A run without pytest-xdist keeps
-    pytest's order.
+    the files that use Ray all take the place of the first of them, so they run in one stretch on one Ray
+    (under ``--dist loadfile`` all on one worker: ``pytest_xdist_make_scheduler``). The tests of a file keep
+    their order. A run without pytest-xdist keeps pytest's order.
     """
     by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
