@@ -49,7 +49,7 @@ typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy vcollect
 
 # One pytest-xdist worker per core, each test file whole on one worker (its module fixtures built once;
-# one local Ray per worker that runs Ray tests).
+# the test files that use Ray all on one worker as one unit, on one local Ray: see tests/conftest.py).
 unit: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=20 -m "not timing"
 

@@ -4,14 +4,17 @@
 worker's next test file asks for none (the files that ask for it run one after another, see
 ``pytest_collection_modifyitems``), so a worker pays for one Ray start and no idle Ray while it runs the
 rest. Under pytest-xdist (`make test` runs `pytest -n auto --dist loadfile`) each test file runs whole on
-one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once.
+one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once, and the files
+that use Ray all run on one worker (``pytest_xdist_make_scheduler``), so the whole run starts one Ray.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -71,9 +74,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``--dist loadfile`` hands each worker a whole file when it runs short of work, in the order collected
     (``pytest_configure`` above turns off xdist's own ordering by number of tests, which put a few-test
     file of a minute last). Files with more tests marked ``slow`` come first, then files with more tests;
-    the files that use Ray all take the place of the first of them, so each worker runs its share of them
-    in one stretch on one Ray. The tests of a file keep their order. A run without pytest-xdist keeps
-    pytest's order.
+    the files that use Ray all take the place of the first of them, so they run in one stretch on one Ray
+    (under ``--dist loadfile`` all on one worker: ``pytest_xdist_make_scheduler``). The tests of a file keep
+    their order. A run without pytest-xdist keeps pytest's order.
     """
     by_file: dict[str, list[pytest.Item]] = {}
     for item in items:
@@ -94,6 +97,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [item for name in order for item in by_file[name]]
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """(xdist controller) Under ``--dist loadfile``: each test file whole on one worker, except that the files
+    naming `ray_local` (``uses_ray_local``) are one unit of work, so one worker runs them all on one Ray.
+    Any other ``--dist``: pytest-xdist's own scheduler."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class RayFilesAsOneScheduling(LoadFileScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            name = nodeid.split("::", 1)[0]
+            return RAY_UNIT if uses_ray_local(config.rootpath / name) else name
+
+    return RayFilesAsOneScheduling(config, log)
+
+
+@functools.cache
+def uses_ray_local(path: Path) -> bool:
+    """Whether the test file at ``path`` names the `ray_local` fixture (the controller does not collect)."""
+    return path.suffix == ".py" and path.is_file() and "ray_local" in path.read_text(encoding="utf-8")
+
+
 def file_of(item: pytest.Item) -> str:
     """The test file of ``item``, as its node id names it."""
     return item.nodeid.split("::", 1)[0]
@@ -101,6 +127,9 @@ def file_of(item: pytest.Item) -> str:
 
 # The test files with a test that asks for `ray_local` (filled at collection).
 RAY_FILES: set[str] = set()
+
+# The one unit of work pytest-xdist's controller makes of the files that name `ray_local`.
+RAY_UNIT = "files using ray_local"
 
 
 class LocalRay:

@@ -39,7 +39,10 @@ def paced_cartpole():
     return PacedCartPole(gym.make("CartPole-v1"))
 
 
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": 80 * 2**20})
+# the head without the dashboard and the autoscaler's monitor (nothing here reads or scales them)
+cluster = Cluster(initialize_head=True, head_node_args={
+    "num_cpus": 0, "object_store_memory": 80 * 2**20, "include_dashboard": False, "no_monitor": True,
+})
 nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20) for _ in range(3)]
 ray.init(address=cluster.address, log_to_driver=False)
 cluster.wait_for_nodes()
