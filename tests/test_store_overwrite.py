@@ -108,6 +108,7 @@ def test_delete_killed_with_a_real_removal_never_shows_a_partial_dataset(tmp_pat
     deadline = time.monotonic() + 60
     while proc.poll() is None and not ((tmp_path / "ns").exists() and hidden(tmp_path / "ns")):
         assert time.monotonic() < deadline, "the child neither renamed the dataset away nor exited"
+        time.sleep(0.001)  # a poll, not a spin: the child's start would otherwise cost a core of its own
     if proc.poll() is None:
         kill(proc)
     else:
