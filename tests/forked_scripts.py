@@ -11,7 +11,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import runpy
+import selectors
+import subprocess
 import sys
+import time
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
@@ -57,3 +60,26 @@ def start(args: list[str], env: dict[str, str], cwd: str, stderr_path: str) -> t
     fd = os.dup(read.fileno())
     read.close()
     return proc, fd
+
+
+def run(args: list[str], env: dict[str, str], cwd: str, stderr_path: str,
+        timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python *args`` forked from the server to its end (killed after ``timeout`` seconds): its exit
+    code, stdout and stderr, as ``subprocess.run(..., capture_output=True, text=True)`` gives them."""
+    proc, fd = start(args, env, cwd, stderr_path)
+    deadline = time.monotonic() + timeout
+    chunks = []
+    with open(fd, "rb") as out, selectors.DefaultSelector() as sel:
+        sel.register(out, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0 and sel.select(left):
+            chunk = os.read(out.fileno(), 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    proc.join(timeout=max(deadline - time.monotonic(), 0))
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join()
+    with open(stderr_path, encoding="utf-8", errors="replace") as err:
+        stderr = err.read()
+    return subprocess.CompletedProcess(args, proc.exitcode, b"".join(chunks).decode(), stderr)
