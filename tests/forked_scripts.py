@@ -56,11 +56,13 @@ def run_command_line(args: list[str], env: dict[str, str], cwd: str, stdout: Con
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
-def start(args: list[str], env: dict[str, str], cwd: str, stderr_path: str) -> tuple[BaseProcess, int]:
-    """Start ``python *args`` forked from the server; returns the process and the read end of its stdout."""
+def start(args: list[str], env: dict[str, str], cwd: str, stderr_path: str,
+          daemon: bool = True) -> tuple[BaseProcess, int]:
+    """Start ``python *args`` forked from the server; returns the process and the read end of its stdout.
+    ``daemon=False`` for a command that starts processes of its own (multiprocessing refuses a daemon's)."""
     ctx = context()
     read, write = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=run_command_line, args=(args, env, cwd, write, stderr_path), daemon=True)
+    proc = ctx.Process(target=run_command_line, args=(args, env, cwd, write, stderr_path), daemon=daemon)
     proc.start()
     write.close()
     fd = os.dup(read.fileno())
@@ -68,11 +70,11 @@ def start(args: list[str], env: dict[str, str], cwd: str, stderr_path: str) -> t
     return proc, fd
 
 
-def run(args: list[str], env: dict[str, str], cwd: str, stderr_path: str,
-        timeout: float) -> subprocess.CompletedProcess[str]:
+def run(args: list[str], env: dict[str, str], cwd: str, stderr_path: str, timeout: float,
+        daemon: bool = True) -> subprocess.CompletedProcess[str]:
     """Run ``python *args`` forked from the server to its end (killed after ``timeout`` seconds): its exit
     code, stdout and stderr, as ``subprocess.run(..., capture_output=True, text=True)`` gives them."""
-    proc, fd = start(args, env, cwd, stderr_path)
+    proc, fd = start(args, env, cwd, stderr_path, daemon)
     deadline = time.monotonic() + timeout
     chunks = []
     with open(fd, "rb") as out, selectors.DefaultSelector() as sel:
