@@ -99,16 +99,23 @@ def test_every_codec_round_trips_bit_exact(codec: Any, tmp_path: Path) -> None:
     assert_same_episodes(load_dataset("c/frames-v0", root=tmp_path), episodes)
 
 
+@pytest.fixture(scope="module")
+def gather_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The same 30 episodes written once with zstd and once raw, each under a root of its own."""
+    roots = {}
+    for codec in ("zstd", "none"):
+        roots[codec] = tmp_path_factory.mktemp(f"gather-{codec}")
+        write(roots[codec], codec, make_episodes(30, seed=2))
+    return roots
+
+
 @settings(max_examples=40, deadline=None)
 @given(rows=st.lists(st.integers(0, 10_000), min_size=0, max_size=64), codec=st.sampled_from(["zstd", "none"]))
-def test_row_gathers_return_exactly_the_asked_rows(rows: list[int], codec: str, tmp_path_factory: Any) -> None:
+def test_row_gathers_return_exactly_the_asked_rows(rows: list[int], codec: str, gather_roots: dict[str, Path]) -> None:
     """The reader's row gather (sample_steps and episode reads go through it): from a chunked column one range
     read when the rows are dense, per-chunk reads when sparse, from a raw one a memory map; either way exactly
     the stored rows in the asked order, duplicates included."""
-    root = tmp_path_factory.mktemp("gather")
-    episodes = make_episodes(30, seed=2)
-    write(root, codec, episodes)
-    index = load_dataset("c/frames-v0", root=root)._index
+    index = load_dataset("c/frames-v0", root=gather_roots[codec])._index
     shard = index.shards[0]
     name = next(n for n in shard.columns if n.endswith("frames"))
     column = index.files.read(0, shard, name, slice(None))
@@ -197,17 +204,14 @@ ds = load_dataset("c/plain-v0", root=sys.argv[1])
 print(ds.total_episodes, sum(len(e) for e in ds.iterate_episodes()), len(ds.verify()))
 """
 
-PLAIN_WRITE = """
-import sys
-import numpy as np
-from gymnasium import spaces
-from vcollect.store import EpisodeStore
-obs = spaces.Box(0, 255, (4, 4), np.uint8)
-with EpisodeStore.create("c/plain-v0", obs, spaces.Discrete(2), root=sys.argv[1], compression=sys.argv[2]) as s:
-    for seed in range(3):
-        s.write_episode(np.full((5, 4, 4), seed, np.uint8), np.zeros(4, np.int64), np.ones(4),
-                        np.array([False, False, False, True]), np.zeros(4, bool), seed=seed, env_id=0)
-"""
+
+def write_plain(root: Path, codec: str) -> None:
+    """Three episodes of 4x4 frames, each filled with its seed, written with ``codec``."""
+    obs = spaces.Box(0, 255, (4, 4), np.uint8)
+    with EpisodeStore.create("c/plain-v0", obs, spaces.Discrete(2), root=root, compression=codec) as store:
+        for seed in range(3):
+            store.write_episode(np.full((5, 4, 4), seed, np.uint8), np.zeros(4, np.int64), np.ones(4),
+                                np.array([False, False, False, True]), np.zeros(4, bool), seed=seed, env_id=0)
 
 
 @pytest.mark.parametrize("codec", ["lz4", "zstd"])
@@ -219,7 +223,7 @@ def test_a_fresh_process_reads_lz4_and_zstd_shards_it_must_reopen(tmp_path: Path
     import subprocess
     import sys
 
-    subprocess.run([sys.executable, "-c", PLAIN_WRITE, str(tmp_path), codec], check=True, timeout=120)
+    write_plain(tmp_path, codec)
     folder = tmp_path / "c" / "plain-v0"
     if damage == "touch":
         for shard in (folder / "shards").iterdir():

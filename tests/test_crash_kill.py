@@ -13,8 +13,6 @@ import os
 import queue
 import random
 import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -24,6 +22,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
+from tests import forked_scripts
 from vcollect import (
     EpisodeStore,
     combine_datasets,
@@ -37,7 +36,6 @@ from vcollect.store.read.reader import StoredDataset
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 ROUNDS = 3
 SEED = int(os.environ.get("VCOLLECT_CRASH_SEED", "0"))  # vary the kill moments: VCOLLECT_CRASH_SEED=7 make test
 DEADLINE_S = 30.0
@@ -45,22 +43,23 @@ UNRECORDED = "not recorded in the manifest"
 
 
 class Child:
-    """A child Python process whose stdout lines are read by a thread, so waits have a deadline."""
+    """A child Python process whose stdout lines are read by a thread, so waits have a deadline.
+
+    It is forked from a server that has imported vcollect already (tests/forked_scripts.py), so each
+    child costs its work, not the imports; it is a real process all the same, killed with SIGKILL."""
 
     def __init__(self, args: list[str], root: Path) -> None:
-        env = {**os.environ, "VCOLLECT_DATASETS_PATH": str(root),
-               "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         self.err_path = root.parent / f"{root.name}-stderr.txt"
-        self._err = open(self.err_path, "w")  # noqa: SIM115 - closed in kill()
-        self.proc = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=self._err,
-                                     text=True, env=env, cwd=root.parent)
+        self.proc, fd = forked_scripts.start(args, {"VCOLLECT_DATASETS_PATH": str(root)}, str(root.parent),
+                                             str(self.err_path))
+        self._out = open(fd)  # noqa: SIM115 - read to its end by the pump thread
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
     def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.strip())
+        with self._out:
+            for line in self._out:
+                self.lines.put(line.strip())
         self.lines.put(None)
 
     def readline(self) -> str:
@@ -68,20 +67,26 @@ class Child:
             line = self.lines.get(timeout=DEADLINE_S)
         except queue.Empty:
             raise AssertionError(f"no progress line within {DEADLINE_S}s: {self.stderr()}") from None
-        assert line is not None, f"child exited early ({self.proc.poll()}): {self.stderr()}"
+        assert line is not None, f"child exited early ({self.poll()}): {self.stderr()}"
         return line
 
     def stderr(self) -> str:
-        self._err.flush()
-        return self.err_path.read_text()[-3000:]
+        return self.err_path.read_text()[-3000:] if self.err_path.exists() else ""
 
-    def kill(self) -> int:
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs."""
+        return self.proc.exitcode
+
+    def wait(self) -> int | None:
+        """Wait (at most DEADLINE_S) for it to end; returns the exit code."""
+        self.proc.join(timeout=DEADLINE_S)
+        return self.proc.exitcode
+
+    def kill(self) -> int | None:
         """SIGKILL (unless it already finished) and reap; returns the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-        code = self.proc.wait(timeout=DEADLINE_S)
-        self._err.close()
-        return code
+        if self.proc.exitcode is None:
+            self.proc.kill()
+        return self.wait()
 
 
 def py(code: str) -> list[str]:
@@ -194,7 +199,7 @@ def test_kill_cli_collect(tmp_path: Path, round_: int) -> None:
     deadline = time.monotonic() + DEADLINE_S
     shards: list[Path] = []
     while len(shards) < want:  # wait for `want` committed shards (a poll, with a deadline)
-        assert child.proc.poll() is None, child.stderr()
+        assert child.poll() is None, child.stderr()
         assert time.monotonic() < deadline, f"only {len(shards)} shards: {child.stderr()}"
         shards = list(root.glob("ns/cli-v0/shards/*.h5"))
         time.sleep(0.01)
@@ -252,7 +257,7 @@ def kill_op(child: Child, rng: random.Random, root: Path, latest: float) -> None
     """Kill once the operation's hidden staging folder exists (polled), after a seeded delay."""
     assert child.readline() == "start"
     deadline = time.monotonic() + DEADLINE_S
-    while not list(root.glob("out/.*")) and child.proc.poll() is None:
+    while not list(root.glob("out/.*")) and child.poll() is None:
         assert time.monotonic() < deadline, child.stderr()
         time.sleep(0.001)
     time.sleep(rng.uniform(0, latest))  # the kill moment, not synchronisation: anywhere in the operation
@@ -321,7 +326,7 @@ def test_split_killed_between_parts_is_all_or_nothing(source: Path, tmp_path: Pa
     child = Child(py(SPLIT), root)
     assert child.readline() == "start"
     deadline = time.monotonic() + DEADLINE_S
-    while not (root / "out" / "a-v0" / "dataset.json").is_file() and child.proc.poll() is None:
+    while not (root / "out" / "a-v0" / "dataset.json").is_file() and child.poll() is None:
         assert time.monotonic() < deadline, child.stderr()
         time.sleep(0.001)  # a poll: the first part is published
     child.kill()
@@ -347,7 +352,7 @@ def test_split_overwrite_killed_leaves_all_old_or_all_new(source: Path, tmp_path
     root, _ = copy_source(source, tmp_path)
     first = Child(py(SPLIT), root)  # the earlier split (seed 0), run to its end
     assert first.readline() == "start"
-    assert first.proc.wait(timeout=DEADLINE_S) == 0, first.stderr()
+    assert first.wait() == 0, first.stderr()
     child = Child(py(SPLIT_OVER), root)
     kill_op(child, rng, root, (0.0, 0.05, 0.3)[round_])
     seeds = [load_dataset(i, root=root).metadata["split_seed"] for i in ("out/a-v0", "out/b-v0")]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -42,6 +41,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from tests import forked_scripts
 from tests.entry_spy import STATS_FILE_ENV, read_calls
 from tests.envs import make_cartpole
 from tests.replay import assert_replays
@@ -244,11 +244,11 @@ def test_python_collectors(cls: type[Collector], ring: str, backend: str, tmp_pa
 
 
 def run_cli(root: Path, *args: str, stats_file: Path) -> subprocess.CompletedProcess[str]:
-    """``python -m tests.entry_spy ARGS``: the vcollect command, recording each collect call's report."""
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": pythonpath, "VCOLLECT_DATASETS_PATH": str(root), STATS_FILE_ENV: str(stats_file)}
-    return subprocess.run([sys.executable, "-m", "tests.entry_spy", *args], cwd=REPO, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+    """``python -m tests.entry_spy ARGS``: the vcollect command, recording each collect call's report, in a
+    process of its own forked from a server that has imported vcollect (tests/forked_scripts.py)."""
+    env = {"VCOLLECT_DATASETS_PATH": str(root), STATS_FILE_ENV: str(stats_file)}
+    return forked_scripts.run(["-m", "tests.entry_spy", *args], env, str(REPO), str(root.parent / f"{root.name}-cli-stderr.txt"),
+                              timeout=180, daemon=False)  # the subproc backend starts workers of its own
 
 
 def printed(stdout: str, name: str) -> str:

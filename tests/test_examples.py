@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import runpy
 import subprocess
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 import vcollect
+from tests import forked_scripts
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -50,22 +50,21 @@ def test_every_example_writes_a_dataset_id_of_its_own() -> None:
     assert len(every_id) == len(set(every_id)), ids
 
 
-def run_without_torch(name: str) -> subprocess.CompletedProcess[str]:
-    """``python examples/<name>.py`` in a fresh process where ``import torch`` fails as if it were not installed."""
+def run_without_torch(name: str, stderr_path: Path) -> subprocess.CompletedProcess[str]:
+    """``python examples/<name>.py`` in a process of its own where ``import torch`` fails as if it were not
+    installed (forked from a server that has imported vcollect but not torch: tests/forked_scripts.py)."""
     script = EXAMPLES / f"{name}.py"
     hide_torch = (
         "import runpy, sys; sys.modules['torch'] = None; "  # `import torch` now raises ImportError
         f"sys.argv = [{str(script)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-c", hide_torch], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL)
+    return forked_scripts.run(["-c", hide_torch], {}, str(REPO), str(stderr_path), timeout=120)
 
 
 @pytest.mark.parametrize("name", ["torch_rollout", "online_to_offline", "dqn_cartpole", "bc_pong",
                                   "decision_transformer"])
-def test_torch_example_without_torch_says_which_extra_in_one_line(name: str) -> None:
-    result = run_without_torch(name)
+def test_torch_example_without_torch_says_which_extra_in_one_line(name: str, tmp_path: Path) -> None:
+    result = run_without_torch(name, tmp_path / "stderr.txt")
     assert result.returncode in (1, 2)
     assert result.stderr.splitlines() == [f"examples/{name}.py {NEEDS_TORCH}"], result.stderr
     assert result.stdout == ""

@@ -131,13 +131,13 @@ def test_a_long_call_on_an_all_env_backend_holds_a_bounded_ledger(stage_blocks: 
     with Collector(None, envs, seed=0, stage_blocks=stage_blocks) as collector:
         collector.reset()
         held = []
-        for n in (20_000, 60_000):  # both far beyond the ledger's threshold (4,096 transitions)
+        for n in (12_000, 36_000):  # both far beyond the ledger's threshold (4,096 transitions)
             def call(n: int = n) -> None:
                 stats = collector.collect(n_step=n, random=True, keep_episode_stats=False)
                 assert stats.n_collected_steps == n
             held.append(_largest_held(collector, call))
-        episodes = collector.collect(n_episode=3_000, random=True, keep_episode_stats=False)
-        assert episodes.n_collected_episodes == 3_000
+        episodes = collector.collect(n_episode=1_000, random=True, keep_episode_stats=False)
+        assert episodes.n_collected_episodes == 1_000
     ledger = collector.context.ledger
     assert held[1] <= ledger.settle_at + 64 * 16, held  # a block's worth beyond the threshold, not 60,000
     assert held[1] < 2 * held[0] + 1, held
@@ -150,7 +150,7 @@ def test_a_long_call_on_the_vector_entry_point_keeps_memory_flat() -> None:
         collector.reset()
         collector.collect(n_step=10_000, random=True)
         peaks = []
-        for n in (50_000, 500_000):
+        for n in (25_000, 250_000):
             tracemalloc.start()
             try:
                 stats = collector.collect(n_step=n, random=True, keep_episode_stats=False)
@@ -166,12 +166,12 @@ def test_a_long_async_call_holds_a_bounded_ledger() -> None:
     with AsyncCollector(None, make_vector("CartPole-v1", 8, backend="dummy"), seed=0) as collector:
         collector.reset()
         held = []
-        for n in (10_000, 40_000):  # both far beyond the ledger's threshold (4,096 transitions)
+        for n in (8_000, 24_000):  # both far beyond the ledger's threshold (4,096 transitions)
             def call(n: int = n) -> None:
                 assert collector.collect(n_step=n, random=True, keep_episode_stats=False).n_collected_steps == n
             held.append(_largest_held(collector, call))
         def episodes() -> None:
-            assert collector.collect(n_episode=2_000, random=True, keep_episode_stats=False).n_collected_episodes == 2_000
+            assert collector.collect(n_episode=1_000, random=True, keep_episode_stats=False).n_collected_episodes == 1_000
         held.append(_largest_held(collector, episodes))
         assert collector.pending_transitions == 0
     settle_at = collector.context.ledger.settle_at
@@ -190,7 +190,7 @@ def test_long_calls_report_every_stored_episode_once_in_order(stage_blocks: bool
                    stage_blocks=stage_blocks) as collector:
         collector.reset()
         assert 2 * collector.context.ledger.settle_at < 20_001
-        for kind, n in [("n_step", 20_001), ("n_step", 9_000), ("n_episode", 2_000), ("n_step", 17), ("n_episode", 3)]:
+        for kind, n in [("n_step", 20_001), ("n_step", 9_000), ("n_episode", 1_000), ("n_step", 17), ("n_episode", 3)]:
             stats = collector.collect(**{kind: n}, random=True)
             assert (stats.n_collected_steps if kind == "n_step" else stats.n_collected_episodes) == n
             reported += stats.lens.tolist()

@@ -3,7 +3,7 @@ removed, racing overwrites of one id leave exactly one winner, and no dataset ev
 
 from __future__ import annotations
 
-import os
+import itertools
 import shutil
 import signal
 import subprocess
@@ -17,6 +17,7 @@ import pytest
 from gymnasium import spaces
 
 import vcollect.store.layout.dataset_dir as dataset_dir
+from tests import forked_scripts
 from tests.test_store_leftovers import read_line
 from vcollect.cli import main
 from vcollect.errors import DatasetError, DatasetNotFoundError, InvalidDatasetIdError
@@ -29,6 +30,7 @@ from vcollect.store import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+CHILDREN = itertools.count()
 OBS = spaces.Box(-1e9, 1e9, shape=(2,), dtype=np.float32)
 ACT = spaces.Discrete(3)
 
@@ -49,13 +51,14 @@ def seeds_of(dataset_id: str, root: Path) -> list[int]:
     return [e.seed for e in load_dataset(dataset_id, root=root)]
 
 
-def child(script: str, *args: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *args], cwd=REPO, env=env,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def child(script: str, root: Path, *args: str) -> forked_scripts.Forked:
+    """``python -c script root *args`` in a process of its own, stdin and stdout piped, forked from a server
+    that has imported vcollect (tests/forked_scripts.py): a real process, killed with real signals."""
+    stderr = root.parent / f"{root.name}-stderr-{next(CHILDREN)}.txt"
+    return forked_scripts.Forked(["-c", textwrap.dedent(script), str(root), *args], {}, str(REPO), str(stderr))
 
 
-def kill(proc: subprocess.Popen[bytes]) -> None:
+def kill(proc: forked_scripts.Forked) -> None:
     proc.send_signal(signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
 
@@ -82,7 +85,7 @@ def test_delete_killed_part_way_leaves_no_half_deleted_dataset(tmp_path: Path) -
     make(tmp_path, "ns/big-v0", range(60))
     make(tmp_path, "ns/other-v0", range(3))
     assert list_datasets(tmp_path)["ns/big-v0"]["num_shards"] == 60
-    proc = child(KILLED_DELETE, str(tmp_path))
+    proc = child(KILLED_DELETE, tmp_path)
     line = read_line(proc)
     assert line.startswith("mid .big-v0.deleting-")
     kill(proc)
@@ -104,10 +107,11 @@ def test_delete_killed_part_way_leaves_no_half_deleted_dataset(tmp_path: Path) -
 def test_delete_killed_with_a_real_removal_never_shows_a_partial_dataset(tmp_path: Path) -> None:
     make(tmp_path, "ns/big-v0", range(150))
     proc = child("import sys\nfrom vcollect.store import delete_dataset\ndelete_dataset('ns/big-v0', sys.argv[1])\n",
-                 str(tmp_path))
+                 tmp_path)
     deadline = time.monotonic() + 60
     while proc.poll() is None and not ((tmp_path / "ns").exists() and hidden(tmp_path / "ns")):
         assert time.monotonic() < deadline, "the child neither renamed the dataset away nor exited"
+        time.sleep(0.001)  # a poll, not a spin: the child's start would otherwise cost a core of its own
     if proc.poll() is None:
         kill(proc)
     else:
@@ -141,7 +145,7 @@ KILLED_OVERWRITE = """
 
 def test_overwrite_renames_the_old_dataset_aside_and_drops_it_only_after(tmp_path: Path) -> None:
     make(tmp_path, "ns/x-v0", range(4))
-    proc = child(KILLED_OVERWRITE, str(tmp_path))
+    proc = child(KILLED_OVERWRITE, tmp_path)
     line = read_line(proc)
     # swapped in one atomic step (renameat2 exchange: the old one now has the staging name) or renamed aside
     assert line.startswith(("mid .x-v0.replaced-", "mid .x-v0.staging-"))
@@ -207,7 +211,7 @@ RACER = """
 
 def test_racing_overwrites_of_one_id_leave_exactly_one_winner(tmp_path: Path) -> None:
     make(tmp_path, "ns/race-v0", range(2))
-    racers = [child(RACER, str(tmp_path), str(tag)) for tag in (100, 200)]
+    racers = [child(RACER, tmp_path, str(tag)) for tag in (100, 200)]
     for proc in racers:
         assert read_line(proc) == "ready"
     for proc in racers:  # both are waiting on their stdin: let them go at once
@@ -337,7 +341,7 @@ def test_export_overwrite_killed_midway_leaves_minari_a_dataset(tmp_path: Path) 
     make(tmp_path, "ns/new-v0", range(5))
     minari_root = tmp_path / "minari"
     export_minari("ns/old-v0", "mm/x-v0", minari_root, root=tmp_path)
-    proc = child(KILLED_EXPORT, str(tmp_path), str(minari_root))
+    proc = child(KILLED_EXPORT, tmp_path, str(minari_root))
     line = read_line(proc)
     assert line.startswith("mid ")
     kill(proc)
@@ -365,7 +369,7 @@ def test_a_journaled_overwrite_killed_after_its_swap_is_not_swapped_back(tmp_pat
 
         shutil.rmtree = wait
         combine_datasets(["src/a-v0"], "ns/x-v0", sys.argv[1], overwrite=True)
-    """, str(tmp_path))
+    """, tmp_path)
     assert read_line(proc).startswith("mid ")
     kill(proc)
     assert seeds_of("ns/x-v0", tmp_path) == [10, 11, 12]

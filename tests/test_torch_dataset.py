@@ -78,7 +78,7 @@ class PidItems(torch.utils.data.Dataset):  # type: ignore[type-arg]
         return item
 
 
-@pytest.mark.parametrize("start", ["fork", "spawn"])
+@pytest.mark.parametrize("start", ["fork"])  # spawned workers: the batched test below (same pickled dataset type)
 def test_dataloader_workers_read_with_their_own_files(start: str, stored: Path) -> None:
     dataset = load_dataset("t/cartpole-v0", root=stored)
     items = dataset.as_torch_dataset()
