@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.spaces import Dict, Tuple
 
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.ring import RingWriter
@@ -47,6 +48,7 @@ class PolicyActor:
         self._ring = RingWriter(buffer)
         self.num_envs = buffer.num_envs
         self.observation_space = observation_space
+        self._one_leaf_obs = not isinstance(observation_space, (Dict, Tuple))  # observations are one array
         self.action_space = action_space
         self.exploration_noise = exploration_noise
         self.validate = validate
@@ -125,7 +127,7 @@ class PolicyActor:
     def remember(self, env_ids: np.ndarray, obs: Any, *, owned: bool = False) -> None:
         """Keep the newest observations of env_ids. Arrays handed to the policy, or that the caller may still
         hold (``owned`` False), are never written to afterwards: their rows are replaced copy-on-write."""
-        new = flatten_batch(self.observation_space, obs)
+        new = [np.asarray(obs)] if self._one_leaf_obs else flatten_batch(self.observation_space, obs)
         if len(env_ids) == self.num_envs:
             self._obs = new  # fresh arrays from the env, in env id order
             self._obs_owned = owned
@@ -156,7 +158,9 @@ class PolicyActor:
             return self._ring.last_obs(env_ids)
         if len(env_ids) == self.num_envs:
             self._obs_owned = False
-            return unflatten_batch(self.observation_space, cache)
+            return cache[0] if self._one_leaf_obs else unflatten_batch(self.observation_space, cache)
+        if self._one_leaf_obs:
+            return cache[0][env_ids]
         return unflatten_batch(self.observation_space, [leaf[env_ids] for leaf in cache])
 
     # ------------------------------------------------------------------ the policy

@@ -421,7 +421,8 @@ class BaseVectorEnv:
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         if len(reset_seeds) != ids.size:
             raise ValueError(f"got {len(reset_seeds)} reset seeds for {ids.size} env ids")
-        check_reset_options(options)
+        if options is not None:
+            check_reset_options(options)
         return leaves
 
     def _raise_failure(self) -> None:

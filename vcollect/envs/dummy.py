@@ -100,7 +100,8 @@ class DummyVectorEnv(BaseVectorEnv):
         ids = self._idle_ids(env_ids)
         leaves = self.act_layout.batch_leaves(actions, ids.size)
         self._run_steps(ids, leaves)
-        self._raise_failure()
+        if self._failures:
+            self._raise_failure()
         return self._gather_step(None if env_ids is None else ids)
 
     def step_reset(
@@ -136,7 +137,8 @@ class DummyVectorEnv(BaseVectorEnv):
         allowed = None if may_reset is None else may_reset.tolist()
         self._restarted = []
         self._run_steps(ids, leaves, True, reset_seeds, allowed, options)
-        self._raise_failure()
+        if self._failures:
+            self._raise_failure()
         obs, rewards, terms, truncs, infos = self._gather_step(None if env_ids is None else ids)
         if not self._restarted:
             return StepResetResult(obs, rewards, terms, truncs, infos, self._no_ids, None, [])

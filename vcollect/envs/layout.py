@@ -91,8 +91,9 @@ class FixedLayout:
 
     def gather(self, arrays: list[np.ndarray], rows: np.ndarray | None) -> Any:
         """A batch (fresh arrays, never views) of the given rows; all rows when None."""
-        picked = [a.copy() for a in arrays] if rows is None else [a[rows] for a in arrays]
-        return picked[0] if self.flat else self.unflatten(picked)
+        if self.flat:
+            return arrays[0].copy() if rows is None else arrays[0][rows]
+        return self.unflatten([a.copy() for a in arrays] if rows is None else [a[rows] for a in arrays])
 
     def batch_leaves(self, batch: Any, k: int, what: str = "actions") -> list[np.ndarray]:
         """The leaves of a batch of k values as arrays of the layout dtypes; ActionError if malformed."""

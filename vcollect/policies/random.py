@@ -79,7 +79,8 @@ class RandomPolicy:
         Returns:
             The actions, batched, and None.
         """
-        return self._sample(batch_size_of(obs)), None
+        k = obs.shape[0] if type(obs) is np.ndarray and obs.ndim else batch_size_of(obs)
+        return self._sample(k), None
 
     def sample(self, batch_size: int) -> Any:
         """Draw random actions.

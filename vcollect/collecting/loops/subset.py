@@ -183,6 +183,7 @@ class SubsetLoop:
         validate, obs_problem, all_ids, n = c.validate, c.obs_problem, c.all_ids, c.num_envs
         random, bar, space = call.random, call.bar, c.observation_space
         replacing = c.restarter is not None
+        flat = not isinstance(space, (Dict, Tuple))  # observations are one array
         for _ in range(batches):
             actions = actor.actions(all_ids, random)
             result = step_reset(actions, None, reset_seeds=seeds, options=options)
@@ -213,8 +214,11 @@ class SubsetLoop:
                 c.start_episodes(restarted, reset_obs, c.reset_seeds.take(restarted.tolist()), options, remember=False)
                 seeds = list(c.upcoming_all)
                 if not random:  # the policy acts next on the restarted envs' first observations
-                    for leaf, first in zip(flatten_batch(space, obs), flatten_batch(space, reset_obs)):
-                        leaf[restarted] = first
+                    if flat:
+                        obs[restarted] = reset_obs
+                    else:
+                        for leaf, first in zip(flatten_batch(space, obs), flatten_batch(space, reset_obs)):
+                            leaf[restarted] = first
             if random:
                 actor.forget_obs()
             else:

@@ -571,8 +571,10 @@ class SubprocVectorEnv(BaseVectorEnv):
             infos = [{} for _ in range(self.num_envs)]
         if flags & REPLY_RESTARTED:
             self._restarted_dirty = True
-        self._replace_failed()
-        self._raise_failure()
+        if self._restarting:
+            self._replace_failed()
+        if self._failures:
+            self._raise_failure()
         obs = self.obs_layout.gather(self._obs_rows, None)
         step = (obs, self._rewards.copy(), self._terminations.copy(), self._truncations.copy(), infos)
         if not flags & REPLY_RESTARTED:
