@@ -371,10 +371,17 @@ class DatasetIndex:
         cache = self.cache(cache_bytes)
         lows = first + skip
         which = np.searchsorted(self.obs_base, lows, side="right") - 1
-        touched = np.unique(which).tolist() if cache is None and batch else []
-        margin = max([self.files.run_margin(s, self.shards[s], name) for s in touched], default=0)
+        stacked = self.files.stacked_tables(name, self.shards) if cache is None and batch else None
+        if stacked is not None:  # every shard's runs planned at once
+            touched: list[int] = []
+            margin = stacked.rows_per_chunk - 1
+        else:
+            touched = np.unique(which).tolist() if cache is None and batch else []
+            margin = max([self.files.run_margin(s, self.shards[s], name) for s in touched], default=0)
         if 4 * margin > count:  # chunks long against a window: copied out of a scratch buffer instead
             margin = 0
+            if stacked is not None:
+                stacked, touched = None, np.unique(which).tolist()
         slot = count + 2 * margin
         frames = self._run_buffer(name, (batch, slot, *self._row_shape(name)), dtype)
         out = frames[:, margin : margin + count]
@@ -392,6 +399,9 @@ class DatasetIndex:
         in_flight = None if together is None else FramesInFlight(self.files, together, name,
                                                                  lambda: self._pad_before_episodes(out, skip, True))
         try:
+            if stacked is not None and together is not None:
+                self.files.read_runs_stacked(name, self.shards, stacked, which, lows - self.obs_base.take(which),
+                                             count - skip, places, together)
             for s in touched:
                 sel = np.flatnonzero(which == s)
                 self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s],

@@ -31,7 +31,12 @@ import numpy as np
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR, SHARD_FORMAT_NAME, column_path
-from vcollect.store.read.chunk_reader import PARALLEL_BYTES, ChunkTable, check_declared_sizes
+from vcollect.store.read.chunk_reader import (
+    PARALLEL_BYTES,
+    ChunkTable,
+    StackedChunkTables,
+    check_declared_sizes,
+)
 from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
@@ -424,6 +429,7 @@ class OpenShardFiles:
         self._pool_pid = 0
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._tables: dict[tuple[int, str], ChunkTable | None] = {}
+        self._stacked: dict[str, StackedChunkTables | None] = {}  # per column, every shard's tables end to end
         self._checked: set[tuple[int, str]] = set()  # columns HDF5 decodes whose chunk headers were checked
         self._lock = threading.RLock()
         self._pid = os.getpid()
@@ -517,6 +523,54 @@ class OpenShardFiles:
             if exc.label is None:
                 raise
             _raise_read_error(exc.label, name, exc)
+
+    def stacked_tables(self, name: str, shards: list[StoredShard]) -> StackedChunkTables | None:
+        """Column ``name``'s chunk tables of every shard (key: its position in ``shards``, which must be the same
+        list at every call) end to end, read once and kept; None where a shard's column is not Zstandard in
+        chunks, chunks differ between shards, libzstd does not load, or the files arrive as reads need them.
+
+        Raises:
+            CorruptShardError: A shard's chunk table cannot be read; the message names the shard.
+        """
+        if name in self._stacked:
+            return self._stacked[name]
+        stacked = None
+        if self.before_open is None and library() is not None and shards:
+            with self._lock:
+                tables: list[ChunkTable | None] = []
+                for key, shard in enumerate(shards):
+                    col = shard.columns[name]
+                    if col.offset is not None or not col.size:
+                        tables = [None]
+                        break
+                    try:
+                        tables.append(self._chunk_table(key, shard, name))
+                    except Exception as exc:
+                        _raise_read_error(shard, name, exc)
+                stacked = StackedChunkTables.of(tables)
+        self._stacked[name] = stacked
+        return stacked
+
+    def read_runs_stacked(self, name: str, shards: list[StoredShard], stacked: StackedChunkTables, keys: np.ndarray,
+                          lows: np.ndarray, counts: np.ndarray, places: np.ndarray, batch: StretchBatch) -> None:
+        """As :meth:`read_runs_into` with :meth:`run_margin`'s margin and a ``batch``, for runs in every shard at
+        once: run r is ``counts[r]`` rows of column ``name`` from row ``lows[r]`` of shard ``keys[r]``
+        (``stacked``: :meth:`stacked_tables` of ``shards``), its stretches planned with the others'.
+
+        Raises:
+            CorruptShardError: A run's chunks lie outside its file; the message names the shard.
+        """
+        touched, which = np.unique(keys, return_inverse=True)
+        touched_keys = touched.tolist()
+        labels = [shards[k] for k in touched_keys]
+        with self._lock:
+            maps = [self._get(k, shards[k], "map") for k in touched_keys]
+            try:
+                stacked.add_runs(maps, labels, which.reshape(-1), keys, lows, counts, places, batch)
+            except StretchError as exc:
+                if exc.label is None:
+                    raise
+                _raise_read_error(exc.label, name, exc)
 
     def read_runs_into(self, key: int, shard: StoredShard, name: str, lows: np.ndarray, counts: np.ndarray,
                        out: np.ndarray, places: np.ndarray, margin: int = 0,
