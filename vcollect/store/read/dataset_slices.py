@@ -77,7 +77,8 @@ def window_at(lengths: np.ndarray, starts: Any, length: int) -> np.ndarray:
 def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded: np.ndarray | None,
                  next_observations: bool, limit: int, stacks: Stacks = "copy") -> dict[str, Any]:
     """``steps_at``'s keys (without ``next_observations`` where not asked) of steps ``steps`` (batch, length),
-    clamped inside the episodes ``ids``, each (batch, length, ...), ``padded`` rows 0. Each window's observations
+    clamped inside the episodes ``ids``, each (batch, length, ...), ``padded`` rows 0; the rewards taken from
+    :meth:`DatasetIndex.step_rewards`. Each window's observations
     (and next observations) are one run of stored rows or frames, read once: stacked by index (``"copy"``), or,
     with ``stacks="view"`` and no window padded, handed out as read-only views over that run."""
     size, length = steps.shape
@@ -93,12 +94,13 @@ def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded
             if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
                 for leaf in obs + (nxt or []):
                     leaf.flags.writeable = False
-        groups = index.row_groups((index.global_step_offset.take(ids)[:, None] + steps).reshape(-1), False)
+        rows = (index.global_step_offset.take(ids)[:, None] + steps).reshape(-1)
+        groups = index.row_groups(rows, False)
         steps_read = {
             "actions": unflatten_batch(index.action_space, [
                 index.gather(column_path("actions", leaf.name), leaf.dtype, groups, limit)
                 for leaf in index.act_leaves]),
-            "rewards": index.gather("rewards", np.dtype(np.float64), groups, limit),
+            "rewards": index.step_rewards()[0].take(rows),  # every reward is in memory (for returns-to-go)
             "terminations": index.gather("terminations", np.dtype(np.bool_), groups, limit),
             "truncations": index.gather("truncations", np.dtype(np.bool_), groups, limit),
         }

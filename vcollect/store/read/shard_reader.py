@@ -55,20 +55,33 @@ _TREE_KINDS = "biufcS"
 _LEAF_PREFIXES = ("observations", "actions")
 
 DECODE_THREADS_ENV = "VCOLLECT_DECODE_THREADS"
-"""Threads that decode one large read of runs (slices' frames) together, the calling thread included: 1 (the
-default) decodes on the calling thread alone. More lowers a call's wall time where cores are free, and costs
-CPU time where they are not (benchmarks/RESULTS.md)."""
+"""Threads that decode one large read of runs (slices' frames) together, the calling thread included: 1 decodes
+on the calling thread alone. By default :data:`DEFAULT_DECODE_THREADS` where the process may run on that many
+CPUs (else 1): a second thread halves the calling thread's share of the decoding at no more CPU time in all
+(benchmarks/RESULTS.md)."""
+
+DEFAULT_DECODE_THREADS = 2
+"""The most threads that decode a read together when ``$VCOLLECT_DECODE_THREADS`` is not set."""
+
+
+def _usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 _decode_pool: tuple[int, int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, threads, pool)
 
 
 def _decoding_threads() -> tuple[concurrent.futures.ThreadPoolExecutor | None, int]:
     """The pool that helps decode large reads (one per process: a forked child makes its own) and how many
-    threads decode, the caller's included (``$VCOLLECT_DECODE_THREADS``)."""
+    threads decode, the caller's included (``$VCOLLECT_DECODE_THREADS``, else :data:`DEFAULT_DECODE_THREADS`
+    or the CPUs the process may use, the fewer)."""
     global _decode_pool
     text = os.environ.get(DECODE_THREADS_ENV, "").strip()
     try:
-        threads = int(text) if text else 1
+        threads = int(text) if text else min(DEFAULT_DECODE_THREADS, _usable_cpus())
     except ValueError:
         threads = 0
     if threads < 1:
@@ -580,7 +593,8 @@ class OpenShardFiles:
         (slices' frames), a raw column is one gather from the file's map. ``margin``: rows of ``out`` before
         and after every run that may be overwritten; with :meth:`run_margin`'s, a compressed column's chunks
         are decoded straight into ``out`` (whole chunks, around each run), with no copy, a large read's
-        streams shared between this thread and ``$VCOLLECT_DECODE_THREADS - 1`` others (none by default).
+        streams shared between this thread and ``$VCOLLECT_DECODE_THREADS - 1`` others (by default one where the
+        process may use two CPUs).
         Given a ``batch`` (:meth:`runs_batch` over ``out``), the stretches of Zstandard frames are left in it,
         to be decoded by :meth:`decode_runs_batch` once every shard's are in."""
         lows = np.asarray(lows, dtype=np.int64)
