@@ -378,3 +378,27 @@ def test_a_deflate_chunk_cut_short_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="chunk 1 decoded to 40 bytes, expected at least 64"):
         t.read_rows(mapped, np.array([5]))
     mapped.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=5),
+       picks=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=12), window=st.integers(2, 4))
+def test_row_groups_of_windows_keep_each_window_together(sizes: list[int], picks: list[tuple[int, int]],
+                                                         window: int) -> None:
+    """Windows of rows (each inside one shard, rows repeated where a window is clamped) split by shard: every
+    row once, in its shard's part, the windows ordered by their first row, each window's rows together."""
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    shards = [p % len(sizes) for p, _ in picks]
+    starts = [int(base[s]) + q % sizes[s] for s, (_, q) in zip(shards, picks)]
+    rows = np.asarray([[min(a + i, int(base[s + 1]) - 1) for i in range(window)] for s, a in zip(shards, starts)],
+                      dtype=np.int64).reshape(-1)
+    groups = RowGroups(rows, base, window)
+    seen = []
+    for s, where, local in groups.parts:
+        np.testing.assert_array_equal(base[s] + local, rows[where])
+        assert ((local >= 0) & (local < sizes[s])).all()
+        assert (np.diff(where.reshape(-1, window), axis=1) == 1).all() and (where.reshape(-1, window)[:, 0] % window == 0).all()
+        assert (np.diff(rows[where][::window]) >= 0).all()
+        seen += where.tolist()
+    assert sorted(seen) == list(range(len(rows)))
+    assert [s for s, _, _ in groups.parts] == sorted(set(shards))

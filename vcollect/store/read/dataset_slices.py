@@ -95,7 +95,7 @@ def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded
                 for leaf in obs + (nxt or []):
                     leaf.flags.writeable = False
         rows = (index.global_step_offset.take(ids)[:, None] + steps).reshape(-1)
-        groups = index.row_groups(rows, False)
+        groups = index.row_groups(rows, False, length)
         steps_read = {
             "actions": unflatten_batch(index.action_space, [
                 index.gather(column_path("actions", leaf.name), leaf.dtype, groups, limit)
