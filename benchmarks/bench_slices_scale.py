@@ -19,7 +19,10 @@ the process's CPU the call's own thread spent): on a shared machine wall clock s
 
 Without ``--keep`` the datasets are built in a temporary folder and deleted at the end; ``--delete`` deletes
 a kept folder's datasets at the end too. ``--threads N`` sets how many threads decode one call's frames
-(``$VCOLLECT_DECODE_THREADS``; default 1, the calling thread alone).
+(``$VCOLLECT_DECODE_THREADS``; default vcollect's: 2 where two CPUs are usable). Beside CPU and wall clock,
+"wall - run-queue": the calling thread's wall clock less the time it waited for a core (Linux's
+``/proc/self/task/<tid>/schedstat``; the wall clock where that file is missing), what a call would take with a
+core free for each thread, which a shared machine's wall clock does not say.
 
 ``--bound`` measures what bounds a ``stacks="view"`` call on this machine, from the first dataset's own
 frame chunks (read with h5py's ``read_direct_chunk``, no vcollect code): the Zstandard decode rate of one core
@@ -38,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -48,25 +52,36 @@ from bench_read_scale import build, frames_nbytes, pong_frames, shard_files
 from vcollect import load_dataset
 
 
+def run_queue_s() -> float:
+    """Seconds the calling thread has waited for a core so far (0 where Linux's schedstat is missing)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def timed(call: Any, calls: int, warmup: int = 5, raw: dict[str, list[float]] | None = None) -> dict[str, float]:
     """CPU and wall p50 / p99 (ms) of ``calls`` calls after ``warmup`` untimed ones, each call made while the
     previous batch is still held (``batch = call()``, as a training loop does); ``raw`` gets the times."""
     batch = None
     for _ in range(warmup):
         batch = call()
-    cpu, wall, caller = [], [], []
+    cpu, wall, caller, ready = [], [], [], []
     for _ in range(calls):
-        c0, w0, t0 = time.process_time(), time.perf_counter(), time.thread_time()
+        c0, w0, t0, q0 = time.process_time(), time.perf_counter(), time.thread_time(), run_queue_s()
         batch = call()
         cpu.append(time.process_time() - c0)
         wall.append(time.perf_counter() - w0)
         caller.append(time.thread_time() - t0)
+        ready.append(wall[-1] - (run_queue_s() - q0))
     del batch
     if raw is not None:
-        raw["cpu"], raw["wall"], raw["caller"] = cpu, wall, caller
+        raw["cpu"], raw["wall"], raw["caller"], raw["ready"] = cpu, wall, caller, ready
     return {"cpu50": float(np.percentile(cpu, 50)) * 1e3, "cpu99": float(np.percentile(cpu, 99)) * 1e3,
             "caller50": float(np.percentile(caller, 50)) * 1e3, "caller99": float(np.percentile(caller, 99)) * 1e3,
-            "wall50": float(np.percentile(wall, 50)) * 1e3, "wall99": float(np.percentile(wall, 99)) * 1e3}
+            "wall50": float(np.percentile(wall, 50)) * 1e3, "wall99": float(np.percentile(wall, 99)) * 1e3,
+            "ready50": float(np.percentile(ready, 50)) * 1e3, "ready99": float(np.percentile(ready, 99)) * 1e3}
 
 
 def bound(path: Path, batch: int, frames_per_window: int) -> None:
@@ -165,20 +180,20 @@ def paired(args: argparse.Namespace) -> None:
                 got = json.loads(out.read_text())
                 loads.append(got["load"])
                 for key, times in got["calls"].items():
-                    into = pooled.setdefault((key, label), {"cpu": [], "wall": [], "caller": []})
-                    into["cpu"] += times["cpu"]
-                    into["caller"] += times["caller"]
-                    into["wall"] += times["wall"]
+                    into = pooled.setdefault((key, label), {"cpu": [], "wall": [], "caller": [], "ready": []})
+                    for name in into:
+                        into[name] += times[name]
     print(f"load (1 min) after each run: {min(loads):.1f} to {max(loads):.1f}; {args.rounds} rounds of {args.calls} "
           "calls each side")
-    print("| dataset, call | code | CPU ms p50 | CPU ms p99 | calling thread's CPU ms p50 / p99 | wall ms p50 "
-          "| wall ms p99 |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| dataset, call | code | CPU ms p50 | CPU ms p99 | calling thread's CPU ms p50 / p99 "
+          "| wall - run-queue ms p50 / p99 | wall ms p50 | wall ms p99 |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for (key, label), times in pooled.items():
         cpu, wall = np.asarray(times["cpu"]) * 1e3, np.asarray(times["wall"]) * 1e3
-        caller = np.asarray(times["caller"]) * 1e3
+        caller, ready = np.asarray(times["caller"]) * 1e3, np.asarray(times["ready"]) * 1e3
         print(f"| {key} | {label} | {np.percentile(cpu, 50):.2f} | {np.percentile(cpu, 99):.2f} "
               f"| {np.percentile(caller, 50):.2f} / {np.percentile(caller, 99):.2f} "
+              f"| {np.percentile(ready, 50):.2f} / {np.percentile(ready, 99):.2f} "
               f"| {np.percentile(wall, 50):.2f} | {np.percentile(wall, 99):.2f} |")
 
 
@@ -205,7 +220,7 @@ def main() -> None:
     if args.threads is not None:
         os.environ["VCOLLECT_DECODE_THREADS"] = str(args.threads)
     root = args.keep or Path(tempfile.mkdtemp(prefix="vcollect-slices-scale-"))
-    print(f"load before: {os.getloadavg()}; root {root}; decode threads {os.environ.get('VCOLLECT_DECODE_THREADS', 1)}")
+    print(f"load before: {os.getloadavg()}; root {root}; decode threads {os.environ.get('VCOLLECT_DECODE_THREADS', 'default')}")
     frames: np.ndarray | None = None
     ids = []
     raw: dict[str, dict[str, list[float]]] = {}
@@ -225,8 +240,8 @@ def main() -> None:
             print(f"\n{dataset_id}: {data.total_episodes:,} episodes, {data.total_steps:,} steps, {raw_gb:.2f} GB raw "
                   f"stacks, {disk_gb:.3f} GB on disk in {len(shard_files(data.path))} shards, written in {write_s}")
             print(f"| call ({args.batch} x {args.length}) | CPU ms p50 | CPU ms p99 | calling thread's CPU ms p50 / p99 "
-                  "| wall ms p50 | wall ms p99 |")
-            print("| --- | --- | --- | --- | --- | --- |")
+                  "| wall - run-queue ms p50 / p99 | wall ms p50 | wall ms p99 |")
+            print("| --- | --- | --- | --- | --- | --- | --- |")
             for mode in args.modes:
                 for nxt in (True, False):
                     data.set_seed(0)
@@ -235,7 +250,8 @@ def main() -> None:
                                                                             next_observations=n), args.calls,
                               raw=times)
                     print(f"| stacks={mode!r}, next_observations={nxt} | {t['cpu50']:.2f} | {t['cpu99']:.2f} "
-                          f"| {t['caller50']:.2f} / {t['caller99']:.2f} | {t['wall50']:.2f} | {t['wall99']:.2f} |",
+                          f"| {t['caller50']:.2f} / {t['caller99']:.2f} | {t['ready50']:.2f} / {t['ready99']:.2f} "
+                          f"| {t['wall50']:.2f} | {t['wall99']:.2f} |",
                           flush=True)
             data.close()
         print(f"load after: {os.getloadavg()}")

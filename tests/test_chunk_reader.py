@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from vcollect import EpisodeStore, load_dataset
 from vcollect.errors import CorruptShardError
 from vcollect.store.read import chunk_reader, shard_reader
-from vcollect.store.read.chunk_reader import ChunkTable
+from vcollect.store.read.chunk_reader import ChunkTable, StackedChunkTables
 from vcollect.store.read.dataset_index import RowGroups
 from vcollect.store.read.reader import StoredDataset
+from vcollect.store.read.zstd_frames import StretchBatch, StretchError
 
 ROWS = 150
 POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-decode")
@@ -151,6 +152,68 @@ def test_runs_decoded_straight_into_their_margins(table: tuple[ChunkTable, mmap.
     if t.rows_per_chunk > 1:  # a margin the output has no room for is refused
         with pytest.raises(ValueError, match="margin"):
             t.read_runs(mapped, np.array([1]), np.array([2]), out[:2], np.array([0]), margin)
+
+
+@settings(max_examples=60, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(0, 2), st.integers(0, ROWS - 1), st.integers(0, 30)), max_size=10),
+       seed=st.integers(0, 2**16))
+def test_runs_of_several_shards_planned_at_once(table: tuple[ChunkTable, mmap.mmap, np.ndarray],
+                                                runs: list[tuple[int, int, int]], seed: int) -> None:
+    """Stacked tables (the column as three shards' one after the other) plan runs in any of them at once:
+    whole chunks decoded around each run's place (across gaps and unfiltered chunks, never from one shard's
+    file into the next), exact rows, nothing outside the margins touched; each run read from its own map."""
+    t, mapped, data = table
+    if chunk_reader.library() is None:
+        pytest.skip("stacked tables are planned for libzstd only")
+    stacked = StackedChunkTables.of([t, t, t])
+    assert stacked is not None and stacked.base.tolist() == [0, t.offsets.size, 2 * t.offsets.size, 3 * t.offsets.size]
+    margin = t.rows_per_chunk - 1
+    tables = np.asarray([s for s, _, _ in runs], dtype=np.int64)
+    lows = np.asarray([lo for _, lo, _ in runs], dtype=np.int64)
+    counts = np.asarray([min(n, ROWS - lo) for _, lo, n in runs], dtype=np.int64)
+    slot = 32 + 2 * margin
+    places = np.random.default_rng(seed).permutation(len(runs)) * (slot + 1) + margin + 1
+    out = np.full((len(runs) * (slot + 1) + 2, *data.shape[1:]), 7, np.uint8)
+    with memoryview(mapped) as second:
+        maps = [mapped, second, mapped]  # one buffer per shard
+        batch = StretchBatch(out.reshape(-1), chunk_reader.library(), POOL, 2)
+        try:
+            stacked.add_runs(maps, ["a", "b", "c"], tables, tables, lows, counts, places, batch)
+            batch.run()
+        finally:
+            batch.close()
+    free = np.zeros(len(out), dtype=bool)
+    for lo, n, place in zip(lows, counts, places):
+        np.testing.assert_array_equal(out[place : place + n], data[lo : lo + n])
+        free[place - margin : place + n + margin] = n > 0
+    assert (out[~free] == 7).all()
+    with pytest.raises(IndexError, match="outside its shard"):  # a run past its shard's rows, not into the next
+        stacked.add_runs(maps, ["a", "b", "c"], np.array([0]), np.array([0]), np.array([ROWS - 1]), np.array([2]),
+                         np.array([margin]), StretchBatch(out.reshape(-1), chunk_reader.library()))
+
+
+def test_a_stacked_stretch_outside_its_file_names_the_shard(table: tuple[ChunkTable, mmap.mmap, np.ndarray]) -> None:
+    """A run whose chunks lie past the end of its shard's map is refused before any decoding, naming that
+    shard (its label), not another one's."""
+    t, mapped, data = table
+    if chunk_reader.library() is None:
+        pytest.skip("stacked tables are planned for libzstd only")
+    stacked = StackedChunkTables.of([t, t])
+    assert stacked is not None
+    out = np.zeros((40, *data.shape[1:]), np.uint8)
+    batch = StretchBatch(out.reshape(-1), chunk_reader.library())
+    lows = np.array([2, 12 * t.rows_per_chunk], dtype=np.int64)
+    with memoryview(mapped) as whole, whole[: int(t.offsets[5])] as short:  # the second file cut before chunk 5
+        try:  # caught here, so that its traceback (which holds the buffers) is gone before they are released
+            stacked.add_runs([mapped, short], ["first", "second"], np.array([0, 1]), np.array([0, 1]), lows,
+                             np.array([3, 3]), np.array([t.rows_per_chunk, 20]), batch)
+        except StretchError as exc:
+            label, message = exc.label, str(exc)
+        else:
+            pytest.fail("a stretch past the end of its file was added")
+        batch.close()
+    assert label == "second" and "outside the file" in message
+    assert (out == 0).all()
 
 
 def test_a_damaged_frame_in_a_range_is_an_error(tmp_path: Path) -> None:
@@ -315,3 +378,27 @@ def test_a_deflate_chunk_cut_short_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="chunk 1 decoded to 40 bytes, expected at least 64"):
         t.read_rows(mapped, np.array([5]))
     mapped.close()
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 9), min_size=1, max_size=5),
+       picks=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=12), window=st.integers(2, 4))
+def test_row_groups_of_windows_keep_each_window_together(sizes: list[int], picks: list[tuple[int, int]],
+                                                         window: int) -> None:
+    """Windows of rows (each inside one shard, rows repeated where a window is clamped) split by shard: every
+    row once, in its shard's part, the windows ordered by their first row, each window's rows together."""
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    shards = [p % len(sizes) for p, _ in picks]
+    starts = [int(base[s]) + q % sizes[s] for s, (_, q) in zip(shards, picks)]
+    rows = np.asarray([[min(a + i, int(base[s + 1]) - 1) for i in range(window)] for s, a in zip(shards, starts)],
+                      dtype=np.int64).reshape(-1)
+    groups = RowGroups(rows, base, window)
+    seen = []
+    for s, where, local in groups.parts:
+        np.testing.assert_array_equal(base[s] + local, rows[where])
+        assert ((local >= 0) & (local < sizes[s])).all()
+        assert (np.diff(where.reshape(-1, window), axis=1) == 1).all() and (where.reshape(-1, window)[:, 0] % window == 0).all()
+        assert (np.diff(rows[where][::window]) >= 0).all()
+        seen += where.tolist()
+    assert sorted(seen) == list(range(len(rows)))
+    assert [s for s, _, _ in groups.parts] == sorted(set(shards))

@@ -5,6 +5,7 @@ frame_stack and Zstandard, uniform and prioritized draws, and the bad inputs."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from pathlib import Path
@@ -817,6 +818,27 @@ def test_views_decoded_by_several_threads_equal_copies(chunked: dict[str, vcolle
     monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "all")
     with pytest.raises(ValueError, match=r"\$VCOLLECT_DECODE_THREADS is how many threads .* got 'all'"):
         ds.sample_slices(30, 9, seed=8, cache_bytes=0, stacks="view")
+
+
+def test_decode_threads_default_to_two_where_two_cpus_are_usable(chunked: dict[str, vcollect.Dataset],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``$VCOLLECT_DECODE_THREADS``, two threads decode a call's frames where the process may run on two
+    CPUs or more, the calling thread alone where it may run on one; the batch is the same either way."""
+    monkeypatch.delenv("VCOLLECT_DECODE_THREADS", raising=False)
+    counts = {}
+    for cpus in (1, 2, 8):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cpus=cpus: set(range(cpus)), raising=False)
+        pool, threads = shard_reader._decoding_threads()
+        counts[cpus] = (pool is not None, threads)
+    assert counts == {1: (False, 1), 2: (True, 2), 8: (True, 2)}
+    monkeypatch.setenv("VCOLLECT_DECODE_THREADS", "1")
+    assert shard_reader._decoding_threads() == (None, 1)  # the variable still rules
+    ds = chunked["edge"]
+    one = ds.sample_slices(300, 9, seed=5, cache_bytes=0, stacks="view")
+    monkeypatch.delenv("VCOLLECT_DECODE_THREADS")
+    two = ds.sample_slices(300, 9, seed=5, cache_bytes=0, stacks="view")
+    for key, value in one.items():
+        np.testing.assert_array_equal(two[key], value, err_msg=key)
 
 
 @pytest.mark.parametrize(("name", "threads"), [("edge", "1"), ("zero", "3")])

@@ -29,7 +29,7 @@ import h5py
 import numpy as np
 import zstandard
 
-from vcollect.store.read.zstd_frames import StretchBatch, library
+from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
 
 ZSTD_FILTER = 32015
 """HDF5's registered id of the Zstandard filter (what hdf5plugin.Zstd writes)."""
@@ -410,3 +410,91 @@ class ChunkTable:
             if len(raw) != row_bytes:
                 raise ValueError(f"chunk {row} decoded to {len(raw)} bytes, expected {row_bytes}")
             view[place : place + row_bytes] = raw
+
+
+class StackedChunkTables:
+    """The chunk tables of one Zstandard column of several shards end to end, so that the stretches of frames
+    of a read of runs in every shard are planned by one pass of array operations instead of one per shard.
+
+    Chunk c of table t is chunk ``base[t] + c`` here; every table's last chunk ends a stretch, so no stretch
+    runs from one file into the next. ``stretch_end[c]``: the last chunk of the stretch of frames back to back
+    in the file that holds chunk c (a chunk kept unfiltered is a stretch of its own)."""
+
+    def __init__(self, tables: list[ChunkTable]) -> None:
+        """Stack ``tables`` (Zstandard columns of the same rows per chunk and row bytes: see :meth:`of`)."""
+        self.rows_per_chunk = tables[0].rows_per_chunk
+        self.row_bytes = tables[0].row_bytes
+        self.base = np.concatenate([[0], np.cumsum([t.offsets.size for t in tables])]).astype(np.int64)
+        self.num_rows = np.array([t.num_rows for t in tables], dtype=np.int64)
+        self.offsets = np.concatenate([t.offsets for t in tables])
+        self.ends = self.offsets + np.concatenate([t.sizes for t in tables])
+        self.stored_raw = np.concatenate([t.stored_raw for t in tables])
+        ending = np.flatnonzero(np.concatenate([t.breaks for t in tables]))  # each table's last chunk is one
+        self.stretch_end = ending[np.searchsorted(ending, np.arange(self.offsets.size))]
+
+    @staticmethod
+    def of(tables: list[ChunkTable | None]) -> StackedChunkTables | None:
+        """The tables stacked, or None unless every one is a Zstandard column's with the same rows per chunk
+        and row bytes (and there is one at least)."""
+        if not tables or any(t is None or t.codec != "zstd" for t in tables):
+            return None
+        found = [t for t in tables if t is not None]
+        if len({(t.rows_per_chunk, t.row_bytes) for t in found}) != 1:
+            return None
+        return StackedChunkTables(found)
+
+    def add_runs(self, maps: list[Any], labels: list[Any], which: np.ndarray, tables: np.ndarray, lows: np.ndarray,
+                 counts: np.ndarray, places: np.ndarray, batch: StretchBatch) -> None:
+        """Add to ``batch`` (over an output of this column's rows) the stretches of runs r of ``counts[r]`` rows
+        from row ``lows[r]`` of table ``tables[r]``, read from ``maps[which[r]]`` (that table's file map,
+        named ``labels[which[r]]``), each run's chunks decoded whole into the output from row ``places[r]``
+        less the rows of its first chunk before the run on (the output's rows around every run may be
+        overwritten: a chunk's rows less one on either side). Chunks kept unfiltered are copied into place now.
+
+        Raises:
+            IndexError: A run reaches past its table's rows.
+            ValueError: A run's chunks reach outside the output.
+            StretchError: A stretch lies outside its file, or a chunk kept unfiltered is not a chunk's bytes
+                (``label`` names the file).
+        """
+        rows_per_chunk, row_bytes = self.rows_per_chunk, self.row_bytes
+        keep = counts > 0
+        if not keep.all():
+            which, tables, lows, counts, places = which[keep], tables[keep], lows[keep], counts[keep], places[keep]
+        if not lows.size:
+            return
+        if int(lows.min()) < 0 or ((lows + counts) > self.num_rows.take(tables)).any():
+            raise IndexError("a run of rows reaches outside its shard's column")
+        chunk_bytes = rows_per_chunk * row_bytes
+        first = lows // rows_per_chunk
+        last = (lows + counts - 1) // rows_per_chunk
+        begins = (places - (lows - first * rows_per_chunk)) * row_bytes
+        if int(begins.min()) < 0 or int((begins + (last + 1 - first) * chunk_bytes).max()) > batch.output.size:
+            raise ValueError("a run's chunks reach outside the output")
+        base = self.base.take(tables)
+        a, b, at, who = first + base, last + base, begins, np.arange(lows.size)
+        pieces = []
+        while True:  # cut each run where a stretch ends: once for most runs, twice for those across a break
+            end = np.minimum(self.stretch_end.take(a), b)
+            pieces.append((a, end, at, who))
+            more = end < b
+            if not more.any():
+                break
+            a, b, who = end[more] + 1, b[more], who[more]
+            at = at[more] + (a - pieces[-1][0][more]) * chunk_bytes
+        if len(pieces) > 1:
+            a, end, at, who = (np.concatenate(part) for part in zip(*pieces))
+        starts, stops = self.offsets.take(a), self.ends.take(end)
+        local = base.take(who)
+        raw = self.stored_raw.take(a)
+        keep = ~raw
+        batch.add_from(maps, which.take(who[keep]), starts[keep], stops[keep], at[keep],
+                       (end[keep] + 1 - a[keep]) * chunk_bytes, (a - local)[keep], (end - local)[keep], labels)
+        out = batch.output
+        for r, k, start, stop, place in zip(who[raw].tolist(), (a - local)[raw].tolist(), starts[raw].tolist(),
+                                            stops[raw].tolist(), at[raw].tolist()):
+            source = np.frombuffer(maps[int(which[r])], dtype=np.uint8)
+            if stop - start != chunk_bytes or stop > source.size:
+                raise StretchError(f"chunk {k} holds {stop - start} bytes of the file's {source.size} from byte "
+                                   f"{start}, expected {chunk_bytes}", -1, labels[int(which[r])])
+            out[place : place + chunk_bytes] = source[start:stop]

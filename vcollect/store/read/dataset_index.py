@@ -371,10 +371,17 @@ class DatasetIndex:
         cache = self.cache(cache_bytes)
         lows = first + skip
         which = np.searchsorted(self.obs_base, lows, side="right") - 1
-        touched = np.unique(which).tolist() if cache is None and batch else []
-        margin = max([self.files.run_margin(s, self.shards[s], name) for s in touched], default=0)
+        stacked = self.files.stacked_tables(name, self.shards) if cache is None and batch else None
+        if stacked is not None:  # every shard's runs planned at once
+            touched: list[int] = []
+            margin = stacked.rows_per_chunk - 1
+        else:
+            touched = np.unique(which).tolist() if cache is None and batch else []
+            margin = max([self.files.run_margin(s, self.shards[s], name) for s in touched], default=0)
         if 4 * margin > count:  # chunks long against a window: copied out of a scratch buffer instead
             margin = 0
+            if stacked is not None:
+                stacked, touched = None, np.unique(which).tolist()
         slot = count + 2 * margin
         frames = self._run_buffer(name, (batch, slot, *self._row_shape(name)), dtype)
         out = frames[:, margin : margin + count]
@@ -392,6 +399,9 @@ class DatasetIndex:
         in_flight = None if together is None else FramesInFlight(self.files, together, name,
                                                                  lambda: self._pad_before_episodes(out, skip, True))
         try:
+            if stacked is not None and together is not None:
+                self.files.read_runs_stacked(name, self.shards, stacked, which, lows - self.obs_base.take(which),
+                                             count - skip, places, together)
             for s in touched:
                 sel = np.flatnonzero(which == s)
                 self.files.read_runs_into(s, self.shards[s], name, lows[sel] - self.obs_base[s],
@@ -442,9 +452,10 @@ class DatasetIndex:
         self._run_buffers[name] = others[:1]
         return chosen
 
-    def row_groups(self, rows: np.ndarray, obs_rows: bool) -> RowGroups:
-        """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns."""
-        return RowGroups(rows, self.obs_base if obs_rows else self.step_base)
+    def row_groups(self, rows: np.ndarray, obs_rows: bool, window: int = 1) -> RowGroups:
+        """Global observation (``obs_rows``) or step rows split by shard, for gathers of several columns
+        (``window``: see :class:`RowGroups`)."""
+        return RowGroups(rows, self.obs_base if obs_rows else self.step_base, window)
 
     def gather(self, name: str, dtype: np.dtype[Any], groups: RowGroups, cache_bytes: int) -> np.ndarray:
         """The rows of ``groups`` of one column, from the cache or else shard by shard in file order."""
@@ -461,11 +472,17 @@ class DatasetIndex:
 
 class RowGroups:
     """Global rows of one kind split by shard once: per shard touched, (shard, places in the batch, its rows),
-    rows ascending (file order). Several columns gathered at the same rows share one split."""
+    rows ascending (file order). Several columns gathered at the same rows share one split. With ``window`` > 1,
+    the rows are windows of that many, each window's rows in one shard (a slice's steps): the windows are
+    ordered by their first row, each window's rows kept together (one sort of the windows, not of every row)."""
 
-    def __init__(self, rows: np.ndarray, base: np.ndarray) -> None:
+    def __init__(self, rows: np.ndarray, base: np.ndarray, window: int = 1) -> None:
         self.rows = rows
-        order = np.argsort(rows, kind="stable")
+        if window > 1 and rows.size % window == 0:
+            windows = np.argsort(rows[::window], kind="stable")
+            order = (windows[:, None] * window + np.arange(window)).reshape(-1)
+        else:
+            order = np.argsort(rows, kind="stable")
         ordered = rows[order]
         which = np.searchsorted(base, ordered, side="right") - 1
         cuts = (np.flatnonzero(which[1:] != which[:-1]) + 1).tolist()

@@ -75,14 +75,20 @@ def window_at(lengths: np.ndarray, starts: Any, length: int) -> np.ndarray:
 
 
 def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded: np.ndarray | None,
-                 next_observations: bool, limit: int, stacks: Stacks = "copy") -> dict[str, Any]:
+                 next_observations: bool, limit: int, stacks: Stacks = "copy",
+                 pending: list[FramesInFlight] | None = None) -> dict[str, Any]:
     """``steps_at``'s keys (without ``next_observations`` where not asked) of steps ``steps`` (batch, length),
-    clamped inside the episodes ``ids``, each (batch, length, ...), ``padded`` rows 0. Each window's observations
+    clamped inside the episodes ``ids``, each (batch, length, ...), ``padded`` rows 0; the rewards taken from
+    :meth:`DatasetIndex.step_rewards`. Each window's observations
     (and next observations) are one run of stored rows or frames, read once: stacked by index (``"copy"``), or,
-    with ``stacks="view"`` and no window padded, handed out as read-only views over that run."""
+    with ``stacks="view"`` and no window padded, handed out as read-only views over that run. Given a
+    ``pending`` list, frames decode threads are still decoding are left in it (as
+    :meth:`DatasetIndex.gather_obs_runs` leaves them), for the caller to ``finish()`` (or ``cancel()``)."""
     size, length = steps.shape
     obs_base = index.global_obs_offset.take(ids)
-    pending: list[FramesInFlight] = []  # frames threads still decode while the step columns are read
+    own = pending is None
+    if pending is None:
+        pending = []  # frames threads still decode while the step columns are read
     try:
         if stacks == "view" and padded is None:
             obs, nxt = observation_views(index, obs_base, obs_base + steps[:, 0], length, next_observations, limit,
@@ -93,20 +99,23 @@ def read_windows(index: DatasetIndex, ids: np.ndarray, steps: np.ndarray, padded
             if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
                 for leaf in obs + (nxt or []):
                     leaf.flags.writeable = False
-        groups = index.row_groups((index.global_step_offset.take(ids)[:, None] + steps).reshape(-1), False)
+        rows = (index.global_step_offset.take(ids)[:, None] + steps).reshape(-1)
+        groups = index.row_groups(rows, False, length)
         steps_read = {
             "actions": unflatten_batch(index.action_space, [
                 index.gather(column_path("actions", leaf.name), leaf.dtype, groups, limit)
                 for leaf in index.act_leaves]),
-            "rewards": index.gather("rewards", np.dtype(np.float64), groups, limit),
+            "rewards": index.step_rewards()[0].take(rows),  # every reward is in memory (for returns-to-go)
             "terminations": index.gather("terminations", np.dtype(np.bool_), groups, limit),
             "truncations": index.gather("truncations", np.dtype(np.bool_), groups, limit),
         }
-        for frames in pending:
-            frames.finish()
-    finally:  # after an error, the threads stop (a no-op for frames finished)
+        if own:
+            for frames in pending:
+                frames.finish()
+    except BaseException:  # the threads stop
         for frames in pending:
             frames.cancel()
+        raise
     shaped = shape_rows(steps_read, size, length, padded)
     batch = {"observations": unflatten_batch(index.observation_space, obs), "actions": shaped["actions"],
              "rewards": shaped["rewards"]}
@@ -167,16 +176,23 @@ def gather_view_windows(index: DatasetIndex, positions: np.ndarray, episode_ids:
     lengths = index.length.take(ids)
     steps, mask = window_steps(lengths, starts, length)
     padded = None if mask.all() else ~mask
-    batch = read_windows(index, ids, steps, padded, next_observations, limit, stacks)
-    rewards, cum = index.step_rewards()
-    batch.update(
-        mask=mask,
-        timesteps=steps if padded is None else np.where(mask, steps, 0),
-        returns_to_go=window_returns(rewards, cum, index.global_step_offset.take(ids), lengths, starts, steps, mask,
-                                     batch["rewards"], request.gamma),
-        partial=np.zeros(size, dtype=bool),
-        episode_ids=ids,
-        start_indices=np.asarray(starts, dtype=np.int64),
-    )
+    pending: list[FramesInFlight] = []  # frames threads still decode while the returns are summed
+    try:
+        batch = read_windows(index, ids, steps, padded, next_observations, limit, stacks, pending)
+        rewards, cum = index.step_rewards()
+        batch.update(
+            mask=mask,
+            timesteps=steps if padded is None else np.where(mask, steps, 0),
+            returns_to_go=window_returns(rewards, cum, index.global_step_offset.take(ids), lengths, starts, steps,
+                                         mask, batch["rewards"], request.gamma),
+            partial=np.zeros(size, dtype=bool),
+            episode_ids=ids,
+            start_indices=np.asarray(starts, dtype=np.int64),
+        )
+        for frames in pending:
+            frames.finish()
+    finally:  # after an error, the threads stop (a no-op for frames finished)
+        for frames in pending:
+            frames.cancel()
     return batch
 

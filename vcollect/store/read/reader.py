@@ -676,9 +676,12 @@ class Dataset:
                 window's chunks are decoded straight into its place in the batch's array (whole chunks: the
                 array holds a chunk's rows less one beside each window); the arrays of the last two calls are
                 kept and one is filled again once nothing refers to it (no view of it left), so a loop holding
-                one batch while drawing the next reuses memory. ``$VCOLLECT_DECODE_THREADS`` (default 1) sets
-                how many threads decode a call's frames together (each stretch of frames one libzstd call with
-                the GIL released, so two threads decode in parallel).
+                one batch while drawing the next reuses memory. ``$VCOLLECT_DECODE_THREADS`` sets how many
+                threads decode a call's frames together (each stretch of frames one libzstd call with the GIL
+                released, so two threads decode in parallel); by default 2 where the process may run on two
+                CPUs or more, else 1 (the calling thread alone). A second thread takes about half the decoding
+                off the calling thread at no more CPU time in all; set 1 where every core is busy with other
+                work (several DataLoader workers, say). The batch is the same whatever the number.
 
         Returns:
             :meth:`sample_steps`' keys, each with leading (batch, length) axes, and ``mask`` (bool: the row is a

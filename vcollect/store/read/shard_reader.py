@@ -31,7 +31,12 @@ import numpy as np
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR, SHARD_FORMAT_NAME, column_path
-from vcollect.store.read.chunk_reader import PARALLEL_BYTES, ChunkTable, check_declared_sizes
+from vcollect.store.read.chunk_reader import (
+    PARALLEL_BYTES,
+    ChunkTable,
+    StackedChunkTables,
+    check_declared_sizes,
+)
 from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
@@ -50,20 +55,33 @@ _TREE_KINDS = "biufcS"
 _LEAF_PREFIXES = ("observations", "actions")
 
 DECODE_THREADS_ENV = "VCOLLECT_DECODE_THREADS"
-"""Threads that decode one large read of runs (slices' frames) together, the calling thread included: 1 (the
-default) decodes on the calling thread alone. More lowers a call's wall time where cores are free, and costs
-CPU time where they are not (benchmarks/RESULTS.md)."""
+"""Threads that decode one large read of runs (slices' frames) together, the calling thread included: 1 decodes
+on the calling thread alone. By default :data:`DEFAULT_DECODE_THREADS` where the process may run on that many
+CPUs (else 1): a second thread halves the calling thread's share of the decoding at no more CPU time in all
+(benchmarks/RESULTS.md)."""
+
+DEFAULT_DECODE_THREADS = 2
+"""The most threads that decode a read together when ``$VCOLLECT_DECODE_THREADS`` is not set."""
+
+
+def _usable_cpus() -> int:
+    """How many CPUs this process may run on (its affinity where the system tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 _decode_pool: tuple[int, int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, threads, pool)
 
 
 def _decoding_threads() -> tuple[concurrent.futures.ThreadPoolExecutor | None, int]:
     """The pool that helps decode large reads (one per process: a forked child makes its own) and how many
-    threads decode, the caller's included (``$VCOLLECT_DECODE_THREADS``)."""
+    threads decode, the caller's included (``$VCOLLECT_DECODE_THREADS``, else :data:`DEFAULT_DECODE_THREADS`
+    or the CPUs the process may use, the fewer)."""
     global _decode_pool
     text = os.environ.get(DECODE_THREADS_ENV, "").strip()
     try:
-        threads = int(text) if text else 1
+        threads = int(text) if text else min(DEFAULT_DECODE_THREADS, _usable_cpus())
     except ValueError:
         threads = 0
     if threads < 1:
@@ -424,6 +442,7 @@ class OpenShardFiles:
         self._pool_pid = 0
         self._open: OrderedDict[tuple[int, str], Any] = OrderedDict()
         self._tables: dict[tuple[int, str], ChunkTable | None] = {}
+        self._stacked: dict[str, StackedChunkTables | None] = {}  # per column, every shard's tables end to end
         self._checked: set[tuple[int, str]] = set()  # columns HDF5 decodes whose chunk headers were checked
         self._lock = threading.RLock()
         self._pid = os.getpid()
@@ -518,6 +537,54 @@ class OpenShardFiles:
                 raise
             _raise_read_error(exc.label, name, exc)
 
+    def stacked_tables(self, name: str, shards: list[StoredShard]) -> StackedChunkTables | None:
+        """Column ``name``'s chunk tables of every shard (key: its position in ``shards``, which must be the same
+        list at every call) end to end, read once and kept; None where a shard's column is not Zstandard in
+        chunks, chunks differ between shards, libzstd does not load, or the files arrive as reads need them.
+
+        Raises:
+            CorruptShardError: A shard's chunk table cannot be read; the message names the shard.
+        """
+        if name in self._stacked:
+            return self._stacked[name]
+        stacked = None
+        if self.before_open is None and library() is not None and shards:
+            with self._lock:
+                tables: list[ChunkTable | None] = []
+                for key, shard in enumerate(shards):
+                    col = shard.columns[name]
+                    if col.offset is not None or not col.size:
+                        tables = [None]
+                        break
+                    try:
+                        tables.append(self._chunk_table(key, shard, name))
+                    except Exception as exc:
+                        _raise_read_error(shard, name, exc)
+                stacked = StackedChunkTables.of(tables)
+        self._stacked[name] = stacked
+        return stacked
+
+    def read_runs_stacked(self, name: str, shards: list[StoredShard], stacked: StackedChunkTables, keys: np.ndarray,
+                          lows: np.ndarray, counts: np.ndarray, places: np.ndarray, batch: StretchBatch) -> None:
+        """As :meth:`read_runs_into` with :meth:`run_margin`'s margin and a ``batch``, for runs in every shard at
+        once: run r is ``counts[r]`` rows of column ``name`` from row ``lows[r]`` of shard ``keys[r]``
+        (``stacked``: :meth:`stacked_tables` of ``shards``), its stretches planned with the others'.
+
+        Raises:
+            CorruptShardError: A run's chunks lie outside its file; the message names the shard.
+        """
+        touched, which = np.unique(keys, return_inverse=True)
+        touched_keys = touched.tolist()
+        labels = [shards[k] for k in touched_keys]
+        with self._lock:
+            maps = [self._get(k, shards[k], "map") for k in touched_keys]
+            try:
+                stacked.add_runs(maps, labels, which.reshape(-1), keys, lows, counts, places, batch)
+            except StretchError as exc:
+                if exc.label is None:
+                    raise
+                _raise_read_error(exc.label, name, exc)
+
     def read_runs_into(self, key: int, shard: StoredShard, name: str, lows: np.ndarray, counts: np.ndarray,
                        out: np.ndarray, places: np.ndarray, margin: int = 0,
                        batch: StretchBatch | None = None) -> None:
@@ -526,7 +593,8 @@ class OpenShardFiles:
         (slices' frames), a raw column is one gather from the file's map. ``margin``: rows of ``out`` before
         and after every run that may be overwritten; with :meth:`run_margin`'s, a compressed column's chunks
         are decoded straight into ``out`` (whole chunks, around each run), with no copy, a large read's
-        streams shared between this thread and ``$VCOLLECT_DECODE_THREADS - 1`` others (none by default).
+        streams shared between this thread and ``$VCOLLECT_DECODE_THREADS - 1`` others (by default one where the
+        process may use two CPUs).
         Given a ``batch`` (:meth:`runs_batch` over ``out``), the stretches of Zstandard frames are left in it,
         to be decoded by :meth:`decode_runs_batch` once every shard's are in."""
         lows = np.asarray(lows, dtype=np.int64)

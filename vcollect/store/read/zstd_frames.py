@@ -172,6 +172,11 @@ class StretchBatch:
         self._futures = [pool.submit(self._help) for _ in range(threads - 1)] if pool is not None else []
 
     @property
+    def output(self) -> np.ndarray:
+        """The output, as a flat array of bytes."""
+        return self._out
+
+    @property
     def helping(self) -> bool:
         """Whether helper threads are decoding (until :meth:`run` or :meth:`close` ends)."""
         return bool(self._futures)
@@ -190,11 +195,42 @@ class StretchBatch:
         if int(starts.min()) < 0 or int(stops.max()) > src.size or (stops < starts).any():
             k = int(np.flatnonzero((starts < 0) | (stops > src.size) | (stops < starts))[0])
             raise ValueError(f"chunks {int(first[k])} to {int(last[k])} lie outside the file ({src.size} bytes)")
+        self._put(np.stack([self.address + places, sizes, int(src.ctypes.data) + starts, stops - starts, first, last,
+                            np.full(len(starts), len(self._sources))], axis=1), places, sizes)
+        self._sources.append(src)
+
+    def add_from(self, sources: list[Any], which: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+                 places: np.ndarray, sizes: np.ndarray, first: np.ndarray, last: np.ndarray,
+                 labels: list[Any]) -> None:
+        """Add stretches of several buffers at once: as :meth:`add`, stretch i's bytes read from
+        ``sources[which[i]]``, each buffer named ``labels[j]`` (as :meth:`label` names them).
+
+        Raises:
+            StretchError: A stretch lies outside its buffer (``label`` names it).
+            ValueError: A stretch's place lies outside the output.
+        """
+        if not len(starts):
+            return
+        srcs = [np.frombuffer(source, dtype=np.uint8) for source in sources]
+        self.label(None)  # buffers added before and not named stay unnamed
+        base = len(self._sources)
+        ends = np.array([src.size for src in srcs], dtype=np.int64).take(which)
+        outside = (starts < 0) | (stops > ends) | (stops < starts)
+        if outside.any():
+            k = int(np.flatnonzero(outside)[0])
+            raise StretchError(f"chunks {int(first[k])} to {int(last[k])} lie outside the file ({int(ends[k])} bytes)",
+                               base + int(which[k]), labels[int(which[k])])
+        addresses = np.array([src.__array_interface__["data"][0] for src in srcs], dtype=np.int64)
+        self._put(np.stack([self.address + places, sizes, addresses.take(which) + starts, stops - starts, first, last,
+                            base + which], axis=1), places, sizes)
+        self._sources += srcs
+        self._labels += labels
+
+    def _put(self, table: np.ndarray, places: np.ndarray, sizes: np.ndarray) -> None:
+        """Queue (or keep, without helpers) the jobs of ``table``, each stretch's place checked first."""
         if int(places.min()) < 0 or int((places + sizes).max()) > self._out.size:
             raise ValueError("a stretch's place lies outside the output")
-        jobs = np.stack([self.address + places, sizes, int(src.ctypes.data) + starts, stops - starts, first, last,
-                         np.full(len(starts), len(self._sources))], axis=1).tolist()
-        self._sources.append(src)
+        jobs = table.tolist()
         self.nbytes += int(sizes.sum())
         if self._futures:
             for job in jobs:
