@@ -154,6 +154,7 @@ def test_runs_decoded_straight_into_their_margins(table: tuple[ChunkTable, mmap.
             t.read_runs(mapped, np.array([1]), np.array([2]), out[:2], np.array([0]), margin)
 
 
+@pytest.mark.parametrize("decoder", ["libzstd"], indirect=True)  # stacked tables are planned for libzstd only
 @settings(max_examples=60, deadline=None)
 @given(runs=st.lists(st.tuples(st.integers(0, 2), st.integers(0, ROWS - 1), st.integers(0, 30)), max_size=10),
        seed=st.integers(0, 2**16))
@@ -163,8 +164,6 @@ def test_runs_of_several_shards_planned_at_once(table: tuple[ChunkTable, mmap.mm
     whole chunks decoded around each run's place (across gaps and unfiltered chunks, never from one shard's
     file into the next), exact rows, nothing outside the margins touched; each run read from its own map."""
     t, mapped, data = table
-    if chunk_reader.library() is None:
-        pytest.skip("stacked tables are planned for libzstd only")
     stacked = StackedChunkTables.of([t, t, t])
     assert stacked is not None and stacked.base.tolist() == [0, t.offsets.size, 2 * t.offsets.size, 3 * t.offsets.size]
     margin = t.rows_per_chunk - 1
@@ -192,12 +191,11 @@ def test_runs_of_several_shards_planned_at_once(table: tuple[ChunkTable, mmap.mm
                          np.array([margin]), StretchBatch(out.reshape(-1), chunk_reader.library()))
 
 
+@pytest.mark.parametrize("decoder", ["libzstd"], indirect=True)  # stacked tables are planned for libzstd only
 def test_a_stacked_stretch_outside_its_file_names_the_shard(table: tuple[ChunkTable, mmap.mmap, np.ndarray]) -> None:
     """A run whose chunks lie past the end of its shard's map is refused before any decoding, naming that
     shard (its label), not another one's."""
     t, mapped, data = table
-    if chunk_reader.library() is None:
-        pytest.skip("stacked tables are planned for libzstd only")
     stacked = StackedChunkTables.of([t, t])
     assert stacked is not None
     out = np.zeros((40, *data.shape[1:]), np.uint8)
