@@ -18,43 +18,13 @@ gym = pytest.importorskip("gymnasium")
 
 from gymnasium.vector import AutoresetMode  # noqa: E402
 from tianshou.algorithm.modelfree.sac import SACPolicy  # noqa: E402
-from tianshou.utils.net.common import Net  # noqa: E402
-from tianshou.utils.net.continuous import ContinuousActorProbabilistic  # noqa: E402
 from tianshou.utils.torch_utils import policy_within_training_step  # noqa: E402
 
 import vcollect.tianshou as vt  # noqa: E402
+from tests.tianshou_pendulum import SIZE, Recorded, sac, stored_per_env  # noqa: E402
 
-SIZE = 100  # transitions per env in the buffers here: episodes of 200 steps never wrap or end
 NUM_ENVS = 2
 RANDOM_STEPS, POLICY_STEPS = 4, 3  # per env
-
-
-class Recorded(gym.Wrapper):  # type: ignore[type-arg]
-    """Pendulum keeping every action it is given."""
-
-    def __init__(self) -> None:
-        super().__init__(gym.make("Pendulum-v1"))
-        self.given: list[np.ndarray] = []
-
-    def step(self, action: Any) -> Any:
-        self.given.append(np.array(action, copy=True))
-        return self.env.step(action)
-
-
-def sac() -> SACPolicy:
-    torch.manual_seed(0)
-    space = gym.make("Pendulum-v1").action_space
-    actor = ContinuousActorProbabilistic(
-        preprocess_net=Net(state_shape=(3,), hidden_sizes=[8]), action_shape=space.shape, unbounded=True
-    )
-    return SACPolicy(actor=actor, action_space=space, action_scaling=True)
-
-
-def stored_per_env(buf: vt.VectorReplayBuffer) -> list[np.ndarray]:
-    """Each env's stored actions, oldest first."""
-    indices = buf.sample_indices(0)
-    act = buf[indices].act
-    return [act[indices // SIZE == env] for env in range(buf.buffer_num)]
 
 
 def random_then_policy(policy: Any, env: Any) -> list[np.ndarray]:

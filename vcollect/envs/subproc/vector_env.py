@@ -614,38 +614,11 @@ class SubprocVectorEnv(BaseVectorEnv):
             self._infos[env_id] = info
 
     # -- async half ------------------------------------------------------------------------------
-    def send(self, actions: Any, env_ids: EnvIds = None) -> None:
-        """Dispatch steps for env_ids (all when None); results come back through recv().
-
-        Args:
-            actions: A batch of actions, one row per env id.
-            env_ids: The env ids to step (None: all).
-
-        Raises:
-            CollectorStateError: The vector env is closed.
-            ValueError: Bad env ids, one with a step or reset in flight, or a ``send_step_reset`` under way.
-        """
+    def _check_idle(self, ids: np.ndarray) -> None:
+        """Refuse an asynchronous call while a ``send_step_reset`` is under way, then the base class's check."""
         if self._split is not None:
             self._refuse_split()
-        super().send(actions, env_ids)
-
-    def reset_async(self, env_ids: EnvIds = None, seeds: Seeds = None, options: dict | None = None) -> None:
-        """Dispatch resets for env_ids (all when None); results come back through recv_reset().
-
-        Args:
-            env_ids: The env ids to reset (None: all).
-            seeds: One seed (or None) per env id, or an int s seeding the j-th listed env with s + j
-                (None: unseeded).
-            options: Passed to the reset of every listed env.
-
-        Raises:
-            CollectorStateError: The vector env is closed.
-            ValueError: Bad env ids, seeds or options, one with a step or reset in flight, or a
-                ``send_step_reset`` under way.
-        """
-        if self._split is not None:
-            self._refuse_split()
-        super().reset_async(env_ids, seeds, options)
+        super()._check_idle(ids)
 
     def _dispatch_step(self, ids: np.ndarray, action_leaves: list[np.ndarray]) -> None:
         pool = self._pool
