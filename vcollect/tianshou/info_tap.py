@@ -2,7 +2,8 @@
 ring rows of their transitions (vcollect.tianshou.infos), as Tianshou's Collector stores ``info``.
 
 It wraps backends that step each env on request (the subset loop's: dummy, subprocess, Ray), keeping every
-capability they declare (``step_reset`` included): a step's infos are written when the step returns, before
+capability they declare (``step_reset`` and its split halves included; PassThroughVectorEnv forwards them
+and tells the hooks here of their steps and restarts): a step's infos are written when the step returns, before
 the collector records it, so the ring's newest row of each stepped env is that step's row. It also counts
 the ring rows each env's steps and resets write (``take_rows``), so the buffer's Tianshou indices follow the
 new rows exactly. It passes the actions on as it gets them (vcollect.tianshou.mapped_actions maps them for
@@ -19,7 +20,6 @@ import numpy as np
 from vcollect.buffers import VectorRingBuffer
 from vcollect.buffers.flat_rows import FlatRows
 from vcollect.envs.pass_through import PassThroughVectorEnv
-from vcollect.envs.steps import StepResetResult
 from vcollect.tianshou.infos import RowInfos
 
 __all__ = ["StepInfoTap", "taps"]
@@ -60,25 +60,3 @@ class StepInfoTap(PassThroughVectorEnv):
         """Write each env's info at its step row (the ring's newest row of the env), and count the rows."""
         self._infos.write(FlatRows(self._ring).last_rows[env_ids], infos)
         self._rows[env_ids] += 1
-
-    def step_reset(self, actions: Any, env_ids: Any = None, **kwargs: Any) -> StepResetResult:
-        """Step and restart the ended envs (the wrapped env's ``step_reset``), writing the step's infos."""
-        result: StepResetResult = self.envs.step_reset(actions, env_ids, **kwargs)
-        self.on_step(self.all_ids if env_ids is None else np.asarray(env_ids, dtype=np.intp), result.infos)
-        self._rows[result.reset_ids] += 1
-        return result
-
-    def send_step_reset(self, actions: Any, **kwargs: Any) -> None:
-        """Start a step_reset of every env (the wrapped env's ``send_step_reset``, where it declares
-        ``split_step_reset``)."""
-        self.envs.send_step_reset(actions, **kwargs)
-
-    def recv_step_reset(self) -> StepResetResult:
-        """The result of the step_reset ``send_step_reset`` started, writing the step's infos."""
-        result: StepResetResult = self.envs.recv_step_reset()
-        self.on_step(self.all_ids, result.infos)
-        return result
-
-    def take_restarts(self) -> Any:
-        """The envs the wrapped backend replaced (where it declares ``restarts_envs``)."""
-        return self.envs.take_restarts()

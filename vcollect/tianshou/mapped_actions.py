@@ -17,7 +17,6 @@ from collections.abc import Callable
 from typing import Any
 
 from vcollect.envs.pass_through import PassThroughVectorEnv
-from vcollect.envs.steps import AllEnvStep, StepBlock, StepResetResult
 
 __all__ = ["MappedActions"]
 
@@ -25,9 +24,8 @@ __all__ = ["MappedActions"]
 class MappedActions(PassThroughVectorEnv):
     """A VectorEnv passing the protocol through, with ``map_action`` applied to every action batch it is given.
 
-    The calls a backend offers beyond the protocol (``step_all``, ``step_into``, ``step_reset``,
-    ``send_step_reset``/``recv_step_reset``, ``take_restarts``, ``recv_any``) are forwarded as well; the
-    wrapper declares the wrapped env's capabilities, so a collector calls only those the env has.
+    Every call that carries actions passes them through :meth:`to_envs` (PassThroughVectorEnv forwards the
+    calls, those a backend offers beyond the protocol included, and declares the wrapped env's capabilities).
 
     Args:
         envs: The wrapped vcollect VectorEnv.
@@ -39,44 +37,6 @@ class MappedActions(PassThroughVectorEnv):
         """Applied to each action batch before the envs get it (None: the actions as they come). It must
         return a new batch, never write into the one it is given (the collector records that one)."""
 
-    def _mapped(self, actions: Any) -> Any:
+    def to_envs(self, actions: Any) -> Any:
+        """``map_action`` of ``actions`` (``actions`` where it is None)."""
         return actions if self.map_action is None else self.map_action(actions)
-
-    def step(self, actions: Any, env_ids: Any = None) -> Any:
-        """Step (the wrapped env's) with the mapped actions."""
-        return super().step(self._mapped(actions), env_ids)
-
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Dispatch steps with the mapped actions (async half)."""
-        super().send(self._mapped(actions), env_ids)
-
-    def step_all(self, actions: Any) -> AllEnvStep:
-        """Step every env with the mapped actions (the wrapped env's ``step_all``)."""
-        step: AllEnvStep = self.envs.step_all(self._mapped(actions))
-        return step
-
-    def step_into(self, actions: Any, block: StepBlock) -> None:
-        """Step every env with the mapped actions into the block's next row (the wrapped env's ``step_into``)."""
-        self.envs.step_into(self._mapped(actions), block)
-
-    def step_reset(self, actions: Any, env_ids: Any = None, **kwargs: Any) -> StepResetResult:
-        """Step with the mapped actions and restart the ended envs (the wrapped env's ``step_reset``)."""
-        result: StepResetResult = self.envs.step_reset(self._mapped(actions), env_ids, **kwargs)
-        return result
-
-    def send_step_reset(self, actions: Any, **kwargs: Any) -> None:
-        """Start a step_reset of every env with the mapped actions (the wrapped env's ``send_step_reset``)."""
-        self.envs.send_step_reset(self._mapped(actions), **kwargs)
-
-    def recv_step_reset(self) -> StepResetResult:
-        """The result of the step_reset ``send_step_reset`` started (the wrapped env's)."""
-        result: StepResetResult = self.envs.recv_step_reset()
-        return result
-
-    def take_restarts(self) -> Any:
-        """The envs the wrapped backend replaced (where it declares ``restarts_envs``)."""
-        return self.envs.take_restarts()
-
-    def recv_any(self, timeout: float | None = None) -> Any:
-        """Steps and resets received in one wait (the wrapped env's ``recv_any``)."""
-        return self.envs.recv_any(timeout)
