@@ -841,6 +841,55 @@ def test_decode_threads_default_to_two_where_two_cpus_are_usable(chunked: dict[s
         np.testing.assert_array_equal(two[key], value, err_msg=key)
 
 
+def collate_with_decode_threads(rows: Any) -> dict[str, Any]:
+    """Default collate, plus how many threads this DataLoader worker's reads decode on, and how many decode
+    pool threads run in it once it has read a batch of windows as views (each window's frames decoded into
+    place, on the pool's threads too where there are several)."""
+    from torch.utils.data import default_collate, get_worker_info
+
+    batch = default_collate(rows)
+    info = get_worker_info()
+    assert info is not None
+    batch["threads"] = shard_reader._decoding_threads()[1]
+    info.dataset.dataset.sample_slices(64, 9, seed=1, cache_bytes=0, stacks="view")  # type: ignore[attr-defined]
+    batch["pool_threads"] = sum(t.name.startswith("vcollect-decode") for t in threading.enumerate())
+    return batch
+
+
+@pytest.mark.parametrize(("variable", "threads"), [(None, 1), ("2", 2)])
+def test_dataloader_workers_decode_on_one_thread_unless_told(chunked: dict[str, vcollect.Dataset],
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             variable: str | None, threads: int) -> None:
+    """In a torch DataLoader worker a read's frames decode on the worker's own thread by default (workers
+    decode side by side already), where the same process outside a worker takes two threads;
+    ``$VCOLLECT_DECODE_THREADS`` still rules there. The windows are the same."""
+    torch = pytest.importorskip("torch")
+    import multiprocessing
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    if variable is None:
+        monkeypatch.delenv("VCOLLECT_DECODE_THREADS", raising=False)
+        assert shard_reader._decoding_threads()[1] == 2  # outside a worker
+    else:
+        monkeypatch.setenv("VCOLLECT_DECODE_THREADS", variable)
+    ds = chunked["edge"]
+    items = ds.as_torch_dataset("slices", length=9, cache_bytes=0)
+    loader = torch.utils.data.DataLoader(items, batch_size=64, num_workers=1, collate_fn=collate_with_decode_threads,
+                                         multiprocessing_context=multiprocessing.get_context("fork"), timeout=120)
+    batch = next(iter(loader))
+    assert batch["observations"].numpy().nbytes > chunk_reader.PARALLEL_BYTES  # a read large enough for the pool
+    assert batch["threads"] == threads
+    assert batch["pool_threads"] == threads - 1
+    want = ds.slices_at(*_first_windows(items, 64), 9, cache_bytes=0)
+    np.testing.assert_array_equal(batch["observations"].numpy(), want["observations"])
+
+
+def _first_windows(items: Any, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The episodes and starts of a slices torch dataset's first ``count`` windows."""
+    rows = [items[i] for i in range(count)]
+    return np.array([r["episode_ids"] for r in rows]), np.array([r["start_indices"] for r in rows])
+
+
 @pytest.mark.parametrize(("name", "threads"), [("edge", "1"), ("zero", "3")])
 def test_views_decoded_by_the_stream_reader_equal_libzstds(chunked: dict[str, vcollect.Dataset], name: str,
                                                             threads: str, monkeypatch: pytest.MonkeyPatch) -> None:

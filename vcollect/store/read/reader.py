@@ -679,9 +679,10 @@ class Dataset:
                 one batch while drawing the next reuses memory. ``$VCOLLECT_DECODE_THREADS`` sets how many
                 threads decode a call's frames together (each stretch of frames one libzstd call with the GIL
                 released, so two threads decode in parallel); by default 2 where the process may run on two
-                CPUs or more, else 1 (the calling thread alone). A second thread takes about half the decoding
+                CPUs or more, else 1 (the calling thread alone), and 1 in a torch DataLoader worker process
+                (the workers already decode side by side). A second thread takes about half the decoding
                 off the calling thread at no more CPU time in all; set 1 where every core is busy with other
-                work (several DataLoader workers, say). The batch is the same whatever the number.
+                work. The batch is the same whatever the number.
 
         Returns:
             :meth:`sample_steps`' keys, each with leading (batch, length) axes, and ``mask`` (bool: the row is a
@@ -775,6 +776,9 @@ class Dataset:
 
         A DataLoader reads each batch of transitions (or of slices) at once (torch's ``__getitems__``), as
         :meth:`steps_at` (:meth:`slices_at`) does, and its default collate takes the batch's arrays whole.
+        In a DataLoader worker process a read decodes its frames on the worker's own thread unless
+        ``$VCOLLECT_DECODE_THREADS`` says otherwise (:meth:`sample_slices`), so as many workers as cores keep
+        the cores busy without more threads than cores.
 
         Args:
             items: What one item is: a transition, a whole episode, or a window of ``length`` steps (every

@@ -17,6 +17,7 @@ import json
 import math
 import mmap
 import os
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -58,7 +59,9 @@ DECODE_THREADS_ENV = "VCOLLECT_DECODE_THREADS"
 """Threads that decode one large read of runs (slices' frames) together, the calling thread included: 1 decodes
 on the calling thread alone. By default :data:`DEFAULT_DECODE_THREADS` where the process may run on that many
 CPUs (else 1): a second thread halves the calling thread's share of the decoding at no more CPU time in all
-(benchmarks/RESULTS.md)."""
+(benchmarks/RESULTS.md). Inside a torch DataLoader worker process the default is 1: the workers already
+decode side by side, and a pool thread each would oversubscribe the CPUs when there are as many workers as
+cores."""
 
 DEFAULT_DECODE_THREADS = 2
 """The most threads that decode a read together when ``$VCOLLECT_DECODE_THREADS`` is not set."""
@@ -74,16 +77,26 @@ def _usable_cpus() -> int:
 _decode_pool: tuple[int, int, concurrent.futures.ThreadPoolExecutor] | None = None  # (pid, threads, pool)
 
 
+def _in_dataloader_worker() -> bool:
+    """Whether this process is a torch DataLoader's worker (torch is never imported here: a process that has
+    not imported it is none)."""
+    data = sys.modules.get("torch.utils.data")
+    return data is not None and data.get_worker_info() is not None
+
+
 def _decoding_threads() -> tuple[concurrent.futures.ThreadPoolExecutor | None, int]:
     """The pool that helps decode large reads (one per process: a forked child makes its own) and how many
-    threads decode, the caller's included (``$VCOLLECT_DECODE_THREADS``, else :data:`DEFAULT_DECODE_THREADS`
-    or the CPUs the process may use, the fewer)."""
+    threads decode, the caller's included (``$VCOLLECT_DECODE_THREADS``, else 1 in a torch DataLoader worker,
+    else :data:`DEFAULT_DECODE_THREADS` or the CPUs the process may use, the fewer)."""
     global _decode_pool
     text = os.environ.get(DECODE_THREADS_ENV, "").strip()
-    try:
-        threads = int(text) if text else min(DEFAULT_DECODE_THREADS, _usable_cpus())
-    except ValueError:
-        threads = 0
+    if not text:
+        threads = 1 if _in_dataloader_worker() else min(DEFAULT_DECODE_THREADS, _usable_cpus())
+    else:
+        try:
+            threads = int(text)
+        except ValueError:
+            threads = 0
     if threads < 1:
         raise ValueError(f"${DECODE_THREADS_ENV} is how many threads decode a read together, a whole number >= 1 "
                          f"(1: the calling thread alone), got {text!r}")
