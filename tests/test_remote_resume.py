@@ -1,12 +1,14 @@
 """Resuming and sharing fetches against real local servers: the GCS emulator cut off mid-download and
 mid-upload (then the exact dataset), a partly fetched object continued by ranged reads on S3 and GCS, two
 processes fetching one object into one folder, and an interrupted download's leftovers kept out of the
-namespaces."""
+namespaces, and what killed downloads left removed once no download holds it (a running one's and a recent
+one's kept)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import select
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ from small_datasets import make_dataset
 
 import vcollect
 from vcollect.errors import RemoteIntegrityError, RemoteTransferError
-from vcollect.remote import download, list_remote_datasets, open_remote, transfer
+from vcollect.remote import download, list_remote_datasets, open_remote, resume, transfer
 from vcollect.remote.transfer import NoProgress
 from vcollect.store import (
     create_namespace,
@@ -257,3 +259,57 @@ def test_an_interrupted_download_leaves_nothing_in_its_namespace(s3_server: Any,
     assert resumed.shards == 1  # the shards kept from the interrupted download were not fetched again
     assert episodes(load_dataset(ID, dst)) == episodes(load_dataset(ID, src))
     assert not (dst / download.RESUME_DIR).exists()
+
+
+_HOLD_RESUME = """
+import sys
+from pathlib import Path
+from vcollect.remote.resume import held_resume
+
+with held_resume(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def _make_left(folder: Path, names: list[str], age_s: float) -> None:
+    """A resume folder holding files ``names`` (a few bytes each), it and they last touched ``age_s`` ago."""
+    folder.mkdir(parents=True, exist_ok=True)
+    when = time.time() - age_s
+    for name in names:
+        (folder / name).write_bytes(b"partly fetched")
+        os.utime(folder / name, (when, when))
+    os.utime(folder, (when, when))
+
+
+def test_a_download_removes_what_killed_downloads_left_but_not_a_running_or_recent_one(tmp_path: Path) -> None:
+    url = remote_url("file", None, None, tmp_path)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_dataset(src, ID, LENGTHS, episodes_per_shard=2)
+    vcollect.upload_dataset(ID, url, root=src)
+    downloads = dst / download.RESUME_DIR
+    two_days = 2 * 24 * 3600.0
+    killed, running, recent = downloads / "g" / "killed-v0", downloads / "g" / "running-v0", downloads / "h" / "recent-v0"
+    _make_left(killed, ["00000000000000000001-w1x1-0.h5", "00000000000000000002-w1x1-1.h5.part"], two_days)
+    _make_left(recent, ["00000000000000000003-w1x1-0.h5.part"], 60.0)  # stopped a minute ago: kept to resume
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD_RESUME, str(running)], env=env, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        ready, _, _ = select.select([holder.stdout], [], [], 60)
+        assert ready and holder.stdout.readline() == "held\n", "the running download never held its folder"
+        # the running download's folder looks as old as the killed one's: only its lock keeps it
+        _make_left(running, ["00000000000000000004-w1x1-0.h5.part"], two_days)
+        vcollect.download_dataset(ID, url, root=dst)
+        assert episodes(load_dataset(ID, dst)) == episodes(load_dataset(ID, src))
+        assert not killed.exists()
+        assert [p.name for p in running.iterdir()] == ["00000000000000000004-w1x1-0.h5.part"]
+        assert [p.name for p in recent.iterdir()] == ["00000000000000000003-w1x1-0.h5.part"]
+        assert not (downloads / "f").exists()  # the download's own folder went with its publish
+    finally:
+        holder.communicate(input="\n", timeout=60)
+    assert holder.returncode == 0
+    # once its process ended, the abandoned folder goes with the next clean-up; the recent one still stays
+    assert resume.remove_stale_resumes(dst) == [running]
+    assert not (downloads / "g").exists() and [p.name for p in recent.iterdir()] == ["00000000000000000003-w1x1-0.h5.part"]

@@ -2,7 +2,9 @@
 
 The shards the remote's manifests name are fetched into the dataset's resume folder, under the root's hidden
 ``.downloads`` folder and outside every namespace (so a download that stops leaves nothing that keeps a
-namespace from being deleted; it keeps what it got there, and the next download resumes from it), each checked against its manifest line's size and SHA-256 and given the line's mtime, so the line stands
+namespace from being deleted; it keeps what it got there, and the next download resumes from it; what no
+running download holds and nothing touched for a day is removed by the next download into the root:
+vcollect.remote.resume), each checked against its manifest line's size and SHA-256 and given the line's mtime, so the line stands
 in for the shard when the dataset is loaded. Shards the local copy already holds with the same SHA-256
 are linked, not fetched again. The dataset is then assembled in a staging folder and put in place with
 the store's own replace (store/layout/dataset_dir.py): a reader sees the old dataset or the whole new one,
@@ -31,6 +33,7 @@ from vcollect.remote.layout import (
     parse_manifest_lines,
 )
 from vcollect.remote.location import Remote, bucket_exists, remote_errors
+from vcollect.remote.resume import RESUME_DIR, held_resume, remove_resume, remove_stale_resumes, resume_dir
 from vcollect.remote.transfer import NoProgress, TransferProgress, fetch_object, read_object, read_optional
 from vcollect.remote.upload import TransferReport
 from vcollect.store.layout.containment import check_contained
@@ -46,28 +49,7 @@ __all__ = ["FETCH_THREADS", "RESUME_DIR", "copy_remote_namespaces", "download_to
 
 #: Shards fetched at once (the client libraries' own calls are thread-safe; their I/O overlaps).
 FETCH_THREADS = 4
-#: The hidden folder under the root where downloads keep what they fetched until it is published.
-RESUME_DIR = ".downloads"
 _WRITER_FILE = re.compile(r"[-\w][-\w.]*\.jsonl")
-
-
-def resume_dir(final: Path, root: Path) -> Path:
-    """Where the download of the dataset at ``final`` (inside ``root``) keeps what it fetched until it is
-    published: its path below the root, under the root's ``.downloads``."""
-    return root / RESUME_DIR / final.relative_to(root)
-
-
-def _remove_resume(resume: Path, root: Path) -> None:
-    """Remove a published download's resume folder, and the folders above it inside ``.downloads`` left empty."""
-    shutil.rmtree(resume, ignore_errors=True)
-    top = root / RESUME_DIR
-    folder = resume.parent
-    while folder == top or top in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent
 
 
 def _identity(final: Path) -> tuple[int, int] | None:
@@ -166,53 +148,54 @@ def download_to(
             return report  # up to date
     resume = resume_dir(final, root_path)
     check_contained(resume, root_path, action="download a dataset to")
-    resume.mkdir(parents=True, exist_ok=True)
-    sources: dict[str, Path] = {}
-    fetching: list[ManifestLine] = []
-    for shard, line in wanted.items():
-        mine = local.get(shard)
-        own = final / SHARDS_DIR / shard
-        if not force_download and mine is not None and mine.sha256 == line.sha256 and _size(own) == line.size:
-            sources[shard] = own
-            report.shards_kept += 1
-        elif _size(resume / shard) == line.size and file_sha256(resume / shard) == line.sha256:
-            sources[shard] = resume / shard  # whole from an earlier download (checked again: it was not fsynced)
-        else:
-            fetching.append(line)
-    progress.add_total(len(fetching), sum(line.size for line in fetching))
-    if fetching:
-        with ThreadPoolExecutor(min(FETCH_THREADS, len(fetching)), thread_name_prefix="vcollect-fetch") as pool:
-            futures = [pool.submit(_fetch, remote, dataset_id, line, resume, progress) for line in fetching]
-            try:
-                for line, future in zip(fetching, futures, strict=True):
-                    report.bytes += future.result()
-                    sources[line.shard] = resume / line.shard
-                    report.files += 1
-                    report.shards += 1
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
-    copy_remote_namespaces(remote, dataset_id, root_path)
-    staging = new_staging_dir(final, root_path)
-    try:
-        (staging / SHARDS_DIR).mkdir()
-        (staging / MANIFEST_DIR).mkdir()
-        for shard, source in sources.items():
-            _link(source, staging / SHARDS_DIR / shard)
-        for name, lines in manifest.files.items():
-            if _WRITER_FILE.fullmatch(name) and lines:
-                (staging / MANIFEST_DIR / name).write_bytes(b"".join(line.raw for line in lines))
-        if episode_meta is not None:
-            (staging / EPISODE_METADATA_FILE).write_bytes(episode_meta)
-        (staging / DATASET_FILE).write_bytes(info_bytes)
-        report.files += 1
-        fsync_tree(staging)
-        replace_dataset_dir(staging, final, dataset_id, seen)
-    except BaseException:
-        discard_staging(staging, root_path)
-        raise
-    _remove_resume(resume, root_path)
+    remove_stale_resumes(root_path)
+    with held_resume(resume):  # a clean-up by another download leaves it alone while this one runs
+        sources: dict[str, Path] = {}
+        fetching: list[ManifestLine] = []
+        for shard, line in wanted.items():
+            mine = local.get(shard)
+            own = final / SHARDS_DIR / shard
+            if not force_download and mine is not None and mine.sha256 == line.sha256 and _size(own) == line.size:
+                sources[shard] = own
+                report.shards_kept += 1
+            elif _size(resume / shard) == line.size and file_sha256(resume / shard) == line.sha256:
+                sources[shard] = resume / shard  # whole from an earlier download (checked again: it was not fsynced)
+            else:
+                fetching.append(line)
+        progress.add_total(len(fetching), sum(line.size for line in fetching))
+        if fetching:
+            with ThreadPoolExecutor(min(FETCH_THREADS, len(fetching)), thread_name_prefix="vcollect-fetch") as pool:
+                futures = [pool.submit(_fetch, remote, dataset_id, line, resume, progress) for line in fetching]
+                try:
+                    for line, future in zip(fetching, futures, strict=True):
+                        report.bytes += future.result()
+                        sources[line.shard] = resume / line.shard
+                        report.files += 1
+                        report.shards += 1
+                except BaseException:
+                    for future in futures:
+                        future.cancel()
+                    raise
+        copy_remote_namespaces(remote, dataset_id, root_path)
+        staging = new_staging_dir(final, root_path)
+        try:
+            (staging / SHARDS_DIR).mkdir()
+            (staging / MANIFEST_DIR).mkdir()
+            for shard, source in sources.items():
+                _link(source, staging / SHARDS_DIR / shard)
+            for name, lines in manifest.files.items():
+                if _WRITER_FILE.fullmatch(name) and lines:
+                    (staging / MANIFEST_DIR / name).write_bytes(b"".join(line.raw for line in lines))
+            if episode_meta is not None:
+                (staging / EPISODE_METADATA_FILE).write_bytes(episode_meta)
+            (staging / DATASET_FILE).write_bytes(info_bytes)
+            report.files += 1
+            fsync_tree(staging)
+            replace_dataset_dir(staging, final, dataset_id, seen)
+        except BaseException:
+            discard_staging(staging, root_path)
+            raise
+        remove_resume(resume, root_path)
     return report
 
 
