@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import minari
@@ -11,6 +15,7 @@ import pytest
 
 from tests.small_datasets import make_dataset
 from vcollect.cli import main
+from vcollect.durable import pid_space
 from vcollect.errors import (
     InvalidDatasetIdError,
     NamespaceExistsError,
@@ -158,3 +163,22 @@ def test_export_keeps_and_import_reads_namespace_metadata(root: Path, minari_roo
     # imported by path into another namespace: no metadata to copy, the namespace exists implicitly
     import_minari(minari_root / "src" / "data-v2", "elsewhere/data-v0", fresh)
     assert get_namespace_metadata("elsewhere", fresh) == {}
+
+
+def test_delete_removes_what_a_dead_writer_left_but_refuses_a_live_writers_staging(root: Path) -> None:
+    """A staging folder of a process that died (a combine or import killed mid-build) no longer keeps its
+    namespace; one whose process is alive does, named in the refusal."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    create_namespace("ns", root=root)
+    stale = root / "ns" / f".x-v0.staging-{pid_space()}-{dead.pid}-0123456789ab"
+    (stale / "shards").mkdir(parents=True)
+    (stale / "shards" / "part.h5").write_bytes(b"half a shard")
+    delete_namespace("ns", root)
+    assert not (root / "ns").exists() and list_local_namespaces(root) == []
+    create_namespace("ns", root=root)
+    live = root / "ns" / f".y-v0.staging-{pid_space()}-{os.getpid()}-0123456789ab"
+    live.mkdir()
+    with pytest.raises(NamespaceNotEmptyError, match=re.escape(live.name)):
+        delete_namespace("ns", root)
+    assert live.is_dir() and list_local_namespaces(root) == ["ns"]

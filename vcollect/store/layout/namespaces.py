@@ -29,6 +29,7 @@ from vcollect.errors import (
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, read_json_object, write_json_atomic
 from vcollect.store.layout.naming import MAX_PART_BYTES, resolve_root
 from vcollect.store.layout.schema import to_json
+from vcollect.store.layout.staging import remove_stale_staging
 
 __all__ = [
     "NAMESPACE_METADATA_FILE",
@@ -246,7 +247,10 @@ update_namespace_metadata = update_namespace
 def delete_namespace(namespace: str, root: str | os.PathLike[str] | None = None) -> None:
     """Delete an empty namespace (its folder and metadata file).
 
-    A namespace that does not exist only warns (as Minari does).
+    A namespace that does not exist only warns (as Minari does). What crashed writers left in it is removed
+    first, as every operation in a folder removes it (store/layout/staging.py: staging folders of processes
+    that are dead, or untouched for an hour; a live writer's is kept, and refused below); an overwrite
+    killed between its two renames gets its old dataset back, which then keeps the namespace.
 
     Args:
         namespace: The namespace.
@@ -262,6 +266,7 @@ def delete_namespace(namespace: str, root: str | os.PathLike[str] | None = None)
         warnings.warn(f"namespace {namespace!r} does not exist under {str(resolve_root(root))!r}", UserWarning,
                       stacklevel=2)
         return
+    remove_stale_staging(folder, resolve_root(root))
     others = sorted(name for name in os.listdir(folder) if name != NAMESPACE_METADATA_FILE)
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
