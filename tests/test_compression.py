@@ -196,6 +196,23 @@ def test_chunks_hold_whole_rows_of_about_a_mebibyte() -> None:
     assert not codecs.is_image_like(np.zeros((3, 84, 84), np.float32))
 
 
+def test_zstd_columns_are_written_at_the_default_level_and_read_back(tmp_path: Path) -> None:
+    """The frames' filter records ``ZSTD_LEVEL`` (as HDF5 stores it: a uint32), and the column reads back exactly."""
+    assert codecs.ZSTD_LEVEL < 0, "negative levels decode frames fastest"
+    episodes = make_episodes(4, seed=2)
+    path = write(tmp_path, "auto", episodes)
+    levels = set()
+    for shard in (path / "shards").glob("*.h5"):
+        with h5py.File(shard, "r") as f:
+            names: list[str] = []
+            f.visit(names.append)
+            frames = f[next(n for n in names if n.endswith("frames") and isinstance(f[n], h5py.Dataset))]
+            _, _, options, _ = frames.id.get_create_plist().get_filter(0)
+            levels.add(int(np.array(options[0], np.uint32).view(np.int32)))
+    assert levels == {codecs.ZSTD_LEVEL}
+    assert_same_episodes(load_dataset("c/frames-v0", root=tmp_path), episodes)
+
+
 PLAIN_READ = """
 import sys
 from pathlib import Path
