@@ -213,6 +213,24 @@ def test_zstd_columns_are_written_at_the_default_level_and_read_back(tmp_path: P
     assert_same_episodes(load_dataset("c/frames-v0", root=tmp_path), episodes)
 
 
+def test_an_hdf5plugin_without_negative_levels_writes_level_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hdf5plugin
+
+    real = hdf5plugin.Zstd
+
+    def old_zstd(clevel: int = 3) -> Any:
+        if not 1 <= clevel <= 22:
+            raise ValueError("clevel must be in the range [1, 22]")
+        return real(clevel=clevel)
+
+    monkeypatch.setattr(hdf5plugin, "Zstd", old_zstd)
+    codecs.zstd_filter.cache_clear()
+    try:
+        assert codecs.column_filter("zstd", np.zeros((8, 84, 84), np.uint8))["compression_opts"] == (1,)
+    finally:
+        codecs.zstd_filter.cache_clear()
+
+
 PLAIN_READ = """
 import sys
 from pathlib import Path
