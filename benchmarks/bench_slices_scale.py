@@ -25,7 +25,8 @@ a kept folder's datasets at the end too. ``--threads N`` sets how many threads d
 core free for each thread, which a shared machine's wall clock does not say.
 
 ``--bound`` measures what bounds a ``stacks="view"`` call on this machine, from the first dataset's own
-frame chunks (read with h5py's ``read_direct_chunk``, no vcollect code): the Zstandard decode rate of one core
+frame chunks (read with h5py's ``read_direct_chunk``, no vcollect code; the level they were written at is
+printed: datasets kept from before the writer's level -1 hold level 1): the Zstandard decode rate of one core
 (windows of 17 chunks, as a call's 256 windows of 68 frames touch, each decoded as one stream into a reused
 buffer; CPU time) and the rate at which one core writes memory (``np.copyto`` of as many bytes into a reused
 array), the bytes a call decodes (256 windows x the whole chunks 68 frames from a random row touch), and the
@@ -95,6 +96,8 @@ def bound(path: Path, batch: int, frames_per_window: int) -> None:
                      and d.compression != "gzip" and d.id.get_create_plist().get_nfilters() else None)
         column = max(found, key=lambda d: d.shape[0])
         rows, chunk_rows = column.shape[0], column.chunks[0]
+        options = column.id.get_create_plist().get_filter(0)[2]
+        level = int(np.array(options[0], np.uint32).view(np.int32)) if options else "default"
         chunks = [column.id.read_direct_chunk((k * chunk_rows, 0, 0))[1] for k in range(rows // chunk_rows)]
     chunk_bytes = chunk_rows * int(np.prod(column.shape[1:]))
     per_window = 17
@@ -114,7 +117,7 @@ def bound(path: Path, batch: int, frames_per_window: int) -> None:
     copy = min(timed_once(lambda: np.copyto(out, src)) for _ in range(5))
     touched = (frames_per_window + chunk_rows - 1) / chunk_rows  # chunks a run from a uniform row touches, mean
     call_bytes = batch * touched * chunk_bytes
-    print(f"\nbound: {len(chunks)} chunks of {chunk_rows} frames ({chunk_bytes} bytes, "
+    print(f"\nbound: {len(chunks)} chunks of {chunk_rows} frames at Zstandard level {level} ({chunk_bytes} bytes, "
           f"{sum(map(len, chunks)) / len(chunks):.0f} compressed); decode {decode_rate / 1e9:.2f} GB/s per core, "
           f"memory write {out.nbytes / copy / 1e9:.2f} GB/s per core; a call decodes ~{call_bytes / 1e6:.1f} MB: "
           f"{call_bytes / decode_rate * 1e3:.1f} ms of one core's decoding, {call_bytes / (out.nbytes / copy) * 1e3:.1f}"

@@ -196,6 +196,41 @@ def test_chunks_hold_whole_rows_of_about_a_mebibyte() -> None:
     assert not codecs.is_image_like(np.zeros((3, 84, 84), np.float32))
 
 
+def test_zstd_columns_are_written_at_the_default_level_and_read_back(tmp_path: Path) -> None:
+    """The frames' filter records ``ZSTD_LEVEL`` (as HDF5 stores it: a uint32), and the column reads back exactly."""
+    assert codecs.ZSTD_LEVEL < 0, "negative levels decode frames fastest"
+    episodes = make_episodes(4, seed=2)
+    path = write(tmp_path, "auto", episodes)
+    levels = set()
+    for shard in (path / "shards").glob("*.h5"):
+        with h5py.File(shard, "r") as f:
+            names: list[str] = []
+            f.visit(names.append)
+            frames = f[next(n for n in names if n.endswith("frames") and isinstance(f[n], h5py.Dataset))]
+            _, _, options, _ = frames.id.get_create_plist().get_filter(0)
+            levels.add(int(np.array(options[0], np.uint32).view(np.int32)))
+    assert levels == {codecs.ZSTD_LEVEL}
+    assert_same_episodes(load_dataset("c/frames-v0", root=tmp_path), episodes)
+
+
+def test_an_hdf5plugin_without_negative_levels_writes_level_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    import hdf5plugin
+
+    real = hdf5plugin.Zstd
+
+    def old_zstd(clevel: int = 3) -> Any:
+        if not 1 <= clevel <= 22:
+            raise ValueError("clevel must be in the range [1, 22]")
+        return real(clevel=clevel)
+
+    monkeypatch.setattr(hdf5plugin, "Zstd", old_zstd)
+    codecs.zstd_filter.cache_clear()
+    try:
+        assert codecs.column_filter("zstd", np.zeros((8, 84, 84), np.uint8))["compression_opts"] == (1,)
+    finally:
+        codecs.zstd_filter.cache_clear()
+
+
 PLAIN_READ = """
 import sys
 from pathlib import Path
