@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -299,6 +300,47 @@ def test_cli_collect_into_a_dataset(backend: str, count: list[str], seeds: str, 
     check_episodes(episodes, range(NUM_ENVS), seeds)
     reported = [Reported(call["lens"], call["returns"], call["n_collected_episodes"], call["n_collected_steps"])]
     check_reported(episodes, reported, pending=call["pending_transitions"], in_order=backend in SUBSET_BACKENDS)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one usable CPU: the overlap is off by default")
+def test_cli_default_subproc_overlaps_steps_and_stores_what_it_reports(tmp_path: Path) -> None:
+    """``vcollect collect --backend subproc`` on its default flags (progress bar shown) with one env, so one worker
+    process and a CPU beside it: the subprocess backend declares ``split_step_reset`` by default and every step of
+    the call goes through the overlapped path (its next actions sent before it is recorded). The dataset holds
+    exactly the reported episodes and transitions, and is the one the in-process backend stores for the same
+    seed (the overlap reorders nothing)."""
+    steps = 300
+    data = {}
+    for backend in ("subproc", "dummy"):
+        stats_file = tmp_path / f"{backend}-calls.jsonl"
+        result = run_cli(tmp_path, "collect", "CartPole-v1", "--num-envs", "1", "--backend", backend,
+                         "--steps", str(steps), "--seed", "0", "--dataset", f"cli/{backend}-v0", stats_file=stats_file)
+        assert result.returncode == 0, result.stderr
+        assert f"{steps}/{steps}" in result.stderr, result.stderr  # the progress bar was shown, ending at the count
+        calls = read_calls(str(stats_file))
+        assert len(calls) == 1, calls
+        call = calls[0]
+        assert call["n_collected_steps"] == steps
+        dataset = load_dataset(f"cli/{backend}-v0", root=tmp_path)
+        episodes = list(dataset)
+        check_episodes(episodes, [0], "every")
+        reported = [Reported(call["lens"], call["returns"], call["n_collected_episodes"], call["n_collected_steps"])]
+        check_reported(episodes, reported, pending=call["pending_transitions"], in_order=True)
+        assert dataset.total_episodes == call["n_collected_episodes"] == len(episodes) >= 5
+        assert dataset.total_steps == sum(call["lens"])  # the dropped unfinished episode's steps are not stored
+        assert printed(result.stdout, "steps") == f"{steps:,}"
+        data[backend] = (call, episodes)
+    overlapped, _ = data["subproc"]
+    assert overlapped["split_step_reset"], "the CLI's subprocess backend does not declare split_step_reset"
+    assert overlapped["sent_step_resets"] == steps, "the CLI's steps did not take the overlapped path"
+    assert not data["dummy"][0]["split_step_reset"] and data["dummy"][0]["sent_step_resets"] == 0
+    (subproc_call, subproc_eps), (dummy_call, dummy_eps) = data["subproc"], data["dummy"]
+    assert subproc_call["lens"] == dummy_call["lens"] and subproc_call["returns"] == dummy_call["returns"]
+    assert len(subproc_eps) == len(dummy_eps)
+    for a, b in zip(subproc_eps, dummy_eps):
+        assert a.seed == b.seed and a.env_id == b.env_id
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
 # ----------------------------------------------------------------------------------------- Ray workers

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -224,3 +225,53 @@ def test_ranged_shard_holds_exactly_what_was_asked_for(tmp_path_factory: pytest.
     assert len(asked) - before <= -(-size // max(block, fill // block * block)) + len(reads)
     if size:
         assert shard.open_map()[:] == data
+
+
+
+def test_a_shard_evicted_while_its_background_fetch_is_under_way_keeps_nothing_of_it(
+        s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The background fetch of shard A has a range under way (held at the server) when a read of shard B evicts A.
+    # That range is not written into A's file (the cache no longer counts A), no later background range of A is
+    # asked for, and a reader that still holds A open reads its rows as the local copy's, fetching what it needs.
+    from vcollect.remote import streaming
+
+    url, local = uploaded(tmp_path, monkeypatch, "none", [150, 150], per_shard=1,
+                          url=remote_url("s3", s3_server, None, tmp_path))
+    monkeypatch.setattr(streaming, "_PREFETCH_BYTES", 4 * BLOCK_BYTES)  # the background fetch in small steps
+    monkeypatch.setattr(streaming, "_PREFETCH_STREAMED_BYTES", 4 * BLOCK_BYTES)
+    size = max(p.stat().st_size for p in (tmp_path / "a" / ID / "shards").iterdir())
+    streamed = vcollect.load_dataset(ID, remote=url, stream=True, cache_bytes=size)
+    cache = hook(streamed)
+    first, second = sorted(cache.lines)  # the background fetch takes them in this order
+    fs = cache.remote.fs
+    cat_ranges = fs.cat_ranges
+    under_way, release = threading.Event(), threading.Event()
+    background_calls: list[int] = []
+
+    def held_at_the_server(paths: list[str], *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name.startswith("vcollect-prefetch") and paths[0].endswith(first):
+            background_calls.append(len(paths))
+            if len(background_calls) == 2:  # A's second background range: held until A is evicted
+                under_way.set()
+                assert release.wait(60), "the test never released the held fetch"
+        return cat_ranges(paths, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "cat_ranges", held_at_the_server)
+    same(streamed.steps_at([3], cache_bytes=0), local.steps_at([3], cache_bytes=0))  # opens A, starts prefetching
+    shard_a = cache._held[first]  # noqa: SLF001
+    assert under_way.wait(60), "the background fetch of A never started its second range"
+    rows_b = np.arange(150, 300)
+    same(streamed.steps_at(rows_b, cache_bytes=0), local.steps_at(rows_b, cache_bytes=0))  # all of B
+    assert first not in cache._held and second in cache._held  # noqa: SLF001 - A was evicted, its fetch under way
+    a_when_evicted = shard_a.held_bytes
+    fetched_when_evicted = cache.fetched_bytes
+    release.set()
+    assert cache.wait_for_prefetch(60) and cache.prefetch_error is None
+    assert shard_a.held_bytes == a_when_evicted, "the range under way was written into the evicted shard's file"
+    assert cache.fetched_bytes == fetched_when_evicted
+    assert len(background_calls) == 2  # no later background range of A
+    assert cache.held_bytes() <= size
+    # a reader holding A open still reads it whole: what it needs is fetched into the file it holds
+    rows_a = np.arange(0, 150)
+    same(streamed.steps_at(rows_a, cache_bytes=0), local.steps_at(rows_a, cache_bytes=0))
+    assert shard_a.held_bytes > a_when_evicted

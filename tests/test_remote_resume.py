@@ -313,3 +313,47 @@ def test_a_download_removes_what_killed_downloads_left_but_not_a_running_or_rece
     # once its process ended, the abandoned folder goes with the next clean-up; the recent one still stays
     assert resume.remove_stale_resumes(dst) == [running]
     assert not (downloads / "g").exists() and [p.name for p in recent.iterdir()] == ["00000000000000000003-w1x1-0.h5.part"]
+
+
+_SHARE_RESUME = """
+import sys
+from pathlib import Path
+from vcollect.remote.resume import held_resume
+
+with held_resume(Path(sys.argv[1])) as hold:
+    (Path(sys.argv[1]) / "00000000000000000009-w1x1-0.h5.part").write_bytes(b"being fetched")
+    print("held", flush=True)
+    sys.stdin.readline()
+    print("removed" if hold.remove(Path(sys.argv[2])) else "kept", flush=True)
+"""
+
+
+def test_a_finished_download_keeps_the_resume_folder_another_download_still_uses(tmp_path: Path) -> None:
+    # Another process downloading the same dataset holds its resume folder (and a .part in it) while this
+    # process's download of it finishes: the folder and the other's file stay. The other, finishing last and
+    # holding it alone, removes it.
+    url = remote_url("file", None, None, tmp_path)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    make_dataset(src, ID, LENGTHS, episodes_per_shard=2)
+    vcollect.upload_dataset(ID, url, root=src)
+    folder = download.resume_dir(dst / "f" / "data-v0", dst)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    other = subprocess.Popen([sys.executable, "-c", _SHARE_RESUME, str(folder), str(dst)], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdin is not None
+        ready, _, _ = select.select([other.stdout], [], [], 60)
+        assert ready and other.stdout.readline() == "held\n", "the other download never held its folder"
+        report = vcollect.download_dataset(ID, url, root=dst)
+        assert report.shards >= 1
+        assert episodes(load_dataset(ID, dst)) == episodes(load_dataset(ID, src))
+        assert folder.is_dir(), "the finished download removed the folder another download still holds"
+        assert (folder / "00000000000000000009-w1x1-0.h5.part").read_bytes() == b"being fetched"
+        other.stdin.write("\n")
+        other.stdin.flush()
+        ready, _, _ = select.select([other.stdout], [], [], 60)
+        assert ready and other.stdout.readline() == "removed\n"
+    finally:
+        other.communicate(timeout=60)
+    assert other.returncode == 0
+    assert not folder.exists() and not (dst / download.RESUME_DIR).exists()

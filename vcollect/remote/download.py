@@ -33,7 +33,7 @@ from vcollect.remote.layout import (
     parse_manifest_lines,
 )
 from vcollect.remote.location import Remote, bucket_exists, remote_errors
-from vcollect.remote.resume import RESUME_DIR, held_resume, remove_resume, remove_stale_resumes, resume_dir
+from vcollect.remote.resume import RESUME_DIR, held_resume, remove_stale_resumes, resume_dir
 from vcollect.remote.transfer import NoProgress, TransferProgress, fetch_object, read_object, read_optional
 from vcollect.remote.upload import TransferReport
 from vcollect.store.layout.containment import check_contained
@@ -149,7 +149,7 @@ def download_to(
     resume = resume_dir(final, root_path)
     check_contained(resume, root_path, action="download a dataset to")
     remove_stale_resumes(root_path)
-    with held_resume(resume):  # a clean-up by another download leaves it alone while this one runs
+    with held_resume(resume) as hold:  # a clean-up by another download leaves it alone while this one runs
         sources: dict[str, Path] = {}
         fetching: list[ManifestLine] = []
         for shard, line in wanted.items():
@@ -195,7 +195,7 @@ def download_to(
         except BaseException:
             discard_staging(staging, root_path)
             raise
-        remove_resume(resume, root_path)
+        hold.remove(root_path)  # unless another download of the dataset still uses it
     return report
 
 

@@ -57,6 +57,7 @@ class RangedShard:
         self._have = np.zeros(blocks.num_blocks, dtype=bool)
         self._complete = blocks.num_blocks == 0
         self._lock = threading.Lock()
+        self._retired = False
         #: Bytes of blocks fetched and checked so far.
         self.held_bytes = 0
 
@@ -137,6 +138,12 @@ class RangedShard:
         if self._on_fetched is not None and added:
             self._on_fetched(added)
 
+    def retire(self) -> None:
+        """Give up the background fill: a :meth:`fill_some` under way keeps nothing of what it fetched, and later
+        ones fetch nothing. Reads (:meth:`ensure`) still fetch and write what they need. (Takes no lock: the
+        cache calls it under its own lock, which a fill takes after this object's.)"""
+        self._retired = True
+
     @property
     def missing_bytes(self) -> int:
         """Bytes of the file not fetched yet."""
@@ -150,14 +157,14 @@ class RangedShard:
             max_bytes: The most bytes to fetch.
 
         Returns:
-            The bytes the run held (0 when the file is complete).
+            The bytes the run held (0 when the file is complete or retired).
 
         Raises:
             RemoteIntegrityError: A fetched block differs from its SHA-256.
             RemoteTransferError: The transfer failed.
         """
         with self._lock:
-            if self._complete:
+            if self._complete or self._retired:
                 return 0
             lo = int(np.argmin(self._have))
             window = self._have[lo : lo + max(1, max_bytes // self.blocks.block_bytes)]
@@ -166,6 +173,8 @@ class RangedShard:
             runs = [(lo, lo + len(window) - int(np.argmin(window[::-1])))]
         datas = self._fetch_runs(runs, True)
         with self._lock:
+            if self._retired:  # given up while the fetch was under way: nothing written, nothing to count
+                return 0
             self._accept(runs, datas)
         return len(datas[0])
 

@@ -5,7 +5,9 @@ A download keeps the shards it fetched (and the ``.part`` of each one being fetc
 ``<root>/.downloads/<the dataset's path below the root>`` until it publishes the dataset; one that stops
 (an error, a kill) leaves them there for the next download of that dataset to resume from. While it runs, a
 download holds a shared flock on its resume folder (:func:`held_resume`: several downloads of one dataset
-share it; the kernel releases it when the process dies). Before it fetches anything, a download removes the
+share it; the kernel releases it when the process dies). A download that has published removes its resume
+folder only when no other download holds it (its lock taken exclusive without waiting,
+:meth:`ResumeHold.remove`): the last one to finish removes it. Before it fetches anything, a download removes the
 resume folders of its root that no running download holds and that nothing touched for
 :data:`RESUME_KEPT_S` seconds (:func:`remove_stale_resumes`), so what killed downloads left is not kept
 forever, while a download still running, or one stopped lately (the one a user is about to resume), is kept.
@@ -24,7 +26,7 @@ from pathlib import Path
 from vcollect.errors import UnsafePathError
 from vcollect.store.layout.containment import check_contained
 
-__all__ = ["RESUME_DIR", "RESUME_KEPT_S", "held_resume", "remove_resume", "remove_stale_resumes", "resume_dir"]
+__all__ = ["RESUME_DIR", "RESUME_KEPT_S", "ResumeHold", "held_resume", "remove_stale_resumes", "resume_dir"]
 
 #: The hidden folder under the root where downloads keep what they fetched until it is published.
 RESUME_DIR = ".downloads"
@@ -39,10 +41,51 @@ def resume_dir(final: Path, root: Path) -> Path:
     return root / RESUME_DIR / final.relative_to(root)
 
 
+class ResumeHold:
+    """A download's shared flock on its resume folder (:func:`held_resume`).
+
+    Args:
+        resume: The resume folder.
+        fd: The descriptor of the folder the lock is held on (closed by :func:`held_resume`).
+    """
+
+    def __init__(self, resume: Path, fd: int) -> None:
+        self.resume = resume
+        self._fd = fd
+
+    def remove(self, root: Path) -> bool:
+        """Remove the resume folder, and the folders above it inside ``.downloads`` left empty, unless another
+        download holds it too: the lock is taken exclusive without waiting, and where that fails the folder
+        stays for the downloads still using it (the last of them removes it). Either way this download holds
+        it no longer afterwards.
+
+        Args:
+            root: The datasets' root.
+
+        Returns:
+            Whether the folder was removed.
+        """
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another download holds it
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            return False
+        shutil.rmtree(self.resume, ignore_errors=True)
+        top = root / RESUME_DIR
+        folder = self.resume.parent
+        while folder == top or top in folder.parents:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+            folder = folder.parent
+        return True
+
+
 @contextlib.contextmanager
-def held_resume(resume: Path) -> Iterator[None]:
+def held_resume(resume: Path) -> Iterator[ResumeHold]:
     """Make the resume folder ``resume`` (with its parents) and hold a shared flock on it while the download
-    runs, so :func:`remove_stale_resumes` leaves it alone.
+    runs, so :func:`remove_stale_resumes` and other downloads' :meth:`ResumeHold.remove` leave it alone.
 
     Raises:
         OSError: The folder cannot be made or opened (a clean-up removing it each time is retried).
@@ -68,24 +111,11 @@ def held_resume(resume: Path) -> Iterator[None]:
             os.close(fd)
             continue
         try:
-            yield
+            yield ResumeHold(resume, fd)
         finally:
             os.close(fd)  # releases the lock
         return
     raise FileNotFoundError(f"the resume folder {str(resume)!r} kept being removed while it was made")
-
-
-def remove_resume(resume: Path, root: Path) -> None:
-    """Remove a published download's resume folder, and the folders above it inside ``.downloads`` left empty."""
-    shutil.rmtree(resume, ignore_errors=True)
-    top = root / RESUME_DIR
-    folder = resume.parent
-    while folder == top or top in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent
 
 
 def remove_stale_resumes(root: Path, *, kept_s: float = RESUME_KEPT_S) -> list[Path]:

@@ -11,7 +11,9 @@ holding them, not their shards. Otherwise the shard is fetched whole, checked ag
 size and SHA-256, kept in a content-addressed ``blobs/`` folder shared by every session and linked over
 its placeholder. When the bytes this session fetched pass ``cache_bytes``, the least recently opened
 shards are dropped and their placeholders put back (a file the reader still holds open stays readable
-until it closes it).
+until it closes it). A shard read block by block that is dropped gives up its background fill at once: a
+range the fill has under way is not written, so nothing the cache no longer counts is fetched for it unless a
+read that still holds the file open asks for it.
 
 Meanwhile (``prefetch=True``, the default) a background thread fetches the rest of the block-listed
 shards in large ranged reads, each block checked the same way, as long as the cache has room for a shard's
@@ -330,6 +332,8 @@ class ShardCache:
             if isinstance(held, int):
                 with contextlib.suppress(FileNotFoundError):
                     (self.blobs / line.sha256).unlink()
+            else:  # its background fill stops, a range under way included; reads of a reader holding it go on
+                held.retire()
 
 
 def _clean_sessions(sessions: Path) -> None:
