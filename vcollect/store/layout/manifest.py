@@ -18,7 +18,8 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,12 @@ __all__ = [
     "MANIFEST_DIR",
     "SUMMARY_CHECKSUM",
     "ManifestEntries",
+    "ShardFacts",
+    "ShardFactsRecorder",
+    "column_entry",
     "file_sha256",
     "read_manifest",
+    "read_shard_facts",
     "record_commit",
     "shard_summary",
     "summary_line",
@@ -89,52 +94,128 @@ def _attr_value(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def shard_summary(path: Path, sha256: str | None = None, dir_fd: int | None = None) -> dict[str, Any]:
-    """What the manifest line of a committed shard holds, read back from the file (its SHA-256 too, unless
-    given; ``dir_fd``: an open directory a relative ``path`` is taken from); :func:`summary_line` makes the
-    line."""
-    st = os.stat(path, dir_fd=dir_fd)
+def column_entry(name: str, dataset: h5py.Dataset) -> list[Any]:
+    """A shard column's entry in its manifest line: [name, dtype, shape, byte offset of its data in the
+    file (None unless stored whole and unfiltered), the attributes the reader uses]."""
+    offset = dataset.id.get_offset()
+    plain = dataset.compression is None and dataset.chunks is None and offset is not None
+    attrs = {key: _attr_value(dataset.attrs[key]) for key in _KEPT_ATTRS if key in dataset.attrs}
+    return [name, dataset.dtype.str, list(dataset.shape), int(offset) if plain else None, attrs]
+
+
+@dataclass
+class ShardFacts:
+    """What a shard's manifest line takes from the file's content: its column entries (in the file's name
+    order), its ``episodes/`` table, its totals and layout attribute, and whether it has an options or
+    metadata table."""
+
+    columns: list[list[Any]]
+    table: dict[str, np.ndarray]
+    totals: tuple[int, int]
+    layout: Any
+    extra_tables: bool
+
+
+class ShardFactsRecorder:
+    """Collects the :class:`ShardFacts` of a shard while its writer builds it, so that its manifest line need
+    not read the file back: ``add`` each column as it is created, then ``facts``."""
+
+    def __init__(self) -> None:
+        self._columns: list[list[Any]] = []
+        self._table: dict[str, np.ndarray] = {}
+        self._extra_tables = False
+
+    def add(self, path: str, dataset: h5py.Dataset, values: np.ndarray) -> None:
+        """Record the column just created at ``path`` as ``dataset``, holding ``values``.
+
+        Args:
+            path: Its path in the file.
+            dataset: The dataset created there.
+            values: The values written to it.
+        """
+        if path.startswith("episodes/"):
+            name = path[len("episodes/") :]
+            if name in EPISODE_COLUMNS:
+                self._table[name] = values
+            elif name == "options" or name.startswith("metadata/"):
+                self._extra_tables = True
+        else:
+            self._columns.append(column_entry(path, dataset))
+
+    def facts(self, attrs: Mapping[str, Any]) -> ShardFacts:
+        """The facts of the shard, whose file attributes are ``attrs``.
+
+        Args:
+            attrs: The attributes written on the shard file.
+
+        Returns:
+            Its facts, columns in the order a visit of the file gives them.
+        """
+        layout = attrs.get(LAYOUT_ATTR)
+        return ShardFacts(
+            sorted(self._columns, key=lambda entry: entry[0].split("/")), dict(self._table),
+            (int(attrs["num_episodes"]), int(attrs["num_steps"])),
+            None if layout is None else json.loads(_attr_value(layout)), self._extra_tables,
+        )
+
+
+def read_shard_facts(path: Path, dir_fd: int | None = None) -> ShardFacts:
+    """The :class:`ShardFacts` of a shard file, read from it (``dir_fd``: an open directory a relative
+    ``path`` is taken from)."""
     with contextlib.ExitStack() as stack:
         source = path if dir_fd is None else stack.enter_context(open(path, "rb", opener=_opener(dir_fd)))
         f = stack.enter_context(h5py.File(source, "r"))
         columns: list[list[Any]] = []
-        extra_tables = "episodes/options" in f or "episodes/metadata" in f
 
         def visit(name: str, obj: Any) -> None:
             if isinstance(obj, h5py.Dataset) and not name.startswith("episodes/"):
-                offset = obj.id.get_offset()
-                plain = obj.compression is None and obj.chunks is None and offset is not None
-                attrs = {key: _attr_value(obj.attrs[key]) for key in _KEPT_ATTRS if key in obj.attrs}
-                columns.append([name, obj.dtype.str, list(obj.shape), int(offset) if plain else None, attrs])
+                columns.append(column_entry(name, obj))
 
         f.visititems(visit)
         table = {name: np.asarray(f[f"episodes/{name}"][()]) for name in EPISODE_COLUMNS}
         totals = int(f.attrs["num_episodes"]), int(f.attrs["num_steps"])
         layout = f.attrs.get(LAYOUT_ATTR)
+        extra_tables = "episodes/options" in f or "episodes/metadata" in f
+    return ShardFacts(columns, table, totals, None if layout is None else json.loads(_attr_value(layout)),
+                      extra_tables)
+
+
+def shard_summary(
+    path: Path, sha256: str | None = None, dir_fd: int | None = None, facts: ShardFacts | None = None
+) -> dict[str, Any]:
+    """What the manifest line of a committed shard holds (its SHA-256 too, unless given; ``dir_fd``: an open
+    directory a relative ``path`` is taken from; ``facts``: its content's facts as its writer recorded them,
+    else read back from the file); :func:`summary_line` makes the line."""
+    st = os.stat(path, dir_fd=dir_fd)
+    if facts is None:
+        facts = read_shard_facts(path, dir_fd)
+    table = facts.table
     return {
         "shard": path.name,
         "size": st.st_size,
         "mtime_ns": st.st_mtime_ns,
         "sha256": file_sha256(path, dir_fd) if sha256 is None else sha256,
-        "episodes": totals[0],
-        "steps": totals[1],
+        "episodes": facts.totals[0],
+        "steps": facts.totals[1],
         "length": table["length"].tolist(),
         "return": table["return"].astype(np.float64).tolist(),
         "env_id": table["env_id"].tolist(),
         "seed": table["seed"].tolist(),
         "seed_dtype": table["seed"].dtype.str,
         "seed_valid": table["seed_valid"].astype(bool).tolist(),
-        "columns": columns,
-        "extra_tables": extra_tables,
-        "layout": None if layout is None else json.loads(_attr_value(layout)),
+        "columns": facts.columns,
+        "extra_tables": facts.extra_tables,
+        "layout": facts.layout,
     }
 
 
 def record_commit(
-    dataset_path: Path, shard_path: Path, writer: str, sha256: str | None = None, dir_fd: int | None = None
+    dataset_path: Path, shard_path: Path, writer: str, sha256: str | None = None, dir_fd: int | None = None,
+    facts: ShardFacts | None = None,
 ) -> None:
     """Append the manifest line of the just-committed ``shard_path`` to ``manifest/<writer>.jsonl``
-    (``sha256``: the file's digest when the writer has it, else it is read back from the file).
+    (``sha256``: the file's digest when the writer has it, else it is read back from the file; ``facts``:
+    what the writer recorded of the file's content while building it, else that is read back too).
 
     With ``dir_fd`` (the writer's open descriptor of the dataset directory) ``shard_path`` is relative to
     it, and the line goes into that directory's manifest whatever is at ``dataset_path`` now.
@@ -144,7 +225,7 @@ def record_commit(
     taken when whole and named as its writer named it, see store/read/shard_census.py).
     """
     try:
-        line = summary_line(shard_summary(shard_path, sha256, dir_fd))
+        line = summary_line(shard_summary(shard_path, sha256, dir_fd, facts))
         directory = Path(MANIFEST_DIR) if dir_fd is not None else dataset_path / MANIFEST_DIR
         with contextlib.suppress(FileExistsError):
             os.mkdir(directory, dir_fd=dir_fd)

@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 
 from vcollect.spaces import Leaf, unflatten_batch
+from vcollect.store.layout.manifest import ShardFactsRecorder
 from vcollect.store.layout.shard_format import column_path
 from vcollect.store.layout.staging import shard_tmp_path
 from vcollect.store.write.compression import Compression, column_filter
@@ -178,9 +179,9 @@ class PendingShard:
         self._rew.append(rew)
         self._term.append(rows.terminations)
         self._trunc.append(rows.truncations)
-        start = 0
-        for length in lengths:
-            self._returns.append(float(rew[start : start + length].sum()))
+        start, add, returns = 0, np.add.reduce, self._returns
+        for length in lengths:  # numpy's (pairwise) sum of each episode's rewards, as ``rew[a:b].sum()``
+            returns.append(float(add(rew[start : start + length])))
             start += length
         self._lengths.extend(lengths)
         self._env_ids.extend(env_ids)
@@ -250,9 +251,13 @@ class PendingShard:
             yield (f"episodes/metadata/{name}", _encode_strings(arr), attrs)
 
 
-def _shard_image(columns: Iterable[Column], attrs: Mapping[str, Any], compression: Compression) -> io.BytesIO:
+def _shard_image(
+    columns: Iterable[Column], attrs: Mapping[str, Any], compression: Compression,
+    facts: ShardFactsRecorder | None = None,
+) -> io.BytesIO:
     """The whole shard file built in memory: HDF5 does no disk I/O (a write error inside HDF5 on a full disk
-    crashes the process in its cleanup instead of raising). Each column's filter: compression.column_filter."""
+    crashes the process in its cleanup instead of raising). Each column's filter: compression.column_filter.
+    ``facts``: told each column once it is written (its data's place in the file is fixed then)."""
     image = io.BytesIO()
     with h5py.File(image, "w") as f:
         f.attrs.update(attrs)
@@ -260,6 +265,8 @@ def _shard_image(columns: Iterable[Column], attrs: Mapping[str, Any], compressio
             ds = f.create_dataset(path, data=arr, **column_filter(compression, arr))
             for key, value in column_attrs.items():
                 ds.attrs[key] = value
+            if facts is not None:
+                facts.add(path, ds, arr)
     return image
 
 
@@ -276,7 +283,7 @@ def _write_new_file(path: Path, data: memoryview, dir_fd: int | None) -> None:
 
 def write_shard(
     final: Path, columns: Iterable[Column], attrs: Mapping[str, Any], compression: Compression,
-    dir_fd: int | None = None,
+    dir_fd: int | None = None, facts: ShardFactsRecorder | None = None,
 ) -> str:
     """Write a shard file at ``final`` through a temporary name (see ``staging.shard_tmp_path``): build it in
     memory, write and fsync it with plain file writes, rename. Returns the file's SHA-256 (hex), taken from
@@ -285,8 +292,9 @@ def write_shard(
     With ``dir_fd`` (an open directory: the writer's dataset directory) ``final`` is relative to it, and
     both the temporary file and the rename stay inside that directory whatever is at its path now.
     On any error the temporary file is removed and the error raised; nothing exists at ``final`` then.
+    ``facts`` records the columns as they are written, for the shard's manifest line.
     """
-    image = _shard_image(columns, attrs, compression)
+    image = _shard_image(columns, attrs, compression, facts)
     tmp = shard_tmp_path(final)
     try:
         with image.getbuffer() as view:

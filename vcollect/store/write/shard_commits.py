@@ -24,7 +24,7 @@ from typing import Any
 from vcollect.durable import fsync_dir
 from vcollect.errors import DatasetError, DiskFullError
 from vcollect.store.layout.dataset_dir import NO_SPACE, HeldDir, Identity, check_identity
-from vcollect.store.layout.manifest import record_commit
+from vcollect.store.layout.manifest import ShardFactsRecorder, record_commit
 from vcollect.store.write.compression import Compression
 from vcollect.store.write.shard import PendingShard, write_shard
 
@@ -67,8 +67,9 @@ def commit_shard(job: ShardJob) -> None:
     check_identity(job.dataset_path, job.dataset_id, job.root, job.identity, pending.episodes)
     dir_fd = None if job.held is None else job.held.fd
     where = final if dir_fd is None else final.relative_to(job.dataset_path)
+    facts = ShardFactsRecorder()
     try:
-        digest = write_shard(where, pending.columns(job.rows), job.attrs, job.compression, dir_fd)
+        digest = write_shard(where, pending.columns(job.rows), job.attrs, job.compression, dir_fd, facts)
     except Exception as exc:
         if job.held is not None and job.held.replaced():  # the failure may be its deleted directory's
             check_identity(job.dataset_path, job.dataset_id, job.root, job.identity, pending.episodes)
@@ -84,7 +85,7 @@ def commit_shard(job: ShardJob) -> None:
             "in memory and flush() can be retried"
         ) from exc
     # manifest entry (store/layout/manifest.py); never raises
-    record_commit(job.dataset_path, where, job.writer, digest, dir_fd)
+    record_commit(job.dataset_path, where, job.writer, digest, dir_fd, facts.facts(job.attrs))
     fsync_dir(where.parent, dir_fd)
     if job.held is not None and job.held.replaced():
         raise DatasetError(
