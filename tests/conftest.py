@@ -149,9 +149,9 @@ class LocalRay:
         """Ray, initialised: a one-node local cluster with 2 CPUs started here (about 5 s of CPU) unless one
         is running.
 
-        The node is what ``ray.init()`` starts, less the processes nothing here uses: no dashboard, no
-        autoscaler monitor (nothing scales a local node) and no log monitor (workers' output is not sent to
-        the driver), which together cost ~3 s of CPU at the start and ~1 s a minute while Ray runs.
+        The node is what ``ray.init(include_dashboard=False)`` starts, less the processes nothing here uses:
+        no autoscaler monitor (nothing scales a local node) and no log monitor (workers' output is not sent
+        to the driver), which together cost ~1.5 s of CPU at the start and ~1 s a minute while Ray runs.
         """
         ray = pytest.importorskip("ray")
         if ray.is_initialized():
