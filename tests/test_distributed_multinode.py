@@ -39,9 +39,11 @@ def paced_cartpole():
     return PacedCartPole(gym.make("CartPole-v1"))
 
 
-# the head without the dashboard and the autoscaler's monitor (nothing here reads or scales them)
+# the head without the dashboard, the autoscaler's monitor and the log monitor (nothing here reads or scales
+# them, and the driver takes no worker output: log_to_driver=False)
 cluster = Cluster(initialize_head=True, head_node_args={
     "num_cpus": 0, "object_store_memory": 80 * 2**20, "include_dashboard": False, "no_monitor": True,
+    "include_log_monitor": False,
 })
 nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20) for _ in range(3)]
 ray.init(address=cluster.address, log_to_driver=False)
@@ -97,8 +99,11 @@ def test_node_removed_mid_collect_keeps_committed_and_exact_totals(tmp_path: Pat
     pytest.importorskip("ray")
     worker_root = tmp_path / "worker-view"
     worker_root.mkdir()
+    # Ray's processes record no metrics, report no task events and start no workers ahead of need (as the
+    # session's local Ray in conftest.py): nothing here reads them, and four nodes would pay for each
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
+           "RAY_task_events_report_interval_ms": "0", "RAY_enable_worker_prestart": "0"}
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / "driver"), str(worker_root)],
         env=env, capture_output=True, text=True, timeout=240,

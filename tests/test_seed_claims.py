@@ -11,9 +11,12 @@ import pytest
 import vcollect
 
 
-def collect(backend: str, **backend_kwargs: Any) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-    """(returns, lengths, observations of every step) of 24 random-action episodes on 4 CartPoles, seed 0."""
-    envs = vcollect.make_vector("CartPole-v1", 4, backend=backend, **backend_kwargs)
+def collect(
+    backend: str, n_episode: int = 24, num_envs: int = 4, **backend_kwargs: Any
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(returns, lengths, observations of every step) of ``n_episode`` episodes on ``num_envs`` CartPoles, seed
+    0, acting on the observations."""
+    envs = vcollect.make_vector("CartPole-v1", num_envs, backend=backend, **backend_kwargs)
     observations: list[np.ndarray] = []
 
     def policy(obs: np.ndarray, state: Any = None) -> tuple[np.ndarray, None]:
@@ -21,7 +24,7 @@ def collect(backend: str, **backend_kwargs: Any) -> tuple[np.ndarray, np.ndarray
         return (obs[:, 2] > 0).astype(np.int64), None  # actions from the observations: they depend on the data
 
     with vcollect.Collector(policy, envs, seed=0) as collector:
-        stats = collector.collect(n_episode=24, reset_before_collect=True)
+        stats = collector.collect(n_episode=n_episode, reset_before_collect=True)
     return stats.returns, stats.lens, observations
 
 
@@ -38,7 +41,11 @@ def test_dummy_and_subprocess_give_bit_identical_data() -> None:
 
 
 def test_ray_gives_the_dummy_backends_data(ray_local: Any) -> None:
-    assert_same(collect("dummy"), collect("ray"))
+    # 2 envs (2 actors) and 10 episodes: each Ray env is an actor process of its own and each vector step a
+    # round trip to them
+    dummy = collect("dummy", n_episode=10, num_envs=2)
+    assert dummy[1].size == 10 and len(dummy[2]) > 100
+    assert_same(dummy, collect("ray", n_episode=10, num_envs=2))
 
 
 def test_gymnasium_backend_repeats_its_own_data() -> None:
