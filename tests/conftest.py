@@ -161,8 +161,9 @@ class LocalRay:
         from ray.cluster_utils import Cluster
 
         # Cluster notes its address as the machine's default for a plain ray.init(); this one is the
-        # session's own, so nothing else is pointed at it.
-        with mock.patch("ray._private.utils.write_ray_address"):
+        # session's own, so nothing else is pointed at it (create=True: a Ray release without that private
+        # function still starts, only noting its address).
+        with mock.patch("ray._private.utils.write_ray_address", create=True):
             self.cluster = Cluster(initialize_head=True, head_node_args={
                 "num_cpus": 2,
                 "include_dashboard": False,
