@@ -89,19 +89,25 @@ def test_update_with_tianshou_dqns_defaults_is_tianshous_update() -> None:
 
 
 @pytest.mark.slow
-def test_dqn_benchmark_runs_every_row_on_both_sides() -> None:
+def test_dqn_benchmark_runs_every_row_on_both_sides(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """benchmarks/bench_dqn_vs_tianshou.py on a tiny budget: each schedule prints a Tianshou and a vcollect
-    row, the latter with its speed-ups (a smoke run; the speeds themselves are in benchmarks/RESULTS.md)."""
-    pytest.importorskip("torch")
+    row, the latter with its speed-ups (a smoke run; the speeds themselves are in benchmarks/RESULTS.md). It
+    runs as its own ``__main__`` in this process, which has imported torch and Tianshou already (a fresh
+    interpreter would spend most of the run importing them)."""
+    torch = pytest.importorskip("torch")
     pytest.importorskip("tianshou")
-    import subprocess
     import sys
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_dqn_vs_tianshou.py"
-    out = subprocess.run(
-        [sys.executable, str(script), "--total-steps", "1100", "--learning-starts", "1000", "--repeats", "1"],
-        capture_output=True, text=True, timeout=300, check=True,
-    ).stdout
+    monkeypatch.setattr(sys, "argv", [str(script), "--total-steps", "1100", "--learning-starts", "1000",
+                                      "--repeats", "1"])
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)  # the benchmark runs torch on one thread
+    out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]  # minus the header
     schedules = {line.split(" | ")[0] for line in rows}
     assert len(rows) == 2 * len(schedules) >= 2 * 8, out
