@@ -163,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--context", type=int, default=20, help="steps per window (the model's context)")
     parser.add_argument("--updates", type=int, default=600, help="gradient steps")
     parser.add_argument("--batch-size", type=int, default=64, help="windows per gradient step")
+    parser.add_argument("--width", type=int, default=64, help="the transformer's token width")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--target", type=float, default=float(MAX_STEPS), help="the return asked for")
     parser.add_argument("--eval-episodes", type=int, default=16)
@@ -180,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           f"{behaviour.min():.0f} to {behaviour.max():.0f}, mean {behaviour.mean():.1f}")
 
     model = DecisionTransformer(int(np.prod(dataset.observation_space.shape or ())),
-                                int(dataset.action_space.n), args.context)  # type: ignore[attr-defined]
+                                int(dataset.action_space.n), args.context,  # type: ignore[attr-defined]
+                                width=args.width)
     train(model, dataset, args)
     achieved = evaluate(model, args.env, args.eval_episodes, args.target, args.seed + 10_000)
     print(f"behaviour data: mean return {behaviour.mean():6.1f} over {behaviour.size} episodes")

@@ -1,10 +1,13 @@
 """Running the code blocks of a Markdown page (README.md, the pages under docs/) as a reader runs them.
 
-Each Python block is pasted into a file of its own and run with ``python file.py`` in a fresh process,
-each shell block with ``bash -e``, in a folder of the test's choosing, with ``$VCOLLECT_DATASETS_PATH`` and
-``$MINARI_DATASETS_PATH`` set to folders inside it and this checkout's vcollect first on the path. A block
-can also run with some modules hidden (``import torch`` then fails as if torch were not installed), which
-is how the one-line "needs the ... extra" messages are tested without uninstalling anything.
+Each Python block is pasted into a file of its own and run as ``python file.py`` runs it, each shell block
+with ``bash -e``, in a folder of the test's choosing, with ``$VCOLLECT_DATASETS_PATH`` and
+``$MINARI_DATASETS_PATH`` set to folders inside it and this checkout's vcollect first on the path. A Python
+block runs in a process of its own forked from a server that has imported vcollect, gymnasium and h5py
+(tests/forked_scripts.py): the block's own ``__main__``, arguments, working folder, environment, exit code,
+stdout and stderr, without paying those imports again. A block can also run with some modules hidden
+(``import torch`` then fails as if torch were not installed), in a fresh interpreter, which is how the
+one-line "needs the ... extra" messages are tested without uninstalling anything.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests import forked_scripts
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 240  # seconds per block
@@ -129,28 +134,36 @@ def start(command: list[str], folder: Path, hidden: Sequence[str] = ()) -> subpr
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
 
-def finish(process: subprocess.Popen[str], run: Run) -> Run:
+Process = subprocess.Popen[str] | forked_scripts.Forked
+
+
+def finish(process: Process, run: Run) -> Run:
     """Wait for ``process`` (killed after TIMEOUT seconds) and record how it ended in ``run``."""
     try:
-        run.stdout, run.stderr = process.communicate(timeout=TIMEOUT)
+        out, err = process.communicate(timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
         process.kill()
-        run.stdout, run.stderr = process.communicate()
+        out, err = process.communicate()
+    run.stdout, run.stderr = (text.decode(errors="replace") if isinstance(text, bytes) else text
+                              for text in (out, err))
     run.returncode = process.returncode
     return run
 
 
-def start_block(name: str, language: str, code: str, folder: Path,
-                hidden: Sequence[str] = ()) -> subprocess.Popen[str]:
+def start_block(name: str, language: str, code: str, folder: Path, hidden: Sequence[str] = ()) -> Process:
     """Write the block to ``folder/<name>.py`` (or ``.sh``) and run it there as ``python <name>.py``
-    (``bash -e <name>.sh``)."""
+    (``bash -e <name>.sh``); a Python block with nothing hidden forked from the server (see the module's
+    docstring), its stderr kept beside ``folder``."""
     suffix, runner = {"python": (".py", [sys.executable]), "bash": (".sh", ["bash", "-e"])}[language]
     script = folder / f"{name}{suffix}"
     script.write_text(code, encoding="utf-8")
+    if language == "python" and not hidden:
+        return forked_scripts.Forked([script.name], environment(folder), str(folder),
+                                     str(folder.parent / f"{folder.name}-{name}-stderr.txt"), daemon=False)
     return start([*runner, script.name], folder, hidden)
 
 
-def start_python_block(name: str, code: str, folder: Path, hidden: Sequence[str] = ()) -> subprocess.Popen[str]:
+def start_python_block(name: str, code: str, folder: Path, hidden: Sequence[str] = ()) -> Process:
     """Write the block to ``folder/<name>.py`` and run it as ``python <name>.py`` in ``folder``."""
     return start_block(name, "python", code, folder, hidden)
 

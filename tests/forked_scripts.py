@@ -1,13 +1,14 @@
-"""Run a Python command line (``-c CODE ...`` or ``-m MODULE ...``) in a real child process forked from
-multiprocessing's forkserver, whose server has imported vcollect, gymnasium and h5py once: a child starts in
-milliseconds instead of paying the imports again, and is killed, reaped and given its exit code like any
-other process (``Process.kill`` sends SIGKILL).
+"""Run a Python command line (``-c CODE ...``, ``-m MODULE ...`` or ``SCRIPT ...``) in a real child process
+forked from multiprocessing's forkserver, whose server has imported vcollect, gymnasium and h5py once: a child
+starts in milliseconds instead of paying the imports again, and is killed, reaped and given its exit code
+like any other process (``Process.kill`` sends SIGKILL).
 
 Everything here is top-level so that the forkserver can import it.
 """
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import runpy
@@ -34,7 +35,10 @@ def context() -> ForkServerContext:
 def run_command_line(args: list[str], env: dict[str, str], cwd: str, stdout: Connection, stderr_path: str,
                      stdin: Connection | None = None) -> None:
     """In the child: ``python *args`` with ``env`` set, in ``cwd``, stdout into ``stdout``, stderr to a file,
-    stdin from ``stdin`` where given."""
+    stdin from ``stdin`` where given. A script runs as ``python SCRIPT`` runs it: as ``__main__``, its folder
+    first on ``sys.path``, multiprocessing's default start method (a forkserver's child inherits
+    "forkserver"), the exit functions it registered run when it ends (the child leaves by ``os._exit``,
+    which runs none)."""
     os.environ.update(env)
     os.chdir(cwd)
     with open(stderr_path, "w") as err:
@@ -47,13 +51,22 @@ def run_command_line(args: list[str], env: dict[str, str], cwd: str, stdout: Con
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the process's own stdout
     sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - the process's own stderr
-    flag, target, *rest = args
-    if flag == "-c":
+    if args[0] == "-c":
+        code, *rest = args[1:]
         sys.argv = ["-c", *rest]
-        exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+        exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+    elif args[0] == "-m":
+        sys.argv = args[1:]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
     else:
-        sys.argv = [target, *rest]
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        sys.argv = list(args)
+        multiprocessing.set_start_method(None, force=True)  # the platform's default, not the server's
+        script = os.path.abspath(args[0])  # its __file__, absolute as Python makes it
+        sys.path.insert(0, os.path.dirname(script))
+        try:
+            runpy.run_path(script, run_name="__main__")
+        finally:
+            atexit._run_exitfuncs()
 
 
 def start(args: list[str], env: dict[str, str], cwd: str, stderr_path: str,
@@ -96,15 +109,17 @@ def run(args: list[str], env: dict[str, str], cwd: str, stderr_path: str, timeou
 class Forked:
     """``python *args`` forked from the server, with the part of ``subprocess.Popen``'s surface this suite
     uses: binary ``stdin`` and ``stdout`` pipes, stderr captured (to a file), ``poll``, ``wait``,
-    ``send_signal``, ``kill``, ``communicate`` and ``returncode``."""
+    ``send_signal``, ``kill``, ``communicate`` and ``returncode``. ``daemon=False`` for a command that
+    starts processes of its own."""
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: str, stderr_path: str) -> None:
+    def __init__(self, args: list[str], env: dict[str, str], cwd: str, stderr_path: str,
+                 daemon: bool = True) -> None:
         ctx = context()
         out_read, out_write = ctx.Pipe(duplex=False)
         in_read, in_write = ctx.Pipe(duplex=False)
         self._stderr_path = stderr_path
         self._proc = ctx.Process(target=run_command_line, args=(args, env, cwd, out_write, stderr_path, in_read),
-                                 daemon=True)
+                                 daemon=daemon)
         self._proc.start()
         out_write.close()
         in_read.close()

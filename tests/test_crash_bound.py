@@ -9,9 +9,6 @@ from __future__ import annotations
 import os
 import queue
 import random
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -22,11 +19,11 @@ import h5py
 import numpy as np
 import pytest
 
+from tests import forked_scripts
 from tests.sinks import ListStore
 from vcollect import Collector, EpisodeStore, load_dataset, make_vector
 from vcollect.collecting.episode_writer import WRITE_BATCH, WRITE_STEPS
 
-REPO = Path(__file__).resolve().parents[1]
 SHARD = 250
 SEED = int(os.environ.get("VCOLLECT_CRASH_SEED", "0"))
 
@@ -167,16 +164,17 @@ def run_and_kill(tmp: Path, kind: str, background: bool, rng: random.Random) -> 
     moment later); returns (steps reported finished, steps stored, longest episode)."""
     root = tmp / "root"
     root.mkdir(parents=True)
-    env = {**os.environ, "VCOLLECT_DATASETS_PATH": str(root),
-           "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD), kind, str(int(background)), str(SHARD)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err_path = tmp / "stderr.txt"
+    # a real process forked from a server that has imported vcollect (tests/forked_scripts.py)
+    proc, fd = forked_scripts.start(["-c", textwrap.dedent(CHILD), kind, str(int(background)), str(SHARD)],
+                                    {"VCOLLECT_DATASETS_PATH": str(root)}, str(tmp), str(err_path))
+    out = open(fd)  # noqa: SIM115 - read to its end by the pump thread
     lines: queue.Queue[str | None] = queue.Queue()
 
     def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
+        with out:
+            for line in out:
+                lines.put(line)
         lines.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
@@ -186,14 +184,14 @@ def run_and_kill(tmp: Path, kind: str, background: bool, rng: random.Random) -> 
     try:
         while reported < target:
             line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            assert line is not None, proc.stderr.read() if proc.stderr else ""
+            assert line is not None, err_path.read_text()
             if line.startswith("finished"):
                 _, total, length = line.split()
                 reported, longest = int(total), max(longest, int(length))
         time.sleep(rng.uniform(0, 0.03))
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.kill()  # SIGKILL
+        proc.join(timeout=30)
     while (line := lines.get(timeout=30)) is not None:  # what it printed up to the kill (whole lines)
         if line.startswith("finished") and line.endswith("\n"):
             _, total, length = line.split()

@@ -1,8 +1,9 @@
 """Every code block of the documentation (README.md's Python blocks, every block of every page under docs/)
 runs as written, twice.
 
-Each Python block is pasted into a file of its own and run with ``python file.py`` in a fresh process, each
-shell block with ``bash -e`` (tests/doc_blocks.py runs both), as a reader runs them: a page's blocks in
+Each Python block is pasted into a file of its own and run as ``python file.py`` runs it, in a process of its
+own (forked from a server that has imported vcollect), each shell block with ``bash -e`` (tests/doc_blocks.py
+runs both), as a reader runs them: a page's blocks in
 order, in one empty folder with datasets roots of its own, as a reader goes down the page; then the page's
 blocks again in the same folder, since a reader re-runs a block after changing it (a block whose page
 folder holds the same files before its second run as before its first, none of them written or removed
