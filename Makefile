@@ -48,15 +48,9 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy vcollect
 
-# The modules the suite's processes import, byte-compiled once in one process before its test workers,
-# subprocess envs and Ray actors start, which would otherwise each compile them side by side on a fresh venv.
-$(VENV)/.compiled: $(VENV)/.installed-dev tests/compile_imports.py
-	$(BIN)/python tests/compile_imports.py
-	touch $@
-
 # One pytest-xdist worker per core, each test file whole on one worker (its module fixtures built once;
 # the test files that use Ray all on one worker as one unit, on one local Ray: see tests/conftest.py).
-unit: $(VENV)/.installed-dev $(VENV)/.compiled
+unit: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=20 -m "not timing"
 
 # The few tests that compare wall-clock times of envs running at once (marker "timing"), alone, so no other
