@@ -356,6 +356,10 @@ RATIOS: list[Ratio] = [
     Ratio("Collector dummy + store + RandomPolicy / raw", "dummy+store+RandomPolicy", "raw", 0.9, "policy"),
     Ratio("  the same / Collector dummy + store, random=True", "dummy+store+RandomPolicy", "dummy+store", None,
           "policy"),
+    Ratio("Collector dummy + RandomPolicy / raw, resets seeded as raw's (first only)",
+          "dummy+RandomPolicy, first reset seeded", "raw", None, "policy"),
+    Ratio("Collector dummy + store + RandomPolicy / raw, resets seeded as raw's (first only)",
+          "dummy+store+RandomPolicy, first reset seeded", "raw", None, "policy"),
     Ratio("Collector + RandomPolicy / raw, CartPole vector entry point, 64 envs", "vector entry 64+RandomPolicy",
           "raw vector entry 64", 0.95, "policy"),
     Ratio("  the same / Collector, random=True", "vector entry 64+RandomPolicy", "vector entry 64", None, "policy"),
@@ -478,6 +482,12 @@ def measure(args: argparse.Namespace) -> None:
             lambda: policy_collector(make_vector("CartPole-v1", n, backend="subproc", num_workers=2)), steps
         ),
         "dummy+store+RandomPolicy": (lambda: store_window(n, steps, policy=True), steps),
+        "dummy+RandomPolicy, first reset seeded": (
+            lambda: policy_collector(make_vector("CartPole-v1", n), every_reset=False), steps
+        ),
+        "dummy+store+RandomPolicy, first reset seeded": (
+            lambda: store_window(n, steps, every_reset=False, policy=True), steps
+        ),
         "vector entry 64+RandomPolicy": (lambda: vector_entry_collector(64, policy=True), steps * 8),
         "envpool+RandomPolicy": (lambda: envpool_collector(n, policy=True), steps),
         # entry points
@@ -598,9 +608,9 @@ def pair_window(env: str, backend: str, num_envs: int) -> Window:
     return collector_window(make_vector(GYM_IDS[env], num_envs, backend=backend, **workers))
 
 
-def policy_collector(envs: Any) -> Window:
+def policy_collector(envs: Any, every_reset: bool = True) -> Window:
     """collector_window with RandomPolicy (random_policy) as the policy object."""
-    return collector_window(envs, random_policy(envs))
+    return collector_window(envs, random_policy(envs), every_reset=every_reset)
 
 
 def print_markdown(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
