@@ -99,7 +99,7 @@ def test_gcs_server_killed_mid_download_then_resume_is_exact(
     assert 0 < resumed.bytes <= cut.total - first_shard  # the shard fetched before the cut was kept
     copy = load_dataset(ID, dst)
     assert episodes(copy) == episodes(load_dataset(ID, src)) and copy.verify() == []
-    assert not (dst / download.RESUME_DIR).exists()  # the resume folder went with the publish
+    assert not (dst / resume.RESUME_DIR).exists()  # the resume folder went with the publish
 
 
 def test_gcs_server_killed_mid_upload_then_resume_is_exact(
@@ -258,7 +258,7 @@ def test_an_interrupted_download_leaves_nothing_in_its_namespace(s3_server: Any,
     resumed = vcollect.download_dataset(ID, url, root=dst)
     assert resumed.shards == 1  # the shards kept from the interrupted download were not fetched again
     assert episodes(load_dataset(ID, dst)) == episodes(load_dataset(ID, src))
-    assert not (dst / download.RESUME_DIR).exists()
+    assert not (dst / resume.RESUME_DIR).exists()
 
 
 _HOLD_RESUME = """
@@ -287,7 +287,7 @@ def test_a_download_removes_what_killed_downloads_left_but_not_a_running_or_rece
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_dataset(src, ID, LENGTHS, episodes_per_shard=2)
     vcollect.upload_dataset(ID, url, root=src)
-    downloads = dst / download.RESUME_DIR
+    downloads = dst / resume.RESUME_DIR
     two_days = 2 * 24 * 3600.0
     killed, running, recent = downloads / "g" / "killed-v0", downloads / "g" / "running-v0", downloads / "h" / "recent-v0"
     _make_left(killed, ["00000000000000000001-w1x1-0.h5", "00000000000000000002-w1x1-1.h5.part"], two_days)
@@ -336,7 +336,7 @@ def test_a_finished_download_keeps_the_resume_folder_another_download_still_uses
     src, dst = tmp_path / "src", tmp_path / "dst"
     make_dataset(src, ID, LENGTHS, episodes_per_shard=2)
     vcollect.upload_dataset(ID, url, root=src)
-    folder = download.resume_dir(dst / "f" / "data-v0", dst)
+    folder = resume.resume_dir(dst / "f" / "data-v0", dst)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
     other = subprocess.Popen([sys.executable, "-c", _SHARE_RESUME, str(folder), str(dst)], env=env,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -356,4 +356,4 @@ def test_a_finished_download_keeps_the_resume_folder_another_download_still_uses
     finally:
         other.communicate(timeout=60)
     assert other.returncode == 0
-    assert not folder.exists() and not (dst / download.RESUME_DIR).exists()
+    assert not folder.exists() and not (dst / resume.RESUME_DIR).exists()

@@ -4,9 +4,9 @@ The shards the remote's manifests name are fetched into the dataset's resume fol
 ``.downloads`` folder and outside every namespace (so a download that stops leaves nothing that keeps a
 namespace from being deleted; it keeps what it got there, and the next download resumes from it; what no
 running download holds and nothing touched for a day is removed by the next download into the root:
-vcollect.remote.resume), each checked against its manifest line's size and SHA-256 and given the line's mtime, so the line stands
-in for the shard when the dataset is loaded. Shards the local copy already holds with the same SHA-256
-are linked, not fetched again. The dataset is then assembled in a staging folder and put in place with
+vcollect.remote.resume), each checked against its manifest line's size and SHA-256 and given the line's
+mtime, so the line stands in for the shard when the dataset is loaded. Shards the local copy already holds
+with the same SHA-256 are linked, not fetched again. The dataset is then assembled in a staging folder and put in place with
 the store's own replace (store/layout/dataset_dir.py): a reader sees the old dataset or the whole new one,
 never a part. A local copy holding shards the remote lacks is not replaced without ``force_download``.
 """
@@ -33,7 +33,7 @@ from vcollect.remote.layout import (
     parse_manifest_lines,
 )
 from vcollect.remote.location import Remote, bucket_exists, remote_errors
-from vcollect.remote.resume import RESUME_DIR, held_resume, remove_stale_resumes, resume_dir
+from vcollect.remote.resume import held_resume, remove_stale_resumes, resume_dir
 from vcollect.remote.transfer import NoProgress, TransferProgress, fetch_object, read_object, read_optional
 from vcollect.remote.upload import TransferReport
 from vcollect.store.layout.containment import check_contained
@@ -45,7 +45,7 @@ from vcollect.store.layout.namespaces import NAMESPACE_METADATA_FILE, namespace_
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.staging import discard_staging, fsync_tree, new_staging_dir
 
-__all__ = ["FETCH_THREADS", "RESUME_DIR", "copy_remote_namespaces", "download_to", "not_found", "remote_info", "resume_dir"]
+__all__ = ["FETCH_THREADS", "copy_remote_namespaces", "download_to", "not_found", "remote_info"]
 
 #: Shards fetched at once (the client libraries' own calls are thread-safe; their I/O overlaps).
 FETCH_THREADS = 4
@@ -150,53 +150,73 @@ def download_to(
     check_contained(resume, root_path, action="download a dataset to")
     remove_stale_resumes(root_path)
     with held_resume(resume) as hold:  # a clean-up by another download leaves it alone while this one runs
-        sources: dict[str, Path] = {}
-        fetching: list[ManifestLine] = []
-        for shard, line in wanted.items():
-            mine = local.get(shard)
-            own = final / SHARDS_DIR / shard
-            if not force_download and mine is not None and mine.sha256 == line.sha256 and _size(own) == line.size:
-                sources[shard] = own
-                report.shards_kept += 1
-            elif _size(resume / shard) == line.size and file_sha256(resume / shard) == line.sha256:
-                sources[shard] = resume / shard  # whole from an earlier download (checked again: it was not fsynced)
-            else:
-                fetching.append(line)
-        progress.add_total(len(fetching), sum(line.size for line in fetching))
-        if fetching:
-            with ThreadPoolExecutor(min(FETCH_THREADS, len(fetching)), thread_name_prefix="vcollect-fetch") as pool:
-                futures = [pool.submit(_fetch, remote, dataset_id, line, resume, progress) for line in fetching]
-                try:
-                    for line, future in zip(fetching, futures, strict=True):
-                        report.bytes += future.result()
-                        sources[line.shard] = resume / line.shard
-                        report.files += 1
-                        report.shards += 1
-                except BaseException:
-                    for future in futures:
-                        future.cancel()
-                    raise
+        sources = _gather_shards(remote, dataset_id, wanted, local, final, resume, force_download, progress, report)
         copy_remote_namespaces(remote, dataset_id, root_path)
-        staging = new_staging_dir(final, root_path)
-        try:
-            (staging / SHARDS_DIR).mkdir()
-            (staging / MANIFEST_DIR).mkdir()
-            for shard, source in sources.items():
-                _link(source, staging / SHARDS_DIR / shard)
-            for name, lines in manifest.files.items():
-                if _WRITER_FILE.fullmatch(name) and lines:
-                    (staging / MANIFEST_DIR / name).write_bytes(b"".join(line.raw for line in lines))
-            if episode_meta is not None:
-                (staging / EPISODE_METADATA_FILE).write_bytes(episode_meta)
-            (staging / DATASET_FILE).write_bytes(info_bytes)
-            report.files += 1
-            fsync_tree(staging)
-            replace_dataset_dir(staging, final, dataset_id, seen)
-        except BaseException:
-            discard_staging(staging, root_path)
-            raise
+        _publish(sources, manifest, episode_meta, info_bytes, final, root_path, dataset_id, seen)
+        report.files += 1
         hold.remove(root_path)  # unless another download of the dataset still uses it
     return report
+
+
+def _gather_shards(
+    remote: Remote, dataset_id: str, wanted: dict[str, ManifestLine], local: dict[str, ManifestLine],
+    final: Path, resume: Path, force_download: bool, progress: TransferProgress, report: TransferReport,
+) -> dict[str, Path]:
+    """Where each wanted shard is whole on disk: the local dataset's own copy, a whole one an earlier download
+    left in ``resume``, or fetched into ``resume`` now (counted in ``report``)."""
+    sources: dict[str, Path] = {}
+    fetching: list[ManifestLine] = []
+    for shard, line in wanted.items():
+        mine = local.get(shard)
+        own = final / SHARDS_DIR / shard
+        if not force_download and mine is not None and mine.sha256 == line.sha256 and _size(own) == line.size:
+            sources[shard] = own
+            report.shards_kept += 1
+        elif _size(resume / shard) == line.size and file_sha256(resume / shard) == line.sha256:
+            sources[shard] = resume / shard  # whole from an earlier download (checked again: it was not fsynced)
+        else:
+            fetching.append(line)
+    progress.add_total(len(fetching), sum(line.size for line in fetching))
+    if not fetching:
+        return sources
+    with ThreadPoolExecutor(min(FETCH_THREADS, len(fetching)), thread_name_prefix="vcollect-fetch") as pool:
+        futures = [pool.submit(_fetch, remote, dataset_id, line, resume, progress) for line in fetching]
+        try:
+            for line, future in zip(fetching, futures, strict=True):
+                report.bytes += future.result()
+                sources[line.shard] = resume / line.shard
+                report.files += 1
+                report.shards += 1
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return sources
+
+
+def _publish(
+    sources: dict[str, Path], manifest: RemoteManifest, episode_meta: bytes | None, info_bytes: bytes,
+    final: Path, root: Path, dataset_id: str, seen: tuple[int, int] | None,
+) -> None:
+    """Assemble the dataset in a staging folder (shards linked from ``sources``, the remote's manifests, episode
+    metadata and ``dataset.json``) and put it in place of the one at ``final`` (``seen``: its identity then)."""
+    staging = new_staging_dir(final, root)
+    try:
+        (staging / SHARDS_DIR).mkdir()
+        (staging / MANIFEST_DIR).mkdir()
+        for shard, source in sources.items():
+            _link(source, staging / SHARDS_DIR / shard)
+        for name, lines in manifest.files.items():
+            if _WRITER_FILE.fullmatch(name) and lines:
+                (staging / MANIFEST_DIR / name).write_bytes(b"".join(line.raw for line in lines))
+        if episode_meta is not None:
+            (staging / EPISODE_METADATA_FILE).write_bytes(episode_meta)
+        (staging / DATASET_FILE).write_bytes(info_bytes)
+        fsync_tree(staging)
+        replace_dataset_dir(staging, final, dataset_id, seen)
+    except BaseException:
+        discard_staging(staging, root)
+        raise
 
 
 def _fetch(remote: Remote, dataset_id: str, line: ManifestLine, resume: Path, progress: TransferProgress) -> int:
