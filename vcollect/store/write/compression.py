@@ -6,8 +6,9 @@
 float columns compress poorly, and raw columns are read through memory maps, faster than any decoder.
 Measured on 2,000 Pong steps of 4x84x84 frames (benchmarks/RESULTS.md, "Compression codecs"): zstd-1
 stored them 610x smaller, writing at 2.6 GB/s and reading at 3.9 GB/s, against gzip-1's 92x at 0.6/1.3
-GB/s and lz4's 167x at 3.1/4.6 GB/s; level -1 decodes faster still (``ZSTD_LEVEL``). The Zstandard and LZ4 filters come from ``hdf5plugin`` (a vcollect
-dependency, so reading needs nothing more); Minari exports write raw columns, which any h5py reads.
+GB/s and lz4's 167x at 3.1/4.6 GB/s; level -1 decodes faster still (``ZSTD_LEVEL``). The Zstandard and
+LZ4 filters come from ``hdf5plugin`` (a vcollect dependency, so reading needs nothing more); Minari
+exports write raw columns, which any h5py reads.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ chunk: 256 random rows in about 2 ms through chunk_reader.py, against 300 ms wit
 cost in ratio (Pong frame stacks: 77x at one row a chunk, 327x at 37 rows) and write speed."""
 ZSTD_LEVEL = -1
 """The Zstandard level of the zstd columns written. Negative levels store literals raw, not Huffman-coded, so
-the decoder copies them instead of decoding them: on chunks of four 84x84 frames level -1
-decoded 1.4x as fast as level 1 in Pong (1.5x Breakout, 1.4x Seaquest, 1.25x Space Invaders, the same in Ms.
-Pac-Man), for 2% more bytes in Pong (4-15% in the others), and compressed faster. hdf5plugin releases whose
+the decoder copies them instead of decoding them: on chunks of four 84x84 frames level -1 decoded 1.4x as
+fast as level 1 in Pong (1.5x Breakout, 1.4x Seaquest, 1.25x Space Invaders, the same in Ms. Pac-Man), for
+2% more bytes in Pong (4-15% in the others), and compressed faster. hdf5plugin releases whose
 Zstd filter takes no negative level write level 1 instead (:func:`zstd_filter`); any level reads back alike."""
 
 

@@ -179,9 +179,9 @@ class PendingShard:
         self._rew.append(rew)
         self._term.append(rows.terminations)
         self._trunc.append(rows.truncations)
-        start, add, returns = 0, np.add.reduce, self._returns
-        for length in lengths:  # numpy's (pairwise) sum of each episode's rewards, as ``rew[a:b].sum()``
-            returns.append(float(add(rew[start : start + length])))
+        start = 0
+        for length in lengths:  # np.add.reduce: ``rew[a:b].sum()``'s pairwise sum without its Python wrapper
+            self._returns.append(float(np.add.reduce(rew[start : start + length])))
             start += length
         self._lengths.extend(lengths)
         self._env_ids.extend(env_ids)
