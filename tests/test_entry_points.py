@@ -234,6 +234,8 @@ def test_python_collectors(cls: type[Collector], ring: str, backend: str, tmp_pa
     finally:
         if on_disk:
             store.close()
+    if on_disk:  # every shard's manifest line (recorded as it was written) agrees with the file, and so on
+        assert load_dataset("py/inv-v0", root=tmp_path).verify() == []
     episodes = list(load_dataset("py/inv-v0", root=tmp_path)) if on_disk else store.episodes
     check_episodes(episodes, range(num_envs), SEEDING[backend])
     check_reported(episodes, calls, pending=0, in_order=backend in SUBSET_BACKENDS)
@@ -296,6 +298,7 @@ def test_cli_collect_into_a_dataset(backend: str, count: list[str], seeds: str, 
         assert f"{n}/{n}" in result.stderr, result.stderr  # the bar was shown and ends at the count
     else:
         assert f"{n}/{n}" not in result.stderr, result.stderr
+    assert load_dataset("cli/inv-v0", root=tmp_path).verify() == []
     episodes = list(load_dataset("cli/inv-v0", root=tmp_path))
     check_episodes(episodes, range(NUM_ENVS), seeds)
     reported = [Reported(call["lens"], call["returns"], call["n_collected_episodes"], call["n_collected_steps"])]
@@ -372,6 +375,7 @@ def test_distributed_collector_workers(kind: str, flush_every_call: bool, ray_lo
                 per_worker[w].append(Reported.of(worker_stats))
             total += stats.n_collected_episodes
             assert load_dataset("ray/inv-v0", root=tmp_path).total_episodes == total
+    assert load_dataset("ray/inv-v0", root=tmp_path).verify() == []
     episodes = list(load_dataset("ray/inv-v0", root=tmp_path))
     check_episodes(episodes, range(4), "every")
     for w, calls in per_worker.items():
@@ -417,6 +421,7 @@ def test_data_collector(tmp_path: Path) -> None:
             pass
     dataset = env.create_dataset("rec/inv-v0")
     env.close()
+    assert load_dataset("rec/inv-v0", root=tmp_path).verify() == []
     episodes = list(load_dataset("rec/inv-v0", root=tmp_path))
     assert len(episodes) == len(seen) == dataset.total_episodes
     for episode, want in zip(episodes, seen):
