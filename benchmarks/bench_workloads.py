@@ -35,6 +35,7 @@ import torch
 from torchrl_peer import GYM_IDS, PAIRS, Pair, torchrl_speed
 
 import vcollect
+from vcollect.collecting.parts import DEFAULT_BUFFER_ROWS
 from vcollect.envs import SubprocVectorEnv, make_vector
 from vcollect.policies import TorchPolicy
 from vcollect.store import EpisodeStore
@@ -86,7 +87,7 @@ def raw_envpool_window(task: str, *, keep_frames: bool = False) -> Window:
     obs, _ = envs.reset()
     n_actions = envs.action_space.n
     rng = np.random.default_rng(0)
-    kept = np.ones((vcollect.collector.DEFAULT_BUFFER_ROWS // NUM_ENVS, *obs.shape), obs.dtype) if keep_frames else None
+    kept = np.ones((DEFAULT_BUFFER_ROWS // NUM_ENVS, *obs.shape), obs.dtype) if keep_frames else None
     at = [0]
 
     def window(steps: int) -> float:

@@ -29,7 +29,7 @@ from vcollect.collecting.calls import (
 from vcollect.collecting.closing import Closing
 from vcollect.collecting.loops import StepLoop, pick_loop
 from vcollect.collecting.options import CollectorOptions, CollectorSettings
-from vcollect.collecting.parts import DEFAULT_BUFFER_ROWS, as_vector_env, build_context
+from vcollect.collecting.parts import build_context
 from vcollect.collecting.progress import call_bar
 from vcollect.collecting.step_context import CollectCall
 from vcollect.envs import VectorEnv
@@ -45,7 +45,7 @@ from vcollect.store.sink import EpisodeSink
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["DEFAULT_BUFFER_ROWS", "CollectCall", "Collector", "as_vector_env"]
+__all__ = ["Collector"]
 
 
 class Collector:
@@ -320,8 +320,7 @@ class Collector:
             self.reset(reset_buffer=False, options=reset_options)
         elif not self._closing.was_reset:
             raise CollectorStateError(
-                "collect() called before any reset: call collector.reset() first or pass "
-                "reset_before_collect=True"
+                "collect() called before any reset: call collector.reset() first or pass reset_before_collect=True"
             )
         self._actor.begin_call()
         start = time.perf_counter()

@@ -9,10 +9,8 @@ accepts one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
 from vcollect.buffers import VectorRingBuffer
@@ -22,8 +20,9 @@ from vcollect.collecting.episode_writer import EpisodeWriter
 from vcollect.collecting.ledger import TransitionLedger
 from vcollect.collecting.options import CollectorSettings
 from vcollect.collecting.step_context import StepContext
-from vcollect.envs import DummyVectorEnv, EnvPoolVectorEnv, GymnasiumVectorEnv, VectorEnv, is_envpool
+from vcollect.envs import VectorEnv
 from vcollect.envs.base import BaseVectorEnv
+from vcollect.envs.factory import as_vector_env
 from vcollect.envs.info_recording import InfoRecordingEnv
 from vcollect.envs.pass_through import PassThroughVectorEnv
 from vcollect.monitor import EpisodeTally, as_monitors
@@ -41,29 +40,6 @@ __all__ = [
 
 DEFAULT_BUFFER_ROWS = 20_000
 """Rows of ring buffer made when none is given, split evenly between the envs."""
-
-
-def as_vector_env(envs: Any) -> VectorEnv:
-    """Accept a VectorEnv, a gymnasium vector env, an EnvPool pool, one gymnasium.Env, or a list of env factories.
-
-    Raises:
-        TypeError: ``envs`` is none of these.
-    """
-    if isinstance(envs, VectorEnv):
-        return envs
-    if is_envpool(envs):
-        return EnvPoolVectorEnv(envs)
-    if isinstance(envs, gym.vector.VectorEnv):
-        return GymnasiumVectorEnv(envs)
-    if isinstance(envs, gym.Env):
-        env = envs
-        return DummyVectorEnv([lambda: env])
-    if isinstance(envs, Sequence) and envs and all(callable(fn) for fn in envs):
-        return DummyVectorEnv(list(envs))
-    raise TypeError(
-        "envs must be a vcollect VectorEnv (with its capabilities declared), a gymnasium vector env, a "
-        f"gymnasium.Env or a non-empty list of zero-argument env factories; got {type(envs).__name__}"
-    )
 
 
 def collector_envs(envs: Any, *, record_infos: bool, batched_recv: bool) -> VectorEnv:

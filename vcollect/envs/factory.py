@@ -1,17 +1,18 @@
-"""make_vector: build any vcollect vector-env backend from an env id or a factory."""
+"""make_vector: build any vcollect vector-env backend from an env id or a factory; as_vector_env: a VectorEnv
+from whatever a user passes as envs."""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 from vcollect.envs.base import VectorEnv
 from vcollect.envs.dummy import DummyVectorEnv
-from vcollect.envs.envpool_adapter import EnvPoolVectorEnv
+from vcollect.envs.envpool_adapter import EnvPoolVectorEnv, is_envpool
 from vcollect.envs.gymnasium_adapter import GymnasiumVectorEnv
 from vcollect.envs.restarts import check_max_restarts
 from vcollect.envs.subproc import SubprocVectorEnv
@@ -149,3 +150,26 @@ def make_vector(
             f"env must be a registered env id or a zero-argument factory, got {type(env).__name__}"
         )
     return BACKENDS[backend]([factory] * num_envs, **kwargs)
+
+
+def as_vector_env(envs: Any) -> VectorEnv:
+    """Accept a VectorEnv, a gymnasium vector env, an EnvPool pool, one gymnasium.Env, or a list of env factories.
+
+    Raises:
+        TypeError: ``envs`` is none of these.
+    """
+    if isinstance(envs, VectorEnv):
+        return envs
+    if is_envpool(envs):
+        return EnvPoolVectorEnv(envs)
+    if isinstance(envs, gym.vector.VectorEnv):
+        return GymnasiumVectorEnv(envs)
+    if isinstance(envs, gym.Env):
+        env = envs
+        return DummyVectorEnv([lambda: env])
+    if isinstance(envs, Sequence) and envs and all(callable(fn) for fn in envs):
+        return DummyVectorEnv(list(envs))
+    raise TypeError(
+        "envs must be a vcollect VectorEnv (with its capabilities declared), a gymnasium vector env, a "
+        f"gymnasium.Env or a non-empty list of zero-argument env factories; got {type(envs).__name__}"
+    )

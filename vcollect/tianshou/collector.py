@@ -21,8 +21,8 @@ from tianshou.env import DummyVectorEnv as TianshouDummyVectorEnv
 import vcollect
 from vcollect.buffers.flat_rows import FlatRows
 from vcollect.buffers.ring import RingWriter
-from vcollect.collector import as_vector_env
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv
+from vcollect.envs.factory import as_vector_env
 from vcollect.policies.tianshou_policy import TianshouPolicy
 from vcollect.policies.tianshou_types import is_tianshou_policy
 from vcollect.tianshou.buffer import VectorReplayBuffer
