@@ -58,6 +58,7 @@ from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.requirements import warn_unmet_requirements
 from vcollect.store.read.shards.shard_census import ON_DAMAGE, OnDamage, take_census
 from vcollect.store.read.shards.shard_reader import ShardOpener, StoredShard
+from vcollect.store.read.verify import verify_dataset
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 from vcollect.store.write.shard import EpisodeRows
@@ -822,8 +823,6 @@ class Dataset:
         Returns:
             One line per problem; empty when the dataset is sound.
         """
-        from vcollect.store.read.verify import verify_dataset  # verify builds on this module
-
         return verify_dataset(self._index.path, self._index.info)
 
     def __repr__(self) -> str:
