@@ -131,7 +131,7 @@ def parallel_decode(stretches: list[bytes], size: int, out: np.ndarray) -> None:
     decode thread can give on this machine (2.0 where two cores are free and the GIL is no obstacle)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from vcollect.store.read.zstd_frames import StretchBatch, library
+    from vcollect.store.read.shards.zstd_frames import StretchBatch, library
 
     lib = library()
     if lib is None:

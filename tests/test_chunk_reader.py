@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from vcollect import EpisodeStore, load_dataset
 from vcollect.errors import CorruptShardError
-from vcollect.store.read import chunk_reader, shard_reader
-from vcollect.store.read.chunk_reader import ChunkTable, StackedChunkTables
 from vcollect.store.read.dataset_index import RowGroups
 from vcollect.store.read.reader import StoredDataset
-from vcollect.store.read.zstd_frames import StretchBatch, StretchError
+from vcollect.store.read.shards import chunk_reader, shard_reader
+from vcollect.store.read.shards.chunk_reader import ChunkTable, StackedChunkTables
+from vcollect.store.read.shards.zstd_frames import StretchBatch, StretchError
 
 ROWS = 150
 POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-decode")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from vcollect import EpisodeStore, load_dataset
 from vcollect.errors import CodecUnavailableError, CorruptShardError
-from vcollect.store.read.chunk_reader import ChunkTable
+from vcollect.store.read.shards.chunk_reader import ChunkTable
 from vcollect.store.write import compression as codecs
 
 ZSTD_FILTER, LZ4_FILTER = 32015, 32004  # HDF5's registered filter ids

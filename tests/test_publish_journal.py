@@ -16,7 +16,7 @@ import vcollect.store.layout.publish_journal as publish_journal
 from vcollect.errors import DatasetExistsError
 from vcollect.store import EpisodeStore, list_datasets, load_dataset
 from vcollect.store.layout.staging import JOURNAL_NAME_FILE, pid_space, remove_stale_staging
-from vcollect.store.read.transforms import Staged, publish_staged, stage_combined
+from vcollect.store.transforms import Staged, publish_staged, stage_combined
 
 OBS = spaces.Box(-1.0, 1.0, (2,), np.float32)
 ACT = spaces.Discrete(2)

@@ -26,10 +26,10 @@ from vcollect.buffers.ring import RingWriter, VectorRingBuffer
 from vcollect.errors import CorruptShardError, EpisodeIndexError, SliceLengthError
 from vcollect.slices import PADS, lowest_start, window_counts
 from vcollect.store import EpisodeStore
-from vcollect.store.read import chunk_reader, shard_reader
-from vcollect.store.read.chunk_reader import ChunkTable
 from vcollect.store.read.dataset_index import DatasetIndex
 from vcollect.store.read.reader import StoredDataset
+from vcollect.store.read.shards import chunk_reader, shard_reader
+from vcollect.store.read.shards.chunk_reader import ChunkTable
 from vcollect.store.write.frame_stack import FrameStack
 
 OBS = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vcollect.store import EpisodeStore, load_dataset, split_dataset
-from vcollect.store.read.transforms import largest_remainder_counts, split_sizes
+from vcollect.store.transforms import largest_remainder_counts, split_sizes
 
 
 @settings(max_examples=200, deadline=None)

@@ -28,7 +28,7 @@ from vcollect.store.layout.staging import (
     publish_dir,
     remove_stale_staging,
 )
-from vcollect.store.read.transforms import Staged, publish_staged, stage_combined
+from vcollect.store.transforms import Staged, publish_staged, stage_combined
 
 OBS = spaces.Box(-1.0, 1.0, (2,), np.float32)
 ACT = spaces.Discrete(2)

@@ -132,7 +132,7 @@ def test_listing_takes_totals_from_the_manifest_without_opening_shards(tmp_path:
 
 def spy_on_shard_opens(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """The shard files the census reads (a StoredShard made without a manifest line opens its file)."""
-    import vcollect.store.read.shard_census as census
+    import vcollect.store.read.shards.shard_census as census
 
     opened: list[Path] = []
     real = census.StoredShard

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import zstandard
 
-from vcollect.store.read import zstd_frames
-from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
+from vcollect.store.read.shards import zstd_frames
+from vcollect.store.read.shards.zstd_frames import StretchBatch, StretchError, library
 
 LIB = library()
 pytestmark = pytest.mark.skipif(LIB is None, reason="libzstd does not load here")

@@ -398,7 +398,7 @@ def parse_sizes(text: str, total: int) -> list[int]:
 
     Percentages are rounded by largest remainder, so '50%,50%' of 7 episodes gives 4 and 3.
     """
-    from vcollect.store.read.transforms import largest_remainder_counts
+    from vcollect.store.transforms import largest_remainder_counts
 
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
@@ -429,7 +429,7 @@ def run_split(args: argparse.Namespace, console: Console) -> int:
     """``vcollect split ID --sizes 80,20 --into A B``: shuffle and copy disjoint parts into new datasets."""
     from vcollect.store import load_dataset, resolve_root, split_dataset
     from vcollect.store.layout.staging import discard_staging
-    from vcollect.store.read.transforms import Staged, publish_staged, stage_combined
+    from vcollect.store.transforms import Staged, publish_staged, stage_combined
 
     check_seed("--seed", args.seed)
     source = load_dataset(args.dataset_id, args.root)

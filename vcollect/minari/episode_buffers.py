@@ -24,7 +24,7 @@ from vcollect.store.layout.dataset_info import DATASET_FILE
 from vcollect.store.layout.naming import dataset_path, parse_dataset_id, resolve_root
 from vcollect.store.layout.staging import discard_staging, new_staging_dir
 from vcollect.store.read.reader import Dataset, load_dataset
-from vcollect.store.read.transforms import Staged, publish_staged
+from vcollect.store.transforms import Staged, publish_staged
 from vcollect.store.write.episode_lists import check_episode_lists, write_episode_lists
 from vcollect.store.write.writer import EpisodeStore
 

@@ -54,7 +54,7 @@ from vcollect.store.layout.dataset_info import DATASET_FILE
 from vcollect.store.layout.naming import locate_dataset, resolve_root
 from vcollect.store.layout.schema import to_json
 from vcollect.store.read.reader import Dataset, load_dataset, open_dataset_at, reload_in_place
-from vcollect.store.read.transforms import copy_episodes
+from vcollect.store.transforms import copy_episodes
 from vcollect.store.write.writer import EpisodeStore
 
 __all__ = ["STAGING_NAMESPACE", "DataCollector"]

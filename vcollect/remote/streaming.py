@@ -50,7 +50,7 @@ from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
 from vcollect.store.layout.manifest import MANIFEST_DIR, read_manifest
 from vcollect.store.layout.staging import process_alive
 from vcollect.store.read.reader import Dataset, open_dataset_at
-from vcollect.store.read.shard_census import line_stands_in
+from vcollect.store.read.shards.shard_census import line_stands_in
 
 __all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ShardCache", "cache_root", "open_in_place", "split_dataset_url"]
 

@@ -16,8 +16,8 @@ from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.listing import list_datasets
 from vcollect.store.read.local_datasets import list_local_datasets
 from vcollect.store.read.reader import Dataset, EpisodeData, load_dataset
-from vcollect.store.read.transforms import combine_datasets, split_dataset
 from vcollect.store.sink import EpisodeSink
+from vcollect.store.transforms import combine_datasets, split_dataset
 from vcollect.store.write.options import StoreOptions
 from vcollect.store.write.writer import EpisodeStore
 

@@ -222,7 +222,7 @@ def record_commit(
 
     Called by the writer after the shard's rename. Never raises: the shard is committed whatever
     happens here (a failure is warned about; the shard then reads as an unrecorded one: opened at load,
-    taken when whole and named as its writer named it, see store/read/shard_census.py).
+    taken when whole and named as its writer named it, see store/read/shards/shard_census.py).
     """
     try:
         line = summary_line(shard_summary(shard_path, sha256, dir_fd, facts))

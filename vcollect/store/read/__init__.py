@@ -1,1 +1,2 @@
-"""Reading datasets: Dataset, its episode index, shard and chunk reading, torch views, verify, replay, transforms."""
+"""Reading datasets: Dataset, its episode index, slices, torch views, verify, listing, stored episodes replayed
+and rendered; the shard files beneath them in shards/."""

@@ -19,8 +19,8 @@ import numpy as np
 from vcollect.spaces import Leaf, leaves, unflatten_batch
 from vcollect.store.layout.dataset_info import dataset_spaces
 from vcollect.store.layout.shard_format import column_path
-from vcollect.store.read.shard_reader import OpenShardFiles, ShardOpener, StoredShard, decode_column
-from vcollect.store.read.zstd_frames import StretchBatch
+from vcollect.store.read.shards.shard_reader import OpenShardFiles, ShardOpener, StoredShard, decode_column
+from vcollect.store.read.shards.zstd_frames import StretchBatch
 from vcollect.store.write.frame_stack import FrameStack, rebuild_episode, stack_rows
 
 __all__ = ["DatasetIndex", "EpisodeData", "FramesInFlight"]

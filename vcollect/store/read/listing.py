@@ -1,6 +1,6 @@
 """The datasets under a root, each with the counts ``load_dataset`` would yield, damaged ones marked.
 
-A listing takes each dataset's census by the read's own damage policy (store/read/shard_census.py), so the
+A listing takes each dataset's census by the read's own damage policy (store/read/shards/shard_census.py), so the
 totals it reports are those of the episodes the dataset yields (``load_dataset(..., on_damage="skip")``):
 a shard deleted, copied under another name, truncated or written with another layout is left out and the
 dataset marked damaged, never counted. It stays fast: a shard's totals come from its manifest line when the
@@ -30,7 +30,7 @@ from vcollect.store.layout.naming import parse_dataset_id, resolve_root
 from vcollect.store.layout.publish_journal import recover_publishes
 from vcollect.store.layout.shard_format import shard_layout
 from vcollect.store.layout.staging import is_replaced_leftover, remove_stale_staging
-from vcollect.store.read.shard_census import take_census
+from vcollect.store.read.shards.shard_census import take_census
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 
 __all__ = ["list_datasets"]

@@ -56,8 +56,9 @@ from vcollect.store.read.dataset_slices import (
 )
 from vcollect.store.read.dataset_spec import DatasetSpec
 from vcollect.store.read.requirements import warn_unmet_requirements
-from vcollect.store.read.shard_census import ON_DAMAGE, OnDamage, take_census
-from vcollect.store.read.shard_reader import ShardOpener, StoredShard
+from vcollect.store.read.shards.shard_census import ON_DAMAGE, OnDamage, take_census
+from vcollect.store.read.shards.shard_reader import ShardOpener, StoredShard
+from vcollect.store.read.verify import verify_dataset
 from vcollect.store.write.episode_lists import EpisodeLists, append_episode_lists
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 from vcollect.store.write.shard import EpisodeRows
@@ -822,8 +823,6 @@ class Dataset:
         Returns:
             One line per problem; empty when the dataset is sound.
         """
-        from vcollect.store.read.verify import verify_dataset  # verify builds on this module
-
         return verify_dataset(self._index.path, self._index.info)
 
     def __repr__(self) -> str:
@@ -986,7 +985,7 @@ def load_dataset(
     read for that): a recorded shard missing, an unrecorded one present that is not a whole shard of its
     own (a copy under another name, a stray file), one truncated or altered since its commit, one that
     cannot be read or was written with another layout than dataset.json's, is damage (the policy:
-    :mod:`vcollect.store.read.shard_census`; a shard a live writer renamed but has not yet recorded, and
+    :mod:`vcollect.store.read.shards.shard_census`; a shard a live writer renamed but has not yet recorded, and
     datasets whose manifest was lost, read as usual). Temporary ``.tmp`` files and anything in ``shards/``
     that is not a regular file are ignored. A manifest line stands in for its shard (no file opened) only
     when the line's checksum holds and the file's size and mtime match it. Counts (total_episodes,

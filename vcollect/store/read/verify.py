@@ -23,8 +23,8 @@ from vcollect.store.layout.manifest import (
     shard_summary,
 )
 from vcollect.store.layout.shard_format import SHARD_SUFFIX, column_path, shard_layout
-from vcollect.store.read.shard_census import take_census
-from vcollect.store.read.shard_reader import OpenShardFiles, StoredShard
+from vcollect.store.read.shards.shard_census import take_census
+from vcollect.store.read.shards.shard_reader import OpenShardFiles, StoredShard
 from vcollect.store.write.frame_stack import FrameStack, frame_leaves
 
 __all__ = ["verify_dataset"]

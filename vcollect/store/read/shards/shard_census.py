@@ -33,7 +33,7 @@ from vcollect.spaces import Leaf
 from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR
 from vcollect.store.layout.manifest import MANIFEST_DIR, ManifestEntries
 from vcollect.store.layout.shard_format import ShardName, layout_differences, parse_shard_name
-from vcollect.store.read.shard_reader import StoredShard
+from vcollect.store.read.shards.shard_reader import StoredShard
 
 __all__ = ["ON_DAMAGE", "OnDamage", "ShardCensus", "line_stands_in", "take_census"]
 

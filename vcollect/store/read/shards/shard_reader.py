@@ -32,13 +32,13 @@ import numpy as np
 from vcollect.errors import CorruptShardError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR, SHARD_FORMAT_NAME, column_path
-from vcollect.store.read.chunk_reader import (
+from vcollect.store.read.shards.chunk_reader import (
     PARALLEL_BYTES,
     ChunkTable,
     StackedChunkTables,
     check_declared_sizes,
 )
-from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
+from vcollect.store.read.shards.zstd_frames import StretchBatch, StretchError, library
 from vcollect.store.write.compression import import_plugin_filters
 from vcollect.text_leaves import ENCODING_ATTR, decode_utf8
 

@@ -29,7 +29,7 @@ import h5py
 import numpy as np
 import zstandard
 
-from vcollect.store.read.zstd_frames import StretchBatch, StretchError, library
+from vcollect.store.read.shards.zstd_frames import StretchBatch, StretchError, library
 
 ZSTD_FILTER = 32015
 """HDF5's registered id of the Zstandard filter (what hdf5plugin.Zstd writes)."""
