@@ -27,7 +27,13 @@ class RingColumns:
     newest row.
 
     Read them freely; write them through the ring that holds them (its writes keep ``writes`` and the heads
-    in step with the rows).
+    in step with the rows). Made empty (see :meth:`reset`).
+
+    Args:
+        num_envs: How many rings.
+        capacity: Rows per ring.
+        observation_space: The envs' single observation space.
+        action_space: The envs' single action space.
 
     Attributes:
         num_envs: How many rings.
@@ -64,14 +70,6 @@ class RingColumns:
     def __init__(
         self, num_envs: int, capacity: int, observation_space: gym.Space[Any], action_space: gym.Space[Any]
     ) -> None:
-        """Allocate the columns, empty (see :meth:`reset`).
-
-        Args:
-            num_envs: How many rings.
-            capacity: Rows per ring.
-            observation_space: The envs' single observation space.
-            action_space: The envs' single action space.
-        """
         n, c = int(num_envs), int(capacity)
         self.num_envs, self.capacity = n, c
         self.observation_space, self.action_space = observation_space, action_space
@@ -160,7 +158,7 @@ class RingColumns:
         base = self.env_ids * capacity
         last_step = base + (self.last_rows - base - 1) % capacity
         ended = self.has[last_step] & (self.terminations[last_step] | self.truncations[last_step])
-        return self.has_episode & ~ended  # type: ignore[no-any-return]
+        return self.has_episode & ~ended
 
     def any_nan(self, rows: np.ndarray) -> bool:
         """Whether a floating-point observation, action or reward of the transitions at step ``rows``, or the
