@@ -29,6 +29,7 @@ import numpy as np
 
 import vcollect
 from vcollect.buffers import VectorRingBuffer, checkpoint
+from vcollect.buffers.ring import ring_columns
 
 
 def timed(fn):  # type: ignore[no-untyped-def]
@@ -79,10 +80,11 @@ def bench_checkpoint(folder: Path, gb: float, rounds: int) -> None:
     rows_per_env = int(gb * 2**30 / (64 * 4 + 8 + 8 + 4)) // 4
     ring = VectorRingBuffer(4, rows_per_env, obs, gym.spaces.Discrete(4), seed=0)
     rng = np.random.default_rng(0)
-    for a in ring._obs_flat:
+    columns = ring_columns(ring)
+    for a in columns.obs:
         a[:] = rng.random(a.shape, dtype=np.float32)
-    ring._rew_flat[:] = rng.random(ring._rew_flat.shape)
-    ring._has_flat[:] = True
+    columns.rewards[:] = rng.random(columns.rewards.shape)
+    columns.has[:] = True
     nbytes = sum(a.nbytes for a in ring._checkpoint_arrays().values())
     path, dd_file = folder / "ring.h5", folder / "dd.bin"
     threads = getattr(checkpoint, "READ_THREADS", 1)

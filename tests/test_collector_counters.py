@@ -14,6 +14,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tests.envs import CountingEnv
 from vcollect import AsyncCollector, Collector, DummyVectorEnv, VectorRingBuffer
 from vcollect import stats as stats_module
+from vcollect.buffers.ring import ring_columns
 from vcollect.stats import CollectStats, EpisodeValues
 
 BACKENDS = ["dummy", "blocks", "async"]
@@ -56,11 +57,11 @@ def test_reset_before_collect_keeps_the_buffer(backend: str) -> None:
         first = collector.collect(n_episode=4, random=True, reset_before_collect=True)
         held = len(collector.buffer)
         assert held >= first.n_collected_steps == 20  # 4 episodes of 5 steps, in the rings
-        rewards_before = collector.buffer._rew.copy()
+        rewards_before = ring_columns(collector.buffer).rewards.copy()
         second = collector.collect(n_episode=2, random=True, reset_before_collect=True)
         assert len(collector.buffer) >= held + second.n_collected_steps
         kept = rewards_before != 0
-        np.testing.assert_array_equal(collector.buffer._rew[kept], rewards_before[kept])  # rows not written over
+        np.testing.assert_array_equal(ring_columns(collector.buffer).rewards[kept], rewards_before[kept])  # rows not written over
         assert collector.collect_episode == 2  # the counters were reset, as Tianshou's reset does
 
 

@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from tests.envs import CountingEnv
 from vcollect import AsyncCollector, Collector, DummyVectorEnv, SubprocVectorEnv, VectorRingBuffer
+from vcollect.buffers.ring import ring_columns
 from vcollect.collecting.loops import BlockLoop
 from vcollect.errors import HookOutputError, UnfinishedEpisodesWarning
 from vcollect.hooks import EpisodeRolloutHookMCReturn, StepRollout
@@ -68,7 +69,8 @@ def test_monte_carlo_returns_are_stored_per_step_in_the_store_and_the_ring(backe
         stats = collector.collect(n_episode=6, random=True, reset_before_collect=True)
         extras = collector.buffer.extras["mc_return_to_go"].reshape(collector.num_envs, -1)
         full = collector.buffer.extras["full_episode_mc_return"].reshape(collector.num_envs, -1)
-        rewards = collector.buffer._rew  # (num_envs, capacity): the rings' step rows
+        columns = ring_columns(collector.buffer)
+        rewards = columns.by_env(columns.rewards)  # (num_envs, capacity): the rings' step rows
     store.close()
     assert stats.n_collected_episodes == 6
     for env, length in enumerate(LENGTHS):  # episodes sit at rows [k*(L+1), k*(L+1)+L) of env's ring

@@ -20,6 +20,7 @@ from tests.sinks import ListStore
 from vcollect import Collector
 from vcollect.buffers import HERVectorRingBuffer, HindsightRelabeler, VectorRingBuffer
 from vcollect.buffers.hindsight import future_goal_rows, window_ends
+from vcollect.buffers.ring import ring_columns
 from vcollect.envs import DummyVectorEnv
 from vcollect.spaces import leaves
 
@@ -231,7 +232,7 @@ def test_goal_indices_name_the_row_of_the_goal_and_rewards_are_recomputed(data: 
     stored = ring[batch["indices"]]["observations"]  # the ring itself is untouched
     np.testing.assert_array_equal(stored["desired_goal"], stored["achieved_goal"] - stored["achieved_goal"] % SPAN + 3)
     achieved = leaves(Reach.observation_space)
-    column = ring._obs_flat[[leaf.path for leaf in achieved].index(("achieved_goal",))]
+    column = ring_columns(ring).obs[[leaf.path for leaf in achieved].index(("achieved_goal",))]
     np.testing.assert_array_equal(batch["observations"]["desired_goal"], column[batch["goal_indices"]])
     np.testing.assert_array_equal(batch["next_observations"]["desired_goal"], column[batch["goal_indices"]])
     reached = batch["rewards"] == 0.0
@@ -300,8 +301,8 @@ def test_window_ends_and_future_rows_match_a_brute_force_walk(
     rng = np.random.default_rng(seed)
     rows = rng.choice(sorted(holds), size=int(rng.integers(1, 3 * len(holds) + 1)))
     where_step = {value: row for row, value in holds.items()}
-    done = ring._term_flat | ring._trunc_flat
-    ends, steps = window_ends(rows, ring._has_flat, done, ring._next_flat, horizon)
+    cols = ring_columns(ring)
+    ends, steps = window_ends(rows, cols.has, cols.terminations | cols.truncations, cols.next_rows, horizon)
     for row, end, walked in zip(rows.tolist(), ends.tolist(), steps.tolist()):
         episode, t = holds[row]
         last = t

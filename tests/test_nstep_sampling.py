@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tests.envs import DictObsEnv
 from vcollect import AsyncCollector, Collector, DummyVectorEnv
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
+from vcollect.buffers.ring import ring_columns
 from vcollect.buffers.sampling import gather_transitions
 from vcollect.hooks import StepRollout
 
@@ -111,10 +112,10 @@ def check_against_reference(
 def sample_both_ways(ring: VectorRingBuffer, ref: Recorded, n: int, gamma: float, k: int) -> None:
     """Every step row at once (gather_transitions) and a drawn batch (sample), both against the reference;
     the usual keys equal to those of the same draw without n_step."""
-    steps = np.flatnonzero(ring._has_flat)
+    steps = np.flatnonzero(ring_columns(ring).has)
     if steps.size == 0:
         return
-    check_against_reference(ring, ref, gather_transitions(ring, steps, k, n, gamma), n, gamma, k)
+    check_against_reference(ring, ref, gather_transitions(ring_columns(ring), steps, k, n, gamma), n, gamma, k)
     batch = ring.sample(16, np.random.default_rng(1), stack_num=k, n_step=n, gamma=gamma)
     check_against_reference(ring, ref, batch, n, gamma, k)
     plain = ring.sample(16, np.random.default_rng(1), stack_num=k)
@@ -228,7 +229,7 @@ def test_nstep_of_a_collectors_ring_with_dict_observations(backend: str) -> None
     with (AsyncCollector if backend == "async" else Collector)(None, envs, ring, seed=0, on_step_hook=hook) as collector:
         collector.collect(n_step=150, random=True, reset_before_collect=True)
     n, gamma = 4, 0.8
-    batch = gather_transitions(ring, np.flatnonzero(ring._has_flat), 1, n, gamma)
+    batch = gather_transitions(ring_columns(ring), np.flatnonzero(ring_columns(ring).has), 1, n, gamma)
     ends = 0
     for i, reward in enumerate(batch["rewards"].tolist()):
         env, k = where[reward]
@@ -262,12 +263,12 @@ def two_episodes() -> VectorRingBuffer:
 
 def test_nstep_one_is_the_one_step_target_and_truncation_bootstraps() -> None:
     ring = two_episodes()
-    steps = np.flatnonzero(ring._has_flat)  # rows 0, 1, 2 (episode 1) and 4, 5 (episode 2)
-    one = gather_transitions(ring, steps, 1, 1, 0.5)
+    steps = np.flatnonzero(ring_columns(ring).has)  # rows 0, 1, 2 (episode 1) and 4, 5 (episode 2)
+    one = gather_transitions(ring_columns(ring), steps, 1, 1, 0.5)
     np.testing.assert_array_equal(one["n_step_returns"], one["rewards"])
     np.testing.assert_array_equal(one["n_step_next_observations"], one["next_observations"])
     np.testing.assert_array_equal(one["n_step_discounts"], 0.5 * ~one["terminations"])
-    three = gather_transitions(ring, steps, 1, 3, 0.5)
+    three = gather_transitions(ring_columns(ring), steps, 1, 3, 0.5)
     np.testing.assert_allclose(three["n_step_returns"], [1 + 1 + 0.75, 2 + 1.5, 3, 11 + 6, 12])
     np.testing.assert_array_equal(three["n_step_next_observations"][:, 0], [3, 3, 3, 12, 12])
     np.testing.assert_array_equal(three["n_step_discounts"], [0.125, 0.25, 0.5, 0.25, 0.5])
@@ -279,7 +280,7 @@ def test_termination_gives_no_bootstrap() -> None:
     ring.start_episodes(env, np.zeros((1, 2)))
     for t, term in ((1, False), (2, True)):
         ring.add(env, np.array([0]), np.array([1.0]), np.array([term]), np.array([False]), np.full((1, 2), t))
-    batch = gather_transitions(ring, np.array([0, 1]), 1, 4, 0.9)
+    batch = gather_transitions(ring_columns(ring), np.array([0, 1]), 1, 4, 0.9)
     np.testing.assert_allclose(batch["n_step_returns"], [1.9, 1.0])
     np.testing.assert_array_equal(batch["n_step_discounts"], [0.0, 0.0])
     np.testing.assert_array_equal(batch["n_step_next_observations"][:, 0], [2, 2])
@@ -324,7 +325,7 @@ def test_nstep_targets_equal_tianshous_compute_nstep_return(n: int, gamma: float
         nxt, reward = rng.normal(size=2), float(rng.normal())
         end = rng.random()
         term, trunc = bool(end < 0.08), bool(0.08 <= end < 0.14)
-        row = int(ring._last_flat[env])
+        row = int(ring_columns(ring).last_rows[env])
         ring.add(np.array([env]), np.array([0]), np.array([reward]), np.array([term]), np.array([trunc]), nxt[None])
         ptr, *_ = buf.add(ts.Batch(obs=obs[env][None], act=[0], rew=[reward], terminated=[term], truncated=[trunc],
                                    obs_next=nxt[None], info=[{}]), buffer_ids=[env])
@@ -338,9 +339,9 @@ def test_nstep_targets_equal_tianshous_compute_nstep_return(n: int, gamma: float
     def target_q(buffer: object, indices: np.ndarray) -> object:
         return torch.as_tensor(buffer[indices].obs_next @ weights)  # type: ignore[index]
 
-    rows = np.flatnonzero(ring._has_flat)
+    rows = np.flatnonzero(ring_columns(ring).has)
     assert rows.size >= 12
-    ours = gather_transitions(ring, rows, 1, n, gamma)
+    ours = gather_transitions(ring_columns(ring), rows, 1, n, gamma)
     ours_target = ours["n_step_returns"] + ours["n_step_discounts"] * (ours["n_step_next_observations"] @ weights)
     indices = np.array([to_tianshou[r] for r in rows.tolist()])
     np.testing.assert_array_equal(buf[indices].rew, ours["rewards"])  # the mapping pairs the same transitions

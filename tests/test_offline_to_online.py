@@ -12,7 +12,7 @@ import pytest
 import vcollect
 from tests.small_datasets import ACT_SPACE, OBS_SPACE, make_dataset
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
-from vcollect.buffers.ring import RingWriter
+from vcollect.buffers.ring import RingWriter, ring_columns
 from vcollect.buffers.sampling import gather_transitions
 from vcollect.errors import EpisodeIndexError, RingInUseError, SliceLengthError, SpaceMismatchError
 
@@ -68,8 +68,8 @@ def test_a_preloaded_ring_equals_the_datasets_episodes_written_step_by_step(
         ring._sync()
         reference._sync()
         np.testing.assert_array_equal(ring._tree.leaves(), reference._tree.leaves())
-    step_rows = reference._has_flat
-    np.testing.assert_array_equal(ring._has_flat, step_rows)
+    step_rows = ring_columns(reference).has
+    np.testing.assert_array_equal(ring_columns(ring).has, step_rows)
     for name, value in reference._row_arrays().items():
         if name.startswith("act/") or name in ("rewards", "terminations", "truncations"):
             # a row holding no step keeps whatever step an earlier lap of the ring left there: not compared
@@ -113,7 +113,7 @@ def test_dataset_n_step_targets_equal_a_rings_on_the_same_transitions(dataset: v
     data_order = np.lexsort(steps["observations"].T[::-1])
     rows = np.empty(dataset.total_steps, dtype=np.intp)
     rows[data_order] = every["indices"][ring_order]
-    expected = gather_transitions(ring, rows, 1, 4, 0.9)
+    expected = gather_transitions(ring_columns(ring), rows, 1, 4, 0.9)
     np.testing.assert_array_equal(steps["observations"], expected["observations"])
     for key in ("n_step_returns", "n_step_next_observations", "n_step_discounts"):
         np.testing.assert_array_equal(steps[key], expected[key], err_msg=key)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import vcollect
 from vcollect.buffers import PrioritizedVectorRingBuffer
+from vcollect.buffers.ring import ring_columns
 from vcollect.buffers.sum_tree import SumTree
 
 OBS = gs.Box(-np.inf, np.inf, (2,), dtype=np.float64)
@@ -107,14 +108,14 @@ def test_draws_are_proportional_to_priority_power_alpha() -> None:
     for t in range(5):
         step(ring, t + 1.0, done=t == 2)  # an episode end: its final row holds no step, never drawn
     first = ring.sample(10)
-    rows = np.flatnonzero(ring._has_flat)
+    rows = np.flatnonzero(ring_columns(ring).has)
     assert set(first["indices"].tolist()) <= set(rows.tolist())
     priorities = np.arange(1, rows.size + 1, dtype=np.float64)
     ring.sample(rows.size * 50)  # every row sampled, so the update below is fresh for all
     assert ring.update_weight(rows, priorities).all()
     n = 200_000
-    counts = np.bincount(ring.sample(n)["indices"], minlength=ring._has_flat.size)
-    assert counts[~ring._has_flat].sum() == 0
+    counts = np.bincount(ring.sample(n)["indices"], minlength=ring_columns(ring).has.size)
+    assert counts[~ring_columns(ring).has].sum() == 0
     p = (priorities + np.finfo(np.float32).eps) ** 0.6
     expected = n * p / p.sum()
     # each count within 5 standard deviations of its binomial expectation
@@ -126,7 +127,7 @@ def test_weights_normalised_by_the_batch_maximum_as_tianshou() -> None:
     ring = prio_ring(alpha=0.7, beta=0.4)
     for t in range(4):
         step(ring, float(t))
-    rows = np.flatnonzero(ring._has_flat)
+    rows = np.flatnonzero(ring_columns(ring).has)
     ring.sample(400)
     ring.update_weight(rows, np.linspace(0.5, 3.0, rows.size))
     batch = ring.sample(64)
@@ -151,7 +152,7 @@ def test_new_rows_get_the_largest_priority_and_stale_indices_are_ignored() -> No
     applied = ring.update_weight(rows, np.full(rows.size, 5.0))
     assert applied.all() and ring.max_priority == pytest.approx(5.0 + eps)
     step(ring, 3.0)  # new rows: priority 5 (the largest so far), not 1
-    new = np.flatnonzero(ring._has_flat & ~np.isin(np.arange(8), rows))
+    new = np.flatnonzero(ring_columns(ring).has & ~np.isin(np.arange(8), rows))
     np.testing.assert_allclose(ring.priorities(new), 5.0 + eps)
     # sample, then the collector moves on and overwrites the oldest rows (capacity 4)
     sampled = ring.sample(200)["indices"]
@@ -199,7 +200,7 @@ def test_prioritized_ring_with_a_collector_and_stacks() -> None:
         collector.collect(n_step=300, random=True, reset_before_collect=True)
     batch = ring.sample(32, stack_num=3)
     assert batch["observations"].shape == (32, 3, 4) and batch["weights"].shape == (32,)
-    np.testing.assert_array_equal(batch["observations"][:, -1], ring._obs_flat[0][batch["indices"]])
+    np.testing.assert_array_equal(batch["observations"][:, -1], ring_columns(ring).obs[0][batch["indices"]])
     assert np.all(ring.priorities(batch["indices"]) == 1.0)  # all new rows at the initial max priority
 
 
@@ -221,7 +222,7 @@ def test_every_write_path_gives_step_rows_priority_and_other_rows_none(mode: str
         ring.update_weight(batch["indices"], np.full(64, 4.0))
         collector.collect(n_step=120, random=True)
         leaves = ring.priorities(np.arange(48))
-        np.testing.assert_array_equal(leaves > 0, ring._has_flat)
+        np.testing.assert_array_equal(leaves > 0, ring_columns(ring).has)
         # 120 steps over 3 rings of 16 rows rewrote every row since the update: all at the new max
-        np.testing.assert_allclose(leaves[ring._has_flat], (4.0 + np.finfo(np.float32).eps) ** 0.5)
+        np.testing.assert_allclose(leaves[ring_columns(ring).has], (4.0 + np.finfo(np.float32).eps) ** 0.5)
         assert ring._tree.total == pytest.approx(leaves.sum())

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import vcollect
 from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers.ring import ring_columns
 from vcollect.buffers.sampling import gather_transitions
 from vcollect.errors import BufferNotReadyError
 
@@ -78,13 +79,13 @@ def test_stacks_match_reference_at_episode_edges_and_wrap_around(
             counter += 1
             ring.start_episodes(np.array([env]), np.full((1, 2), counter, np.float64))
             ref.start(env, counter)
-    steps = np.flatnonzero(ring._has_flat)
+    steps = np.flatnonzero(ring_columns(ring).has)
     if steps.size == 0:
         with pytest.raises(ValueError, match="no transitions"):
             ring.sample(4)
         return
     k = data.draw(st.integers(1, capacity), label="stack_num")
-    batch = gather_transitions(ring, steps, k)  # every step row at once
+    batch = gather_transitions(ring_columns(ring), steps, k)  # every step row at once
     assert np.array_equal(batch["indices"], steps)
     obs, nxt = batch["observations"], batch["next_observations"]
     assert obs.shape == nxt.shape == ((len(steps), k, 2) if k > 1 else (len(steps), 2))
@@ -132,8 +133,9 @@ def test_sample_uses_the_rings_seeded_generator_unless_one_is_given() -> None:
     assert np.array_equal(given_rng, c.sample(64, np.random.default_rng(3))["indices"])
     batch = a.sample(32)
     rows = batch["indices"]
-    np.testing.assert_array_equal(batch["observations"], a._obs_flat[0][rows])
-    np.testing.assert_array_equal(batch["next_observations"], a._obs_flat[0][a._next_flat[rows]])
+    cols = ring_columns(a)
+    np.testing.assert_array_equal(batch["observations"], cols.obs[0][rows])
+    np.testing.assert_array_equal(batch["next_observations"], cols.obs[0][cols.next_rows[rows]])
     assert batch["dones"].any() and not batch["dones"].all()
 
 
@@ -141,10 +143,10 @@ def test_sample_uses_the_rings_seeded_generator_unless_one_is_given() -> None:
 def test_uniform_draws_over_step_rows(capacity: int) -> None:
     """Redrawn candidates keep the draw uniform over the step rows (chi-square over all of them)."""
     ring = filled_ring(num_envs=3, capacity=capacity, steps=40)
-    steps = np.flatnonzero(ring._has_flat)
+    steps = np.flatnonzero(ring_columns(ring).has)
     n = 60_000
-    counts = np.bincount(ring.sample(n)["indices"], minlength=ring._has_flat.size)
-    assert counts[~ring._has_flat].sum() == 0
+    counts = np.bincount(ring.sample(n)["indices"], minlength=ring_columns(ring).has.size)
+    assert counts[~ring_columns(ring).has].sum() == 0
     expected = n / steps.size
     chi2 = float(((counts[steps] - expected) ** 2 / expected).sum())
     dof = steps.size - 1
@@ -173,14 +175,14 @@ def test_observation_stacks_equal_tianshous() -> None:
         ring.start_episodes(np.array([0]), np.full((1, 2), float(counter)))
         for t in range(length):
             done = t == length - 1
-            rows.append(int(ring._last_flat[0]))
+            rows.append(int(ring_columns(ring).last_rows[0]))
             buf.add(ts.Batch(obs=np.full(2, float(counter)), act=0, rew=1.0, terminated=done, truncated=False,
                              obs_next=np.full(2, counter + 1.0), info={}))
             ring.add(np.array([0]), np.array([0]), np.array([1.0]), np.array([done]), np.array([False]),
                      np.full((1, 2), counter + 1.0))
             counter += 1
         counter += 1
-    ours = gather_transitions(ring, np.array(rows), k)
+    ours = gather_transitions(ring_columns(ring), np.array(rows), k)
     theirs = buf[np.arange(len(rows))]
     np.testing.assert_array_equal(ours["observations"], theirs.obs)
     np.testing.assert_array_equal(ours["dones"], theirs.done)
@@ -260,7 +262,7 @@ def test_indexing_gives_the_sampled_transitions_and_refuses_rows_without_one() -
     again = ring[batch["indices"]]
     for key in ("observations", "actions", "rewards", "next_observations", "terminations", "truncations", "indices"):
         np.testing.assert_array_equal(again[key], batch[key], err_msg=key)
-    newest = int(ring._last_flat[0])  # the env's newest observation: no transition from it yet
+    newest = int(ring_columns(ring).last_rows[0])  # the env's newest observation: no transition from it yet
     with pytest.raises(IndexError, match=rf"rows \[{newest}\] hold no transition"):
         ring[np.array([int(batch["indices"][0]), newest])]
     for bad in (np.array([-1]), np.array([ring.num_envs * ring.capacity]), np.array([0.5])):

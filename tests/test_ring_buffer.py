@@ -13,7 +13,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from vcollect.buffers import EpisodeSlice, VectorRingBuffer
-from vcollect.buffers.ring import RingWriter
+from vcollect.buffers.ring import RingWriter, ring_columns
 from vcollect.held_rows import HeldRows
 from vcollect.spaces import flatten_batch, leaves, unflatten_batch
 
@@ -389,7 +389,8 @@ def test_contiguous_episode_is_a_view_and_wrapped_one_a_copy() -> None:
     step_all(buf, ids, 1.0)
     step_all(buf, ids, 2.0, done=True)
     ep = buf.episode(0)
-    assert np.shares_memory(ep.observations, buf._obs[0]) and np.shares_memory(ep.rewards, buf._rew)
+    cols = ring_columns(buf)
+    assert np.shares_memory(ep.observations, cols.obs[0]) and np.shares_memory(ep.rewards, cols.rewards)
     np.testing.assert_array_equal(ep.observations[:, 0], [0.0, 1.0, 2.0])
     # The next episode starts in row 3 and wraps after row 4.
     buf.start_episodes(ids, np.full((1, 4), 10.0, np.float32))
@@ -398,7 +399,7 @@ def test_contiguous_episode_is_a_view_and_wrapped_one_a_copy() -> None:
     ep = buf.episode(0)
     np.testing.assert_array_equal(ep.observations[:, 0], [10.0, 11.0, 12.0])
     np.testing.assert_array_equal(ep.rewards, [11.0, 12.0])
-    assert not np.shares_memory(ep.observations, buf._obs[0])
+    assert not np.shares_memory(ep.observations, cols.obs[0])
     assert len(buf) == 3  # row 0 (first step of the first episode) was overwritten by obs 12; row 1 remains
 
 
@@ -549,8 +550,9 @@ def test_gather_episodes_equals_the_episode_slices_while_their_rows_are_in_the_r
 
 def ring_state(buf: VectorRingBuffer) -> list[np.ndarray]:
     """Every array that makes up a ring buffer's contents and positions."""
+    cols = ring_columns(buf)
     return [
-        *buf._obs, *buf._act, buf._rew, buf._term, buf._trunc, buf._has_step, buf._last_flat, buf._has_episode,
+        *cols.obs, *cols.act, cols.rewards, cols.terminations, cols.truncations, cols.has, cols.last_rows, cols.has_episode,
         buf.episode_lengths, buf.episode_returns,
     ]
 
@@ -621,11 +623,11 @@ def test_add_steps_equals_add_all_step_by_step(
             )
             for e in np.flatnonzero((terms[j] | truncs[j]) & ~restarts[j]).tolist():
                 ref = RingWriter(stepwise).episode_ref(e)
-                last_row, steps = (int(stepwise._last_flat[e]), int(stepwise.episode_lengths[e])) if ref is None else ref
+                last_row, steps = (int(ring_columns(stepwise).last_rows[e]), int(stepwise.episode_lengths[e])) if ref is None else ref
                 expected.append((j, e, last_row, steps, float(stepwise.episode_returns[e])))
                 if keep_overflow:  # whole, however long: what the block must hand over for it
                     ended_data.append(episode_leaves(cfg, stepwise.episode(e)))
-        cols = blocked._last_flat % capacity
+        cols = ring_columns(blocked).last_rows % capacity
         event("env rows in line" if (cols == cols[0]).all() else "env rows out of line")
         act_block = [
             np.stack([flatten_batch(cfg.act_space, batch_of(cfg.act_space, acts[j]))[i] for j in range(k)])
@@ -657,7 +659,7 @@ def test_add_steps_equals_add_all_step_by_step(
                     got_data = RingWriter(blocked).gather_spilled_episode(env, last_row, steps - ends.spilled_steps(i), chunks)
                 assert_leaves_equal(flat_data(got_data), want)
             for e in range(num_envs):  # and so is every episode still running
-                if blocked._has_episode[e] and stepwise._has_episode[e]:
+                if ring_columns(blocked).has_episode[e] and ring_columns(stepwise).has_episode[e]:
                     assert_leaves_equal(episode_leaves(cfg, blocked.episode(e)), episode_leaves(cfg, stepwise.episode(e)))
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import vcollect
 from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
-from vcollect.buffers.ring import RingWriter
+from vcollect.buffers.ring import RingWriter, ring_columns
 from vcollect.errors import CheckpointExistsError, CheckpointMismatchError, CorruptCheckpointError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def make_ring(prioritized: bool, **kwargs: Any) -> VectorRingBuffer:
 def drive(ring: VectorRingBuffer, rng: np.random.Generator, steps: int) -> None:
     """Random steps on every env, episodes ending at random (some longer than the ring)."""
     for _ in range(steps):
-        env_ids = np.flatnonzero(~ring._has_episode)
+        env_ids = np.flatnonzero(~ring_columns(ring).has_episode)
         if env_ids.size:
             ring.start_episodes(env_ids, rng.standard_normal((env_ids.size, 3)).astype(np.float32))
         ids = np.arange(3)
@@ -147,7 +147,7 @@ def test_bad_checkpoints_and_paths_are_refused_saying_what_is_wrong(tmp_path: Pa
     (tmp_path / "cut.h5").write_bytes(data[: len(data) * 2 // 3])
     with pytest.raises(CorruptCheckpointError, match="truncated"):
         VectorRingBuffer.load(tmp_path / "cut.h5")
-    obs_at = data.index(ring._obs_flat[0][:4].tobytes())  # flip a bit inside the observations
+    obs_at = data.index(ring_columns(ring).obs[0][:4].tobytes())  # flip a bit inside the observations
     flipped = bytearray(data)
     flipped[obs_at + 5] ^= 0x10
     (tmp_path / "flipped.h5").write_bytes(bytes(flipped))
@@ -166,9 +166,10 @@ CHILD = textwrap.dedent("""
     import gymnasium as gym
     import vcollect.buffers.checkpoint as checkpoint
     from vcollect.buffers import VectorRingBuffer
+    from vcollect.buffers.ring import ring_columns
 
     ring = VectorRingBuffer(2, 1_000_000, gym.spaces.Box(-1, 1, (8,), np.float32), gym.spaces.Discrete(2))
-    ring._obs_flat[0][:] = 0.5  # 64 MB of observations
+    ring_columns(ring).obs[0][:] = 0.5  # 64 MB of observations
     write_array = checkpoint._write_array
 
     def write_then_wait(f, name, arr):
@@ -231,7 +232,7 @@ def test_arrays_of_many_chunks_read_by_threads_come_back_exactly_and_a_bad_chunk
     assert_same_ring(ring, loaded)
     data = path.read_bytes()
     for row in (0, 7 * 6 + 3, 119):  # the first chunk, a middle one, the partial last one
-        at = data.index(ring._obs_flat[0][row].tobytes())
+        at = data.index(ring_columns(ring).obs[0][row].tobytes())
         flipped = bytearray(data)
         flipped[at + 2] ^= 0x01
         (tmp_path / "flipped.h5").write_bytes(bytes(flipped))

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 
 import vcollect
+from vcollect.buffers.ring import ring_columns
 from vcollect.envs import make_vector
 from vcollect.store import EpisodeStore, load_dataset
 from vcollect.store.sink import TakesEpisodes
@@ -78,9 +79,10 @@ def test_the_collector_hands_over_fresh_arrays_that_stay_as_stored(tmp_path: Pat
     with vcollect.Collector(None, envs, buffer=ring, store=store, seed=0) as collector:
         collector.collect(n_step=3_000, reset_before_collect=True, random=True)
         assert store.handed and {how for how, _ in store.handed} == {"take"}
-        storage = [a for v in vars(ring).values() for a in (v if isinstance(v, list) else [v])
-                   if isinstance(a, np.ndarray)]
-        assert any(a.shape == (4, 64, 4) for a in storage)  # the rings' observations are among them
+        columns = ring_columns(ring)
+        held = [getattr(columns, name) for name in columns.__slots__]
+        storage = [a for v in held for a in (v if isinstance(v, list) else [v]) if isinstance(a, np.ndarray)]
+        assert any(a.shape == (4 * 64, 4) for a in storage)  # the rings' observations are among them
         for _, arrays in store.handed:
             for array in arrays:
                 assert not any(np.shares_memory(array, s) for s in storage)

@@ -22,7 +22,8 @@ from scipy import stats
 
 import vcollect
 from vcollect.buffers.prioritized import PrioritizedVectorRingBuffer
-from vcollect.buffers.ring import RingWriter, VectorRingBuffer
+from vcollect.buffers.ring import RingWriter, VectorRingBuffer, ring_columns
+from vcollect.buffers.ring_slices import EpisodeTable
 from vcollect.errors import CorruptShardError, EpisodeIndexError, SliceLengthError
 from vcollect.slices import PADS, lowest_start, window_counts
 from vcollect.store import EpisodeStore
@@ -480,10 +481,10 @@ def test_ring_table_kept_through_block_writes_equals_one_built_afresh(prioritize
                 kept = ring.sample_slices(64, 3, pad=pad, gamma=gamma, seed=round_)  # type: ignore[arg-type]
             except SliceLengthError:
                 continue
-            table = ring._slice_index
-            ring._slice_index = None  # the next call builds the table from all rows
+            table = ring._episodes
+            ring._episodes = EpisodeTable(ring_columns(ring))  # the next call builds the table from all rows
             assert_same_slices(kept, ring.sample_slices(64, 3, pad=pad, gamma=gamma, seed=round_))  # type: ignore[arg-type]
-            ring._slice_index = table
+            ring._episodes = table
 
 
 # --------------------------------------------------------------------------------------- dataset reference

@@ -22,7 +22,7 @@ and its buffer's rewrites of overlapping rows can leave a sampled transition a g
 unrelabel it. Here every relabelled goal lies in the transition's future within the horizon, whatever
 the horizon; with ``horizon`` at least the longest episode both give the same distribution.
 The index arithmetic is in :func:`window_ends` and :func:`future_goal_rows`, functions of a ring's flat
-arrays (``VectorRingBuffer`` internals), as in vcollect.buffers.sampling.
+columns (:class:`~vcollect.buffers.columns.RingColumns`), as in vcollect.buffers.sampling.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vcollect.buffers.ring import VectorRingBuffer
+from vcollect.buffers.ring import VectorRingBuffer, ring_columns, ring_generator
 from vcollect.buffers.sampling import check_count, gather_transitions, sample_rows
 from vcollect.spaces import leaves
 
@@ -193,9 +193,9 @@ class HindsightRelabeler:
         Raises:
             ValueError: Nothing is stored, or the ring's observations are not goal-conditioned.
         """
-        ring = self.ring
-        rng = ring._rng if rng is None else rng
-        return self.relabel(gather_transitions(ring, sample_rows(ring, batch_size, rng)), rng)
+        columns = ring_columns(self.ring)
+        rng = ring_generator(self.ring) if rng is None else rng
+        return self.relabel(gather_transitions(columns, sample_rows(columns, batch_size, rng)), rng)
 
     def relabel(self, batch: dict[str, Any], rng: np.random.Generator | None = None) -> dict[str, Any]:
         """Relabel, in place, a batch the ring's ``sample`` or ``buffer[indices]`` returned (stack_num 1, no
@@ -217,20 +217,21 @@ class HindsightRelabeler:
         ring = self.ring
         space = ring.observation_space
         check_goal_space(space)
+        columns = ring_columns(ring)
         assert isinstance(space, gym.spaces.Dict)
         goal_dims = len(space.spaces["desired_goal"].shape or ())
         if "n_step_returns" in batch or np.ndim(batch["observations"]["desired_goal"]) != 1 + goal_dims:
             raise ValueError("relabel takes batches sampled with stack_num=1 and no n_step")
-        rng = ring._rng if rng is None else rng
+        rng = ring_generator(ring) if rng is None else rng
         rows = np.asarray(batch["indices"], dtype=np.intp)
-        done = ring._term_flat | ring._trunc_flat
-        ends, steps = window_ends(rows, ring._has_flat, done, ring._next_flat, self.horizon)
+        done = columns.terminations | columns.truncations
+        ends, steps = window_ends(rows, columns.has, done, columns.next_rows, self.horizon)
         relabelled, future = future_goal_rows(rows, ends, steps, ring.capacity, self.future_p, rng)
         goal_rows = np.full(len(rows), -1, dtype=np.intp)
-        goal_rows[relabelled] = ring._next_flat.take(future[relabelled])
+        goal_rows[relabelled] = columns.next_rows.take(future[relabelled])
         if np.count_nonzero(relabelled):
             leaf = _leaf_index(space, "achieved_goal")
-            goals = ring._obs_flat[leaf].take(goal_rows[relabelled], axis=0)
+            goals = columns.obs[leaf].take(goal_rows[relabelled], axis=0)
             batch["observations"]["desired_goal"][relabelled] = goals
             batch["next_observations"]["desired_goal"][relabelled] = goals
             achieved = batch["next_observations"]["achieved_goal"][relabelled]

@@ -89,7 +89,8 @@ class MixedSampler:
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating)) or not 0.0 <= ratio <= 1.0:
             raise ValueError(f"ratio is the share of offline rows, a number in [0, 1] (RLPD: 0.5), got {ratio!r}")
         if ring.has_spaces:
-            check_same_spaces(ring, dataset, ": mix a dataset collected from the ring's envs")
+            check_same_spaces(ring.observation_space, ring.action_space, dataset,
+                              ": mix a dataset collected from the ring's envs")
         self.ring = ring
         self.dataset = dataset
         self.ratio = float(ratio)

@@ -19,7 +19,7 @@ from vcollect.buffers.checkpoint import CheckpointReader
 from vcollect.buffers.episodes import EpisodeEnds
 from vcollect.buffers.preload import EpisodeSource
 from vcollect.buffers.ring import VectorRingBuffer
-from vcollect.buffers.ring_slices import HeldEpisodes, draw_weighted, gather_slices, held_episodes
+from vcollect.buffers.ring_slices import HeldEpisodes, draw_weighted, gather_slices
 from vcollect.buffers.sampling import (
     check_count,
     check_rows,
@@ -145,7 +145,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             obs_batch: Their first observations, batched in ``env_ids`` order.
         """
         super().start_episodes(env_ids, obs_batch)
-        self._note(self._last_flat[env_ids])
+        self._note(self._columns.last_rows[env_ids])
 
     def add(self, env_ids: np.ndarray, actions: Any, rewards: Any, terminations: Any, truncations: Any,
             next_obs: Any) -> None:
@@ -160,9 +160,10 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             next_obs: The observations that followed, batched.
         """
         env_ids = np.asarray(env_ids)
-        before = self._last_flat[env_ids]
+        cols = self._columns
+        before = cols.last_rows[env_ids]
         super().add(env_ids, actions, rewards, terminations, truncations, next_obs)
-        self._note(np.concatenate([before, self._last_flat[env_ids]]))
+        self._note(np.concatenate([before, cols.last_rows[env_ids]]))
 
     def add_all(self, actions: Any, rewards: np.ndarray, terminations: np.ndarray, truncations: np.ndarray,
                 next_obs: Any, started: np.ndarray | None = None, stepped: np.ndarray | None = None) -> None:
@@ -177,14 +178,15 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             started: Ascending env ids that begin a new episode with this row (None: none).
             stepped: The bool mask of the other envs, where the caller has it.
         """
-        before = self._last_flat.copy()
+        cols = self._columns
+        before = cols.last_rows.copy()
         super().add_all(actions, rewards, terminations, truncations, next_obs, started, stepped)
-        self._note(np.concatenate([before, self._last_flat]))
+        self._note(np.concatenate([before, cols.last_rows]))
 
     def _add_steps(self, actions: list[np.ndarray], rewards: np.ndarray, terminations: np.ndarray,
                   truncations: np.ndarray, next_obs: Sequence[np.ndarray | HeldRows],
                   restarts: np.ndarray) -> EpisodeEnds:
-        before = self._last_flat.copy()
+        before = self._columns.last_rows.copy()
         ends = super()._add_steps(actions, rewards, terminations, truncations, next_obs, restarts)
         c = self.capacity
         base = before - before % c
@@ -230,7 +232,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         self._touched.clear()
         self._touched_rows = 0
         self._fresh[rows] = False
-        self._tree.set(rows, np.where(self._has_flat[rows], self.max_priority**self.alpha, 0.0))
+        self._tree.set(rows, np.where(self._columns.has[rows], self.max_priority**self.alpha, 0.0))
 
     # ----------------------------------------------------------------------------- sampling, updates
     def sample(
@@ -253,19 +255,20 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             ValueError: Nothing is stored, or bad ``batch_size`` / ``stack_num`` / ``n_step`` / ``gamma``.
         """
         self._sync()
+        cols = self._columns
         if check_count("batch_size", batch_size, 0) == 0:  # every stored transition, with its weight
-            rows = every_step_row(self)
+            rows = every_step_row(cols)
             p = self._tree[rows]
             p_min = float(p.min())
         else:
             rows, p, p_min = draw_priority_rows(self._tree, batch_size, self._rng if rng is None else rng)
-        batch = gather_transitions(self, rows, stack_num, n_step, gamma)
+        batch = gather_transitions(cols, rows, stack_num, n_step, gamma)
         self._fresh[rows] = True  # after the gather, which refuses bad arguments
         # p is the batch's own array of leaf values: the weights are computed in it
         if self.weight_norm:
             p *= 1.0 / p_min
         else:
-            p *= np.count_nonzero(self._has_flat) / self._tree.total
+            p *= np.count_nonzero(cols.has) / self._tree.total
         batch["weights"] = np.power(p, -self.beta, out=p)
         return batch
 
@@ -311,7 +314,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         view = check_stacks(stacks)
         gen = slice_generator(rng, seed, self._rng)
         self._sync()
-        episodes = held_episodes(self)
+        episodes = self._episodes.held()
         if request.batch_size == 0:
             which = starts = np.zeros(0, dtype=np.int64)
             p = np.zeros(0)
@@ -320,7 +323,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         else:
             which, starts, p = draw_weighted(episodes, self._tree[episodes.all_rows()], request, priority, gen,
                                               self.capacity)
-        batch = gather_slices(self, episodes, which, starts, request, stack_num, view)
+        batch = gather_slices(self._columns, episodes, which, starts, request, stack_num, view)
         rows = batch["indices"]
         self._fresh[rows[rows >= 0]] = True
         batch["weights"] = np.power(p / p.min(), -self.beta) if p.size else p

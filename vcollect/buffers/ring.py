@@ -4,10 +4,10 @@ Row layout: a row holds an observation and, once the policy acted on it, the
 action, reward, termination and truncation that followed. An episode of T steps is T+1 consecutive
 rows, the last holding only the final observation; consecutive episodes never share a row.
 
-Internally every per-leaf array of shape (num_envs, capacity, ...) is also addressed through a flat
-(num_envs * capacity, ...) view, and each env's position is kept as a flat row index; one 1-D fancy
-index per array is the cheapest numpy write, which keeps ``add`` and ``start_episodes`` at a few
-microseconds.
+The rows live in a :class:`~vcollect.buffers.columns.RingColumns` (flat columns, each env's position a flat
+row index; one 1-D fancy index per array is the cheapest numpy write, which keeps ``add`` and
+``start_episodes`` at a few microseconds); the ring holds the running episodes' bookkeeping and writes the
+columns, its samplers read them.
 """
 
 from __future__ import annotations
@@ -22,20 +22,21 @@ import gymnasium as gym
 import numpy as np
 
 from vcollect.buffers.checkpoint import CheckpointReader, write_checkpoint
+from vcollect.buffers.columns import RingColumns
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, SpilledChunk
-from vcollect.buffers.preload import EpisodeSource, check_source, preload
-from vcollect.buffers.ring_slices import draw_uniform, gather_slices
-from vcollect.buffers.row_writes import row_items, scatter_rows, write_columns, write_extras
+from vcollect.buffers.preload import EpisodeSource, check_ring_takes, check_source, preload
+from vcollect.buffers.ring_slices import EpisodeTable, draw_uniform, gather_slices
+from vcollect.buffers.row_writes import scatter_rows, write_columns, write_extras
 from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
 from vcollect.errors import BufferNotReadyError, CheckpointMismatchError, CorruptCheckpointError
 from vcollect.held_rows import HeldRows
 from vcollect.slices import Pad, Stacks, check_slice_request, check_stacks, slice_generator
-from vcollect.spaces import allocate, flatten_batch, leaves, space_from_dict, space_to_dict, unflatten_batch
+from vcollect.spaces import flatten_batch, space_from_dict, space_to_dict, unflatten_batch
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["EpisodeEnds", "EpisodeSlice", "RingWriter", "VectorRingBuffer"]
+__all__ = ["EpisodeEnds", "EpisodeSlice", "RingWriter", "VectorRingBuffer", "ring_columns", "ring_generator"]
 
 #: Members that left VectorRingBuffer for RingWriter (what a collector uses of a ring). They still work on a
 #: ring for one release, with a DeprecationWarning naming the new spelling.
@@ -142,70 +143,39 @@ class VectorRingBuffer:
 
     def _allocate(self) -> None:
         """The rows and per-env state for the spaces bound; then :meth:`reset`."""
-        n, c = self.num_envs, self.capacity
-        observation_space, action_space = self.observation_space, self.action_space
-        self._obs_leaves = leaves(observation_space)
-        self._act_leaves = leaves(action_space)
-        self._obs_nested = isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple))
-        self._act_nested = isinstance(action_space, (gym.spaces.Dict, gym.spaces.Tuple))
-
-        # Storage (num_envs, capacity, ...) and flat (num_envs * capacity, ...) views of it.
-        self._obs = allocate(observation_space, (n, c))
-        self._act = allocate(action_space, (n, c))
-        self._rew = np.zeros((n, c), dtype=np.float64)
-        self._term = np.zeros((n, c), dtype=bool)
-        self._trunc = np.zeros((n, c), dtype=bool)
-        self._has_step = np.zeros((n, c), dtype=bool)
-        self._obs_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._obs, self._obs_leaves)]
-        self._act_flat = [a.reshape((n * c, *leaf.shape)) for a, leaf in zip(self._act, self._act_leaves)]
-        self._obs_items = [row_items(a) for a in self._obs_flat]
-        self._act_items = [row_items(a) for a in self._act_flat]
-        self._rew_flat = self._rew.reshape(-1)
-        self._term_flat = self._term.reshape(-1)
-        self._trunc_flat = self._trunc.reshape(-1)
-        self._has_flat = self._has_step.reshape(-1)
-        # Flat index of the row after each flat row (wrapping inside the env's own ring).
-        self._next_flat = np.arange(1, n * c + 1, dtype=np.intp)
-        self._next_flat[c - 1 :: c] -= c
-        self._all_ids = np.arange(n)
+        n = self.num_envs
+        self._columns = RingColumns(n, self.capacity, self.observation_space, self.action_space)
+        self._episodes = EpisodeTable(self._columns)  # the episodes held, for sample_slices (built on first use)
         self._ones = np.ones(n, dtype=np.int64)  # adding an array is cheaper than adding the scalar 1
         self._all_true = np.ones(n, dtype=bool)  # and writing an array cheaper than writing the scalar True
-
         self.episode_lengths = np.zeros(n, dtype=np.int64)
         self.episode_returns = np.zeros(n, dtype=np.float64)
-        self._last_flat = np.zeros(n, dtype=np.intp)  # flat index of each env's latest row
-        self._has_episode = np.zeros(n, dtype=bool)
         self._spilled = np.zeros(n, dtype=np.int64)  # steps of the current episode copied out of the ring
         self._overflow: dict[int, list[SpilledChunk]] = {}
         self._headroom = 0  # adds that surely fit before some env's ring must spill (keep_overflow)
-        self.extras: dict[str, np.ndarray] = {}  # per-step columns of episode-done hooks (RingWriter.set_episode_extras)
         self._piece_firsts: dict[int, np.ndarray] = {}  # add_steps: which env-major rows are an env's first
-        # writes so far, each counted at least as many times as rows it moved any env forward: the slice
-        # table reads the rows written since it last looked, or is built again when that may be a whole ring
-        self._writes = 0
-        self._slice_index: Any = None  # the episode table sample_slices keeps (ring_slices.EpisodeTable)
         self.reset()
+
+    @property
+    def extras(self) -> dict[str, np.ndarray]:
+        """Per-step columns of episode-done hooks by name, (num_envs * capacity, ...) beside the ring's flat rows
+        (``RingWriter.set_episode_extras``); ``sample`` returns their values under ``extras``."""
+        return self._columns.extras
 
     # ------------------------------------------------------------------------------------------ state
     def reset(self) -> None:
         """Forget everything stored: no episodes, no transitions, no overflow."""
-        c = self.capacity
-        self._writes += 1
-        self._slice_index = None
-        self._has_flat.fill(False)
+        self._columns.reset()
+        self._episodes.forget()
         self.episode_lengths.fill(0)
         self.episode_returns.fill(0.0)
-        # The row "before" row 0, so the first start_episodes of an env writes its row 0.
-        self._last_flat[:] = np.arange(self.num_envs, dtype=np.intp) * c + (c - 1)
-        self._has_episode.fill(False)
         self._spilled.fill(0)
         self._overflow.clear()
-        self._headroom = c - 1
-        self.extras.clear()
+        self._headroom = self.capacity - 1
 
     def __len__(self) -> int:
         """Number of transitions (step rows whose next observation is still stored)."""
-        return int(np.count_nonzero(self._has_flat))
+        return int(np.count_nonzero(self._columns.has))
 
     # ---------------------------------------------------------------------------------------- writing
     def start_episodes(self, env_ids: np.ndarray, obs_batch: Any) -> None:
@@ -216,14 +186,13 @@ class VectorRingBuffer:
             obs_batch: Their first observations, batched in ``env_ids`` order.
         """
         env_ids = np.asarray(env_ids)
-        self._writes += 1
-        rows = self._next_flat[self._last_flat[env_ids]]
-        obs = flatten_batch(self.observation_space, obs_batch) if self._obs_nested else (obs_batch,)
-        for store, items, value in zip(self._obs_flat, self._obs_items, obs):
-            scatter_rows(store, items, rows, value)
-        self._has_flat[rows] = False
-        self._last_flat[env_ids] = rows
-        self._has_episode[env_ids] = True
+        cols = self._columns
+        cols.writes += 1
+        rows = cols.next_rows[cols.last_rows[env_ids]]
+        cols.write_observations(rows, obs_batch)
+        cols.has[rows] = False
+        cols.last_rows[env_ids] = rows
+        cols.has_episode[env_ids] = True
         self.episode_lengths[env_ids] = 0
         self.episode_returns[env_ids] = 0.0
         if self.keep_overflow:
@@ -235,8 +204,9 @@ class VectorRingBuffer:
         rows stay as transitions whose last next observation is the newest row, which holds no step, so no
         sampled transition crosses into the episode that follows."""
         env_ids = np.asarray(env_ids)
-        self._writes += 1
-        self._has_episode[env_ids] = False
+        cols = self._columns
+        cols.writes += 1
+        cols.has_episode[env_ids] = False
         self.episode_lengths[env_ids] = 0
         self.episode_returns[env_ids] = 0.0
         if self.keep_overflow:
@@ -262,25 +232,27 @@ class VectorRingBuffer:
             next_obs: The observations that followed, batched.
         """
         env_ids = np.asarray(env_ids)
-        self._writes += 1
+        cols = self._columns
+        cols.writes += 1
         if self.keep_overflow:
             if self._headroom <= 0:
                 self._spill_full(env_ids)
             self._headroom -= 1
-        cur = self._last_flat[env_ids]
-        nxt = self._next_flat[cur]
-        acts = flatten_batch(self.action_space, actions) if self._act_nested else (actions,)
-        for store, items, value in zip(self._act_flat, self._act_items, acts):
+        last, has = cols.last_rows, cols.has
+        cur = last[env_ids]
+        nxt = cols.next_rows[cur]
+        acts = flatten_batch(self.action_space, actions) if cols.act_nested else (actions,)
+        for store, items, value in zip(cols.act, cols.act_items, acts):
             scatter_rows(store, items, cur, value)
-        self._rew_flat[cur] = rewards
-        self._term_flat[cur] = terminations
-        self._trunc_flat[cur] = truncations
-        self._has_flat[cur] = True
-        obs = flatten_batch(self.observation_space, next_obs) if self._obs_nested else (next_obs,)
-        for store, items, value in zip(self._obs_flat, self._obs_items, obs):
+        cols.rewards[cur] = rewards
+        cols.terminations[cur] = terminations
+        cols.truncations[cur] = truncations
+        has[cur] = True
+        obs = flatten_batch(self.observation_space, next_obs) if cols.obs_nested else (next_obs,)
+        for store, items, value in zip(cols.obs, cols.obs_items, obs):
             scatter_rows(store, items, nxt, value)
-        self._has_flat[nxt] = False
-        self._last_flat[env_ids] = nxt
+        has[nxt] = False
+        last[env_ids] = nxt
         self.episode_lengths[env_ids] += 1
         self.episode_returns[env_ids] += rewards
 
@@ -312,7 +284,8 @@ class VectorRingBuffer:
             started: Ascending env ids that begin a new episode with this row (None: none).
             stepped: The bool mask of the other envs, where the caller has it.
         """
-        self._writes += 1
+        cols = self._columns
+        cols.writes += 1
         if started is not None and started.size == 0:
             started = stepped = None
         elif started is not None and stepped is None:
@@ -320,33 +293,33 @@ class VectorRingBuffer:
             stepped[started] = False
         if self.keep_overflow:
             if self._headroom <= 0:
-                self._spill_full(self._all_ids if stepped is None else stepped.nonzero()[0])
+                self._spill_full(cols.env_ids if stepped is None else stepped.nonzero()[0])
             self._headroom -= 1
-        cur = self._last_flat
-        nxt = self._next_flat[cur]
-        if self._act_nested:
-            for store, items, value in zip(self._act_flat, self._act_items, flatten_batch(self.action_space, actions)):
+        cur = cols.last_rows
+        nxt = cols.next_rows[cur]
+        if cols.act_nested:
+            for store, items, value in zip(cols.act, cols.act_items, flatten_batch(self.action_space, actions)):
                 scatter_rows(store, items, cur, value)
         else:  # one leaf, written without the loop (this is the per-step path of all-env backends)
-            scatter_rows(self._act_flat[0], self._act_items[0], cur, actions)
-        self._rew_flat[cur] = rewards
-        self._term_flat[cur] = terminations
-        self._trunc_flat[cur] = truncations
-        has = self._has_flat
+            scatter_rows(cols.act[0], cols.act_items[0], cur, actions)
+        cols.rewards[cur] = rewards
+        cols.terminations[cur] = terminations
+        cols.truncations[cur] = truncations
+        has = cols.has
         # a restarting env's current row ends its previous episode: it holds no step
         has[cur] = self._all_true if stepped is None else stepped
-        if self._obs_nested:
-            for store, items, value in zip(self._obs_flat, self._obs_items, flatten_batch(self.observation_space, next_obs)):
+        if cols.obs_nested:
+            for store, items, value in zip(cols.obs, cols.obs_items, flatten_batch(self.observation_space, next_obs)):
                 scatter_rows(store, items, nxt, value)
         else:
-            scatter_rows(self._obs_flat[0], self._obs_items[0], nxt, next_obs)
+            scatter_rows(cols.obs[0], cols.obs_items[0], nxt, next_obs)
         has[nxt] = False
-        self._last_flat = nxt
+        cols.last_rows = nxt
         lengths, returns = self.episode_lengths, self.episode_returns
         lengths += self._ones
         returns += rewards
         if started is not None:
-            self._has_episode[started] = True
+            cols.has_episode[started] = True
             lengths[started] = 0
             returns[started] = 0.0
             if self.keep_overflow:
@@ -374,7 +347,8 @@ class VectorRingBuffer:
         k, n, c = len(rewards), self.num_envs, self.capacity
         if not 1 <= k <= c - 1:
             raise ValueError(f"add_steps takes 1 to {c - 1} steps (capacity - 1) at once, got {k}")
-        self._writes += k
+        cols = self._columns
+        cols.writes += k
         stepped = ~restarts
         ended = (terminations | truncations) & stepped
         if np.count_nonzero(ended[:-1] > restarts[1:]):
@@ -399,34 +373,36 @@ class VectorRingBuffer:
             restarted = np.flatnonzero(restarts.any(axis=0))
             if restarted.size:
                 self._restart_overflow(restarted)
-        base = self._all_ids * c
-        cols = self._last_flat - base  # each env's last row within its ring
-        t = int(cols[0])
-        if not np.count_nonzero(cols != t):
-            for store, value in zip(self._act, actions):
-                write_columns(store, t, value)
-            write_columns(self._rew, t, rewards)
-            write_columns(self._term, t, terminations)
-            write_columns(self._trunc, t, truncations)
-            write_columns(self._has_step, t, stepped)
-            for store, obs in zip(self._obs, next_obs):
-                write_columns(store, (t + 1) % c, obs)
-            self._has_step[:, (t + k) % c] = False
-            self._last_flat[:] = base + (t + k) % c
+        base = cols.env_ids * c
+        heads = cols.last_rows - base  # each env's last row within its ring
+        t = int(heads[0])
+        if not np.count_nonzero(heads != t):
+            by_env = cols.by_env
+            for store, value in zip(cols.act, actions):
+                write_columns(by_env(store), t, value)
+            write_columns(by_env(cols.rewards), t, rewards)
+            write_columns(by_env(cols.terminations), t, terminations)
+            write_columns(by_env(cols.truncations), t, truncations)
+            has_step = by_env(cols.has)
+            write_columns(has_step, t, stepped)
+            for store, obs in zip(cols.obs, next_obs):
+                write_columns(by_env(store), (t + 1) % c, obs)
+            has_step[:, (t + k) % c] = False
+            cols.last_rows[:] = base + (t + k) % c
         else:
-            grid = (cols + np.arange(k + 1)[:, None]) % c + base  # (k + 1, num_envs) flat rows
+            grid = (heads + np.arange(k + 1)[:, None]) % c + base  # (k + 1, num_envs) flat rows
             cur, nxt = grid[:-1], grid[1:]
-            for store, items, value in zip(self._act_flat, self._act_items, actions):
+            for store, items, value in zip(cols.act, cols.act_items, actions):
                 scatter_rows(store, items, cur.reshape(-1), value.reshape(k * n, *value.shape[2:]))
-            self._rew_flat[cur] = rewards
-            self._term_flat[cur] = terminations
-            self._trunc_flat[cur] = truncations
-            self._has_flat[cur] = stepped
-            for store, items, obs in zip(self._obs_flat, self._obs_items, next_obs):
+            cols.rewards[cur] = rewards
+            cols.terminations[cur] = terminations
+            cols.truncations[cur] = truncations
+            cols.has[cur] = stepped
+            for store, items, obs in zip(cols.obs, cols.obs_items, next_obs):
                 scatter_rows(store, items, nxt.reshape(-1), obs.reshape(k * n, *obs.shape[2:]))
-            self._has_flat[grid[k]] = False
-            self._last_flat[:] = grid[k]
-        self._has_episode |= restarts.any(axis=0)
+            cols.has[grid[k]] = False
+            cols.last_rows[:] = grid[k]
+        cols.has_episode |= restarts.any(axis=0)
         ends = self._episode_pieces(k, restarts, np.where(restarts, 0.0, rewards), ended)
         steps, env_ids = ends[0], ends[1]
         spilled: dict[int, list[SpilledChunk]] = {}
@@ -438,7 +414,7 @@ class VectorRingBuffer:
         if self.keep_overflow:
             self._headroom = int((c - 1 - (self.episode_lengths - self._spilled)).min())
         return EpisodeEnds(
-            steps, env_ids, base[env_ids] + (cols[env_ids] + steps + 1) % c, ends[2], ends[3], ended, spilled
+            steps, env_ids, base[env_ids] + (heads[env_ids] + steps + 1) % c, ends[2], ends[3], ended, spilled
         )
 
     def _episode_pieces(
@@ -497,12 +473,10 @@ class VectorRingBuffer:
 
     def _copy_rows(self, idx: np.ndarray) -> SpilledChunk:
         """Copies of the step rows at flat indices idx (index arrays: reads are copies, never views)."""
+        cols = self._columns
         return SpilledChunk(
-            [a[idx] for a in self._obs_flat],
-            [a[idx] for a in self._act_flat],
-            self._rew_flat[idx],
-            self._term_flat[idx],
-            self._trunc_flat[idx],
+            [a[idx] for a in cols.obs], [a[idx] for a in cols.act], cols.rewards[idx], cols.terminations[idx],
+            cols.truncations[idx],
         )
 
     def _spill_full(self, env_ids: np.ndarray) -> None:
@@ -522,7 +496,7 @@ class VectorRingBuffer:
         env = int(env_id)
         if not 0 <= env < self.num_envs:
             raise IndexError(f"env id {env_id} out of range [0, {self.num_envs})")
-        if not self._has_episode[env]:
+        if not self._columns.has_episode[env]:
             raise ValueError(f"env {env} has no episode: call start_episodes first")
         return env
 
@@ -532,7 +506,7 @@ class VectorRingBuffer:
         Slices (so reads are views) when the rows are contiguous, index arrays when they wrap.
         """
         c = self.capacity
-        last = int(self._last_flat[env])
+        last = int(self._columns.last_rows[env])
         first = last - rows + 1
         if first >= env * c:
             return slice(first, last + 1), slice(first, last)
@@ -558,9 +532,10 @@ class VectorRingBuffer:
         env = self._check_env(env_id)
         steps_in_ring = int(self.episode_lengths[env] - self._spilled[env])
         idx, step_idx = self._ring_rows(env, min(steps_in_ring + 1, self.capacity))
-        obs = [a[idx] for a in self._obs_flat]
-        acts = [a[step_idx] for a in self._act_flat]
-        rew, term, trunc = self._rew_flat[step_idx], self._term_flat[step_idx], self._trunc_flat[step_idx]
+        cols = self._columns
+        obs = [a[idx] for a in cols.obs]
+        acts = [a[step_idx] for a in cols.act]
+        rew, term, trunc = cols.rewards[step_idx], cols.terminations[step_idx], cols.truncations[step_idx]
         chunks = self._overflow.get(env)
         if chunks:
             obs = [np.concatenate([*(ch.observations[i] for ch in chunks), o]) for i, o in enumerate(obs)]
@@ -592,7 +567,7 @@ class VectorRingBuffer:
         steps = int(self.episode_lengths[env])
         if self._spilled[env] or steps + 1 > self.capacity:
             return None
-        return int(self._last_flat[env]), steps
+        return int(self._columns.last_rows[env]), steps
 
     def _gather_episodes(
         self, env_ids: np.ndarray, last_rows: np.ndarray, steps: np.ndarray
@@ -611,12 +586,13 @@ class VectorRingBuffer:
         first = (last_rows - base - steps) % c  # the episode's first row, inside its env's ring
         rows = np.repeat(base, lengths) + (np.repeat(first, lengths) + within) % c
         step_rows = rows[within < np.repeat(steps, lengths)]  # all but each episode's last row
+        cols = self._columns
         return (
-            [a[rows] for a in self._obs_flat],
-            [a[step_rows] for a in self._act_flat],
-            self._rew_flat[step_rows],
-            self._term_flat[step_rows],
-            self._trunc_flat[step_rows],
+            [a[rows] for a in cols.obs],
+            [a[step_rows] for a in cols.act],
+            cols.rewards[step_rows],
+            cols.terminations[step_rows],
+            cols.truncations[step_rows],
         )
 
     def _gather_spilled_episode(
@@ -639,7 +615,7 @@ class VectorRingBuffer:
         """For episodes given by ``episode_ref`` handles (env id, flat row of the final observation,
         steps): how many more rows each env can write before the episode's first row is overwritten."""
         c = self.capacity
-        written_since = (self._last_flat[env_ids] - last_rows) % c
+        written_since = (self._columns.last_rows[env_ids] - last_rows) % c
         return c - 1 - steps - written_since
 
     def unfinished(self) -> np.ndarray:
@@ -649,11 +625,11 @@ class VectorRingBuffer:
         Returns:
             Those env ids, ascending.
         """
-        c = self.capacity
-        base = self._all_ids * c
-        last_step = base + (self._last_flat - base - 1) % c
-        ended = self._term_flat[last_step] | self._trunc_flat[last_step]
-        return np.flatnonzero(self._has_episode & (self.episode_lengths > 0) & ~ended)
+        c, cols = self.capacity, self._columns
+        base = cols.env_ids * c
+        last_step = base + (cols.last_rows - base - 1) % c
+        ended = cols.terminations[last_step] | cols.truncations[last_step]
+        return np.flatnonzero(cols.has_episode & (self.episode_lengths > 0) & ~ended)
 
     def _keep_whole_episodes(self) -> None:
         """From now on copy aside the rows of an episode longer than its ring before overwriting them
@@ -672,11 +648,12 @@ class VectorRingBuffer:
     def _last_obs(self, env_ids: np.ndarray) -> Any:
         """A copy of the latest observation of each env id, batched."""
         env_ids = np.asarray(env_ids)
-        if not self._has_episode[env_ids].all():
-            missing = env_ids[~self._has_episode[env_ids]].tolist()
+        cols = self._columns
+        if not cols.has_episode[env_ids].all():
+            missing = env_ids[~cols.has_episode[env_ids]].tolist()
             raise ValueError(f"env ids {missing} have no episode: call start_episodes first")
-        rows = self._last_flat[env_ids]
-        return unflatten_batch(self.observation_space, [a[rows] for a in self._obs_flat])
+        rows = cols.last_rows[env_ids]
+        return unflatten_batch(self.observation_space, [a[rows] for a in cols.obs])
 
     def sample(
         self, batch_size: int, rng: np.random.Generator | None = None, *, stack_num: int = 1,
@@ -698,12 +675,13 @@ class VectorRingBuffer:
         Raises:
             ValueError: Nothing is stored, or bad ``stack_num`` / ``n_step`` / ``gamma``.
         """
-        rows = sample_rows(self, batch_size, self._rng if rng is None else rng)
-        return gather_transitions(self, rows, stack_num, n_step, gamma)
+        cols = self._columns
+        rows = sample_rows(cols, batch_size, self._rng if rng is None else rng)
+        return gather_transitions(cols, rows, stack_num, n_step, gamma)
 
     def __getitem__(self, indices: Any) -> dict[str, Any]:
         """The transitions at flat rows ``indices`` (a batch's ``indices``), as Tianshou's ``buffer[indices]``."""
-        return transitions_at(self, indices)
+        return transitions_at(self._columns, indices)
 
     # ------------------------------------------------------------------------------ preload, checkpoints
     def extend_from(self, dataset: EpisodeSource, episodes: Iterable[int] | None = None) -> None:
@@ -728,9 +706,13 @@ class VectorRingBuffer:
 
     def _preload(self, dataset: EpisodeSource, episodes: Iterable[int] | None) -> np.ndarray:
         """extend_from's work; returns the flat rows written."""
-        check_source(self, dataset)
-        self._slice_index = None
-        return preload(self, dataset.episode_rows(episodes))
+        source = check_source(dataset)
+        if self.has_spaces:
+            check_ring_takes(self._columns, source)
+        else:
+            self.bind_spaces(source.observation_space, source.action_space)
+        self._episodes.forget()
+        return preload(self._columns, source.episode_rows(episodes))
 
     def _checkpoint_header(self) -> dict[str, Any]:
         """The JSON-able part of the ring's state: how to make it again, and its scalars."""
@@ -749,14 +731,15 @@ class VectorRingBuffer:
 
     def _row_arrays(self) -> dict[str, np.ndarray]:
         """The arrays every ring of these spaces and sizes has, by checkpoint name (the live arrays)."""
+        cols = self._columns
         arrays: dict[str, np.ndarray] = {}
-        for i, a in enumerate(self._obs_flat):
+        for i, a in enumerate(cols.obs):
             arrays[f"obs/{i}"] = a
-        for i, a in enumerate(self._act_flat):
+        for i, a in enumerate(cols.act):
             arrays[f"act/{i}"] = a
-        arrays.update(rewards=self._rew_flat, terminations=self._term_flat, truncations=self._trunc_flat,
-                      has_step=self._has_flat, episode_lengths=self.episode_lengths,
-                      episode_returns=self.episode_returns, last_flat=self._last_flat, has_episode=self._has_episode,
+        arrays.update(rewards=cols.rewards, terminations=cols.terminations, truncations=cols.truncations,
+                      has_step=cols.has, episode_lengths=self.episode_lengths,
+                      episode_returns=self.episode_returns, last_flat=cols.last_rows, has_episode=cols.has_episode,
                       spilled=self._spilled)
         return arrays
 
@@ -823,8 +806,8 @@ class VectorRingBuffer:
             for k in range(int(count)):
                 prefix = f"overflow/{int(env)}/{k}"
                 chunks.append(SpilledChunk(
-                    [ckpt.read(f"{prefix}/obs/{i}") for i in range(len(self._obs_flat))],
-                    [ckpt.read(f"{prefix}/act/{i}") for i in range(len(self._act_flat))],
+                    [ckpt.read(f"{prefix}/obs/{i}") for i in range(len(self._columns.obs))],
+                    [ckpt.read(f"{prefix}/act/{i}") for i in range(len(self._columns.act))],
                     ckpt.read(f"{prefix}/rewards"), ckpt.read(f"{prefix}/terminations"),
                     ckpt.read(f"{prefix}/truncations"),
                 ))
@@ -835,7 +818,7 @@ class VectorRingBuffer:
             raise CorruptCheckpointError(f"{ckpt.path}: the sampling generator's state is not a PCG64 state")
         self._rng = np.random.Generator(np.random.PCG64())
         self._rng.bit_generator.state = state
-        last = self._last_flat
+        last = self._columns.last_rows
         if last.size and (int(last.min()) < 0 or int(last.max()) >= n):
             raise CorruptCheckpointError(f"{ckpt.path}: write positions outside the rings")
 
@@ -942,8 +925,8 @@ class VectorRingBuffer:
         """
         request = check_slice_request(batch_size, length, pad, by, gamma)
         view = check_stacks(stacks)
-        episodes, which, starts = draw_uniform(self, request, slice_generator(rng, seed, self._rng))
-        return gather_slices(self, episodes, which, starts, request, stack_num, view)
+        episodes, which, starts = draw_uniform(self._episodes.held(), request, slice_generator(rng, seed, self._rng))
+        return gather_slices(self._columns, episodes, which, starts, request, stack_num, view)
 
 
 class RingWriter:
@@ -1046,3 +1029,34 @@ class RingWriter:
         """Write per-step arrays (an episode-done hook's) at the step rows of env_id's latest episode still in
         its ring, as ``extras[name]`` columns beside the ring's rows, made on first use."""
         self.ring._set_episode_extras(env_id, values)
+
+
+def ring_columns(ring: VectorRingBuffer) -> RingColumns:
+    """The columns holding a ring's rows, for code that reads the rows by flat index (a sampler of its own, the
+    Tianshou adapter's index): kept off the ring's own surface, as :class:`RingWriter` is.
+
+    Read them; write through the ring (its writes keep the columns' heads and write counter in step).
+
+    Args:
+        ring: The ring, with its spaces bound.
+
+    Returns:
+        Its :class:`~vcollect.buffers.columns.RingColumns` (the live columns, never a copy).
+
+    Raises:
+        BufferNotReadyError: The ring has no spaces (nor rows) yet.
+    """
+    return ring._columns
+
+
+def ring_generator(ring: VectorRingBuffer) -> np.random.Generator:
+    """The generator a ring's ``sample`` draws with when given none (seeded by its ``seed``; saved in its
+    checkpoints), for samplers over the ring that draw as it does.
+
+    Args:
+        ring: The ring.
+
+    Returns:
+        Its generator (the live one: drawing from it moves the ring's own draws on).
+    """
+    return ring._rng

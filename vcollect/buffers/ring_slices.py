@@ -42,7 +42,7 @@ from vcollect.slices import (
 from vcollect.spaces import flatten_batch, unflatten_batch
 
 if TYPE_CHECKING:
-    from vcollect.buffers.ring import VectorRingBuffer
+    from vcollect.buffers.columns import RingColumns
 
 __all__ = [
     "EpisodeTable",
@@ -50,7 +50,6 @@ __all__ = [
     "draw_uniform",
     "draw_weighted",
     "gather_slices",
-    "held_episodes",
     "observation_views",
 ]
 
@@ -64,6 +63,7 @@ class HeldEpisodes:
         lengths: Steps held of each episode.
         first: Linear position of each episode's first step (running sum of ``lengths``).
         partial: Whether each episode has not ended (its last step neither terminated nor truncated).
+        capacity: Rows per ring.
     """
 
     def __init__(self, table: EpisodeTable, order: np.ndarray) -> None:
@@ -74,7 +74,7 @@ class HeldEpisodes:
         self.lengths = table.length.take(order)
         self.partial = table.partial.take(order)
         self.first = np.cumsum(self.lengths) - self.lengths
-        self._capacity = table.capacity
+        self.capacity = table.capacity
         self._rank = np.full(table.env.size, -1, dtype=np.int64)
         self._rank[order] = np.arange(order.size)
         self._all_rows: np.ndarray | None = None
@@ -82,13 +82,13 @@ class HeldEpisodes:
     def rows_of(self, which: np.ndarray, steps: np.ndarray | int) -> np.ndarray:
         """The flat ring rows of steps ``steps`` (counted from the first held, inside the episode) of episodes
         ``which`` (broadcast together)."""
-        c = self._capacity
+        c = self.capacity
         return self.env.take(which) * c + (self.start.take(which) + steps) % c
 
     def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(episode, step in it) of flat rows that hold steps."""
         slot = self._table.label.take(rows)
-        return self._rank.take(slot), (rows % self._capacity - self._table.start.take(slot)) % self._capacity
+        return self._rank.take(slot), (rows % self.capacity - self._table.start.take(slot)) % self.capacity
 
     def all_rows(self) -> np.ndarray:
         """Flat ring row of every linear step position (made once; its size is the steps held)."""
@@ -124,35 +124,58 @@ class HeldEpisodes:
 
 
 class EpisodeTable:
-    """The episode table of one ring, caught up with its writes on each :meth:`held` (module docstring)."""
+    """The episode table of one ring's columns (module docstring): built on the first :meth:`held`, caught up
+    with the rows written on each later one, built again when more writes happened than a ring holds rows
+    (each write moves an env at most as many rows as it counts in ``columns.writes``) or after :meth:`forget`.
 
-    def __init__(self, ring: VectorRingBuffer) -> None:
-        n, c = ring.num_envs, ring.capacity
-        self.capacity = c
-        self.label: np.ndarray = np.full(n * c, -1, dtype=np.int32 if n * c < 2**31 else np.int64)
-        self.cum = np.zeros(n * c)
+    Args:
+        columns: The ring's columns.
+    """
+
+    def __init__(self, columns: RingColumns) -> None:
+        self.columns = columns
+        self.capacity = columns.capacity
+        self._writes: int | None = None  # the columns' write count the table has read up to (None: not built)
+        self._last = np.zeros(0, dtype=np.intp)  # each env's newest row then
+        self._clear(0)
+
+    def _clear(self, rows: int) -> None:
+        """Empty arrays: no episode, ``rows`` rows labelled with none."""
+        self.label: np.ndarray = np.full(rows, -1, dtype=np.int32 if rows < 2**31 else np.int64)
+        self.cum = np.zeros(rows)
         self.env = np.zeros(0, dtype=np.int64)
         self.start = np.zeros(0, dtype=np.int64)
         self.length = np.zeros(0, dtype=np.int64)
         self.partial = np.zeros(0, dtype=bool)
-        self._writes = ring._writes
-        self._last = ring._last_flat.copy()
         self._held: HeldEpisodes | None = None
-        self._build(ring)
 
-    def held(self, ring: VectorRingBuffer) -> HeldEpisodes:
-        """The episodes held now: the rows written since the last call read first."""
-        c = self.capacity
-        if ring._writes != self._writes:
-            last = ring._last_flat
-            moved = (last - self._last) % c  # rows each env moved forward: fewer than c (see episode_table)
+    def forget(self) -> None:
+        """Drop the table (the rows were replaced other than by the ring's head moving): the next
+        :meth:`held` builds it from all rows."""
+        self._writes = None
+        self._clear(0)
+
+    def held(self) -> HeldEpisodes:
+        """The episodes held now: the rows written since the last call read first.
+
+        Returns:
+            The episodes, env by env and oldest first.
+        """
+        columns, c = self.columns, self.capacity
+        if self._writes is None or columns.writes - self._writes >= c - 1:
+            self._clear(columns.num_envs * c)
+            self._build()
+        elif columns.writes != self._writes:
+            last = columns.last_rows
+            moved = (last - self._last) % c  # rows each env moved forward: fewer than c (see above)
             ids = np.flatnonzero(moved)
             if ids.size:
-                self._scan(ring, ids, self._last.take(ids) % c, moved.take(ids) + 1)
-            self._writes = ring._writes
-            self._last = last.copy()
+                self._scan(ids, self._last.take(ids) % c, moved.take(ids) + 1)
+        if columns.writes != self._writes:
+            self._writes = columns.writes
+            self._last = columns.last_rows.copy()
         if self._held is None:
-            self._held = self._ordered(ring)
+            self._held = self._ordered()
         return self._held
 
     def _slots(self, count: int) -> np.ndarray:
@@ -169,12 +192,13 @@ class EpisodeTable:
             free = np.concatenate([free, np.arange(size, size + short)])
         return free
 
-    def _build(self, ring: VectorRingBuffer) -> None:
+    def _build(self) -> None:
         """The table of every row, read in flat order: runs of step rows (never across envs), then each episode
         that wraps around its ring's end (a run ending at the ring's last row and one beginning at its first,
         the newest row lying between) joined into one."""
-        n, c = ring.num_envs, self.capacity
-        steps = np.flatnonzero(ring._has_flat)
+        columns, c = self.columns, self.capacity
+        n = columns.num_envs
+        steps = np.flatnonzero(columns.has)
         if not steps.size:
             return
         begins = np.empty(steps.size, dtype=bool)
@@ -184,7 +208,7 @@ class EpisodeTable:
         begins[firsts[firsts < steps.size]] = True
         heads = np.flatnonzero(begins)
         sizes = np.diff(heads, append=steps.size)
-        rewards = ring._rew_flat.take(steps)
+        rewards = columns.rewards.take(steps)
         rewards[heads[1:]] -= np.add.reduceat(rewards, heads)[:-1]  # each run's sum starts afresh
         cum = np.cumsum(rewards)
         count = heads.size
@@ -194,11 +218,11 @@ class EpisodeTable:
         self.env[:count] = first_rows // c
         self.start[:count] = first_rows % c
         self.length[:count] = sizes
-        self.partial[:count] = ~(ring._term_flat.take(tails) | ring._trunc_flat.take(tails))
+        self.partial[:count] = ~(columns.terminations.take(tails) | columns.truncations.take(tails))
         label = np.repeat(np.arange(count, dtype=self.label.dtype), sizes)
         # an env whose ring's last and first rows both hold steps: one episode runs from the one into the other
         ends = np.arange(n, dtype=np.int64) * c
-        wraps = np.flatnonzero(ring._has_flat.take(ends + c - 1) & ring._has_flat.take(ends))
+        wraps = np.flatnonzero(columns.has.take(ends + c - 1) & columns.has.take(ends))
         if wraps.size:
             newer = np.searchsorted(first_rows, ends[wraps])  # the run at the ring's first row
             older = np.searchsorted(first_rows, ends[wraps] + c) - 1  # the run at its last row
@@ -212,12 +236,13 @@ class EpisodeTable:
         self.label[steps] = label
         self.cum[steps] = cum
 
-    def _scan(self, ring: VectorRingBuffer, ids: np.ndarray, begin: np.ndarray, count: np.ndarray) -> None:
+    def _scan(self, ids: np.ndarray, begin: np.ndarray, count: np.ndarray) -> None:
         """Read ``count`` rows of each env of ``ids`` from ring position ``begin`` on (env by env, in ring
         order): the rows after ``begin`` were the env's oldest when the table last saw them (their episodes
         lose those first steps), and the runs of steps now in them extend the episode running into ``begin``
         (the row before it a step) or are new episodes."""
-        c = self.capacity
+        columns, c = self.columns, self.capacity
+        has = columns.has
         offsets = np.cumsum(count) - count
         if (count == count[0]).all():  # every env the same count (a whole ring each, when built afresh)
             within = np.arange(int(count[0]), dtype=np.int64)
@@ -234,11 +259,11 @@ class EpisodeTable:
             self.start[hit] = (self.start[hit] + lost[hit]) % c
             self.length[hit] -= lost[hit]
             self.label[rows] = -1
-        steps = np.flatnonzero(ring._has_flat.take(rows))  # the places in ``rows`` holding steps
+        steps = np.flatnonzero(has.take(rows))  # the places in ``rows`` holding steps
         if steps.size:
             before = ids * c + (begin - 1) % c  # the row before each env's first row read
             # the episode there goes on into the rows read
-            running = ring._has_flat.take(before) & ring._has_flat.take(rows.take(offsets))
+            running = has.take(before) & has.take(rows.take(offsets))
             # runs of steps: a run begins after a row holding none, or at each env's first row read
             begins = np.empty(steps.size, dtype=bool)
             begins[0] = True
@@ -261,36 +286,26 @@ class EpisodeTable:
             self.length[new] = 0
             self.length[slot] += sizes
             tails = step_rows.take(heads + sizes - 1)
-            self.partial[slot] = ~(ring._term_flat.take(tails) | ring._trunc_flat.take(tails))
+            self.partial[slot] = ~(columns.terminations.take(tails) | columns.truncations.take(tails))
             self.label[step_rows] = np.repeat(slot, sizes)
             # running sums of each run's rewards, from the sum its episode had before the rows read
-            rewards = ring._rew_flat.take(step_rows)
+            rewards = columns.rewards.take(step_rows)
             rewards[heads[carried]] += self.cum.take(before[running])
             rewards[heads[1:]] -= np.add.reduceat(rewards, heads)[:-1]  # each run's sum starts afresh
             self.cum[step_rows] = np.cumsum(rewards)
         self._held = None
 
-    def _ordered(self, ring: VectorRingBuffer) -> HeldEpisodes:
+    def _ordered(self) -> HeldEpisodes:
         """The episodes holding steps, env by env and oldest first."""
         c = self.capacity
         alive = np.flatnonzero(self.length)
         env = self.env.take(alive)
-        oldest = (ring._last_flat.take(env) + 1) % c
+        oldest = (self.columns.last_rows.take(env) + 1) % c
         key = env * c + (self.start.take(alive) - oldest) % c
         return HeldEpisodes(self, alive[np.argsort(key)])
 
 
-def held_episodes(ring: VectorRingBuffer) -> HeldEpisodes:
-    """The ring's episodes: its table caught up with the writes since the last call, or built afresh when none
-    was kept or more writes happened than an env's ring holds rows (each write moves an env at most as many
-    rows as it counts in ``ring._writes``)."""
-    table = ring._slice_index
-    if table is None or ring._writes - table._writes >= ring.capacity - 1:
-        table = ring._slice_index = EpisodeTable(ring)
-    return table.held(ring)  # type: ignore[no-any-return]
-
-
-def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndarray, starts: np.ndarray,
+def gather_slices(columns: RingColumns, episodes: HeldEpisodes, which: np.ndarray, starts: np.ndarray,
                   request: SliceRequest, stack_num: int, stacks: Stacks = "copy") -> dict[str, Any]:
     """The batch of the windows (episode ``which``, ``starts``): ``gather_transitions``' keys, each
     (batch, length, ...), rows padded outside the episode 0 and their ``indices`` -1; plus ``mask``,
@@ -299,22 +314,22 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     ``stacks="view"``: observations and next observations read-only views over each window's rows, gathered
     once (:func:`observation_views`); a batch holding a padded window has them materialised, read-only too.
     """
-    stack_num = check_count("stack_num", stack_num, 1, ring.capacity)
+    stack_num = check_count("stack_num", stack_num, 1, columns.capacity)
     size, length = len(which), request.length
     lengths = episodes.lengths.take(which)
     steps, mask = window_steps(lengths, starts, length)
     rows = episodes.rows_of(which[:, None], steps)
     padded = None if mask.all() else ~mask
     if stacks == "view" and padded is None:
-        rest = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num, observations=False), size, length,
+        rest = shape_rows(gather_transitions(columns, rows.reshape(-1), stack_num, observations=False), size, length,
                           None)
-        obs, nxt = observation_views(ring, rows, stack_num)
+        obs, nxt = observation_views(columns, rows, stack_num)
         batch = {"observations": obs, "actions": rest.pop("actions"), "rewards": rest.pop("rewards"),
                  "next_observations": nxt, **rest}  # sample()'s key order
     else:
-        batch = shape_rows(gather_transitions(ring, rows.reshape(-1), stack_num), size, length, padded)
+        batch = shape_rows(gather_transitions(columns, rows.reshape(-1), stack_num), size, length, padded)
         if stacks == "view":  # padded rows must read 0: materialised, read-only as views are
-            space = ring.observation_space
+            space = columns.observation_space
             for leaf in flatten_batch(space, batch["observations"]) + flatten_batch(space, batch["next_observations"]):
                 leaf.flags.writeable = False
     if padded is not None:
@@ -322,7 +337,7 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     batch.update(
         mask=mask,
         timesteps=steps if padded is None else np.where(mask, steps, 0),
-        returns_to_go=episodes.returns(which, lengths, starts, steps, mask, rows, batch["rewards"], ring._rew_flat,
+        returns_to_go=episodes.returns(which, lengths, starts, steps, mask, rows, batch["rewards"], columns.rewards,
                                        request.gamma),
         partial=episodes.partial.take(which),
         episode_ids=episodes.rows_of(which, 0),
@@ -331,7 +346,7 @@ def gather_slices(ring: VectorRingBuffer, episodes: HeldEpisodes, which: np.ndar
     return batch
 
 
-def observation_views(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int) -> tuple[Any, Any]:
+def observation_views(columns: RingColumns, rows: np.ndarray, stack_num: int) -> tuple[Any, Any]:
     """Observations and next observations of unpadded windows of step rows ``rows`` (batch, length), as
     read-only views over one array per window of its ``length + stack_num`` observation rows, gathered
     once: the first row's stack (its ``stack_num - 1`` predecessors in the episode, the first repeated as in
@@ -340,21 +355,20 @@ def observation_views(ring: VectorRingBuffer, rows: np.ndarray, stack_num: int) 
     views for ``stack_num`` k > 1, ``(batch, length, ...)`` for 1): the stacks ``gather_transitions`` builds,
     since a step's predecessors in its episode are the window's earlier rows."""
     length = rows.shape[1]
-    head = rows[:, :1] if stack_num == 1 else stack_rows(rows[:, 0], stack_num, ring._has_flat, ring.capacity)
-    frames = np.concatenate([head, rows[:, 1:], ring._next_flat.take(rows[:, -1:])], axis=1)
+    head = rows[:, :1] if stack_num == 1 else stack_rows(rows[:, 0], stack_num, columns.has, columns.capacity)
+    frames = np.concatenate([head, rows[:, 1:], columns.next_rows.take(rows[:, -1:])], axis=1)
     obs, nxt = [], []
-    for column in ring._obs_flat:
+    for column in columns.obs:
         gathered = column.take(frames, axis=0)
         obs.append(strided_stacks(gathered, 0, length, stack_num))
         nxt.append(strided_stacks(gathered, 1, length, stack_num))
-    return unflatten_batch(ring.observation_space, obs), unflatten_batch(ring.observation_space, nxt)
+    return unflatten_batch(columns.observation_space, obs), unflatten_batch(columns.observation_space, nxt)
 
 
-def draw_uniform(ring: VectorRingBuffer, request: SliceRequest, rng: np.random.Generator,
+def draw_uniform(episodes: HeldEpisodes, request: SliceRequest, rng: np.random.Generator,
                  ) -> tuple[HeldEpisodes, np.ndarray, np.ndarray]:
-    """The episode table and ``request.batch_size`` windows drawn uniformly (by window or by episode)."""
-    episodes = held_episodes(ring)
-    which, starts = draw_windows(episodes.lengths, request, rng, lambda k: episodes.describe(k, ring.capacity))
+    """The episodes held and ``request.batch_size`` windows drawn uniformly (by window or by episode)."""
+    which, starts = draw_windows(episodes.lengths, request, rng, lambda k: episodes.describe(k, episodes.capacity))
     return episodes, which, starts
 
 

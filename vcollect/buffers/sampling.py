@@ -1,8 +1,8 @@
 """Replay sampling from the rings: uniform draws of step rows, frame stacks gathered by index, n-step
 returns walked forward by index, the batch.
 
-Functions of a ring's flat arrays (``VectorRingBuffer`` internals), kept apart from the ring's write path.
-A row is a *step row* when it holds a transition (``has``); the row after a step row holds its next
+Functions of a ring's columns (:class:`~vcollect.buffers.columns.RingColumns`), which the ring writes. A
+row is a *step row* when it holds a transition (``has``); the row after a step row holds its next
 observation and belongs to the same episode, and is itself a step row exactly when it holds the episode's
 next transition (not when it is the episode's final row or the env's newest one); the row before a step
 row is a step row of the same episode or not a step row at all (an episode's final row, or the ring's
@@ -21,7 +21,7 @@ import numpy as np
 from vcollect.spaces import unflatten_batch
 
 if TYPE_CHECKING:
-    from vcollect.buffers.ring import VectorRingBuffer
+    from vcollect.buffers.columns import RingColumns
     from vcollect.buffers.sum_tree import SumTree
 
 # Rounds of redrawing rejected candidates before falling back to listing every step row.
@@ -57,12 +57,12 @@ def check_count(name: str, value: Any, low: int, high: int | None = None) -> int
     return number
 
 
-def sample_rows(ring: VectorRingBuffer, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+def sample_rows(columns: RingColumns, batch_size: int, rng: np.random.Generator) -> np.ndarray:
     """The step rows of ``sample(batch_size)``: ``batch_size`` uniform draws, or with ``batch_size=0`` every
     step row (``every_step_row``), as Tianshou's ``sample(0)`` gives all its data (on-policy updates)."""
     if check_count("batch_size", batch_size, 0) == 0:
-        return every_step_row(ring)
-    return draw_rows(ring._has_flat, batch_size, rng)
+        return every_step_row(columns)
+    return draw_rows(columns.has, batch_size, rng)
 
 
 def check_rows(indices: Any, size: int) -> np.ndarray:
@@ -78,27 +78,27 @@ def check_rows(indices: Any, size: int) -> np.ndarray:
     return idx
 
 
-def transitions_at(ring: VectorRingBuffer, indices: Any) -> dict[str, Any]:
+def transitions_at(columns: RingColumns, indices: Any) -> dict[str, Any]:
     """The transitions now held at flat rows ``indices`` (Tianshou's ``buffer[indices]``), as ``sample``
     returns them; rows holding no transition (never written, an episode's final row, or the env's newest)
     are refused. Like Tianshou's, a row rewritten since it was sampled gives its new transition."""
-    idx = check_rows(indices, ring._has_flat.size)
-    empty = idx[~ring._has_flat.take(idx)]
+    idx = check_rows(indices, columns.has.size)
+    empty = idx[~columns.has.take(idx)]
     if empty.size:
         raise IndexError(
             f"rows {empty[:8].tolist()} hold no transition (an episode's final or an env's newest observation, "
             "or never written): index with a batch's indices, as sample() returns them"
         )
-    return gather_transitions(ring, idx)
+    return gather_transitions(columns, idx)
 
 
-def every_step_row(ring: VectorRingBuffer) -> np.ndarray:
+def every_step_row(columns: RingColumns) -> np.ndarray:
     """Every step row, env by env, each env's in the order its steps were taken (the row after an env's
     newest row is its oldest one), as Tianshou's buffers list theirs for ``sample(0)``."""
-    capacity = ring.capacity
-    first = ring._last_flat % capacity + 1  # each env's oldest row, as a position in its own ring
-    rows = ((first[:, None] + np.arange(capacity)) % capacity + ring._all_ids[:, None] * capacity).reshape(-1)
-    rows = rows[ring._has_flat.take(rows)]
+    capacity = columns.capacity
+    first = columns.last_rows % capacity + 1  # each env's oldest row, as a position in its own ring
+    rows = ((first[:, None] + np.arange(capacity)) % capacity + columns.env_ids[:, None] * capacity).reshape(-1)
+    rows = rows[columns.has.take(rows)]
     if rows.size == 0:
         raise ValueError("cannot sample from a buffer that holds no transitions: collect some steps first")
     return rows
@@ -201,7 +201,7 @@ def discount_powers(gamma: float, n_step: int) -> np.ndarray:
 
 
 def nstep_targets(
-    ring: VectorRingBuffer, rows: np.ndarray, nxt: np.ndarray, done: np.ndarray, stack_num: int, n_step: int,
+    columns: RingColumns, rows: np.ndarray, nxt: np.ndarray, done: np.ndarray, stack_num: int, n_step: int,
     gamma: float,
 ) -> dict[str, Any]:
     """The n-step keys of the batch of step rows ``rows`` (``nxt``: their next rows, ``done``: their steps'
@@ -211,7 +211,8 @@ def nstep_targets(
     not end the episode and the row after it is a step row (the episode's next transition; the env's
     newest step has none yet). The sum runs backward, ``r + gamma * (r' + ...)``, as Tianshou's does.
     """
-    has, rew, term, trunc = ring._has_flat, ring._rew_flat, ring._term_flat, ring._trunc_flat
+    has, rew, term, trunc = columns.has, columns.rewards, columns.terminations, columns.truncations
+    next_rows = columns.next_rows
     cur, ahead = rows, nxt
     chain, moved = [rows], []  # chain[j]: step t + j's row (the last one, once stopped); moved[j]: went past it
     steps = np.ones(len(rows), dtype=np.intp)  # m, the steps taken from each sampled row
@@ -223,22 +224,23 @@ def nstep_targets(
         steps += live
         chain.append(cur)
         moved.append(live)
-        ahead = ring._next_flat.take(cur)
+        ahead = next_rows.take(cur)
         live = live & np.greater(has.take(ahead), term.take(cur) | trunc.take(cur))
     returns = rew.take(cur)
     for j in range(len(moved) - 1, -1, -1):
         step_j = rew.take(chain[j])
         returns = np.where(moved[j], step_j + gamma * returns, step_j)
-    boot = ahead if stack_num == 1 else stack_rows(ahead, stack_num, has, ring.capacity)  # step t+m-1's next row
+    boot = ahead if stack_num == 1 else stack_rows(ahead, stack_num, has, columns.capacity)  # step t+m-1's next row
     return {
         "n_step_returns": returns,
-        "n_step_next_observations": unflatten_batch(ring.observation_space, [a.take(boot, axis=0) for a in ring._obs_flat]),
+        "n_step_next_observations": unflatten_batch(columns.observation_space,
+                                                    [a.take(boot, axis=0) for a in columns.obs]),
         "n_step_discounts": np.where(term.take(cur), 0.0, discount_powers(gamma, len(chain)).take(steps)),
     }
 
 
 def gather_transitions(
-    ring: VectorRingBuffer, rows: np.ndarray, stack_num: int = 1, n_step: int | None = None,
+    columns: RingColumns, rows: np.ndarray, stack_num: int = 1, n_step: int | None = None,
     gamma: float | None = None, observations: bool = True,
 ) -> dict[str, Any]:
     """The batch of the step rows ``rows``, what the rings' ``sample`` returns: a dict of ``observations``,
@@ -263,23 +265,22 @@ def gather_transitions(
     ``observations=False`` leaves out ``observations`` and ``next_observations`` (a caller gathering them its
     own way). Gathers use ``take`` (about twice as fast as fancy indexing for rows of a 2-d array).
     """
-    stack_num = check_count("stack_num", stack_num, 1, ring.capacity)
+    capacity = columns.capacity
+    stack_num = check_count("stack_num", stack_num, 1, capacity)
     nstep = check_nstep(n_step, gamma)
-    nxt = ring._next_flat.take(rows)
+    nxt = columns.next_rows.take(rows)
     if stack_num == 1 or not observations:
         obs_idx, next_idx = rows, nxt
     else:
-        obs_idx = stack_rows(rows, stack_num, ring._has_flat, ring.capacity)
-        next_idx = stack_rows(nxt, stack_num, ring._has_flat, ring.capacity)
-    term, trunc = ring._term_flat.take(rows), ring._trunc_flat.take(rows)
+        obs_idx = stack_rows(rows, stack_num, columns.has, capacity)
+        next_idx = stack_rows(nxt, stack_num, columns.has, capacity)
+    term, trunc = columns.terminations.take(rows), columns.truncations.take(rows)
     done = term | trunc
-
-    def obs_at(index: np.ndarray) -> Any:
-        return unflatten_batch(ring.observation_space, [a.take(index, axis=0) for a in ring._obs_flat])
+    obs_at = columns.observations
 
     batch: dict[str, Any] = {"observations": obs_at(obs_idx)} if observations else {}
-    batch["actions"] = unflatten_batch(ring.action_space, [a.take(rows, axis=0) for a in ring._act_flat])
-    batch["rewards"] = ring._rew_flat.take(rows)
+    batch["actions"] = columns.actions(rows)
+    batch["rewards"] = columns.rewards.take(rows)
     if observations:
         batch["next_observations"] = obs_at(next_idx)
     batch.update(
@@ -287,8 +288,8 @@ def gather_transitions(
         truncations=trunc,
         dones=done,
         indices=rows,
-        extras={name: column.take(rows, axis=0) for name, column in ring.extras.items()},  # episode-done hooks' values
+        extras={name: column.take(rows, axis=0) for name, column in columns.extras.items()},  # episode-done hooks'
     )
     if nstep is not None:
-        batch.update(nstep_targets(ring, rows, nxt, done, stack_num, *nstep))
+        batch.update(nstep_targets(columns, rows, nxt, done, stack_num, *nstep))
     return batch

@@ -25,7 +25,8 @@ from tianshou.data import Batch
 
 import vcollect
 from vcollect.buffers import VectorRingBuffer
-from vcollect.buffers.flat_rows import FlatRows
+from vcollect.buffers.columns import RingColumns
+from vcollect.buffers.ring import ring_columns
 from vcollect.errors import UnsupportedBufferMethodError
 from vcollect.tianshou.batches import as_nested, batch_of, batch_space, to_batch
 from vcollect.tianshou.hdf5 import fill_from_tianshou, layout_of, read_tianshou, to_tianshou
@@ -98,7 +99,6 @@ class VectorReplayBuffer:
                         "save_only_last_obs": False, "sample_avail": bool(sample_avail)}
         self.ring = VectorRingBuffer(self.buffer_num, capacity=2 * size + 1)
         self.layout = SlotLayout(self.buffer_num, size)
-        self._rows = FlatRows(self.ring)
         self.infos = RowInfos(self.buffer_num, 2 * size + 1)
         """Each transition's info, beside its ring row (``info`` of batches)."""
         self._sample_avail = bool(sample_avail)
@@ -186,7 +186,7 @@ class VectorReplayBuffer:
         """
         self.ring.reset()
         if self.ring.has_spaces:
-            self.layout.clear(self._rows.last_rows, self._rows.writes)
+            self.layout.clear(self._rows.last_rows.copy(), self._rows.writes)
         else:
             self.layout.clear(None)
         self._pending = 0
@@ -405,13 +405,14 @@ class VectorReplayBuffer:
         ring = self.ring
         if not ring.has_spaces:
             ring.bind_spaces(batch_space(value["obs"], "obs"), batch_space(value["act"], "act"))
-            self.layout.clear(self._rows.last_rows, self._rows.writes)
+            self.layout.clear(self._rows.last_rows.copy(), self._rows.writes)
         self._synced()
-        running = self._rows.running()[ids]
+        rows = self._rows
+        running = rows.running()[ids]
         if not running.all():
             ring.start_episodes(ids[~running], _select(value["obs"], ~running))
-        if running.any():
-            self._rows.set_latest_obs(ids[running], _select(value["obs"], running))
+        if running.any():  # the newest row of a running env holds no step yet: its observation is replaced
+            rows.write_observations(rows.last_rows[ids[running]], _select(value["obs"], running))
         rew = np.asarray(value["rew"], dtype=np.float64).reshape(len(ids))
         term = np.asarray(value["terminated"]).reshape(len(ids)).astype(bool)
         trunc = np.asarray(value["truncated"]).reshape(len(ids)).astype(bool)
@@ -554,6 +555,11 @@ class VectorReplayBuffer:
             )
 
     # ------------------------------------------------------------------ internals
+
+    @property
+    def _rows(self) -> RingColumns:
+        """The ring's rows by flat index (its spaces bound)."""
+        return ring_columns(self.ring)
 
     def _synced(self) -> SlotLayout:
         """The layout, brought up to date with the rings' writes (rebuilt where the writer is unknown)."""

@@ -19,8 +19,7 @@ from tianshou.env import BaseVectorEnv as TianshouVectorEnv
 from tianshou.env import DummyVectorEnv as TianshouDummyVectorEnv
 
 import vcollect
-from vcollect.buffers.flat_rows import FlatRows
-from vcollect.buffers.ring import RingWriter
+from vcollect.buffers.ring import RingWriter, ring_columns
 from vcollect.envs import DummyVectorEnv, SubprocVectorEnv
 from vcollect.envs.factory import as_vector_env
 from vcollect.policies.tianshou_policy import TianshouPolicy
@@ -216,7 +215,7 @@ class Collector:
         ring = self.buffer.ring
         if not ring.has_spaces:
             return
-        running = np.flatnonzero(FlatRows(ring).running())
+        running = np.flatnonzero(ring_columns(ring).running())
         latest = RingWriter(ring).last_obs(running) if running.size else None
         lengths, returns = ring.episode_lengths.copy(), ring.episode_returns.copy()
         self.buffer.reset()

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from vcollect.buffers import VectorRingBuffer
-from vcollect.buffers.flat_rows import FlatRows
+from vcollect.buffers.ring import ring_columns
 from vcollect.envs.pass_through import PassThroughVectorEnv
 from vcollect.tianshou.infos import RowInfos
 
@@ -58,5 +58,5 @@ class StepInfoTap(PassThroughVectorEnv):
 
     def on_step(self, env_ids: np.ndarray, infos: Sequence[dict[str, Any]]) -> None:
         """Write each env's info at its step row (the ring's newest row of the env), and count the rows."""
-        self._infos.write(FlatRows(self._ring).last_rows[env_ids], infos)
+        self._infos.write(ring_columns(self._ring).last_rows[env_ids], infos)
         self._rows[env_ids] += 1

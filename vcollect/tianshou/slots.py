@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vcollect.buffers.flat_rows import FlatRows
+from vcollect.buffers.columns import RingColumns
 
 __all__ = ["SlotLayout"]
 
@@ -66,11 +66,11 @@ class SlotLayout:
         self.cursor = last_rows
         self.has_null = False
 
-    def changed(self, rows: FlatRows) -> bool:
+    def changed(self, rows: RingColumns) -> bool:
         """Whether the ring was written since the last sync (by its write counter)."""
         return self.cursor is None or rows.writes != self.writes
 
-    def sync(self, rows: FlatRows, max_rows_written: int | None) -> None:
+    def sync(self, rows: RingColumns, max_rows_written: int | None) -> None:
         """Give the step rows written since the last sync their slots.
 
         Args:
@@ -78,9 +78,9 @@ class SlotLayout:
             max_rows_written: An upper bound on the rows any env wrote since the last sync; None when unknown
                 (the layout is rebuilt from the ring's contents).
         """
-        capacity = rows.ring.capacity
+        capacity = rows.capacity
         self.writes = rows.writes
-        last = rows.last_rows
+        last = rows.last_rows.copy()
         if self.cursor is None or max_rows_written is None or max_rows_written >= capacity - 1:
             self.clear(last, rows.writes)
             self.cursor = rows.next_rows[last]  # every env's oldest row: the walk below covers the whole ring
