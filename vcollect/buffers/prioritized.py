@@ -321,8 +321,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         elif priority == "first" and request.pad in ("none", "end"):
             which, starts, p = self._draw_starts(episodes, request, gen)
         else:
-            which, starts, p = draw_weighted(episodes, self._tree[episodes.all_rows()], request, priority, gen,
-                                              self.capacity)
+            which, starts, p = draw_weighted(episodes, self._tree[episodes.all_rows()], request, priority, gen)
         batch = gather_slices(self._columns, episodes, which, starts, request, stack_num, view)
         rows = batch["indices"]
         self._fresh[rows[rows >= 0]] = True
@@ -336,7 +335,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         every window's weight. The kept draws, in order, are independent draws of valid windows."""
         size, length = request.batch_size, request.length
         counts = window_counts(episodes.lengths, length, request.pad)
-        check_windows(counts, episodes.lengths, request, lambda k: episodes.describe(k, self.capacity))
+        check_windows(counts, episodes.lengths, request, episodes.describe)
         kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         have, drawn, share = 0, 0, 1.0
         for _ in range(_SLICE_ROUNDS):
@@ -355,7 +354,7 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
         if have < size:
             kept.append(draw_weighted(episodes, self._tree[episodes.all_rows()],
                                       SliceRequest(size - have, length, request.pad, "window", request.gamma),
-                                      "first", rng, self.capacity)[:3])
+                                      "first", rng)[:3])
         which, starts, leaf = (np.concatenate(part)[:size] for part in zip(*kept))
         return which, starts, leaf
 

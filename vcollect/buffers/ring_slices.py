@@ -118,7 +118,7 @@ class HeldEpisodes:
         after = discounted_sums(tail, None, np.cumsum(count) - count, count, gamma)
         return returns_to_go(window_rewards, mask, after, gamma)
 
-    def describe(self, k: int, capacity: int) -> str:
+    def describe(self, k: int) -> str:
         """Episode k named for an error message: its env and ring row."""
         return f"env {int(self.env[k])}'s episode from ring row {int(self.start[k])}"
 
@@ -368,7 +368,7 @@ def observation_views(columns: RingColumns, rows: np.ndarray, stack_num: int) ->
 def draw_uniform(episodes: HeldEpisodes, request: SliceRequest, rng: np.random.Generator,
                  ) -> tuple[HeldEpisodes, np.ndarray, np.ndarray]:
     """The episodes held and ``request.batch_size`` windows drawn uniformly (by window or by episode)."""
-    which, starts = draw_windows(episodes.lengths, request, rng, lambda k: episodes.describe(k, episodes.capacity))
+    which, starts = draw_windows(episodes.lengths, request, rng, episodes.describe)
     return episodes, which, starts
 
 
@@ -402,11 +402,11 @@ def window_weights(episodes: HeldEpisodes, leaves: np.ndarray, request: SliceReq
 
 
 def draw_weighted(episodes: HeldEpisodes, leaves: np.ndarray, request: SliceRequest, priority: str,
-                  rng: np.random.Generator, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``request.batch_size`` windows drawn in proportion to their weights (``window_weights``): (episode,
     start, weight) of each."""
     counts = window_counts(episodes.lengths, request.length, request.pad)
-    check_windows(counts, episodes.lengths, request, lambda k: episodes.describe(k, capacity))
+    check_windows(counts, episodes.lengths, request, episodes.describe)
     which, starts, weights = window_weights(episodes, leaves, request, priority)
     cum = np.cumsum(weights)
     if not cum[-1] > 0.0:
