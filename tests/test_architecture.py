@@ -117,22 +117,30 @@ def all_imports() -> tuple[set[str], list[Import]]:
 
 
 RULES = read_rules(MAP.read_text(encoding="utf-8"))
-MODULES, IMPORTS = all_imports()
 
 
-def test_every_module_lies_in_a_room_of_the_map() -> None:
+@pytest.fixture(scope="module")
+def graph() -> tuple[set[str], list[Import]]:
+    """vcollect's modules and every import between them, parsed where a test of this file runs (not where the
+    file is only collected)."""
+    return all_imports()
+
+
+def test_every_module_lies_in_a_room_of_the_map(graph: tuple[set[str], list[Import]]) -> None:
+    modules, _ = graph
     rooms = RULES.rooms()
     assert len(rooms) == len(set(rooms)), "a room is listed on two layers"
-    unmapped = sorted(m for m in MODULES if room_of(m, rooms) is None)
+    unmapped = sorted(m for m in modules if room_of(m, rooms) is None)
     assert not unmapped, f"modules the map does not place (add their room to the ```imports block): {unmapped}"
-    empty = sorted(r for r in rooms if not any(room_of(m, rooms) == r for m in MODULES))
+    empty = sorted(r for r in rooms if not any(room_of(m, rooms) == r for m in modules))
     assert not empty, f"rooms the map names that hold no module: {empty}"
 
 
-def test_imports_point_down_the_layers() -> None:
+def test_imports_point_down_the_layers(graph: tuple[set[str], list[Import]]) -> None:
+    _, imports = graph
     rooms = RULES.rooms()
     upward = []
-    for imp in IMPORTS:
+    for imp in imports:
         a, b = room_of(imp.source, rooms), room_of(imp.target, rooms)
         if a is None or b is None or a == b:
             continue
@@ -141,10 +149,11 @@ def test_imports_point_down_the_layers() -> None:
     assert not upward, "\n".join(upward)
 
 
-def test_the_maps_nevers_and_onlys_hold() -> None:
+def test_the_maps_nevers_and_onlys_hold(graph: tuple[set[str], list[Import]]) -> None:
+    _, imports = graph
     rooms = RULES.rooms()
     broken = []
-    for imp in IMPORTS:
+    for imp in imports:
         a, b = room_of(imp.source, rooms), room_of(imp.target, rooms)
         if a is None or b is None or a == b:
             continue
@@ -202,17 +211,19 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_no_import_cycles_lazy_and_type_only_ones_included() -> None:
+def test_no_import_cycles_lazy_and_type_only_ones_included(graph: tuple[set[str], list[Import]]) -> None:
+    modules, imports = graph
     edges: dict[str, set[str]] = {}
-    for imp in IMPORTS:
-        if imp.target in MODULES and imp.target != imp.source:
+    for imp in imports:
+        if imp.target in modules and imp.target != imp.source:
             edges.setdefault(imp.source, set()).add(imp.target)
     assert cycles(edges) == []
 
 
-def test_no_private_name_crosses_a_module() -> None:
+def test_no_private_name_crosses_a_module(graph: tuple[set[str], list[Import]]) -> None:
+    _, imports = graph
     private = [f"{imp.source}:{imp.line} imports {name} from {imp.target}"
-               for imp in IMPORTS for name in imp.names if name.startswith("_") and not name.startswith("__")]
+               for imp in imports for name in imp.names if name.startswith("_") and not name.startswith("__")]
     assert not private, "\n".join(private)
 
 

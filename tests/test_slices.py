@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numpy.lib.array_utils import byte_bounds
-from scipy import stats
 
 import vcollect
 from vcollect.buffers.prioritized import PrioritizedVectorRingBuffer
@@ -309,6 +308,8 @@ def test_ring_partial_flag_and_returns_to_go() -> None:
 def test_ring_slices_are_uniform_over_windows() -> None:
     """Episodes of 3, 10 and 25 steps: each window (not each episode) equally likely, a chi-square test at a
     fixed seed."""
+    from scipy import stats  # only these tests use it: not imported where the file is only collected
+
     ring = VectorRingBuffer(1, 64, OBS, ACT)
     ring.start_episodes(np.array([0]), np.zeros((1, 2), np.float32))
     for steps in (3, 10, 25):
@@ -328,6 +329,8 @@ def test_ring_slices_are_uniform_over_windows() -> None:
 @pytest.mark.parametrize("priority", ["first", "max"])
 @pytest.mark.parametrize("pad", ["none", "end", "both"])
 def test_prioritized_slices_follow_the_priorities(priority: str, pad: str) -> None:
+    from scipy import stats  # only these tests use it: not imported where the file is only collected
+
     ring = PrioritizedVectorRingBuffer(1, 32, OBS, ACT, alpha=1.0, beta=0.5)
     ring.start_episodes(np.array([0]), np.zeros((1, 2), np.float32))
     for steps in (6, 9):
@@ -643,6 +646,8 @@ def test_dataset_slices_as_views_match_every_window(datasets: dict[str, vcollect
 
 
 def test_dataset_slices_are_uniform_and_by_episode(datasets: dict[str, vcollect.Dataset]) -> None:
+    from scipy import stats  # only these tests use it: not imported where the file is only collected
+
     ds = datasets["plain"]
     counts = Counter(zip(*(ds.sample_slices(40_000, 3, seed=11)[k].tolist() for k in ("episode_ids", "start_indices"))))
     assert len(counts) == sum(max(t - 2, 0) for t in ds.episode_lengths)
