@@ -20,7 +20,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-# Dev install: every extra the test suite exercises; torch pinned by requirements-dev.txt. pip installs uv and
+# Dev install: every extra the test suite exercises; torch and Ray pinned by requirements-dev.txt. pip installs uv and
 # torch (from this machine's disk, where pip's find-links point; uv does not read pip's configuration and would
 # fetch a CUDA build), then uv installs the rest, downloading and unpacking in parallel (about 4x faster than
 # pip on a fresh machine); torch, already installed at the pinned version, satisfies the other requirements.
