@@ -725,3 +725,20 @@ def test_add_steps_gives_spilled_steps_only_to_the_episode_they_belong_to() -> N
     assert ends.env_ids.tolist() == [0] and ends.lengths.tolist() == [1] and ends.spilled == {}
     got = RingWriter(blocked).gather_episodes(ends.env_ids, ends.last_rows, ends.lengths)
     np.testing.assert_array_equal(got[0][0], np.asarray(stepwise.episode(0).observations))
+
+
+def test_unfinished_names_the_envs_whose_episode_has_steps_and_has_not_ended() -> None:
+    ring = VectorRingBuffer(6, 8, observation_space=gs.Box(-1, 1, (2,), np.float32), action_space=gs.Discrete(2))
+    obs = np.zeros((5, 2), np.float32)
+    ring.start_episodes(np.arange(5), obs)  # env 5 never starts
+    one = np.zeros(1, np.float32)
+    step = {"actions": np.zeros(1, np.int64), "rewards": one, "next_obs": np.zeros((1, 2), np.float32)}
+    no, yes = np.zeros(1, bool), np.ones(1, bool)
+    ring.add(np.array([0]), terminations=no, truncations=no, **step)  # running, one step
+    ring.add(np.array([2]), terminations=yes, truncations=no, **step)  # ended by termination
+    ring.add(np.array([3]), terminations=no, truncations=yes, **step)  # ended by truncation
+    ring.add(np.array([4]), terminations=yes, truncations=no, **step)
+    ring.start_episodes(np.array([4]), obs[:1])  # ended, then restarted: no step yet
+    assert ring.unfinished().tolist() == [0]  # env 1: started, no step; env 5: no episode
+    ring.add(np.array([4]), terminations=no, truncations=no, **step)
+    assert ring.unfinished().tolist() == [0, 4]

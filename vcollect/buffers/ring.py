@@ -25,12 +25,12 @@ from vcollect.buffers.checkpoint import CheckpointReader, write_checkpoint
 from vcollect.buffers.columns import RingColumns
 from vcollect.buffers.episodes import EpisodeEnds, EpisodeSlice, SpilledChunk
 from vcollect.buffers.preload import EpisodeSource, check_ring_takes, check_source, preload
-from vcollect.buffers.ring_slices import EpisodeTable, draw_uniform, gather_slices
+from vcollect.buffers.ring_slices import EpisodeTable, gather_slices
 from vcollect.buffers.row_writes import scatter_rows, write_columns, write_extras
 from vcollect.buffers.sampling import gather_transitions, ring_capacity, sample_rows, transitions_at
 from vcollect.errors import BufferNotReadyError, CheckpointMismatchError, CorruptCheckpointError
 from vcollect.held_rows import HeldRows
-from vcollect.slices import Pad, Stacks, check_slice_request, check_stacks, slice_generator
+from vcollect.slices import Pad, Stacks, check_slice_request, check_stacks, draw_windows, slice_generator
 from vcollect.spaces import flatten_batch, space_from_dict, space_to_dict, unflatten_batch
 
 if TYPE_CHECKING:
@@ -625,11 +625,7 @@ class VectorRingBuffer:
         Returns:
             Those env ids, ascending.
         """
-        c, cols = self.capacity, self._columns
-        base = cols.env_ids * c
-        last_step = base + (cols.last_rows - base - 1) % c
-        ended = cols.terminations[last_step] | cols.truncations[last_step]
-        return np.flatnonzero(cols.has_episode & (self.episode_lengths > 0) & ~ended)
+        return np.flatnonzero(self._columns.running() & (self.episode_lengths > 0))
 
     def _keep_whole_episodes(self) -> None:
         """From now on copy aside the rows of an episode longer than its ring before overwriting them
@@ -925,7 +921,8 @@ class VectorRingBuffer:
         """
         request = check_slice_request(batch_size, length, pad, by, gamma)
         view = check_stacks(stacks)
-        episodes, which, starts = draw_uniform(self._episodes.held(), request, slice_generator(rng, seed, self._rng))
+        episodes = self._episodes.held()
+        which, starts = draw_windows(episodes.lengths, request, slice_generator(rng, seed, self._rng), episodes.describe)
         return gather_slices(self._columns, episodes, which, starts, request, stack_num, view)
 
 

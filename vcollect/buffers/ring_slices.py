@@ -31,7 +31,6 @@ from vcollect.slices import (
     Stacks,
     check_windows,
     discounted_sums,
-    draw_windows,
     lowest_start,
     returns_to_go,
     shape_rows,
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EpisodeTable",
     "HeldEpisodes",
-    "draw_uniform",
     "draw_weighted",
     "gather_slices",
     "observation_views",
@@ -363,13 +361,6 @@ def observation_views(columns: RingColumns, rows: np.ndarray, stack_num: int) ->
         obs.append(strided_stacks(gathered, 0, length, stack_num))
         nxt.append(strided_stacks(gathered, 1, length, stack_num))
     return unflatten_batch(columns.observation_space, obs), unflatten_batch(columns.observation_space, nxt)
-
-
-def draw_uniform(episodes: HeldEpisodes, request: SliceRequest, rng: np.random.Generator,
-                 ) -> tuple[HeldEpisodes, np.ndarray, np.ndarray]:
-    """The episodes held and ``request.batch_size`` windows drawn uniformly (by window or by episode)."""
-    which, starts = draw_windows(episodes.lengths, request, rng, episodes.describe)
-    return episodes, which, starts
 
 
 def window_weights(episodes: HeldEpisodes, leaves: np.ndarray, request: SliceRequest, priority: str,
