@@ -243,11 +243,24 @@ def test_async_collector_budget_spent_raises_env_worker_error_saying_so() -> Non
 
 
 def test_async_collector_dead_worker_past_the_budget_raises_and_closes() -> None:
-    envs = SubprocVectorEnv([AlwaysKillingEnv] * 2, num_workers=2, max_restarts=2)
+    # one worker: its deaths come one at a time, each a replacement until the budget is spent (two workers
+    # may die in one wait, which raises once they outnumber the replacements left: the test below)
+    envs = SubprocVectorEnv([AlwaysKillingEnv] * 2, num_workers=1, max_restarts=2)
     with pytest.raises(EnvWorkerError, match=r"died with exit code -9; the vector env has been closed.*max_restarts=2 is "
                        "spent"):
         AsyncCollector(None, envs, seed=0, timeout=30).collect(n_step=1000, random=True, reset_before_collect=True)
     assert envs.restarts.used == 2
+    assert envs.closed
+
+
+def test_workers_dying_in_one_call_beyond_the_replacements_left_raise_at_once() -> None:
+    envs = SubprocVectorEnv([AlwaysKillingEnv] * 2, num_workers=2, max_restarts=1)
+    envs.reset(seeds=[0, 1])
+    envs.step(np.zeros(2, np.int64))
+    with pytest.raises(EnvWorkerError, match=r"died with exit code -9; the vector env has been closed.*max_restarts=1 is "
+                       "spent"):
+        envs.step(np.zeros(2, np.int64))  # both envs kill their workers at their second step
+    assert envs.restarts.used == 0  # two losses, one replacement left: none is made, the vector env closes
     assert envs.closed
 
 

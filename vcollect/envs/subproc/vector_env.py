@@ -89,7 +89,8 @@ class SubprocVectorEnv(BaseVectorEnv):
     listed by ``take_restarts()`` (vcollect.envs.restarts: their rows of the result mean nothing, and they
     must be reset before they step again), and a Collector abandons their episodes and carries on. The
     budget counts replacements over the vector env's life; past it the failure raises EnvWorkerError as
-    with 0, saying the budget is spent. A timeout, a bad observation (ObservationError) or a reward of
+    with 0, saying the budget is spent (workers lost in one call or wait beyond the replacements left
+    raise at once, none of them replaced). A timeout, a bad observation (ObservationError) or a reward of
     the wrong type (EnvOutputError) is not restarted. The async half restarts the same way while
     ``recv``/``recv_reset`` wait: a worker that died with a step or reset in flight, or whose env raised in
     one, is replaced; the steps and resets in flight of its env ids are dropped (never returned), and they
