@@ -9,43 +9,68 @@ from __future__ import annotations
 
 import importlib
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vcollect.async_collector import AsyncCollector
-from vcollect.buffers import MixedSampler, PrioritizedVectorRingBuffer, VectorRingBuffer
-from vcollect.collector import Collector
-from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
-from vcollect.hooks import EpisodeRolloutHookMCReturn
-from vcollect.minari import (
-    DataCollector,
-    EpisodeBuffer,
-    EpisodeMetadataCallback,
-    StepData,
-    StepDataCallback,
-    create_dataset_from_buffers,
-    export_minari,
-    get_normalized_score,
-    import_minari,
-    reference_scores,
-)
-from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy
-from vcollect.remote import download_dataset, list_remote_datasets, load_dataset, upload_dataset
-from vcollect.stats import CollectStats
-from vcollect.store import (
-    Dataset,
-    EpisodeData,
-    EpisodeStore,
-    combine_datasets,
-    create_namespace,
-    delete_dataset,
-    delete_namespace,
-    get_namespace_metadata,
-    list_datasets,
-    list_local_datasets,
-    list_local_namespaces,
-    split_dataset,
-    update_namespace_metadata,
-)
+if TYPE_CHECKING:
+    from vcollect.async_collector import AsyncCollector
+    from vcollect.buffers import MixedSampler, PrioritizedVectorRingBuffer, VectorRingBuffer
+    from vcollect.collector import Collector
+    from vcollect.envs import DummyVectorEnv, SubprocVectorEnv, VectorEnv, make_vector
+    from vcollect.hooks import EpisodeRolloutHookMCReturn
+    from vcollect.minari import (
+        DataCollector,
+        EpisodeBuffer,
+        EpisodeMetadataCallback,
+        StepData,
+        StepDataCallback,
+        create_dataset_from_buffers,
+        export_minari,
+        get_normalized_score,
+        import_minari,
+        reference_scores,
+    )
+    from vcollect.policies import EpsilonGreedy, Policy, RandomPolicy, TorchPolicy
+    from vcollect.remote import download_dataset, list_remote_datasets, load_dataset, upload_dataset
+    from vcollect.stats import CollectStats
+    from vcollect.store import (
+        Dataset,
+        EpisodeData,
+        EpisodeStore,
+        combine_datasets,
+        create_namespace,
+        delete_dataset,
+        delete_namespace,
+        get_namespace_metadata,
+        list_datasets,
+        list_local_datasets,
+        list_local_namespaces,
+        split_dataset,
+        update_namespace_metadata,
+    )
+
+#: The module each public name is defined in, imported on the name's first use: ``import vcollect``
+#: alone loads no collector, store or env code, so a command, worker process or script that needs one
+#: part starts without paying for the others (``TorchPolicy`` alone loads torch).
+_HOMES = {
+    "vcollect.async_collector": ("AsyncCollector",),
+    "vcollect.buffers": ("MixedSampler", "PrioritizedVectorRingBuffer", "VectorRingBuffer"),
+    "vcollect.collector": ("Collector",),
+    "vcollect.envs": ("DummyVectorEnv", "SubprocVectorEnv", "VectorEnv", "make_vector"),
+    "vcollect.hooks": ("EpisodeRolloutHookMCReturn",),
+    "vcollect.minari": (
+        "DataCollector", "EpisodeBuffer", "EpisodeMetadataCallback", "StepData", "StepDataCallback",
+        "create_dataset_from_buffers", "export_minari", "get_normalized_score", "import_minari", "reference_scores",
+    ),
+    "vcollect.policies": ("EpsilonGreedy", "Policy", "RandomPolicy", "TorchPolicy"),
+    "vcollect.remote": ("download_dataset", "list_remote_datasets", "load_dataset", "upload_dataset"),
+    "vcollect.stats": ("CollectStats",),
+    "vcollect.store": (
+        "Dataset", "EpisodeData", "EpisodeStore", "combine_datasets", "create_namespace", "delete_dataset",
+        "delete_namespace", "get_namespace_metadata", "list_datasets", "list_local_datasets", "list_local_namespaces",
+        "split_dataset", "update_namespace_metadata",
+    ),
+}
+_PUBLIC = {name: module for module, names in _HOMES.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -134,21 +159,22 @@ _MOVED = {
 
 
 def __getattr__(name: str) -> Any:
-    """Load ``TorchPolicy`` (and torch) on first use; serve the names moved out of the top level with a warning.
+    """Import a public name's module on first use; serve the names moved out of the top level with a warning.
 
     Args:
         name: The attribute asked for.
 
     Returns:
-        ``TorchPolicy``, or the object a moved name refers to.
+        The object ``name`` refers to (``TorchPolicy`` loads torch).
 
     Raises:
-        AttributeError: ``name`` is neither of these.
+        AttributeError: ``name`` is not a name of this package.
     """
-    if name == "TorchPolicy":
-        from vcollect.policies import TorchPolicy
-
-        return TorchPolicy
+    home = _PUBLIC.get(name)
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # found in the module's namespace from now on, without this call
+        return value
     module = _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module 'vcollect' has no attribute {name!r}")
