@@ -7,6 +7,8 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -99,6 +101,27 @@ def test_unknown_top_level_name_is_an_attribute_error() -> None:
         warnings.simplefilter("error")
         with pytest.raises(AttributeError, match="no attribute 'NoSuchThing'"):
             vcollect.NoSuchThing  # noqa: B018
+
+
+def test_import_vcollect_loads_a_names_module_on_its_first_use() -> None:
+    """`import vcollect` alone imports none of its parts (nor gymnasium, numpy or h5py); a name loads its own
+    module and what that needs, and `from vcollect import *` gives every name of __all__."""
+    script = (
+        "import sys\n"
+        "import vcollect\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('vcollect.') or m in ('gymnasium', 'numpy', 'h5py'))\n"
+        "assert loaded == [], loaded\n"
+        "vcollect.RandomPolicy\n"
+        "assert 'vcollect.policies' in sys.modules and 'vcollect.collector' not in sys.modules\n"
+        "assert 'vcollect.store' not in sys.modules and 'torch' not in sys.modules\n"
+        "namespace = {}\n"
+        "exec('from vcollect import *', namespace)\n"
+        "assert sorted(set(namespace) - {'__builtins__'}) == vcollect.__all__\n"
+        "assert namespace['Collector'] is sys.modules['vcollect.collector'].Collector\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
 
 
 def error_table() -> dict[str, list[str]]:
