@@ -139,6 +139,8 @@ def test_bc_pong_without_the_atari_extra_says_so_in_one_line(tmp_path: Path) -> 
     if "torch extra" in run.stderr:
         pytest.skip("torch is not installed here: the example stops at torch first")
     assert one_line_naming(run, "atari"), (run.returncode, run.stdout, run.stderr)
+
+
 @pytest.mark.slow
 def test_decision_transformer_asked_for_a_high_return_beats_the_behaviour_data(tmp_path: Path) -> None:
     """Trained on slices of a mixed-quality CartPole dataset (returns ~10 to 500, mean ~135), a Decision
