@@ -1,5 +1,5 @@
 """Run a Python command line (``-c CODE ...``, ``-m MODULE ...`` or ``SCRIPT ...``) in a real child process
-forked from multiprocessing's forkserver, whose server has imported vcollect, gymnasium and h5py once: a child
+forked from multiprocessing's forkserver, whose server has imported vcollect's parts, gymnasium and h5py once: a child
 starts in milliseconds instead of paying the imports again, and is killed, reaped and given its exit code
 like any other process (``Process.kill`` sends SIGKILL).
 
@@ -21,7 +21,13 @@ from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
 
-PRELOAD = ["vcollect", "vcollect.cli", "gymnasium", "h5py", __name__]
+# `import vcollect` alone loads none of its parts (each name's module is imported on first use): the server
+# imports the modules of the top level's names and the command line, which the children use
+PRELOAD = [
+    "vcollect.async_collector", "vcollect.buffers", "vcollect.collector", "vcollect.envs", "vcollect.hooks",
+    "vcollect.minari", "vcollect.policies", "vcollect.remote", "vcollect.stats", "vcollect.store", "vcollect.cli",
+    "gymnasium", "h5py", __name__,
+]
 
 
 def context() -> ForkServerContext:
