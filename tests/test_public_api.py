@@ -105,7 +105,8 @@ def test_unknown_top_level_name_is_an_attribute_error() -> None:
 
 def test_import_vcollect_loads_a_names_module_on_its_first_use() -> None:
     """`import vcollect` alone imports none of its parts (nor gymnasium, numpy or h5py); a name loads its own
-    module and what that needs, and `from vcollect import *` gives every name of __all__."""
+    module and what that needs, a subpackage (`vcollect.errors`) imports on first use as before, and
+    `from vcollect import *` gives every name of __all__."""
     script = (
         "import sys\n"
         "import vcollect\n"
@@ -118,6 +119,8 @@ def test_import_vcollect_loads_a_names_module_on_its_first_use() -> None:
         "exec('from vcollect import *', namespace)\n"
         "assert sorted(set(namespace) - {'__builtins__'}) == vcollect.__all__\n"
         "assert namespace['Collector'] is sys.modules['vcollect.collector'].Collector\n"
+        "assert vcollect.errors.ObservationError and vcollect.envs.subproc.SubprocVectorEnv  # subpackages too\n"
+        "assert not hasattr(vcollect, 'no_such_module') and not hasattr(vcollect, '__main__')\n"
         "print('ok')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)

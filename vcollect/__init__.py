@@ -8,6 +8,7 @@ dataset spec and the rest of the store's API in :mod:`vcollect.store`.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -159,13 +160,14 @@ _MOVED = {
 
 
 def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use; serve the names moved out of the top level with a warning.
+    """Import a public name's module, or a subpackage (``vcollect.store``), on first use; serve the names moved
+    out of the top level with a warning.
 
     Args:
         name: The attribute asked for.
 
     Returns:
-        The object ``name`` refers to (``TorchPolicy`` loads torch).
+        The object ``name`` refers to (``TorchPolicy`` loads torch), or the submodule ``vcollect.<name>``.
 
     Raises:
         AttributeError: ``name`` is not a name of this package.
@@ -175,6 +177,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(home), name)
         globals()[name] = value  # found in the module's namespace from now on, without this call
         return value
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")  # importing binds it here as an attribute
     module = _MOVED.get(name)
     if module is None:
         raise AttributeError(f"module 'vcollect' has no attribute {name!r}")
