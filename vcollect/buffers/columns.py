@@ -11,6 +11,7 @@ observation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -20,6 +21,20 @@ from vcollect.buffers.row_writes import row_items, scatter_rows
 from vcollect.spaces import allocate, flatten_batch, leaves, unflatten_batch
 
 __all__ = ["RingColumns"]
+
+
+def gather(space: gym.Space, columns: Sequence[np.ndarray], rows: np.ndarray) -> Any:
+    """The values of ``space`` at flat ``rows`` of its leaf ``columns``, batched as the space nests them.
+
+    Args:
+        space: The space the columns hold (one column per leaf, in ``leaves`` order).
+        columns: Its flat columns.
+        rows: Flat rows (any shape of index array).
+
+    Returns:
+        Fresh arrays (or a dict/tuple of them), ``rows.shape`` leading.
+    """
+    return unflatten_batch(space, [column.take(rows, axis=0) for column in columns])
 
 
 class RingColumns:
@@ -123,7 +138,7 @@ class RingColumns:
         Returns:
             Fresh arrays (or a dict/tuple of them), ``rows.shape`` leading.
         """
-        return unflatten_batch(self.observation_space, [a.take(rows, axis=0) for a in self.obs])
+        return gather(self.observation_space, self.obs, rows)
 
     def actions(self, rows: np.ndarray) -> Any:
         """The actions at flat ``rows``, batched as the action space nests them.
@@ -134,7 +149,7 @@ class RingColumns:
         Returns:
             Fresh arrays (or a dict/tuple of them), ``rows.shape`` leading.
         """
-        return unflatten_batch(self.action_space, [a.take(rows, axis=0) for a in self.act])
+        return gather(self.action_space, self.act, rows)
 
     def write_observations(self, rows: np.ndarray, obs_batch: Any) -> None:
         """Put a batch of observations at flat ``rows``, nothing else changed (the ring's writes call this; on
