@@ -6,6 +6,9 @@ worker's next test file asks for none (the files that ask for it run one after a
 rest. Under pytest-xdist (`make test` runs `pytest -n auto --dist loadfile`) each test file runs whole on
 one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once, and the files
 that use Ray all run on one worker (``pytest_xdist_make_scheduler``), so the whole run starts one Ray.
+
+`default_datasets_roots` (every test): the default datasets roots point into this session's temporary
+folders, so no test writes into the user's own.
 """
 
 from __future__ import annotations
@@ -194,6 +197,18 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     if nextitem is None or file_of(nextitem) not in RAY_FILES:
         LOCAL_RAY.down()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def default_datasets_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The default datasets roots of every test and of every process it starts (``$VCOLLECT_DATASETS_PATH``,
+    ``$MINARI_DATASETS_PATH``): folders of this session's, so a test that names no root writes there, never
+    into the user's own (~/.vcollect/datasets, ~/.minari/datasets). A test may still set either itself."""
+    roots = tmp_path_factory.mktemp("default-roots")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("VCOLLECT_DATASETS_PATH", str(roots / "vcollect"))
+        patch.setenv("MINARI_DATASETS_PATH", str(roots / "minari"))
+        yield roots
 
 
 @pytest.fixture

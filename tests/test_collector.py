@@ -630,10 +630,10 @@ def test_record_infos_refuses_a_step_only_key_as_data_collector_does(tmp_path) -
     with collector, pytest.raises(InfoStructureError, match="'action' is new at step 1"):
         collector.collect(n_episode=1, random=True, reset_before_collect=True)
     assert store.episodes == []
-    recorder = DataCollector(StepOnlyKey(3), record_infos=True)
-    recorder.reset(seed=0)
-    with pytest.raises(InfoStructureError, match="'action'"):
-        recorder.step(0)
+    with DataCollector(StepOnlyKey(3), record_infos=True, root=tmp_path) as recorder:
+        recorder.reset(seed=0)
+        with pytest.raises(InfoStructureError, match="'action'"):
+            recorder.step(0)
 
 
 def test_record_infos_is_refused_for_backends_that_reset_by_themselves() -> None:

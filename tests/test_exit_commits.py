@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vcollect import Collector, EpisodeStore, load_dataset, make_vector
+from vcollect import Collector, EpisodeStore, list_datasets, load_dataset, make_vector
 from vcollect.errors import EpisodesLostWarning
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +69,27 @@ for e in range(7):
                         np.zeros(n, bool), seed=e, env_id=0)
     steps += n
 print(7, steps, flush=True)
+""",
+    # two DataCollectors never closed: one with finished episodes (kept in its staging dataset, said) and a
+    # running one, one with only a running episode (its empty staging dataset deleted)
+    "recorder": """
+import gymnasium as gym
+from vcollect import DataCollector
+kept = DataCollector(gym.make("CartPole-v1"), root=root + "/kept", seed=0)
+kept.action_space.seed(0)
+episodes = steps = 0
+kept.reset()
+while episodes < 3:
+    _, _, terminated, truncated, _ = kept.step(kept.action_space.sample())
+    steps += 1
+    if terminated or truncated:
+        episodes += 1
+        kept.reset()
+kept.step(0)
+empty = DataCollector(gym.make("CartPole-v1"), root=root + "/empty", seed=1)
+empty.reset()
+empty.step(0)
+print(episodes, steps, flush=True)
 """,
     # the dataset is deleted under a store that is never closed: nothing can be committed, and it is said
     "lost": """
@@ -137,6 +158,18 @@ def write(store: EpisodeStore, episodes: int, length: int = 4) -> None:
     for e in range(episodes):
         store.write_episode(np.zeros((length + 1, 3), np.float32), np.zeros(length, np.int64), np.ones(length),
                             np.eye(length, dtype=bool)[-1], np.zeros(length, bool), seed=e, env_id=0)
+
+
+def test_a_data_collector_never_closed_keeps_its_episodes_and_leaves_no_empty_staging(
+    runs: dict[str, tuple[Path, list[int], str]],
+) -> None:
+    root, (episodes, steps), stderr = runs["recorder"]
+    (staging,) = list_datasets(root / "kept")
+    data = load_dataset(staging, root=root / "kept")
+    assert (data.total_episodes, data.total_steps) == (episodes, steps) == (3, steps) and steps > 3
+    assert "alive at interpreter exit with 3 recorded episodes" in stderr and staging in stderr, stderr
+    assert "EpisodesLostWarning" not in stderr, stderr
+    assert list_datasets(root / "empty") == {}
 
 
 def test_a_store_dropped_mid_program_commits(tmp_path: Path) -> None:

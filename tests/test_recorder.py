@@ -311,6 +311,34 @@ def test_close_keeps_unsaved_episodes_and_drops_empty_staging(tmp_path: Path) ->
     assert list_datasets(tmp_path / "e") == {}
 
 
+def test_a_data_collector_dropped_without_close_keeps_its_episodes_and_leaves_no_empty_staging(
+    tmp_path: Path,
+) -> None:
+    """Garbage-collected without close(): as close() does, the finished episodes stay in the staging dataset
+    (said by a warning naming it) and a staging dataset holding none is deleted, so `list` shows no litter."""
+    import gc
+    import weakref
+
+    kept = DataCollector(CountingEnv(episode_length=2), root=tmp_path / "kept")
+    run_random(kept, 3)
+    kept.reset()
+    kept.step(0)  # unfinished: dropped, as close() drops it
+    staging, ref = kept.staging_id, weakref.ref(kept)
+    with pytest.warns(UserWarning, match="garbage-collected without close.. with 3 recorded episodes .*kept in dataset"):
+        del kept
+        gc.collect()
+    assert ref() is None and staging is not None
+    assert list(list_datasets(tmp_path / "kept")) == [staging]
+    assert load_dataset(staging, tmp_path / "kept").total_episodes == 3
+    empty = DataCollector(CountingEnv(episode_length=2), root=tmp_path / "empty")
+    empty.reset()
+    empty.step(0)
+    assert empty.staging_id in list_datasets(tmp_path / "empty")
+    del empty
+    gc.collect()
+    assert list_datasets(tmp_path / "empty") == {}
+
+
 def test_ref_scores_and_eval_env_like_minari(tmp_path: Path) -> None:
     env = DataCollector(gym.make("CartPole-v1"), root=tmp_path)
     run_random(env, 1)

@@ -10,7 +10,8 @@ Behaves like ``minari.DataCollector`` (autoseeded resets, an unfinished episode 
   ``_staging/<env id>-<UTC time>-p<pid>-<random>-v0`` under the collector's root
   (``DataCollector.staging_id``); after a crash, ``load_dataset`` it (``list_datasets()`` lists it).
   ``create_dataset`` renames it to the final id (no copy); ``close()`` deletes it when empty and
-  otherwise keeps it with a warning (Minari deletes everything on close).
+  otherwise keeps it with a warning (Minari deletes everything on close). A collector nobody closes
+  does the same at interpreter exit or when garbage-collected (vcollect.exit_commits), its env left open.
 * Keys a StepDataCallback adds are stored under ``extras/`` and read back (Minari drops them).
 * The per-step path only appends to Python lists; arrays are built once per episode, and the
   default callback is not even called (its result would be the step's own values).
@@ -39,6 +40,7 @@ from vcollect.errors import (
     InfoStructureError,
     SpaceMismatchError,
 )
+from vcollect.exit_commits import ExitStage, register_exit_close
 from vcollect.infos import InfoPath, flatten_info, info_name, nest_info, stack_rows
 from vcollect.minari.callbacks import (
     STEP_DATA_KEYS,
@@ -185,6 +187,8 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         self._episodes_recorded = 0
         self._since_flush = 0
         self._closed = False
+        self._made_in = os.getpid()
+        register_exit_close(self, ExitStage.COLLECTOR)  # its staging dataset settled if never closed
 
     # ------------------------------------------------------------------ properties
 
@@ -312,25 +316,49 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         """
         if self._closed:
             return
-        self._closed = True
-        self._episode = None
         try:
-            if self._store is not None:
-                store, staging_id = self._store, self._staging_id
-                self._store = None
-                store.close()
-                if store.committed_episodes == 0:
-                    delete_dataset(store.dataset_id, self._root)
-                else:
-                    warnings.warn(
-                        f"DataCollector closed with {store.committed_episodes} recorded episodes not saved by "
-                        f"create_dataset/add_to_dataset; they are kept in dataset {staging_id!r} under "
-                        f"{str(self._root)!r} (load_dataset or delete_dataset it)",
-                        UserWarning,
-                        stacklevel=2,
-                    )
+            self._settle_staging("closed")
         finally:
             super().close()
+
+    def close_unclosed(self, why: str) -> None:
+        """Settle the staging dataset of a collector nobody closed, as :meth:`close` does, leaving its env open.
+
+        Runs at interpreter exit for a collector still open then, and when an open one is garbage-collected
+        (vcollect.exit_commits), so a script that never closes its DataCollector leaves no empty staging
+        dataset behind. A collector made in another process (a forked child's copy) is left alone.
+
+        Args:
+            why: How the collector was left, for the warning naming the episodes kept.
+        """
+        if self._closed or os.getpid() != self._made_in:
+            return
+        self._settle_staging(why)
+
+    def __del__(self) -> None:
+        if getattr(self, "_made_in", None) is not None and not self._closed:  # _made_in: set when __init__ finished
+            self.close_unclosed("garbage-collected without close()")
+
+    def _settle_staging(self, how: str) -> None:
+        """Mark closed, drop the running episode, commit and close the staging store; delete it when it holds
+        no episode, else keep it with a warning naming it and saying ``how`` the collector ended."""
+        self._closed = True
+        self._episode = None
+        if self._store is None:
+            return
+        store, staging_id = self._store, self._staging_id
+        self._store = None
+        store.close()
+        if store.committed_episodes == 0:
+            delete_dataset(store.dataset_id, self._root)
+        else:
+            warnings.warn(
+                f"DataCollector {how} with {store.committed_episodes} recorded episodes not saved by "
+                f"create_dataset/add_to_dataset; they are kept in dataset {staging_id!r} under "
+                f"{str(self._root)!r} (load_dataset or delete_dataset it)",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def flush(self) -> None:
         """Commit the finished episodes recorded so far to the staging dataset now."""
