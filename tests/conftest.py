@@ -7,8 +7,8 @@ rest. Under pytest-xdist (`make test` runs `pytest -n auto --dist loadfile`) eac
 one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once, and the files
 that use Ray all run on one worker (``pytest_xdist_make_scheduler``), so the whole run starts one Ray.
 
-`default_datasets_roots` (every test): the default datasets roots point into this session's temporary
-folders, so no test writes into the user's own.
+`default_datasets_roots` and `ray_temp_dir` (every test): the default datasets roots and Ray's temporary
+folder point into this session's own folders, so no test writes into the user's roots or /tmp/ray.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,6 +211,21 @@ def default_datasets_roots(tmp_path_factory: pytest.TempPathFactory) -> Iterator
         patch.setenv("VCOLLECT_DATASETS_PATH", str(roots / "vcollect"))
         patch.setenv("MINARI_DATASETS_PATH", str(roots / "minari"))
         yield roots
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_temp_dir() -> Iterator[Path]:
+    """Where every Ray the tests start keeps its sessions (``$RAY_TMPDIR``: the session's local Ray, the docs'
+    blocks', the multi-node test's cluster): a folder of this test session's, removed at its end, so the
+    runs leave no session folders in /tmp/ray (a few MB each) and no `session_latest` that a plain
+    ``ray.init(address="auto")`` elsewhere on the machine would find. A short path: Ray's socket paths under
+    it must stay within the 107 characters a Unix socket's path may have."""
+    folder = Path(tempfile.mkdtemp(prefix="vcollect-ray-"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_TMPDIR", str(folder))
+        yield folder
+    LOCAL_RAY.down()  # if the session's Ray still runs (the last test used it), before its folder goes
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
