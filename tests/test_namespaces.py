@@ -127,6 +127,22 @@ def test_folders_with_datasets_are_namespaces_and_namespaces_are_no_datasets(
         < out.index("a/b/data-v0")
 
 
+def test_listing_namespaces_leaves_no_directory_open(root: Path) -> None:
+    """Each folder's listing is closed when the walk has seen what it needs (a scandir left to the garbage
+    collector holds a file descriptor meanwhile, and says so with a ResourceWarning)."""
+    import gc
+    import warnings
+
+    for i in range(3):
+        make_dataset(root, f"ns{i}/data-v0", [2])
+        make_dataset(root, f"ns{i}/more-v0", [2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        assert list_local_namespaces(root) == ["ns0", "ns1", "ns2"]
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
 def test_same_layout_as_minari(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Namespaces made by vcollect read with minari's functions on the same folder, and the other way round."""
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))

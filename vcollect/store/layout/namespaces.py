@@ -108,8 +108,8 @@ def _walk(root: Path) -> Iterator[tuple[str, bool, bool]]:
                 continue
             has_file = (path / NAMESPACE_METADATA_FILE).is_file()
             holds_dataset = False
-            with contextlib.suppress(OSError):
-                holds_dataset = any(_is_dataset_dir(Path(e.path)) for e in os.scandir(path) if e.is_dir())
+            with contextlib.suppress(OSError), os.scandir(path) as children:  # closed when any() stops early
+                holds_dataset = any(_is_dataset_dir(Path(e.path)) for e in children if e.is_dir())
             yield path.relative_to(root).as_posix(), has_file, holds_dataset
             stack.append(path)
 
