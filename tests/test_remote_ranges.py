@@ -4,6 +4,7 @@ whole-shard fetch where a remote holds no (matching) block list."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -275,3 +276,72 @@ def test_a_shard_evicted_while_its_background_fetch_is_under_way_keeps_nothing_o
     rows_a = np.arange(0, 150)
     same(streamed.steps_at(rows_a, cache_bytes=0), local.steps_at(rows_a, cache_bytes=0))
     assert shard_a.held_bytes > a_when_evicted
+
+
+def open_files_under(folder: Path) -> int:
+    """This process's open file descriptors on files under ``folder``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(folder))
+    return count
+
+
+def test_more_shards_than_the_open_file_bound_read_whole_and_keep_their_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each shard read block by block holds its file open; past the cache's bound the least recently opened
+    let go of theirs (not of their blocks), so the files open stay bounded however many shards a read
+    touches, and reading them again fetches nothing."""
+    url, local = uploaded(tmp_path, monkeypatch, "none", [6] * 24, per_shard=1)
+    streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False, max_open_files=4)
+    cache = hook(streamed)
+    cache.max_open_ranged = 3
+    opened = []
+    for mine, theirs in zip(streamed.iterate_episodes(), local.iterate_episodes(), strict=True):
+        np.testing.assert_array_equal(mine.observations, theirs.observations)
+        np.testing.assert_array_equal(mine.actions, theirs.actions)
+        opened.append(open_files_under(tmp_path / "cache"))
+    assert cache.open_ranged() <= 3 and len(cache.lines) == 24
+    # 3 RangedShards, the reader's 4 maps (each its own descriptor) and the RangedShards those still hold
+    assert max(opened) <= 3 + 2 * 4, opened
+    fetched = cache.fetched_bytes
+    assert fetched == sum(line.size for line in cache.lines.values())  # each shard's blocks once
+    for mine, theirs in zip(streamed.iterate_episodes(), local.iterate_episodes(), strict=True):
+        np.testing.assert_array_equal(mine.observations, theirs.observations)
+    assert cache.fetched_bytes == fetched  # the blocks of the shards that let go of their files stayed
+
+
+RLIMIT_READER = """
+import resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, hard))
+import vcollect
+data = vcollect.load_dataset(sys.argv[1], prefetch=False)
+print(sum(1 for _ in data.iterate_episodes()), data.sample_steps(64)["actions"].shape[0], flush=True)
+"""
+
+
+def test_a_read_in_place_of_more_shards_than_file_descriptors_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process allowed 128 open files reads a dataset of 160 shards in place, every episode (each shard
+    held its file open for the process's life before: "Too many open files", reported as a corrupt shard)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("VCOLLECT_CACHE", str(tmp_path / "cache"))
+    store = EpisodeStore.create(ID, spaces.Box(-1, 1, (3,), np.float32), ACTIONS, root=tmp_path / "a")
+    for i in range(160):
+        store.write_episode(np.zeros((3, 3), np.float32), np.zeros(2, np.int64), np.ones(2), np.array([False, True]),
+                            np.zeros(2, bool), seed=i, env_id=0)
+        store.flush()
+    store.close()
+    url = remote_url("file", None, None, tmp_path)
+    vcollect.upload_dataset(ID, url, root=tmp_path / "a")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", RLIMIT_READER, f"{url}/{ID}"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["160", "64"]

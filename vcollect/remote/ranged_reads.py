@@ -23,7 +23,7 @@ import numpy as np
 from vcollect.errors import RemoteIntegrityError
 from vcollect.remote.blocks import BlockHashes
 
-__all__ = ["RangedShard"]
+__all__ = ["RangedShard", "present_bytes"]
 
 #: Most blocks asked for in one ranged request (a long read is split into requests of this many).
 _RUN_BLOCKS = 64
@@ -35,6 +35,12 @@ _GAP_BLOCKS = 4
 Fetch = Callable[[list[int], list[int], bool], list[bytes]]
 
 
+def present_bytes(blocks: BlockHashes, present: np.ndarray) -> int:
+    """The bytes of the blocks marked in ``present`` (the last block of a file may be shorter)."""
+    starts = np.flatnonzero(present) * blocks.block_bytes
+    return int(np.minimum(blocks.block_bytes, blocks.size - starts).sum())
+
+
 class RangedShard:
     """A placeholder shard file filled block by block from its remote object (see the module's docstring).
 
@@ -44,22 +50,39 @@ class RangedShard:
         fetch: Fetches ranges of the remote object.
         what: The shard as error messages name it.
         on_fetched: Called with the bytes each batch of blocks added (the cache's accounting).
+        present: The blocks already in the file and checked (a :meth:`snapshot` of an earlier RangedShard of
+            the same file); default none.
     """
 
     def __init__(self, path: Path, blocks: BlockHashes, fetch: Fetch, what: str,
-                 on_fetched: Callable[[int], None] | None = None) -> None:
+                 on_fetched: Callable[[int], None] | None = None, present: np.ndarray | None = None) -> None:
         self.path = path
         self.blocks = blocks
         self.what = what
         self._fetch = fetch
         self._on_fetched = on_fetched
-        self._file = open(path, "r+b", buffering=0)  # noqa: SIM115 - held for this object's life
-        self._have = np.zeros(blocks.num_blocks, dtype=bool)
-        self._complete = blocks.num_blocks == 0
+        self._file = open(path, "r+b", buffering=0)  # noqa: SIM115 - held for this object's life (closed by __del__)
+        stat = os.fstat(self._file.fileno())
+        #: The file this object reads and writes, as (device, inode): a placeholder put back is another file.
+        self.file_id = (stat.st_dev, stat.st_ino)
+        self._have = np.zeros(blocks.num_blocks, dtype=bool) if present is None else present.astype(bool, copy=True)
+        self._complete = bool(self._have.all())
         self._lock = threading.Lock()
         self._retired = False
         #: Bytes of blocks fetched and checked so far.
-        self.held_bytes = 0
+        self.held_bytes = present_bytes(blocks, self._have)
+
+    def __del__(self) -> None:
+        file = getattr(self, "_file", None)
+        if file is not None:
+            file.close()
+
+    def snapshot(self) -> tuple[np.ndarray, int]:
+        """Which blocks are in the file and checked now (a copy), and their bytes, for a later RangedShard of the
+        same file. (Takes no lock, as :meth:`retire`: a block is marked only once it is written, so a block the
+        copy has is in the file; one written meanwhile may be missing from it, and is fetched again if read.)"""
+        present = self._have.copy()
+        return present, present_bytes(self.blocks, present)
 
     @property
     def complete(self) -> bool:

@@ -11,7 +11,9 @@ holding them, not their shards. Otherwise the shard is fetched whole, checked ag
 size and SHA-256, kept in a content-addressed ``blobs/`` folder shared by every session and linked over
 its placeholder. When the bytes this session fetched pass ``cache_bytes``, the least recently opened
 shards are dropped and their placeholders put back (a file the reader still holds open stays readable
-until it closes it). A shard read block by block that is dropped gives up its background fill at once: a
+until it closes it). A shard read block by block holds its file open; beyond ``default_max_open_files()``
+of them (a share of the process's file-descriptor limit) the least recently opened ones let go of their
+files but keep their blocks, which the next read of that shard takes up again. A shard read block by block that is dropped gives up its background fill at once: a
 range the fill has under way is not written, so nothing the cache no longer counts is fetched for it unless a
 read that still holds the file open asks for it.
 
@@ -37,8 +39,11 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from vcollect.remote.blocks import BLOCK_BYTES, BLOCKS_DIR, BlockHashes, blocks_name
 from vcollect.remote.layout import ManifestLine, RemoteManifest, check_remote_id, dataset_json
@@ -49,10 +54,10 @@ from vcollect.store.layout.dataset_info import DATASET_FILE, SHARDS_DIR, check_d
 from vcollect.store.layout.episode_metadata import EPISODE_METADATA_FILE
 from vcollect.store.layout.manifest import MANIFEST_DIR, read_manifest
 from vcollect.store.layout.staging import process_alive
-from vcollect.store.read.reader import Dataset, open_dataset_at
+from vcollect.store.read.reader import Dataset, default_max_open_files, open_dataset_at
 from vcollect.store.read.shards.shard_census import line_stands_in
 
-__all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ShardCache", "cache_root", "open_in_place", "split_dataset_url"]
+__all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ClosedShard", "ShardCache", "cache_root", "open_in_place", "split_dataset_url"]
 
 #: Environment variable naming the cache folder of datasets read in place.
 CACHE_ENV = "VCOLLECT_CACHE"
@@ -96,6 +101,17 @@ def _placeholder(path: Path, size: int, mtime_ns: int | None) -> None:
     os.replace(tmp, path)
 
 
+@dataclass(frozen=True)
+class ClosedShard:
+    """A shard read block by block whose RangedShard let go of its file (over the open-file bound): the blocks
+    already in its placeholder and checked, taken up by the next RangedShard of the same file."""
+
+    blocks: BlockHashes
+    present: np.ndarray
+    held_bytes: int
+    file_id: tuple[int, int]
+
+
 class ShardCache:
     """The opening hook of a dataset read in place: fetches a shard when the reader first opens it, and keeps
     at most ``capacity_bytes`` of this session's fetched shards (least recently opened removed first).
@@ -127,8 +143,11 @@ class ShardCache:
     def _setup(self) -> None:
         self._remote: Remote | None = None
         self._lock = threading.RLock()
-        # shard -> its size when fetched whole, or its RangedShard when read block by block; LRU first
-        self._held: OrderedDict[str, int | RangedShard] = OrderedDict()
+        # shard -> its size when fetched whole, its RangedShard when read block by block, or its ClosedShard
+        # when that let go of its file; least recently opened first
+        self._held: OrderedDict[str, int | RangedShard | ClosedShard] = OrderedDict()
+        #: The most RangedShards (each holding its file open) kept at once.
+        self.max_open_ranged = default_max_open_files()
         self.fetched_bytes = 0
         self._filler: threading.Thread | None = None
         self._reads = threading.Condition()  # reads fetching now (_reading), for the background fill to wait on
@@ -162,6 +181,10 @@ class ShardCache:
         """Bytes of fetched shards (whole, or the blocks read of them) this session keeps now."""
         return sum(held if isinstance(held, int) else held.held_bytes for held in self._held.values())
 
+    def open_ranged(self) -> int:
+        """How many of the shards kept are read block by block through a RangedShard holding its file open."""
+        return sum(isinstance(held, RangedShard) for held in self._held.values())
+
     def __call__(self, path: Path) -> RangedShard | None:
         """Get the shard file at ``path`` ready to read: None when it holds its bytes (fetched whole and
         checked when it did not yet), or the RangedShard to read it through block by block."""
@@ -170,6 +193,9 @@ class ShardCache:
             return None
         with self._lock:
             held = self._held.get(path.name)
+            if isinstance(held, ClosedShard):
+                self._held.move_to_end(path.name)
+                return self._ranged(path.name, held.blocks, held)
             if held is not None:
                 self._held.move_to_end(path.name)
                 return None if isinstance(held, int) else held
@@ -194,14 +220,33 @@ class ShardCache:
             self._evict(keep=path.name)
             return None
 
-    def _ranged(self, name: str, blocks: BlockHashes) -> RangedShard:
-        """The RangedShard of shard ``name``, made and held (under the lock)."""
+    def _ranged(self, name: str, blocks: BlockHashes, closed: ClosedShard | None = None) -> RangedShard:
+        """The RangedShard of shard ``name``, made and held (under the lock), taking up the blocks of ``closed``
+        where its placeholder is still the same file; then at most ``max_open_ranged`` of them stay open."""
         line = self.lines[name]
-        ranged = RangedShard(self.folder / SHARDS_DIR / name, blocks, self._fetcher(line),
-                             f"shard {line.shard} of {self.dataset_id!r}",
-                             on_fetched=functools.partial(self._fetched, name))
+        path = self.folder / SHARDS_DIR / name
+        what, on_fetched = f"shard {line.shard} of {self.dataset_id!r}", functools.partial(self._fetched, name)
+        present = None if closed is None else closed.present
+        ranged = RangedShard(path, blocks, self._fetcher(line), what, on_fetched=on_fetched, present=present)
+        if closed is not None and ranged.file_id != closed.file_id:  # put back meanwhile (by another process):
+            ranged = RangedShard(path, blocks, self._fetcher(line), what, on_fetched=on_fetched)  # none of its blocks
         self._held[name] = ranged
+        self._close_ranged(keep=name)
         return ranged
+
+    def _close_ranged(self, keep: str) -> None:
+        """Let the least recently opened RangedShards (but ``keep``'s) go of their files until at most
+        ``max_open_ranged`` hold one; their blocks stay (ClosedShard). A reader still holding one reads on."""
+        extra = self.open_ranged() - self.max_open_ranged
+        for name, held in list(self._held.items()):
+            if extra <= 0:
+                break
+            if name == keep or not isinstance(held, RangedShard):
+                continue
+            present, present_size = held.snapshot()
+            held.retire()
+            self._held[name] = ClosedShard(held.blocks, present, present_size, held.file_id)
+            extra -= 1
 
     def _start_prefetch(self) -> None:
         if self.prefetch and self._filler is None:
@@ -215,6 +260,10 @@ class ShardCache:
             for name in sorted(self.lines):
                 with self._lock:
                     held = self._held.get(name)
+                    if isinstance(held, ClosedShard):
+                        if held.held_bytes == held.blocks.size:
+                            continue  # all its blocks are here
+                        held = self._ranged(name, held.blocks, held)
                     fits = self.held_bytes() + self.lines[name].size <= self.capacity_bytes
                     if held is None and (name in self._no_list or not fits):
                         continue
@@ -332,8 +381,8 @@ class ShardCache:
             if isinstance(held, int):
                 with contextlib.suppress(FileNotFoundError):
                     (self.blobs / line.sha256).unlink()
-            else:  # its background fill stops, a range under way included; reads of a reader holding it go on
-                held.retire()
+            elif isinstance(held, RangedShard):  # its background fill stops, a range under way included; reads
+                held.retire()  # of a reader holding it go on
 
 
 def _clean_sessions(sessions: Path) -> None:
