@@ -345,3 +345,26 @@ def test_a_read_in_place_of_more_shards_than_file_descriptors_completes(
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["160", "64"]
+
+
+def test_a_session_folder_goes_with_the_last_dataset_of_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each dataset opened in place lays out a session folder in the cache (placeholders and fetched blocks);
+    it is removed once no Dataset or view of it is left, so a program that opens datasets again and again
+    keeps one session's bytes, not every one's."""
+    import gc
+
+    url, local = uploaded(tmp_path, monkeypatch, "none", [40, 30, 50])
+    sessions = tmp_path / "cache" / "sessions"
+    for _ in range(3):
+        streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False)
+        view = streamed.filter_episodes(lambda episode: episode.id != 1)
+        assert len(list(sessions.iterdir())) == 1
+        del streamed
+        gc.collect()
+        assert len(list(sessions.iterdir())) == 1  # the view still reads from it
+        for mine, theirs in zip(view.iterate_episodes(), [ep for ep in local.iterate_episodes() if ep.id != 1],
+                                strict=True):
+            np.testing.assert_array_equal(mine.observations, theirs.observations)
+        del view
+        gc.collect()
+        assert list(sessions.iterdir()) == []

@@ -3,7 +3,8 @@
 Opening lays the dataset out in a session folder of the cache: its ``dataset.json``, manifests and episode
 metadata as the remote has them, and for each shard a sparse placeholder of the recorded size and mtime, so
 the store's loader takes the manifest lines for the shards without reading any (nothing is fetched to
-open). The reader's opening hook (``open_dataset_at(before_open=...)``) then fetches a shard the first time
+open); the folder is removed with the last Dataset (or view) of it, and the next opening removes those
+of processes that died. The reader's opening hook (``open_dataset_at(before_open=...)``) then fetches a shard the first time
 a read opens it. Where the remote holds the shard's block list (blocks.py; uploads write one), the shard is
 read in place block by block: the placeholder is filled with the blocks each read touches, each checked
 against its SHA-256 before it is read (ranged_reads.py), so a batch of sampled rows costs the blocks
@@ -37,6 +38,7 @@ import os
 import shutil
 import threading
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -385,6 +387,13 @@ class ShardCache:
                 held.retire()  # of a reader holding it go on
 
 
+def _remove_session(session: Path, owner: int) -> None:
+    """Remove the session folder ``session`` in the process ``owner`` that made it (a forked child's copy of its
+    cache leaves it alone)."""
+    if os.getpid() == owner:
+        shutil.rmtree(session, ignore_errors=True)
+
+
 def _clean_sessions(sessions: Path) -> None:
     """Remove the session folders of processes that are gone."""
     with contextlib.suppress(OSError):
@@ -435,22 +444,29 @@ def open_in_place(
     sessions.mkdir(parents=True, exist_ok=True)
     _clean_sessions(sessions)
     session = sessions / f"{os.getpid()}-{uuid.uuid4().hex[:8]}-{key}"
-    folder = session / dataset_id.rsplit("/", 1)[-1]
-    (folder / SHARDS_DIR).mkdir(parents=True)
-    (folder / MANIFEST_DIR).mkdir()
-    (folder / DATASET_FILE).write_bytes(info_bytes)
-    if episode_meta is not None:
-        (folder / EPISODE_METADATA_FILE).write_bytes(episode_meta)
-    for writer_file, written in manifest.files.items():
-        if written and "/" not in writer_file and not writer_file.startswith("."):
-            (folder / MANIFEST_DIR / writer_file).write_bytes(b"".join(line.raw for line in written))
-    lines = manifest.by_shard
-    for line in lines.values():
-        _placeholder(folder / SHARDS_DIR / line.shard, line.size, line.mtime_ns)
-    cache = ShardCache(remote.url, storage_options, dataset_id, folder, blobs, lines, cache_bytes, prefetch)
-    local = read_manifest(folder)
-    for name in sorted(lines):  # shards whose line cannot stand in for them are read when loading: fetched now
-        entry = local.by_shard.get(name)
-        if entry is None or not line_stands_in(entry, name in local.intact):
-            cache(folder / SHARDS_DIR / name)
-    return open_dataset_at(folder, folder.name, session, before_open=cache, **options)
+    try:
+        folder = session / dataset_id.rsplit("/", 1)[-1]
+        (folder / SHARDS_DIR).mkdir(parents=True)
+        (folder / MANIFEST_DIR).mkdir()
+        (folder / DATASET_FILE).write_bytes(info_bytes)
+        if episode_meta is not None:
+            (folder / EPISODE_METADATA_FILE).write_bytes(episode_meta)
+        for writer_file, written in manifest.files.items():
+            if written and "/" not in writer_file and not writer_file.startswith("."):
+                (folder / MANIFEST_DIR / writer_file).write_bytes(b"".join(line.raw for line in written))
+        lines = manifest.by_shard
+        for line in lines.values():
+            _placeholder(folder / SHARDS_DIR / line.shard, line.size, line.mtime_ns)
+        cache = ShardCache(remote.url, storage_options, dataset_id, folder, blobs, lines, cache_bytes, prefetch)
+        # the session's folder goes with the last Dataset (or view) of it, not with the process: a program that
+        # opens datasets in place again and again keeps one session's fetched bytes, not every one's
+        weakref.finalize(cache, _remove_session, session, os.getpid())
+        local = read_manifest(folder)
+        for name in sorted(lines):  # shards whose line cannot stand in for them are read when loading: fetched now
+            entry = local.by_shard.get(name)
+            if entry is None or not line_stands_in(entry, name in local.intact):
+                cache(folder / SHARDS_DIR / name)
+        return open_dataset_at(folder, folder.name, session, before_open=cache, **options)
+    except BaseException:
+        shutil.rmtree(session, ignore_errors=True)
+        raise
