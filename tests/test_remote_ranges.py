@@ -368,3 +368,26 @@ def test_a_session_folder_goes_with_the_last_dataset_of_it(tmp_path: Path, monke
         del view
         gc.collect()
         assert list(sessions.iterdir()) == []
+
+
+def test_a_remote_failing_during_a_read_in_place_is_the_remotes_error_not_a_corrupt_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch that fails while a read in place asks for blocks raises the remote's error (running it again
+    resumes), not CorruptShardError about the local placeholder, which is whole as far as it goes."""
+    from vcollect.errors import CorruptShardError, RemoteTransferError
+
+    url, _ = uploaded(tmp_path, monkeypatch, "none", [40, 30])
+    streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False)
+    cache = hook(streamed)
+
+    def failing(line: Any) -> Any:
+        def fetch(starts: list[int], stops: list[int], background: bool) -> list[bytes]:
+            raise RemoteTransferError(f"reading shard {line.shard}: remote {url!r} stopped answering (test); "
+                                      "run it again to resume")
+        return fetch
+
+    monkeypatch.setattr(cache, "_fetcher", failing)
+    with pytest.raises(RemoteTransferError, match="run it again to resume") as raised:
+        streamed.steps_at(np.array([3, 50]), cache_bytes=0)
+    assert not isinstance(raised.value, CorruptShardError)

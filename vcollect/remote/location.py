@@ -205,7 +205,8 @@ def remote_errors(remote: Remote, what: str, *, missing_is_bucket: bool = True) 
 
     A missing object stays FileNotFoundError (the caller knows what it looked for); a missing bucket is
     BucketNotFoundError (asked of the remote unless ``missing_is_bucket`` is False: the bucket is known); a refusal or missing credentials RemoteAccessError; a lost connection or a failing
-    server RemoteTransferError (running it again resumes).
+    server RemoteTransferError (running it again resumes); this process out of file descriptors or memory
+    stays the OSError it is.
     """
     try:
         yield
@@ -229,6 +230,8 @@ def remote_errors(remote: Remote, what: str, *, missing_is_bucket: bool = True) 
                 "documents (AWS_ACCESS_KEY_ID/AWS_PROFILE for S3, application-default credentials for GCS), or "
                 "pass anonymous=True for a public bucket"
             ) from None
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+            raise  # this process's or machine's own limits, not the remote's: running it again would not help
         if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise DiskFullError(f"{what}: this machine's disk refused the write, full or over a size limit ({exc}); "
                                 "free space and run it again to resume") from None

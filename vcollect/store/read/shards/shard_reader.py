@@ -29,7 +29,7 @@ from typing import Any, NoReturn, Protocol
 import h5py
 import numpy as np
 
-from vcollect.errors import CorruptShardError
+from vcollect.errors import CorruptShardError, RemoteError
 from vcollect.spaces import Leaf
 from vcollect.store.layout.shard_format import EPISODE_COLUMNS, LAYOUT_ATTR, SHARD_FORMAT_NAME, column_path
 from vcollect.store.read.shards.chunk_reader import (
@@ -109,8 +109,9 @@ def _decoding_threads() -> tuple[concurrent.futures.ThreadPoolExecutor | None, i
 
 
 def _not_corruption(exc: BaseException) -> bool:
-    """True for errors that do not mean a shard is damaged (too many open files, no memory, ...)."""
-    return isinstance(exc, MemoryError | RecursionError) or (
+    """True for errors that do not mean a shard is damaged (too many open files, no memory, ...), and for a
+    remote's errors while a shard read in place fetched what it reads (they name the remote or the block)."""
+    return isinstance(exc, MemoryError | RecursionError | RemoteError) or (
         isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS
     )
 
