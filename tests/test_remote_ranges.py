@@ -351,8 +351,6 @@ def test_a_session_folder_goes_with_the_last_dataset_of_it(tmp_path: Path, monke
     """Each dataset opened in place lays out a session folder in the cache (placeholders and fetched blocks);
     it is removed once no Dataset or view of it is left, so a program that opens datasets again and again
     keeps one session's bytes, not every one's."""
-    import gc
-
     url, local = uploaded(tmp_path, monkeypatch, "none", [40, 30, 50])
     sessions = tmp_path / "cache" / "sessions"
     for _ in range(3):
@@ -360,13 +358,11 @@ def test_a_session_folder_goes_with_the_last_dataset_of_it(tmp_path: Path, monke
         view = streamed.filter_episodes(lambda episode: episode.id != 1)
         assert len(list(sessions.iterdir())) == 1
         del streamed
-        gc.collect()
         assert len(list(sessions.iterdir())) == 1  # the view still reads from it
         for mine, theirs in zip(view.iterate_episodes(), [ep for ep in local.iterate_episodes() if ep.id != 1],
                                 strict=True):
             np.testing.assert_array_equal(mine.observations, theirs.observations)
         del view
-        gc.collect()
         assert list(sessions.iterdir()) == []
 
 
@@ -391,3 +387,44 @@ def test_a_remote_failing_during_a_read_in_place_is_the_remotes_error_not_a_corr
     with pytest.raises(RemoteTransferError, match="run it again to resume") as raised:
         streamed.steps_at(np.array([3, 50]), cache_bytes=0)
     assert not isinstance(raised.value, CorruptShardError)
+
+
+def test_the_background_fetch_ends_with_the_last_dataset_using_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background fetch holds the cache for one range at a time: once no Dataset uses the cache, it stops
+    after the range under way instead of fetching the rest of the dataset for nobody, and the session goes."""
+    import threading
+    import weakref
+
+    from vcollect.remote import streaming
+
+    monkeypatch.setattr(streaming, "_PREFETCH_BYTES", BLOCK_BYTES)  # many ranges: one at a time below
+    monkeypatch.setattr(streaming, "_PREFETCH_STREAMED_BYTES", BLOCK_BYTES)
+    url, _ = uploaded(tmp_path, monkeypatch, "none", [160, 145, 170])
+    streamed = vcollect.load_dataset(f"{url}/{ID}")  # prefetch on (the default)
+    cache = hook(streamed)
+    total = sum(line.size for line in cache.lines.values())
+    gate, background = threading.Event(), []
+    cache_ref = weakref.ref(cache)  # the test holds no reference to the cache
+
+    def gated(line: Any) -> Any:  # the cache's own fetches, the background ones held at the gate
+        fetch = streaming.ShardCache._fetcher(cache_ref(), line)  # noqa: SLF001
+
+        def held_fetch(starts: list[int], stops: list[int], in_background: bool) -> list[bytes]:
+            if in_background:
+                background.append(sum(b - a for a, b in zip(starts, stops)))
+                assert gate.wait(30)
+            return fetch(starts, stops, in_background)
+        return held_fetch
+
+    cache._fetcher = gated  # noqa: SLF001 - set on the object itself: monkeypatch would keep the cache alive
+    streamed.steps_at(np.array([0]), cache_bytes=0)  # the first read starts the background fetch
+    filler, sessions = cache._filler, tmp_path / "cache" / "sessions"  # noqa: SLF001
+    assert filler is not None and len(list(sessions.iterdir())) == 1
+    del streamed, cache  # no collection needed: nothing refers back to the cache
+    gate.set()
+    filler.join(30)
+    assert not filler.is_alive() and cache_ref() is None
+    assert len(background) <= 2 and sum(background) < total / 4, (background, total)
+    assert list(sessions.iterdir()) == []

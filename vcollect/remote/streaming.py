@@ -21,7 +21,8 @@ read that still holds the file open asks for it.
 Meanwhile (``prefetch=True``, the default) a background thread fetches the rest of the block-listed
 shards in large ranged reads, each block checked the same way, as long as the cache has room for a shard's
 remainder: a training job samples from the first batch on, and reads at local speed once the copy is
-complete. Copies of the cache in other processes (DataLoader workers) do not prefetch.
+complete. It stops once no Dataset uses the cache any more. Copies of the cache in other processes
+(DataLoader workers) do not prefetch.
 
 A shard whose manifest line cannot stand in for it (one with reset-option or episode-metadata tables,
 which the line does not hold) is fetched when the dataset is opened, since loading reads it.
@@ -59,7 +60,7 @@ from vcollect.store.layout.staging import process_alive
 from vcollect.store.read.reader import Dataset, default_max_open_files, open_dataset_at
 from vcollect.store.read.shards.shard_census import line_stands_in
 
-__all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ClosedShard", "ShardCache", "cache_root", "open_in_place", "split_dataset_url"]
+__all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ClosedShard", "ReadsInFlight", "ShardCache", "cache_root", "open_in_place", "split_dataset_url"]
 
 #: Environment variable naming the cache folder of datasets read in place.
 CACHE_ENV = "VCOLLECT_CACHE"
@@ -101,6 +102,37 @@ def _placeholder(path: Path, size: int, mtime_ns: int | None) -> None:
     if mtime_ns is not None:
         os.utime(tmp, ns=(mtime_ns, mtime_ns))
     os.replace(tmp, path)
+
+
+class ReadsInFlight:
+    """The reads fetching blocks now: the background fill waits for none to be under way (at most
+    ``_YIELD_SECONDS`` at a time) before it asks for its next range."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._reading = 0
+
+    def begin(self, background: bool) -> None:
+        """A fetch starts: a read's is counted; the background fill's waits for the reads under way first."""
+        with self._condition:
+            if background:
+                self._condition.wait_for(lambda: self._reading == 0, timeout=_YIELD_SECONDS)
+            else:
+                self._reading += 1
+
+    def end(self, background: bool) -> None:
+        """A fetch ended (a read's: the background fill may go on once none is left)."""
+        if not background:
+            with self._condition:
+                self._reading -= 1
+                self._condition.notify_all()
+
+
+def _account_fetched(ref: weakref.ref[ShardCache], name: str, added: int) -> None:
+    """A RangedShard's ``on_fetched``: the cache's accounting, while the cache is still in use."""
+    cache = ref()
+    if cache is not None:
+        cache._fetched(name, added)
 
 
 @dataclass(frozen=True)
@@ -152,8 +184,7 @@ class ShardCache:
         self.max_open_ranged = default_max_open_files()
         self.fetched_bytes = 0
         self._filler: threading.Thread | None = None
-        self._reads = threading.Condition()  # reads fetching now (_reading), for the background fill to wait on
-        self._reading = 0
+        self._reads = ReadsInFlight()  # reads fetching now, for the background fill to wait on
         self._no_list: set[str] = set()  # shards the remote holds no usable block list for
         self._lists: dict[str, BlockHashes | None] | None = None  # fetched all at once for smaller datasets
         #: What stopped the background fetch, if anything did (reads fetch what they need themselves).
@@ -162,7 +193,7 @@ class ShardCache:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         for key in ("_remote", "_lock", "_held", "fetched_bytes", "_filler", "_no_list", "_lists", "prefetch_error",
-                    "_reads", "_reading"):
+                    "_reads"):
             state.pop(key, None)
         state["prefetch"] = False  # one process fetches ahead, not every DataLoader worker
         return state
@@ -227,7 +258,8 @@ class ShardCache:
         where its placeholder is still the same file; then at most ``max_open_ranged`` of them stay open."""
         line = self.lines[name]
         path = self.folder / SHARDS_DIR / name
-        what, on_fetched = f"shard {line.shard} of {self.dataset_id!r}", functools.partial(self._fetched, name)
+        what = f"shard {line.shard} of {self.dataset_id!r}"
+        on_fetched = functools.partial(_account_fetched, weakref.ref(self), name)
         present = None if closed is None else closed.present
         ranged = RangedShard(path, blocks, self._fetcher(line), what, on_fetched=on_fetched, present=present)
         if closed is not None and ranged.file_id != closed.file_id:  # put back meanwhile (by another process):
@@ -252,41 +284,44 @@ class ShardCache:
 
     def _start_prefetch(self) -> None:
         if self.prefetch and self._filler is None:
-            self._filler = threading.Thread(target=self._prefetch, name=f"vcollect-prefetch-{self.dataset_id}",
-                                            daemon=True)
+            self._filler = threading.Thread(target=_prefetch_while_used, args=(weakref.ref(self),),
+                                            name=f"vcollect-prefetch-{self.dataset_id}", daemon=True)
             self._filler.start()
 
-    def _prefetch(self) -> None:
-        """Fetch the block-listed shards' missing blocks, shard by shard, while the cache has room for them."""
-        try:
-            for name in sorted(self.lines):
-                with self._lock:
-                    held = self._held.get(name)
-                    if isinstance(held, ClosedShard):
-                        if held.held_bytes == held.blocks.size:
-                            continue  # all its blocks are here
-                        held = self._ranged(name, held.blocks, held)
-                    fits = self.held_bytes() + self.lines[name].size <= self.capacity_bytes
-                    if held is None and (name in self._no_list or not fits):
-                        continue
+    def _prefetch_shard(self, name: str) -> bool:
+        """Get shard ``name`` ready for the background fetch: whether a RangedShard of it is held now (made here
+        when the shard is block-listed and its remainder fits the cache)."""
+        with self._lock:
+            held = self._held.get(name)
+            if isinstance(held, ClosedShard):
+                if held.held_bytes == held.blocks.size:
+                    return False  # all its blocks are here
+                held = self._ranged(name, held.blocks, held)
+            fits = self.held_bytes() + self.lines[name].size <= self.capacity_bytes
+            if held is None and (name in self._no_list or not fits):
+                return False
+        if held is None:
+            blocks = self._block_list(self.lines[name])  # fetched without the lock: reads go on
+            with self._lock:
+                held = self._held.get(name)
                 if held is None:
-                    blocks = self._block_list(self.lines[name])  # fetched without the lock: reads go on
-                    with self._lock:
-                        held = self._held.get(name)
-                        if held is None:
-                            if blocks is None:
-                                self._no_list.add(name)
-                                continue
-                            held = self._ranged(name, blocks)
-                while isinstance(held, RangedShard) and held.missing_bytes:
-                    with self._lock:
-                        if self._held.get(name) is not held or (
-                                self.held_bytes() + held.missing_bytes > self.capacity_bytes):
-                            break
-                    # fewer, larger requests where a server may read the whole object for each one
-                    held.fill_some(_PREFETCH_STREAMED_BYTES if self.remote.streamed_fetches else _PREFETCH_BYTES)
-        except Exception as exc:  # noqa: BLE001 - kept for the caller to see; reads fetch what they need
-            self.prefetch_error = exc
+                    if blocks is None:
+                        self._no_list.add(name)
+                        return False
+                    held = self._ranged(name, blocks)
+        return isinstance(held, RangedShard)
+
+    def _prefetch_range(self, name: str) -> bool:
+        """Fetch one range of shard ``name``'s missing blocks in the background; False when there is nothing
+        (more) to fetch for it: complete, no longer held block by block, or its remainder past the cache's room."""
+        with self._lock:
+            held = self._held.get(name)
+            if not isinstance(held, RangedShard) or not held.missing_bytes or (
+                    self.held_bytes() + held.missing_bytes > self.capacity_bytes):
+                return False
+        # fewer, larger requests where a server may read the whole object for each one
+        held.fill_some(_PREFETCH_STREAMED_BYTES if self.remote.streamed_fetches else _PREFETCH_BYTES)
+        return True
 
     def wait_for_prefetch(self, timeout: float) -> bool:
         """Wait until the background fetch has finished (it started with the first read).
@@ -341,25 +376,20 @@ class ShardCache:
         """Ranged reads of the shard's remote object, one request at a time per calling thread (reads of
         several shards run on a few threads: a handful of requests in flight; more made the GCS emulator here
         20x slower per request). The background fill waits while reads are fetching (at most
-        ``_YIELD_SECONDS`` at a time), so a read never queues behind it for long."""
-        path = self.remote.path(self.dataset_id, SHARDS_DIR, line.shard)
+        ``_YIELD_SECONDS`` at a time), so a read never queues behind it for long. The reads hold no reference
+        to the cache (nor do the RangedShards they serve), so the cache goes with the last Dataset using it."""
+        remote, reads = self.remote, self._reads
+        path = remote.path(self.dataset_id, SHARDS_DIR, line.shard)
         what = f"reading shard {line.shard} of {self.dataset_id!r}"
 
         def fetch(starts: list[int], stops: list[int], background: bool) -> list[bytes]:
-            with self._reads:
-                if background:
-                    self._reads.wait_for(lambda: self._reading == 0, timeout=_YIELD_SECONDS)
-                else:
-                    self._reading += 1
+            reads.begin(background)
             try:
-                with remote_errors(self.remote, what):
-                    return list(self.remote.fs.cat_ranges([path] * len(starts), starts, stops, on_error="raise",
-                                                           batch_size=1))
+                with remote_errors(remote, what):
+                    return list(remote.fs.cat_ranges([path] * len(starts), starts, stops, on_error="raise",
+                                                      batch_size=1))
             finally:
-                if not background:
-                    with self._reads:
-                        self._reading -= 1
-                        self._reads.notify_all()
+                reads.end(background)
 
         return fetch
 
@@ -385,6 +415,35 @@ class ShardCache:
                     (self.blobs / line.sha256).unlink()
             elif isinstance(held, RangedShard):  # its background fill stops, a range under way included; reads
                 held.retire()  # of a reader holding it go on
+
+
+def _prefetch_while_used(ref: weakref.ref[ShardCache]) -> None:
+    """The background fetch: the block-listed shards' missing blocks, shard by shard, while the cache has room
+    for them. It holds the cache for one range at a time, so it ends once no Dataset uses the cache any more
+    (and the cache's session folder goes with it); an error is kept in ``prefetch_error`` (reads fetch what
+    they need themselves)."""
+    cache = ref()
+    if cache is None:
+        return
+    names = sorted(cache.lines)
+    del cache
+    try:
+        for name in names:
+            cache = ref()
+            if cache is None:
+                return
+            more = cache._prefetch_shard(name)
+            del cache
+            while more:
+                cache = ref()
+                if cache is None:
+                    return
+                more = cache._prefetch_range(name)
+                del cache
+    except Exception as exc:  # noqa: BLE001 - kept for the caller to see; reads fetch what they need
+        cache = ref()
+        if cache is not None:
+            cache.prefetch_error = exc
 
 
 def _remove_session(session: Path, owner: int) -> None:
