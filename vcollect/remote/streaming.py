@@ -4,19 +4,20 @@ Opening lays the dataset out in a session folder of the cache: its ``dataset.jso
 metadata as the remote has them, and for each shard a sparse placeholder of the recorded size and mtime, so
 the store's loader takes the manifest lines for the shards without reading any (nothing is fetched to
 open); the folder is removed with the last Dataset (or view) of it, and the next opening removes those
-of processes that died. The reader's opening hook (``open_dataset_at(before_open=...)``) then fetches a shard the first time
-a read opens it. Where the remote holds the shard's block list (blocks.py; uploads write one), the shard is
-read in place block by block: the placeholder is filled with the blocks each read touches, each checked
-against its SHA-256 before it is read (ranged_reads.py), so a batch of sampled rows costs the blocks
-holding them, not their shards. Otherwise the shard is fetched whole, checked against its manifest line's
+of processes that died. The reader's opening hook (``open_dataset_at(before_open=...)``) then fetches a
+shard the first time a read opens it. Where the remote holds the shard's block list (blocks.py; uploads
+write one), the shard is read in place block by block: the placeholder is filled with the blocks each
+read touches, each checked against its SHA-256 before it is read (ranged_reads.py), so a batch of sampled
+rows costs the blocks holding them, not their shards. Otherwise the shard is fetched whole, checked against its manifest line's
 size and SHA-256, kept in a content-addressed ``blobs/`` folder shared by every session and linked over
 its placeholder. When the bytes this session fetched pass ``cache_bytes``, the least recently opened
 shards are dropped and their placeholders put back (a file the reader still holds open stays readable
 until it closes it). A shard read block by block holds its file open; beyond ``default_max_open_files()``
 of them (a share of the process's file-descriptor limit) the least recently opened ones let go of their
-files but keep their blocks, which the next read of that shard takes up again. A shard read block by block that is dropped gives up its background fill at once: a
-range the fill has under way is not written, so nothing the cache no longer counts is fetched for it unless a
-read that still holds the file open asks for it.
+files but keep their blocks, which the next read of that shard takes up again. A shard read block by block
+that is dropped gives up its background fill at once: a range the fill has under way is not written, so
+nothing the cache no longer counts is fetched for it unless a read that still holds the file open asks
+for it.
 
 Meanwhile (``prefetch=True``, the default) a background thread fetches the rest of the block-listed
 shards in large ranged reads, each block checked the same way, as long as the cache has room for a shard's
@@ -60,7 +61,16 @@ from vcollect.store.layout.staging import process_alive
 from vcollect.store.read.reader import Dataset, default_max_open_files, open_dataset_at
 from vcollect.store.read.shards.shard_census import line_stands_in
 
-__all__ = ["CACHE_ENV", "DEFAULT_CACHE_BYTES", "ClosedShard", "ReadsInFlight", "ShardCache", "cache_root", "open_in_place", "split_dataset_url"]
+__all__ = [
+    "CACHE_ENV",
+    "DEFAULT_CACHE_BYTES",
+    "ClosedShard",
+    "ReadsInFlight",
+    "ShardCache",
+    "cache_root",
+    "open_in_place",
+    "split_dataset_url",
+]
 
 #: Environment variable naming the cache folder of datasets read in place.
 CACHE_ENV = "VCOLLECT_CACHE"
