@@ -428,3 +428,24 @@ def test_the_background_fetch_ends_with_the_last_dataset_using_it(
     assert not filler.is_alive() and cache_ref() is None
     assert len(background) <= 2 and sum(background) < total / 4, (background, total)
     assert list(sessions.iterdir()) == []
+
+
+@pytest.mark.parametrize("cache_bytes", [2 << 30, 300_000])
+def test_random_reads_past_the_open_file_bound_equal_the_local_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_bytes: int
+) -> None:
+    """Random rows from many shards through a bound of 2 open RangedShards, with room for every shard or for
+    about two (closed shards then dropped too, their placeholders put back): every read equals the local
+    copy's, whether a shard is read through a new RangedShard, one that took up a closed one's blocks, or
+    one whose placeholder was put back meanwhile."""
+    url, local = uploaded(tmp_path, monkeypatch, "zstd", [20 + i for i in range(12)], per_shard=1)
+    streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False, cache_bytes=cache_bytes, max_open_files=3)
+    cache = hook(streamed)
+    cache.max_open_ranged = 2
+    rng = np.random.default_rng(7)
+    for _ in range(25):
+        positions = rng.integers(0, local.total_steps, size=int(rng.integers(1, 12)))
+        same(streamed.steps_at(positions, cache_bytes=0), local.steps_at(positions, cache_bytes=0))
+        assert cache.open_ranged() <= 2
+    for mine, theirs in zip(streamed.iterate_episodes(), local.iterate_episodes(), strict=True):
+        np.testing.assert_array_equal(mine.observations, theirs.observations)
