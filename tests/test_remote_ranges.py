@@ -449,3 +449,27 @@ def test_random_reads_past_the_open_file_bound_equal_the_local_copy(
         assert cache.open_ranged() <= 2
     for mine, theirs in zip(streamed.iterate_episodes(), local.iterate_episodes(), strict=True):
         np.testing.assert_array_equal(mine.observations, theirs.observations)
+
+
+def test_a_closed_shard_whose_placeholder_was_put_back_elsewhere_is_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard that let go of its file keeps the blocks it had only while its placeholder is the same file: put
+    back meanwhile (as a DataLoader worker's copy of the cache does when it drops the shard), the next read
+    fetches the blocks again rather than trusting blocks that file no longer holds."""
+    url, local = uploaded(tmp_path, monkeypatch, "none", [40, 30, 50], per_shard=1)
+    streamed = vcollect.load_dataset(f"{url}/{ID}", prefetch=False, max_open_files=1)
+    cache = hook(streamed)
+    cache.max_open_ranged = 1
+    first = sorted(cache.lines)[0]
+    same(streamed.steps_at(np.array([0]), cache_bytes=0), local.steps_at(np.array([0]), cache_bytes=0))
+    same(streamed.steps_at(np.array([45]), cache_bytes=0), local.steps_at(np.array([45]), cache_bytes=0))
+    assert cache.open_ranged() == 1  # the first shard let go of its file, keeping its blocks
+    placeholder = cache.folder / "shards" / first
+    fresh = placeholder.with_name(".put-back")
+    with open(fresh, "wb") as f:  # what another process's cache does when it drops the shard: a new empty file
+        f.truncate(placeholder.stat().st_size)
+    os.replace(fresh, placeholder)
+    fetched = cache.fetched_bytes
+    same(streamed.steps_at(np.array([0, 1]), cache_bytes=0), local.steps_at(np.array([0, 1]), cache_bytes=0))
+    assert cache.fetched_bytes > fetched  # its blocks fetched again, into the new file
