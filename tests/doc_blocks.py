@@ -5,18 +5,23 @@ with ``bash -e``, in a folder of the test's choosing, with ``$VCOLLECT_DATASETS_
 ``$MINARI_DATASETS_PATH`` set to folders inside it and this checkout's vcollect first on the path. A Python
 block runs in a process of its own forked from a server that has imported vcollect, gymnasium and h5py
 (tests/forked_scripts.py): the block's own ``__main__``, arguments, working folder, environment, exit code,
-stdout and stderr, without paying those imports again. A block can also run with some modules hidden
+stdout and stderr, without paying those imports again; a shell block's ``vcollect`` commands likewise run as
+``python -m vcollect ...`` forked from that server (the installed console script is run by tests/test_cli.py). A block can also run with some modules hidden
 (``import torch`` then fails as if torch were not installed), in a fresh interpreter, which is how the
 one-line "needs the ... extra" messages are tested without uninstalling anything.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,9 +134,23 @@ def environment(folder: Path, hidden: Sequence[str] = ()) -> dict[str, str]:
 
 
 def start(command: list[str], folder: Path, hidden: Sequence[str] = ()) -> subprocess.Popen[str]:
-    """Start ``command`` in ``folder`` with a reader's environment (see :func:`environment`)."""
-    return subprocess.Popen(command, cwd=folder, env=environment(folder, hidden), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    """Start ``command`` in ``folder`` with a reader's environment (see :func:`environment`); a shell block
+    with nothing hidden finds the `vcollect` command of :func:`vcollect_commands` first on its path."""
+    env = environment(folder, hidden)
+    if command[0] == "bash" and not hidden:
+        env = vcollect_commands().environment(env)
+    return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+
+
+@functools.cache
+def vcollect_commands() -> forked_scripts.CommandServer:
+    """The `vcollect` command of the shell blocks: ``python -m vcollect ...`` forked from the server, as the
+    installed command runs it (its console script calls the same ``vcollect.cli.main``), each command
+    without paying the imports again (a page runs a dozen). The folder of its socket goes at exit."""
+    folder = tempfile.mkdtemp(prefix="vcollect-commands-")  # short: a Unix socket's path has a length limit
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return forked_scripts.CommandServer(folder, "vcollect", ["-m", "vcollect"], TIMEOUT)
 
 
 Process = subprocess.Popen[str] | forked_scripts.Forked

@@ -9,12 +9,16 @@ Everything here is top-level so that the forkserver can import it.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import multiprocessing
 import os
 import runpy
 import selectors
+import socket
 import subprocess
 import sys
+import threading
 import time
 from multiprocessing import forkserver
 from multiprocessing.connection import Connection
@@ -41,10 +45,7 @@ def context() -> ForkServerContext:
 def run_command_line(args: list[str], env: dict[str, str], cwd: str, stdout: Connection, stderr_path: str,
                      stdin: Connection | None = None) -> None:
     """In the child: ``python *args`` with ``env`` set, in ``cwd``, stdout into ``stdout``, stderr to a file,
-    stdin from ``stdin`` where given. A script runs as ``python SCRIPT`` runs it: as ``__main__``, its folder
-    first on ``sys.path``, multiprocessing's default start method (a forkserver's child inherits
-    "forkserver"), the exit functions it registered run when it ends (the child leaves by ``os._exit``,
-    which runs none)."""
+    stdin from ``stdin`` where given (see :func:`run_args`)."""
     os.environ.update(env)
     os.chdir(cwd)
     with open(stderr_path, "w") as err:
@@ -55,6 +56,27 @@ def run_command_line(args: list[str], env: dict[str, str], cwd: str, stdout: Con
         os.dup2(stdin.fileno(), 0)
         stdin.close()
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin
+    run_args(args)
+
+
+def run_with_streams(args: list[str], env: dict[str, str], cwd: str,
+                     streams: tuple[Connection, Connection, Connection]) -> None:
+    """In the child: ``python *args`` with ``env`` set, in ``cwd``, its stdin, stdout and stderr the three
+    ``streams`` (another process's own, handed over by a :class:`CommandServer`)."""
+    os.environ.update(env)
+    os.chdir(cwd)
+    for fd, stream in enumerate(streams):
+        os.dup2(stream.fileno(), fd)
+        stream.close()
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's own stdin
+    run_args(args)
+
+
+def run_args(args: list[str]) -> None:
+    """In the child, its streams in place: run ``python *args`` as Python runs it. A script runs as
+    ``python SCRIPT`` runs it: as ``__main__``, its folder first on ``sys.path``, multiprocessing's default
+    start method (a forkserver's child inherits "forkserver"); a script's or module's exit functions run
+    when it ends (the child leaves by ``os._exit``, which runs none)."""
     sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115 - the process's own stdout
     sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 - the process's own stderr
     if args[0] == "-c":
@@ -63,7 +85,10 @@ def run_command_line(args: list[str], env: dict[str, str], cwd: str, stdout: Con
         exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
     elif args[0] == "-m":
         sys.argv = args[1:]
-        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        try:
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        finally:
+            atexit._run_exitfuncs()
     else:
         sys.argv = list(args)
         multiprocessing.set_start_method(None, force=True)  # the platform's default, not the server's
@@ -174,3 +199,93 @@ class Forked:
         self.wait(None if deadline is None else max(deadline - time.monotonic(), 0.1))
         with open(self._stderr_path, "rb") as err:
             return b"".join(chunks), err.read()
+
+
+# The `vcollect` command of a :class:`CommandServer`: a stdlib-only script (``python -I -S``: no site
+# packages, nothing imported but these) that hands the server its command line, working folder,
+# environment and its own stdin, stdout and stderr, and exits with the command's exit code
+SHIM = """import json, os, socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(os.environ[{variable!r}])
+body = json.dumps({{"args": {args!r} + sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+socket.send_fds(sock, [len(body).to_bytes(8, "big")], [0, 1, 2])
+sock.sendall(body)
+reply = b""
+while chunk := sock.recv(64):
+    reply += chunk
+code = int(reply)
+sys.exit(code if code >= 0 else 128 - code)  # killed by signal N: 128 + N, as a shell reports it
+"""
+
+
+class CommandServer:
+    """Runs the command ``name`` for any process that finds its folder first on ``$PATH``: each run of it
+    is ``python *args ARGUMENTS`` (e.g. ``args = ["-m", "vcollect"]``) forked from the server, with the
+    caller's working folder, environment, stdin, stdout and stderr, and its exit code; a shell script
+    calling the command runs as it would with the installed one, without paying the imports per command.
+
+    A thread accepts the callers on a Unix socket in ``folder``; a command whose caller goes away (killed),
+    or that outlasts ``timeout`` seconds, is killed.
+    """
+
+    VARIABLE = "VCOLLECT_TEST_COMMAND_SOCKET"
+
+    def __init__(self, folder: str, name: str, args: list[str], timeout: float) -> None:
+        self.bin_dir = os.path.join(folder, "bin")
+        os.makedirs(self.bin_dir, exist_ok=True)
+        self.socket_path = os.path.join(folder, "commands.sock")
+        self.timeout = timeout
+        command = os.path.join(self.bin_dir, name)
+        with open(command, "w", encoding="utf-8") as script:
+            script.write(f"#!{sys.executable} -IS\n" + SHIM.format(variable=self.VARIABLE, args=list(args)))
+        os.chmod(command, 0o755)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.socket_path)
+        self._listener.listen(16)
+        threading.Thread(target=self._accept, name=f"command server {name}", daemon=True).start()
+
+    def environment(self, env: dict[str, str]) -> dict[str, str]:
+        """``env`` with this server's command first on ``PATH`` and its socket named."""
+        return {**env, "PATH": f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}", self.VARIABLE: self.socket_path}
+
+    def _accept(self) -> None:
+        while True:
+            caller, _ = self._listener.accept()
+            threading.Thread(target=self._run, args=(caller,), daemon=True).start()
+
+    def _run(self, caller: socket.socket) -> None:
+        """Run one caller's command to its end and send it the exit code."""
+        with caller:
+            header, fds, _, _ = socket.recv_fds(caller, 8, 3)  # the body's size, with the caller's streams
+            header = receive(caller, header, 8)
+            body = receive(caller, b"", int.from_bytes(header, "big")) if len(header) == 8 else b""
+            if len(fds) != 3 or not body:  # not a caller of the command's: nothing to run
+                for fd in fds:
+                    os.close(fd)
+                return
+            request = json.loads(body)
+            streams = tuple(Connection(fd) for fd in fds)
+            proc = context().Process(target=run_with_streams, daemon=False,
+                                     args=(request["args"], request["env"], request["cwd"], streams))
+            proc.start()
+            for stream in streams:
+                stream.close()
+            deadline = time.monotonic() + self.timeout
+            with selectors.DefaultSelector() as sel:
+                sel.register(proc.sentinel, selectors.EVENT_READ)
+                sel.register(caller, selectors.EVENT_READ)  # readable only at its end: the caller went away
+                while proc.exitcode is None:
+                    left = deadline - time.monotonic()
+                    ready = [key.fileobj for key, _ in sel.select(max(left, 0))]
+                    if caller in ready or left <= 0:  # the caller went away, or the command outlasted the timeout
+                        proc.kill()
+                    proc.join(1)
+            with contextlib.suppress(OSError):  # the caller went away: no one to tell
+                caller.sendall(str(proc.exitcode).encode())
+
+
+def receive(sock: socket.socket, data: bytes, size: int) -> bytes:
+    """``data`` and what ``sock`` sends after it, up to ``size`` bytes in all (fewer: it closed first)."""
+    while len(data) < size and (chunk := sock.recv(size - len(data))):
+        data += chunk
+    return data
