@@ -233,3 +233,12 @@ def ray_local() -> Any:
     """A local Ray with 2 CPUs: the one running (started for an earlier test of this stretch of Ray files,
     or by the session itself), else a new one, started here."""
     return LOCAL_RAY.up()
+
+
+@pytest.fixture
+def ray_cluster(ray_local: Any) -> Any:
+    """The ``ray.cluster_utils.Cluster`` of `ray_local`'s Ray, for a test that adds nodes to it (and removes
+    them again): nodes joined to a running head cost a raylet and its agents each, not another cluster."""
+    if LOCAL_RAY.cluster is None:
+        pytest.fail("the session's Ray was started outside tests/conftest.py: it has no Cluster to add nodes to")
+    return LOCAL_RAY.cluster

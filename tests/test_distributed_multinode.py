@@ -1,122 +1,114 @@
-"""DistributedCollector on a real multi-node Ray cluster (ray.cluster_utils.Cluster: a head without CPUs
-holding the dataset and the writer actor, three 1-CPU worker nodes), in a subprocess because the test
-session already runs its own local Ray: workers land on distinct nodes, and removing a worker's node in the
+"""DistributedCollector on a real multi-node Ray cluster: three 1-CPU worker nodes (ray.cluster_utils'
+``add_node``: each a raylet of its own, with Ray's agents) joined to the session's local Ray, whose head
+holds the dataset and the writer actor. Workers land on distinct nodes, and removing a worker's node in the
 middle of a collect call (object-store transport, workers seeing another, empty datasets root) keeps every
 committed episode and returns exact totals."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import gymnasium as gym
 import pytest
 
-SCRIPT = r"""
-import json, pathlib, sys, threading, time
-t0 = time.monotonic()
-import gymnasium as gym
-import numpy as np
-import ray
-from ray.cluster_utils import Cluster
 from vcollect.distributed import DistributedCollector
 from vcollect.store import EpisodeStore, load_dataset
 
-root, worker_root = sys.argv[1], sys.argv[2]
+pytestmark = pytest.mark.slow
+
+# The resource only the nodes added here have: the workers ask for it, so none lands on the head
+NODE_RESOURCE = "multinode-test"
 
 
 class PacedCartPole(gym.Wrapper):
-    # CartPole whose steps take at least 0.3 ms: the collect call outlasts the node removal on any machine
+    """CartPole whose steps take at least 0.3 ms: the collect call outlasts the node removal on any machine."""
 
-    def step(self, action):
+    def step(self, action: Any) -> Any:
         time.sleep(0.0003)
         return self.env.step(action)
 
 
-def paced_cartpole():
+def paced_cartpole() -> gym.Env:
     return PacedCartPole(gym.make("CartPole-v1"))
 
 
-# the head without the dashboard, the autoscaler's monitor and the log monitor (nothing here reads or scales
-# them, and the driver takes no worker output: log_to_driver=False)
-cluster = Cluster(initialize_head=True, head_node_args={
-    "num_cpus": 0, "object_store_memory": 80 * 2**20, "include_dashboard": False, "no_monitor": True,
-    "include_log_monitor": False,
-})
-nodes = [cluster.add_node(num_cpus=1, object_store_memory=80 * 2**20) for _ in range(3)]
-ray.init(address=cluster.address, log_to_driver=False)
-cluster.wait_for_nodes()
-obs = gym.make("CartPole-v1").observation_space
-EpisodeStore.create("test/nodes-v0", obs, gym.spaces.Discrete(2), root=root).close()
-dc = DistributedCollector(
-    paced_cartpole, None, num_workers=2, envs_per_worker=2, store="test/nodes-v0", root=root, seed=0,
-    transport="object_store", max_worker_restarts=1, store_kwargs={"shard_steps": 200},
-    worker_options={"num_cpus": 1, "runtime_env": {"env_vars": {"VCOLLECT_DATASETS_PATH": worker_root}}},
-)
-started = time.monotonic() - t0
-first = dc.collect(n_episode=20, random=True)
-before = [dict(node_id=i["node_id"], writer=i["writer"]) for i in dc.worker_info]
-by_id = {n.node_id: n for n in nodes}
-victim = by_id[before[0]["node_id"]]
-seen = []
-
-def remove_when_committed():
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        names = [p.name for p in (pathlib.Path(root) / "test" / "nodes-v0" / "shards").glob("*.h5")]
-        mine = [n for n in names if before[0]["writer"] in n]
-        if len(mine) >= 2:  # worker 0 committed in this call (it had one shard from the first call)
-            seen.extend(mine)
-            cluster.remove_node(victim, allow_graceful=False)
-            return
-        time.sleep(0.02)
-
-t = threading.Thread(target=remove_when_committed)
-t.start()
-t1 = time.monotonic()
-stats = dc.collect(n_episode=600, random=True)
-collect_s = time.monotonic() - t1
-t.join(timeout=120)
-after = [dict(node_id=i["node_id"], writer=i["writer"]) for i in dc.worker_info]
-ds = load_dataset("test/nodes-v0", root=root)
-names = sorted(p.name for p in (pathlib.Path(root) / "test" / "nodes-v0" / "shards").glob("*.h5"))
-print("RESULT " + json.dumps(dict(
-    before=before, after=after, victim=victim.node_id, seen=seen, names=names, restarts=dc.restarts,
-    first=first.n_collected_episodes, episodes=stats.n_collected_episodes, lens=sorted(stats.lens.tolist()),
-    stored=ds.total_episodes, stored_lens=sorted(ds.episode_lengths.tolist()[first.n_collected_episodes:]),
-    started=started, collect_s=collect_s, worker_root_files=len(list(pathlib.Path(worker_root).iterdir())),
-)))
-dc.close()
-ray.shutdown()
-cluster.shutdown()
-"""
+@pytest.fixture
+def worker_nodes(ray_local: Any, ray_cluster: Any) -> Iterator[list[Any]]:
+    """Three 1-CPU nodes added to the session's Ray (removed again after the test, those still there)."""
+    ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cluster = ray_cluster
+    nodes = [cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1}, object_store_memory=80 * 2**20)
+             for _ in range(3)]
+    try:
+        cluster.wait_for_nodes()
+        yield nodes
+    finally:
+        for node in nodes:
+            if node in cluster.worker_nodes:
+                cluster.remove_node(node, allow_graceful=False)
 
 
-@pytest.mark.slow
-def test_node_removed_mid_collect_keeps_committed_and_exact_totals(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    worker_root = tmp_path / "worker-view"
+def shard_names(root: Path) -> list[str]:
+    return sorted(p.name for p in (root / "test" / "nodes-v0" / "shards").glob("*.h5"))
+
+
+def test_node_removed_mid_collect_keeps_committed_and_exact_totals(
+    ray_cluster: Any, worker_nodes: list[Any], tmp_path: Path
+) -> None:
+    root, worker_root = tmp_path / "driver", tmp_path / "worker-view"
     worker_root.mkdir()
-    # Ray's processes record no metrics, report no task events and start no workers ahead of need (as the
-    # session's local Ray in conftest.py): nothing here reads them, and four nodes would pay for each
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]),
-           "RAY_USAGE_STATS_ENABLED": "0", "RAY_enable_metrics_collection": "0",
-           "RAY_task_events_report_interval_ms": "0", "RAY_enable_worker_prestart": "0"}
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path / "driver"), str(worker_root)],
-        env=env, capture_output=True, text=True, timeout=240,
+    obs = gym.make("CartPole-v1").observation_space
+    EpisodeStore.create("test/nodes-v0", obs, gym.spaces.Discrete(2), root=root).close()
+    started = time.monotonic()
+    dc = DistributedCollector(
+        paced_cartpole, None, num_workers=2, envs_per_worker=2, store="test/nodes-v0", root=root, seed=0,
+        transport="object_store", max_worker_restarts=1, store_kwargs={"shard_steps": 200},
+        worker_options={"num_cpus": 1, "resources": {NODE_RESOURCE: 1},
+                        "runtime_env": {"env_vars": {"VCOLLECT_DATASETS_PATH": str(worker_root)}}},
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, done.stdout[-3000:] + done.stderr[-3000:]
-    r = json.loads(lines[0][len("RESULT "):])
-    assert r["before"][0]["node_id"] != r["before"][1]["node_id"]  # one worker per node
-    assert r["victim"] == r["before"][0]["node_id"] and r["restarts"] == [1, 0]
-    assert r["after"][0]["node_id"] not in (r["victim"], r["before"][1]["node_id"])  # on the spare node
-    assert r["after"][0]["writer"] != r["before"][0]["writer"]
-    print(f"cluster + workers up in {r['started']:.1f} s, collect with a node removed {r['collect_s']:.1f} s")
-    assert len(r["seen"]) >= 2 and set(r["seen"]) <= set(r["names"])  # what worker 0 committed before its node went stays
-    assert r["episodes"] == 600 and r["first"] == 20
-    assert r["stored"] == 20 + 600 and r["stored_lens"] == r["lens"]  # each stored episode reported once
-    assert r["worker_root_files"] == 0
+    try:
+        started = time.monotonic() - started
+        first = dc.collect(n_episode=20, random=True)
+        before = [dict(node_id=i["node_id"], writer=i["writer"]) for i in dc.worker_info]
+        victim = {n.node_id: n for n in worker_nodes}[before[0]["node_id"]]
+        seen: list[str] = []
+
+        def remove_when_committed() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                mine = [n for n in shard_names(root) if before[0]["writer"] in n]
+                if len(mine) >= 2:  # worker 0 committed in this call (it had one shard from the first call)
+                    seen.extend(mine)
+                    ray_cluster.remove_node(victim, allow_graceful=False)
+                    return
+                time.sleep(0.02)  # polling the shards folder, not synchronisation: the call goes on regardless
+
+        remover = threading.Thread(target=remove_when_committed)
+        remover.start()
+        collect_started = time.monotonic()
+        stats = dc.collect(n_episode=600, random=True)
+        collect_s = time.monotonic() - collect_started
+        remover.join(timeout=120)
+        after = [dict(node_id=i["node_id"], writer=i["writer"]) for i in dc.worker_info]
+        restarts = list(dc.restarts)
+    finally:
+        dc.close()
+    print(f"workers up in {started:.1f} s, collect with a node removed {collect_s:.1f} s")
+    assert before[0]["node_id"] != before[1]["node_id"]  # one worker per node
+    assert {b["node_id"] for b in before} <= {n.node_id for n in worker_nodes}
+    assert restarts == [1, 0]
+    assert after[0]["node_id"] not in (victim.node_id, before[1]["node_id"])  # on the spare node
+    assert after[0]["writer"] != before[0]["writer"]
+    names = shard_names(root)
+    assert len(seen) >= 2 and set(seen) <= set(names)  # what worker 0 committed before its node went stays
+    assert stats.n_collected_episodes == 600 and first.n_collected_episodes == 20
+    ds = load_dataset("test/nodes-v0", root=root)
+    assert ds.total_episodes == 20 + 600
+    # each stored episode reported once
+    assert sorted(ds.episode_lengths.tolist()[first.n_collected_episodes:]) == sorted(stats.lens.tolist())
+    assert list(worker_root.iterdir()) == []
