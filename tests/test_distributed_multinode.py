@@ -1,8 +1,9 @@
-"""DistributedCollector on a real multi-node Ray cluster: three 1-CPU worker nodes (ray.cluster_utils'
-``add_node``: each a raylet of its own, with Ray's agents) joined to the session's local Ray, whose head
-holds the dataset and the writer actor. Workers land on distinct nodes, and removing a worker's node in the
-middle of a collect call (object-store transport, workers seeing another, empty datasets root) keeps every
-committed episode and returns exact totals."""
+"""DistributedCollector on a real multi-node Ray cluster: three worker nodes (ray.cluster_utils' ``add_node``:
+each a raylet of its own, with Ray's agents) joined to the session's local Ray, whose head holds the dataset
+and the writer actor. The nodes offer no CPU, only one slot of a resource of their own, which the workers
+ask for: a worker per node, and no other test's actor (Ray's take a CPU) ever lands on them. Workers land on
+distinct nodes, and removing a worker's node in the middle of a collect call (object-store transport,
+workers seeing another, empty datasets root) keeps every committed episode and returns exact totals."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from vcollect.store import EpisodeStore, load_dataset
 
 pytestmark = pytest.mark.slow
 
-# The resource only the nodes added here have: the workers ask for it, so none lands on the head
+# The resource only the nodes added here have, one slot each: the workers ask for it (and no CPU), so each
+# lands on a node of its own and none on the head
 NODE_RESOURCE = "multinode-test"
 
 
@@ -39,10 +41,11 @@ def paced_cartpole() -> gym.Env:
 
 @pytest.fixture
 def worker_nodes(ray_local: Any, ray_cluster: Any) -> Iterator[list[Any]]:
-    """Three 1-CPU nodes added to the session's Ray (removed again after the test, those still there)."""
+    """Three nodes added to the session's Ray, one worker slot each; removed again after the test (those still
+    there, gracefully: Ray learns at once that they are gone)."""
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cluster = ray_cluster
-    nodes = [cluster.add_node(num_cpus=1, resources={NODE_RESOURCE: 1}, object_store_memory=80 * 2**20)
+    nodes = [cluster.add_node(num_cpus=0, resources={NODE_RESOURCE: 1}, object_store_memory=80 * 2**20)
              for _ in range(3)]
     try:
         cluster.wait_for_nodes()
@@ -50,7 +53,7 @@ def worker_nodes(ray_local: Any, ray_cluster: Any) -> Iterator[list[Any]]:
     finally:
         for node in nodes:
             if node in cluster.worker_nodes:
-                cluster.remove_node(node, allow_graceful=False)
+                cluster.remove_node(node, allow_graceful=True)
 
 
 def shard_names(root: Path) -> list[str]:
@@ -68,7 +71,7 @@ def test_node_removed_mid_collect_keeps_committed_and_exact_totals(
     dc = DistributedCollector(
         paced_cartpole, None, num_workers=2, envs_per_worker=2, store="test/nodes-v0", root=root, seed=0,
         transport="object_store", max_worker_restarts=1, store_kwargs={"shard_steps": 200},
-        worker_options={"num_cpus": 1, "resources": {NODE_RESOURCE: 1},
+        worker_options={"num_cpus": 0, "resources": {NODE_RESOURCE: 1},
                         "runtime_env": {"env_vars": {"VCOLLECT_DATASETS_PATH": str(worker_root)}}},
     )
     try:
