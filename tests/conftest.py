@@ -6,6 +6,8 @@ worker's next test file asks for none (the files that ask for it run one after a
 rest. Under pytest-xdist (`make test` runs `pytest -n auto --dist loadfile`) each test file runs whole on
 one worker, so a module-scoped fixture (the docs' block runs, small datasets) is built once, and the files
 that use Ray all run on one worker (``pytest_xdist_make_scheduler``), so the whole run starts one Ray.
+`ray_cluster`: that Ray's ``ray.cluster_utils.Cluster``, for a test that joins nodes to it (the multi-node
+test) rather than starting a cluster of its own.
 
 `default_datasets_roots` and `ray_temp_dir` (every test): the default datasets roots and Ray's temporary
 folder point into this session's own folders, so no test writes into the user's roots or /tmp/ray.
