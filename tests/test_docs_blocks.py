@@ -254,3 +254,18 @@ def test_cli_block_runs(runs: dict[str, Run]) -> None:
     assert (run.folder / "cartpole.png").stat().st_size > 0
     assert (run.folder / "minari" / "vcollect" / "cartpole-cli-v0" / "data" / "main_data.hdf5").is_file()
     assert "Collector (subproc)" in run.stdout and "raw" in run.stdout
+
+
+def test_a_shell_blocks_vcollect_says_what_the_command_says_and_ends_as_it_ends(tmp_path: Path) -> None:
+    """The shell blocks' `vcollect` (the command forked from the tests' server) gives the block the command's
+    own stdout, stderr and exit status, so a failing command fails its block as the installed one would."""
+    code = ("vcollect --version\n"
+            "vcollect show no/such-v0 || echo \"exit status $?\"\n"
+            "vcollect list | head -1 >/dev/null\n"
+            "vcollect show no/such-v0\n"
+            "echo never\n")
+    run = finish(start_block("shim", "bash", code, tmp_path), Run(tmp_path))
+    assert run.returncode == 2, (run.stdout, run.stderr)  # `bash -e` ends with the failing command's status
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("vcollect ") and lines[1] == "exit status 2" and "never" not in run.stdout
+    assert run.stderr.count("vcollect show: error: no dataset 'no/such-v0'") == 2, run.stderr

@@ -336,7 +336,7 @@ class DataCollector(gym.Wrapper[Any, Any, Any, Any]):
         self._settle_staging(why)
 
     def __del__(self) -> None:
-        if getattr(self, "_made_in", None) is not None and not self._closed:  # _made_in: set when __init__ finished
+        if getattr(self, "_made_in", None) is not None:  # set when __init__ finished
             self.close_unclosed("garbage-collected without close()")
 
     def _settle_staging(self, how: str) -> None:

@@ -433,27 +433,26 @@ def _prefetch_while_used(ref: weakref.ref[ShardCache]) -> None:
     (and the cache's session folder goes with it); an error is kept in ``prefetch_error`` (reads fetch what
     they need themselves)."""
     cache = ref()
-    if cache is None:
-        return
-    names = sorted(cache.lines)
+    names = [] if cache is None else sorted(cache.lines)
     del cache
     try:
         for name in names:
-            cache = ref()
-            if cache is None:
-                return
-            more = cache._prefetch_shard(name)
-            del cache
+            more = _while_used(ref, ShardCache._prefetch_shard, name)
             while more:
-                cache = ref()
-                if cache is None:
-                    return
-                more = cache._prefetch_range(name)
-                del cache
+                more = _while_used(ref, ShardCache._prefetch_range, name)
+            if ref() is None:
+                return
     except Exception as exc:  # noqa: BLE001 - kept for the caller to see; reads fetch what they need
         cache = ref()
         if cache is not None:
             cache.prefetch_error = exc
+
+
+def _while_used(ref: weakref.ref[ShardCache], step: Callable[[ShardCache, str], bool], name: str) -> bool:
+    """``step(cache, name)`` while a Dataset still uses the cache, holding it for that call only; False once
+    none does."""
+    cache = ref()
+    return cache is not None and step(cache, name)
 
 
 def _remove_session(session: Path, owner: int) -> None:
