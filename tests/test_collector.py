@@ -864,3 +864,36 @@ def test_a_random_source_draws_the_random_actions_for_the_ready_env_ids() -> Non
         collector.collect(n_step=60, random=True, reset_before_collect=True)
         drawn = np.concatenate(stored(collector))
         assert len(calls) == 4 and 0 < drawn.sum() < drawn.size
+
+
+@pytest.mark.parametrize("size", [8, 200])  # Python's sum below SMALL_BATCH values, numpy's above
+def test_sum_is_finite_says_false_for_nan_inf_and_overflow_and_check_rewards_tells_them_apart(size: int) -> None:
+    from vcollect.collecting.step_context import sum_is_finite
+
+    rewards = np.ones(size)
+    assert sum_is_finite(rewards)
+    for bad in (np.nan, np.inf, -np.inf):
+        rewards = np.ones(size)
+        rewards[size // 2] = bad
+        assert not sum_is_finite(rewards)
+    both = np.zeros(size)
+    both[0], both[-1] = np.inf, -np.inf  # the sum is NaN
+    assert not sum_is_finite(both)
+    huge = np.full(size, 1e308)  # every value finite, the sum overflows
+    assert not sum_is_finite(huge)
+
+
+class HugeRewardEnv(NanRewardEnv):
+    """Rewards of 1e308: finite, but two of them sum to infinity."""
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, 1e308, terminated, truncated, info
+
+
+def test_finite_rewards_whose_sum_overflows_are_stored_as_they_are() -> None:
+    store = ListStore()
+    with Collector(None, [lambda: HugeRewardEnv(at=99)] * 4, store=store, seed=0) as collector:
+        collector.collect(n_step=40, random=True, reset_before_collect=True)
+    assert store.episodes
+    assert all(np.all(e.rewards == 1e308) for e in store.episodes)

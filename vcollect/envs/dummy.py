@@ -216,7 +216,7 @@ class DummyVectorEnv(BaseVectorEnv):
                 self._failures.append(step_values_failure(i, (reward, terminated, truncated), traceback.format_exc()))
                 continue
             infos[i] = info
-            if restart and (terms[i] or truncs[i]):
+            if restart and (terminated or truncated):  # as true as the flags just stored (numpy's bool cast)
                 j = id_list.index(i)  # the env's position in this call (rare: only for envs that ended)
                 if allowed is None or allowed[j]:
                     self._restart(i, seeds[j], options)

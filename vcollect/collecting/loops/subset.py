@@ -25,7 +25,6 @@ rings never saw; listed with the collector's abandoned episodes) and every env w
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -33,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from gymnasium.spaces import Dict, Tuple
 
-from vcollect.collecting.step_context import CollectCall, StepContext, take_rows
+from vcollect.collecting.step_context import CollectCall, StepContext, sum_is_finite, take_rows
 from vcollect.envs import StepResetResult
 from vcollect.spaces import flatten_batch
 from vcollect.stats import Extendable
@@ -200,7 +199,7 @@ class SubsetLoop:
             if validate:
                 if obs_problem(obs) is not None:
                     c.check_obs(obs, all_ids, "an observation")
-                if not math.isfinite(float(np.add.reduce(rewards))):
+                if not sum_is_finite(rewards):
                     c.check_rewards(rewards, all_ids)
             add_all(actions, rewards, terms, truncs, obs)
             done = terms | truncs
@@ -252,7 +251,7 @@ class SubsetLoop:
                     bar.update(n - replaced.size)
                 elif validate and (
                     obs_problem(obs) is not None
-                    or not math.isfinite(float(np.add.reduce(rewards)))
+                    or not sum_is_finite(rewards)
                     or (restarted.size and obs_problem(reset_obs) is not None)
                 ):  # a check that may fail: the step is recorded (or refused) before anything else is sent
                     self._record_result(all_ids, None, actions, result, call)
