@@ -209,7 +209,8 @@ def _serve(
                     infos.append({})
                     continue
             infos.append(info)
-            if op == STEP_RESET and (terminations[g] or truncations[g]) and reset_mode[g] != NO_RESET:
+            # the flags as just stored (numpy's bool cast is Python's truth value), not read back from them
+            if op == STEP_RESET and (terminated or truncated) and reset_mode[g] != NO_RESET:
                 failure = _restart(envs[li], g, rows, obs_layout, payload, reset_infos)
                 if failure is None:
                     restarts += 1
