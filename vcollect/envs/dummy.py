@@ -73,6 +73,12 @@ class DummyVectorEnv(BaseVectorEnv):
         self.env_spec = first.spec
         self.metadata = dict(first.metadata)
         self._obs_rows = self.obs_layout.allocate(self.num_envs)
+        # each env's row of a one-leaf observation of one or more axes, as a view: ``view[...] = obs`` is the
+        # same assignment as ``rows[0][i] = obs`` (cast and broadcast alike) at two thirds of its cost
+        flat_rows = self._obs_rows[0]
+        self._obs_row_views: list[np.ndarray] | None = (
+            [flat_rows[i, ...] for i in range(self.num_envs)] if self.obs_layout.flat and flat_rows.ndim > 1 else None
+        )
         self._reset_rows = self.obs_layout.allocate(self.num_envs)  # first observations of step_reset restarts
         self._reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self._restarted: list[int] = []
@@ -184,6 +190,7 @@ class DummyVectorEnv(BaseVectorEnv):
         rewards, terms, truncs = self._rewards, self._terminations, self._truncations
         layout = self.obs_layout
         rows = self._obs_rows
+        obs_views = self._obs_row_views
         flat_obs = rows[0] if layout.flat else None
         act_layout = self.act_layout
         id_list = ids.tolist()
@@ -201,7 +208,9 @@ class DummyVectorEnv(BaseVectorEnv):
                 self._failures.append(EnvFailure(i, "env", f"step raised {exc!r}", traceback.format_exc()))
                 continue
             try:
-                if flat_obs is not None:
+                if obs_views is not None:
+                    obs_views[i][...] = obs
+                elif flat_obs is not None:
                     flat_obs[i] = obs
                 else:
                     layout.write_row(rows, i, obs)

@@ -154,6 +154,9 @@ def _serve(
     rewards, terminations, truncations = rows.rewards, rows.terminations, rows.truncations
     reset_mode = rows.reset_mode
     obs_flat = obs_rows[0] if obs_layout.flat else None
+    # each local env's row of a one-leaf observation of one or more axes, as a view: ``view[...] = obs`` is
+    # the same assignment as ``obs_flat[g] = obs`` at two thirds of its cost
+    obs_views = [obs_flat[g, ...] for g in env_ids] if obs_flat is not None and obs_flat.ndim > 1 else None
     # a single scalar action leaf (Discrete and the like): the row's numpy scalar is what read_row gives
     act_scalar = act_rows[0] if act_layout.flat and not act_layout.shapes[0] else None
     everything = tuple(range(len(envs)))
@@ -185,7 +188,9 @@ def _serve(
                 infos.append({})
                 continue
             try:
-                if obs_flat is not None:
+                if obs_views is not None:
+                    obs_views[li][...] = obs
+                elif obs_flat is not None:
                     obs_flat[g] = obs
                 else:
                     obs_layout.write_row(obs_rows, g, obs)
