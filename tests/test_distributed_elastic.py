@@ -17,6 +17,7 @@ import pytest
 
 from tests.envs import CountingEnv, ExitOnceEnv
 from tests.replay import assert_replays
+from vcollect.collecting.episode_writer import WRITE_BATCH
 from vcollect.distributed import DistributedCollector, replacement_seed
 from vcollect.errors import ActionError, UnfinishedEpisodesWarning, WorkerLostError
 from vcollect.store import EpisodeStore, load_dataset
@@ -66,9 +67,13 @@ def test_worker_dying_mid_episode_is_replaced_and_totals_stay_exact(
 ) -> None:
     dataset_id = new_dataset(tmp_path, CountingEnv().observation_space, CountingEnv().action_space)
     flag = tmp_path / "fault"
+    # one env exits at its `at`-th step, mid-episode, after its worker's two envs finished `at` episodes of
+    # 2 steps between them: more than a batch (EpisodeWriter.WRITE_BATCH) handed to the store
+    at = WRITE_BATCH + 22
+    n_step = 4 * (at + 50)  # 4 envs, each past its `at`-th step
     dc = DistributedCollector(
         ExitOnceEnv, None, num_workers=2, envs_per_worker=2, store=dataset_id, root=tmp_path, seed=0,
-        env_kwargs={"flag": str(flag), "at": 100, "episode_length": 2}, store_kwargs={"shard_steps": 10},
+        env_kwargs={"flag": str(flag), "at": at, "episode_length": 2}, store_kwargs={"shard_steps": 10},
         max_worker_restarts=1,
         transport=transport, unfinished="truncate",
     )
@@ -79,10 +84,9 @@ def test_worker_dying_mid_episode_is_replaced_and_totals_stay_exact(
         pids = [info["pid"] for info in dc.worker_info]
         dead = pids.index(int(flag.read_text()))
         old_writer = dc.worker_info[dead]["writer"]
-        # one env exits at its 100th step, mid-episode, after its worker handed the store a batch of 64
-        # episodes (EpisodeWriter.WRITE_BATCH), committed as shards of 10 steps
-        stats = dc.collect(n_step=400, random=True)
-        assert stats.n_collected_steps == 400 and first.n_collected_steps == 22
+        # the batch handed over before the exit is committed as shards of 10 steps
+        stats = dc.collect(n_step=n_step, random=True)
+        assert stats.n_collected_steps == n_step and first.n_collected_steps == 22
         assert dc.restarts == [int(w == dead) for w in range(2)]
         assert dc.worker_info[dead]["pid"] != pids[dead] and dc.worker_info[dead]["writer"] != old_writer
         assert dc.worker_seeds[dead] == replacement_seed(dc.seed, dead, 1)
@@ -103,7 +107,7 @@ def test_worker_dying_mid_episode_is_replaced_and_totals_stay_exact(
     # carried over from the first call included), its uncommitted part collected again by the replacement;
     # a wrong count changes the replacement's quota and so the stored total
     final = load_dataset(dataset_id, root=tmp_path)
-    assert final.total_steps == 22 + 400
+    assert final.total_steps == 22 + n_step
     dead_envs = [ep for ep in final if ep.env_id // 2 == dead]
     seeds = [ep.seed for ep in dead_envs]
     assert len(seeds) == len(set(seeds))  # the replacement's seed stream differs from the dead worker's

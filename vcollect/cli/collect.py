@@ -111,8 +111,8 @@ def add_collect_parser(
     collect.add_argument(
         "--shard-steps", type=int, default=100_000, metavar="N",
         help="commit a shard every this many steps (default: 100000). A crash loses fewer than "
-             "3 x (N + the longest episode) + 1024 steps of finished episodes: up to N pending, two shards "
-             "being committed in the background, and 1024 steps queued by the collector",
+             "3 x (N + the longest episode) + 2048 steps of finished episodes: up to N pending, two shards "
+             "being committed in the background, and 2048 steps queued by the collector",
     )
     collect.add_argument(
         "--compression", type=_compression_arg, default="auto", metavar="CODEC",

@@ -112,11 +112,11 @@ class EpisodeStore:
     - with ``background_commits=True``, also the shards handed to the commit thread: at most two, each of
       fewer than ``shard_steps + L`` steps;
     - in a Collector writing here, the finished episodes queued for the store: fewer than
-      ``WRITE_BATCH`` (64) episodes and fewer than ``WRITE_STEPS`` (1,024) steps, plus the one being queued
+      ``WRITE_BATCH`` (128) episodes and fewer than ``WRITE_STEPS`` (2,048) steps, plus the one being queued
       (vcollect/collecting/episode_writer.py).
 
-    In all, fewer than ``shard_steps + 1,024 + L`` steps of finished episodes with inline commits and
-    ``3 * (shard_steps + L) + 1,024`` with background commits; episodes still running are lost too (they
+    In all, fewer than ``shard_steps + 2,048 + L`` steps of finished episodes with inline commits and
+    ``3 * (shard_steps + L) + 2,048`` with background commits; episodes still running are lost too (they
     were not finished), and so are the steps a blocks backend has staged but not recorded (at most 64 per
     env).
     """
