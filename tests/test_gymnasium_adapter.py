@@ -24,6 +24,7 @@ from vcollect.collecting.loops.blocks import BLOCK_BYTES
 from vcollect.envs import EnvCapabilities, GymnasiumVectorEnv
 from vcollect.envs.factory import BACKENDS
 from vcollect.errors import CollectorStateError, EnvWorkerError, ObservationError
+from vcollect.policies import RandomPolicy
 
 MODES = [AutoresetMode.DISABLED, AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP]
 
@@ -409,18 +410,21 @@ class Spoiled(gym.vector.VectorWrapper):
         return obs, rewards, terminations, truncations, infos
 
 
-@pytest.mark.parametrize("random", [True, False], ids=["random", "policy"])
-def test_bad_observation_in_a_block_keeps_every_step_before_it(random: bool) -> None:
+@pytest.mark.parametrize("kind", ["random", "policy", "blind policy"])
+def test_bad_observation_in_a_block_keeps_every_step_before_it(kind: str) -> None:
     """An observation outside the space in the middle of a block raises ObservationError naming it; the
-    steps before it are all recorded (rings and pending transitions), none of it or after it; a policy never
-    sees it."""
+    steps before it are all recorded (rings and pending transitions), none of it or after it; a policy that
+    reads observations never sees it (one that reads none, RandomPolicy, has it checked with the block, as
+    random actions do, and the same is recorded)."""
     envs = Spoiled(gym.make_vec("CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point"), at=40)
+    random = kind == "random"
 
     def policy(obs: np.ndarray, state: None) -> tuple[np.ndarray, None]:
         assert np.isfinite(obs).all()
         return (obs[:, 2] > 0).astype(np.int64), None
 
-    with Collector(None if random else policy, envs, seed=0) as collector:
+    acting = {"random": None, "policy": policy, "blind policy": RandomPolicy(envs.single_action_space, seed=0)}[kind]
+    with Collector(acting, envs, seed=0) as collector:
         collector.reset(seed=1)
         with pytest.raises(ObservationError, match="outside the observation space"):
             collector.collect(n_step=10_000, random=random)

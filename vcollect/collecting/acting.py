@@ -66,6 +66,8 @@ class PolicyActor:
         self._obs: list[np.ndarray] | None = None  # newest observation of every env, flat leaf form
         self._obs_owned = False  # the cached arrays are ours alone (not handed to the policy yet)
         self._trusted = False
+        self.reads_obs = True
+        """Whether the policy reads the observations' values (vcollect.policies.base): set by begin_call."""
         # read once: the loops choose their path by it (a blocks backend is stepped step by step for it)
         self.wants_infos = isinstance(policy, SupportsInfos) and bool(policy.wants_infos)
         self._infos: list[Mapping[str, Any]] = [{}] * self.num_envs  # each env's last info (wants_infos)
@@ -85,6 +87,7 @@ class PolicyActor:
         """Once per collect call: whether the policy vouches for its actions (vcollect.policies.base), so
         checking them again would be wasted work."""
         policy = self.policy
+        self.reads_obs = policy is None or bool(getattr(policy, "reads_observations", True))
         self._trusted = (
             bool(getattr(policy, "actions_in_space", False))
             and (self._noise is None or bool(getattr(policy, "noise_in_space", False)))

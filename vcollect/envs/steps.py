@@ -124,16 +124,6 @@ class StepBlock:
         self._obs_shapes = [(self.num_envs, *leaf.shape) for leaf in leaves(observation_space)]
         self._obs_dtypes = [leaf.dtype for leaf in leaves(observation_space)]
         self._env_order = np.arange(self.num_envs)
-        self.renew()
-
-    @property
-    def obs_leaf_count(self) -> int:
-        """Observation leaves per row."""
-        return len(self._obs_shapes)
-
-    def renew(self) -> None:
-        """Start empty with fresh arrays, so that views of rows handed out before (observations a policy
-        acted on) stay as they were."""
         shape = (self.size, self.num_envs)
         self.obs: list[np.ndarray] = [] if self.hold_obs else allocate(self.observation_space, shape)
         self.actions: list[np.ndarray] = allocate(self.action_space, shape)
@@ -141,6 +131,19 @@ class StepBlock:
         self.terminations = np.empty(shape, dtype=bool)
         self.truncations = np.empty(shape, dtype=bool)
         self.done = np.empty(shape, dtype=bool)
+        self.clear()
+
+    @property
+    def obs_leaf_count(self) -> int:
+        """Observation leaves per row."""
+        return len(self._obs_shapes)
+
+    def renew(self) -> None:
+        """Start empty with fresh observation arrays, so that views of rows handed out before (observations a
+        policy acted on) stay as they were; the other arrays, of which no views are handed out, are written
+        over."""
+        if not self.hold_obs:
+            self.obs = allocate(self.observation_space, (self.size, self.num_envs))
         self.clear()
 
     def clear(self) -> None:

@@ -9,6 +9,12 @@ A policy whose actions lie in its ``action_space`` by construction may say so wi
 or the policy's noise keeps actions in the space: a true ``noise_in_space``, as EpsilonGreedy's), the
 collector then skips its per-step check of the actions (TorchPolicy does for index-valued spaces).
 
+A policy that never reads the observations' values (only how many there are), in its call and in its
+``add_exploration_noise``, may say so with a false ``reads_observations`` (RandomPolicy does): a collector
+that stages steps in blocks then checks the observations once per block, as for ``random=True``, instead of
+before each call. A bad observation is refused alike (ObservationError, the steps before it recorded); the
+envs may have taken the block's later steps by then, as with random actions.
+
 A policy that reads the envs' info dicts opts in with ``SupportsInfos`` (a true ``wants_infos``); every
 other policy is called with observations and state only, and the collectors keep no infos for it.
 """

@@ -71,6 +71,11 @@ class EpsilonGreedy:
         vouches = bool(getattr(policy, "actions_in_space", False))
         return vouches and getattr(policy, "action_space", None) == self.action_space
 
+    @property
+    def reads_observations(self) -> bool:
+        """Whether the wrapped policy reads the observations' values (its noise does not)."""
+        return bool(getattr(self.policy, "reads_observations", True))
+
     def add_exploration_noise(self, actions: Any, obs: Any) -> Any:
         """Replace each action, with probability epsilon, by a random one.
 

@@ -59,6 +59,7 @@ class RandomPolicy:
     """
 
     actions_in_space = True
+    reads_observations = False  # only their batch size (vcollect.policies.base)
 
     def __init__(
         self, action_space: gym.Space[Any], seed: int | np.random.SeedSequence | None = None

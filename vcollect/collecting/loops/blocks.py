@@ -102,7 +102,7 @@ class BlockLoop(AllEnvLoop):
                     action_rows[k] = actions
                 else:
                     block.set_actions(k, flatten_batch(c.action_space, actions))
-                if not random:  # the policy acts next on these observations: checked now, not with the block
+                if not random:  # the policy acts next on these observations (checked now, if it reads them)
                     self._row_for_policy(k)
                 if not by_steps:
                     owed -= block.done[k]
@@ -123,11 +123,12 @@ class BlockLoop(AllEnvLoop):
             c.actor.forget_obs()
 
     def _row_for_policy(self, k: int) -> None:
-        """Check row k's observations and make them the policy's next input; restarted envs' policy state is
-        reset now (their seeds are cleared when the block is recorded)."""
+        """Check row k's observations (where the policy reads them; else they are checked with the block) and
+        make them the policy's next input; restarted envs' policy state is reset now (their seeds are cleared
+        when the block is recorded)."""
         c, block = self.ctx, self.block
         row = block.obs_leaf_row(k)  # views (a policy's block is renewed, not written over) or held arrays
-        if c.validate:
+        if c.validate and c.actor.reads_obs:
             obs = row[0] if self._flat_obs else unflatten_batch(c.observation_space, row)
             if c.obs_problem(obs) is not None:
                 c.check_obs(obs, c.all_ids, "an observation")
