@@ -78,7 +78,13 @@ def test_a_failed_background_commit_keeps_its_episodes_and_surfaces(tmp_path: Pa
     kept = store.pending_episodes
     assert kept >= 2
     fail.clear()  # space freed
-    store.flush()
+    # a second shard may have been handed to the commit thread and failed before the space was freed: its
+    # error surfaces at most once more (its episodes kept for the retry), and the next flush commits them all
+    try:
+        store.flush()
+    except DiskFullError as exc:
+        assert "pending episodes are kept in memory" in str(exc)
+        store.flush()
     assert store.committed_episodes == kept and store.pending_episodes == 0
     store.close()
     data = load_dataset("bg/flaky-v0", root=tmp_path)

@@ -3,11 +3,11 @@
 Per vector step only the env's step (``step_into``: its results copied into the block's next row, or its
 observation arrays kept by reference where the backend hands them over: ``capabilities.hands_over_obs``)
 and the actions' row copy happen; the rings (``RingWriter.add_steps``: one write per array), the ledger, the
-store queue and (random actions) the observation checks take up to a block of steps at once. A call stops
-after the same step as the per-step loop would, and every staged step is recorded before it returns, also
-when it raises. While rendering, while a step or episode-done hook is set (a hook sees each step before
-it is recorded), or for a policy that wants infos (a block keeps no infos), steps are recorded one by one
-(AllEnvLoop).
+store queue and (random actions, or a policy that reads no observation values) the observation checks take
+up to a block of steps at once. A call stops after the same step as the per-step loop would, and every
+staged step is recorded before it returns, also when it raises. While rendering, while a step or
+episode-done hook is set (a hook sees each step before it is recorded), or for a policy that wants infos (a
+block keeps no infos), steps are recorded one by one (AllEnvLoop).
 """
 
 from __future__ import annotations
