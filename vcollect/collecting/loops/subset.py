@@ -210,8 +210,10 @@ class SubsetLoop:
                 c.ended(finished)
                 needs_reset[finished] = True
             if restarted.size:
-                c.start_episodes(restarted, reset_obs, c.reset_seeds.take(restarted.tolist()), options, remember=False)
-                seeds = list(c.upcoming_all)
+                ids = restarted.tolist()
+                c.start_episodes(restarted, reset_obs, c.reset_seeds.take(ids), options, remember=False)
+                for i, seed in zip(ids, c.reset_seeds.peek(ids)):  # the other envs' next seeds are as they were
+                    seeds[i] = seed
                 if not random:  # the policy acts next on the restarted envs' first observations
                     if flat:
                         obs[restarted] = reset_obs
