@@ -60,6 +60,13 @@ def constant_policy(observation_space: gym.Space, action_space: gym.Space) -> Co
     return ConstantPolicy(observation_space, action_space)
 
 
+def random_policy(observation_space: gym.Space, action_space: gym.Space) -> Any:
+    """The factory `--policy tests.cli_envs:random_policy` calls: RandomPolicy, which reads no observations."""
+    from vcollect.policies import RandomPolicy
+
+    return RandomPolicy(action_space, seed=0)
+
+
 def broken_policy(observation_space: gym.Space, action_space: gym.Space) -> ConstantPolicy:
     """A factory that fails, for the error-path test."""
     raise RuntimeError("this factory is broken on purpose")

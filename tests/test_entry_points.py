@@ -42,7 +42,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from tests import forked_scripts
+from tests import cli_envs, forked_scripts
 from tests.entry_spy import STATS_FILE_ENV, read_calls
 from tests.envs import make_cartpole
 from tests.replay import assert_replays
@@ -611,6 +611,52 @@ def test_trusted_policy_actions_are_not_checked_on_any_entry_point(monkeypatch: 
         finally:
             worker.close()
         assert bool(checks) is expect_checks, ("Ray worker", policy_fn, checks)
+
+
+def test_observations_are_checked_before_each_call_only_for_a_policy_that_reads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the block-staging gymnasium backend, the Python Collector, the CLI (in process, --policy) and a Ray
+    worker's collector check each row before a policy that reads observations acts on it (ConstantPolicy: no
+    block is left to check), and check whole blocks for one that reads none (RandomPolicy)."""
+    from vcollect.cli import main as cli_main
+    from vcollect.collecting.loops.blocks import BlockLoop
+    from vcollect.distributed.worker import CollectorWorker, WorkerSpec
+
+    block_checks: list[int] = []
+    first_bad_row = BlockLoop._first_bad_row
+
+    def spied(self: BlockLoop, first: int, stop: int) -> int | None:
+        block_checks.append(stop - first)
+        return first_bad_row(self, first, stop)
+
+    monkeypatch.setattr(BlockLoop, "_first_bad_row", spied)
+    for name, reads in (("constant_policy", True), ("random_policy", False)):
+        factory = getattr(cli_envs, name)
+        block_checks.clear()
+        envs = make_vector("CartPole-v1", NUM_ENVS, backend="gymnasium")
+        with Collector(factory(envs.single_observation_space, envs.single_action_space), envs, seed=0) as collector:
+            assert isinstance(collector._loop, BlockLoop)
+            collector.collect(n_step=200, reset_before_collect=True)
+        assert bool(block_checks) is not reads, ("Python", name, block_checks)
+        block_checks.clear()
+        argv = ["collect", "CartPole-v1", "--num-envs", str(NUM_ENVS), "--backend", "gymnasium", "--steps", "200",
+                "--policy", f"tests.cli_envs:{name}", "--seed", "0", "--dataset", f"reads/{name}-v0",
+                "--root", str(tmp_path)]
+        assert cli_main(argv) == 0
+        assert bool(block_checks) is not reads, ("CLI", name, block_checks)
+        block_checks.clear()
+        spec = WorkerSpec(env="CartPole-v1", env_kwargs={}, backend="gymnasium", backend_kwargs={}, num_envs=2,
+                           env_id_offset=0, policy_fn=factory, seed=0, collector="sync", store_id=None, root=None)
+        worker = CollectorWorker(0)
+        ok, value = worker.setup(spec)
+        try:
+            assert ok, getattr(value, "message", value)
+            ok, value = worker.collect(200, None, False)
+            assert ok and value.n_collected_steps == 200, getattr(value, "message", value)
+        finally:
+            worker.close()
+        assert bool(block_checks) is not reads, ("Ray worker", name, block_checks)
 
 
 def zero_policy_all_noise(observation_space: gym.Space, action_space: gym.Space) -> Any:

@@ -513,3 +513,22 @@ def test_make_vector(closing):
         make_vector("CartPole-v1", 2, backend="nope")
     with pytest.raises(ValueError, match="unknown environment id 'NoSuchEnv-v0'"):
         make_vector("NoSuchEnv-v0", 2)
+
+
+def test_layout_row_views_write_what_write_row_writes() -> None:
+    """A backend's per-env write through FixedLayout.row_views stores what write_row stores (cast and
+    broadcast alike, into the named rows only); layouts with scalar or nested values have no row views."""
+    from vcollect.envs.layout import FixedLayout
+
+    layout = FixedLayout(gym.spaces.Box(-10, 10, shape=(2, 3), dtype=np.float32))
+    by_views, by_rows = layout.allocate(4), layout.allocate(4)
+    views = layout.row_views(by_views, [3, 1])
+    assert views is not None and len(views) == 2
+    for view, row, value in ((views[0], 3, np.arange(6.0).reshape(2, 3)), (views[1], 1, [[1, 2, 3]]), (views[0], 3, 2.5)):
+        view[...] = value
+        layout.write_row(by_rows, row, value)
+    np.testing.assert_array_equal(by_views[0], by_rows[0])
+    assert by_views[0].dtype == np.float32 and not by_views[0][[0, 2]].any()
+    assert FixedLayout(gym.spaces.Discrete(3)).row_views(FixedLayout(gym.spaces.Discrete(3)).allocate(2), [0, 1]) is None
+    nested = FixedLayout(gym.spaces.Dict({"a": gym.spaces.Box(0, 1, (2,))}))
+    assert nested.row_views(nested.allocate(2), [0, 1]) is None

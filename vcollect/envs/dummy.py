@@ -73,12 +73,7 @@ class DummyVectorEnv(BaseVectorEnv):
         self.env_spec = first.spec
         self.metadata = dict(first.metadata)
         self._obs_rows = self.obs_layout.allocate(self.num_envs)
-        # each env's row of a one-leaf observation of one or more axes, as a view: ``view[...] = obs`` is the
-        # same assignment as ``rows[0][i] = obs`` (cast and broadcast alike) at two thirds of its cost
-        flat_rows = self._obs_rows[0]
-        self._obs_row_views: list[np.ndarray] | None = (
-            [flat_rows[i, ...] for i in range(self.num_envs)] if self.obs_layout.flat and flat_rows.ndim > 1 else None
-        )
+        self._obs_row_views = self.obs_layout.row_views(self._obs_rows, range(self.num_envs))
         self._reset_rows = self.obs_layout.allocate(self.num_envs)  # first observations of step_reset restarts
         self._reset_infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         self._restarted: list[int] = []

@@ -154,9 +154,7 @@ def _serve(
     rewards, terminations, truncations = rows.rewards, rows.terminations, rows.truncations
     reset_mode = rows.reset_mode
     obs_flat = obs_rows[0] if obs_layout.flat else None
-    # each local env's row of a one-leaf observation of one or more axes, as a view: ``view[...] = obs`` is
-    # the same assignment as ``obs_flat[g] = obs`` at two thirds of its cost
-    obs_views = [obs_flat[g, ...] for g in env_ids] if obs_flat is not None and obs_flat.ndim > 1 else None
+    obs_views = obs_layout.row_views(obs_rows, env_ids)  # local env li's row: obs_views[li]
     # a single scalar action leaf (Discrete and the like): the row's numpy scalar is what read_row gives
     act_scalar = act_rows[0] if act_layout.flat and not act_layout.shapes[0] else None
     everything = tuple(range(len(envs)))
