@@ -433,6 +433,49 @@ def test_bad_observation_in_a_block_keeps_every_step_before_it(kind: str) -> Non
         assert collector.pending_transitions == int((~restarting).sum())
 
 
+class CountingPolicy:
+    """Actions from a call counter (never from the observations); keeps every observation batch it is handed
+    and a copy of it made at the call. ``reads_observations`` as given."""
+
+    def __init__(self, reads_observations: bool) -> None:
+        self.reads_observations = reads_observations
+        self.handed: list[np.ndarray] = []
+        self.copies: list[np.ndarray] = []
+
+    def __call__(self, obs: np.ndarray, state: None) -> tuple[np.ndarray, None]:
+        self.handed.append(obs)
+        self.copies.append(obs.copy())
+        calls = len(self.handed)
+        return np.array([(calls // 3 + i) % 2 for i in range(len(obs))], np.int64), None
+
+
+def test_block_loop_hands_every_policy_the_current_observations_and_a_reading_one_rows_never_written_over() -> None:
+    """Over several blocks and two calls, a policy that reads no observations gets the very observations one
+    that reads them gets (its block's rows are written over, not renewed), and what a reading policy was
+    handed stays as it was (its rows are renewed); both record the same steps."""
+    got = {}
+    for reads in (True, False):
+        policy = CountingPolicy(reads)
+        envs = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="vector_entry_point")
+        store = ListStore()
+        with Collector(policy, envs, store=store, seed=0, unfinished="truncate") as collector:
+            assert isinstance(collector._loop, BlockLoop)
+            collector.reset(seed=5)
+            first = collector.collect(n_step=500)
+            second = collector.collect(n_step=300)
+            got[reads] = (policy, [(s.n_collected_steps, s.returns.tolist()) for s in (first, second)], store.episodes)
+    (reader, reader_stats, reader_eps), (blind, blind_stats, blind_eps) = got[True], got[False]
+    assert len(reader.copies) > 3 * 64 and len(blind.copies) == len(reader.copies)
+    for k, (seen, copy) in enumerate(zip(reader.handed, reader.copies)):
+        np.testing.assert_array_equal(seen, copy, err_msg=f"call {k}: a row handed to the policy was written over")
+    for k, (blind_copy, copy) in enumerate(zip(blind.copies, reader.copies)):
+        np.testing.assert_array_equal(blind_copy, copy, err_msg=f"call {k}: not the current observations")
+    assert blind_stats == reader_stats and len(reader_eps) == len(blind_eps) > 3
+    for ours, theirs in zip(blind_eps, reader_eps):
+        np.testing.assert_array_equal(ours.observations, theirs.observations)
+        np.testing.assert_array_equal(ours.actions, theirs.actions)
+
+
 def test_wrong_observation_shape_from_a_vector_env_is_refused() -> None:
     """A vector env returning a batch of the wrong shape gets ObservationError saying so (a row copy into a
     block would broadcast it silently)."""

@@ -85,6 +85,34 @@ def test_hold_obs_block_keeps_handed_over_arrays_and_copies_anything_else():
         HeldRows([])
 
 
+def test_rows_written_through_their_views_land_in_the_arrays_and_renew_leaves_handed_out_rows_alone():
+    """Rows are written through views made once (observations, rewards, flags, and the one action leaf's
+    ``action_rows``), Fortran-ordered batches included; ``renew`` gives fresh observation arrays whose rows
+    are written from then on, a row handed out before keeping its values, while ``clear`` writes over them."""
+    space = gym.spaces.Box(-9.0, 9.0, (3,))
+    block = StepBlock(2, 3, space, gym.spaces.Discrete(4))
+    no_restarts = np.zeros(2, bool)
+    batches = [np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3) + 10 * j) for j in range(3)]
+    for j, batch in enumerate(batches):
+        block.append_row([batch], [j, -j], [j == 1, False], [False, j == 2], no_restarts)
+        block.action_rows[j][...] = [j, 3 - j]
+    np.testing.assert_array_equal(block.obs[0], np.stack(batches))
+    assert block.rewards.tolist() == [[0, 0], [1, -1], [2, -2]]
+    assert block.done.tolist() == [[False, False], [True, False], [False, True]]
+    assert block.actions[0].tolist() == [[0, 3], [1, 2], [2, 1]]
+    handed_out = block.obs_leaf_row(2)[0]
+    assert np.shares_memory(handed_out, block.obs[0])
+    block.renew()
+    block.append_row([batches[0]], [5.0, 5.0], [False] * 2, [False] * 2, no_restarts)
+    np.testing.assert_array_equal(handed_out, batches[2])  # the old array's row, as it was
+    np.testing.assert_array_equal(block.obs_leaf_row(0)[0], batches[0])
+    assert np.shares_memory(block.obs_leaf_row(0)[0], block.obs[0]) and block.rewards[0].tolist() == [5.0, 5.0]
+    kept = block.obs_leaf_row(0)[0]
+    block.clear()
+    block.append_row([batches[1]], [0.0] * 2, [False] * 2, [False] * 2, no_restarts)
+    np.testing.assert_array_equal(kept, batches[1])  # cleared, not renewed: the same rows written over
+
+
 def test_env_modules_import_nothing_from_the_buffers():
     """The env side hands the collectors its own types (vcollect.envs.steps); the rings depend on it, not
     the other way round."""

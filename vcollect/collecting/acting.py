@@ -65,7 +65,7 @@ class PolicyActor:
         self.state: Any = None
         self._obs: list[np.ndarray] | None = None  # newest observation of every env, flat leaf form
         self._obs_owned = False  # the cached arrays are ours alone (not handed to the policy yet)
-        self._trusted = False
+        self._check_actions = validate  # whether the policy's actions are checked (set by begin_call)
         self.reads_obs = True
         """Whether the policy reads the observations' values (vcollect.policies.base): set by begin_call."""
         # read once: the loops choose their path by it (a blocks backend is stepped step by step for it)
@@ -88,27 +88,50 @@ class PolicyActor:
         checking them again would be wasted work."""
         policy = self.policy
         self.reads_obs = policy is None or bool(getattr(policy, "reads_observations", True))
-        self._trusted = (
+        trusted = (
             bool(getattr(policy, "actions_in_space", False))
             and (self._noise is None or bool(getattr(policy, "noise_in_space", False)))
             and getattr(policy, "action_space", None) == self.action_space
         )
+        self._check_actions = self.validate and not trusted
 
     def actions(self, env_ids: np.ndarray, random: bool) -> Any:
-        """Actions for env_ids' latest observations: the policy's (checked), or random ones."""
+        """Actions for env_ids' latest observations: the policy's (checked unless trusted), or random ones."""
         if random:
             if self.random_source is not None:
                 return self.random_source(env_ids)
             return self._random.sample(len(env_ids))  # inside the action space by construction
-        actions = self._act(self._current_obs(env_ids), env_ids)
-        if self.validate and not self._trusted:
+        policy = self.policy
+        assert policy is not None
+        cache = self._obs
+        if cache is not None and self._one_leaf_obs and len(env_ids) == self.num_envs:
+            self._obs_owned = False
+            obs = cache[0]  # every env's newest observations: the commonest case, taken here
+        else:
+            obs = self._current_obs(env_ids)
+        state = None if self.state is None else take_state_rows(self.state, env_ids, self.num_envs)
+        if self.wants_infos:
+            assert isinstance(policy, SupportsInfos)
+            kept = self._infos
+            infos = list(kept) if len(env_ids) == self.num_envs else [kept[i] for i in env_ids.tolist()]
+            result = policy(obs, state, infos=infos)
+        else:
+            result = policy(obs, state)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise ActionError(
+                f"policy {type(policy).__name__} returned {type(result).__name__}; a vcollect policy "
+                "returns (actions, state); wrap a plain function as lambda obs, state: (fn(obs), None)"
+            )
+        actions, state_out = result
+        if state_out is not None:
+            self.state = put_state_rows(self.state, env_ids, state_out, self.num_envs)
+        if self._noise is not None:
+            actions = self._noise(actions, obs)
+        if self._map_action is not None:
+            actions = self._map_action(actions)
+        if self._check_actions:
             actions = self._checked(actions, env_ids)
         return actions
-
-    @property
-    def keeps_state(self) -> bool:
-        """Whether there is policy state that restarting envs must have reset."""
-        return self.state is not None and self._reset_state is not None
 
     def reset_state(self, env_ids: np.ndarray) -> None:
         """Fresh policy state for env ids whose episodes restart."""
@@ -166,32 +189,7 @@ class PolicyActor:
             return cache[0][env_ids]
         return unflatten_batch(self.observation_space, [leaf[env_ids] for leaf in cache])
 
-    # ------------------------------------------------------------------ the policy
-
-    def _act(self, obs: Any, env_ids: np.ndarray) -> Any:
-        policy = self.policy
-        assert policy is not None
-        state = None if self.state is None else take_state_rows(self.state, env_ids, self.num_envs)
-        if self.wants_infos:
-            assert isinstance(policy, SupportsInfos)
-            kept = self._infos
-            infos = list(kept) if len(env_ids) == self.num_envs else [kept[i] for i in env_ids.tolist()]
-            result = policy(obs, state, infos=infos)
-        else:
-            result = policy(obs, state)
-        if not (isinstance(result, tuple) and len(result) == 2):
-            raise ActionError(
-                f"policy {type(policy).__name__} returned {type(result).__name__}; a vcollect policy "
-                "returns (actions, state); wrap a plain function as lambda obs, state: (fn(obs), None)"
-            )
-        actions, state_out = result
-        if state_out is not None:
-            self.state = put_state_rows(self.state, env_ids, state_out, self.num_envs)
-        if self._noise is not None:
-            actions = self._noise(actions, obs)
-        if self._map_action is not None:
-            actions = self._map_action(actions)
-        return actions
+    # ------------------------------------------------------------------ the policy's actions
 
     def _checked(self, actions: Any, env_ids: np.ndarray) -> Any:
         if not isinstance(actions, (dict, tuple)):

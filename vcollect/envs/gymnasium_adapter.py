@@ -220,7 +220,10 @@ class GymnasiumVectorEnv(BaseVectorEnv):
             self._check_open()
         if self._went_async and np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
-        obs, rewards, terminations, truncations, _infos = self._env_step(actions)
+        try:  # (_env_step's work, one call less a step)
+            obs, rewards, terminations, truncations, _infos = self.env.step(actions)
+        except Exception as exc:
+            raise self._step_failed(exc) from exc
         if self.obs_layout.flat:
             obs_leaves = [obs]
             if type(obs) is not np.ndarray or obs.shape != self._obs_batch_shapes[0]:
@@ -237,9 +240,11 @@ class GymnasiumVectorEnv(BaseVectorEnv):
         try:
             return tuple(self.env.step(actions))
         except Exception as exc:
-            raise EnvWorkerError(
-                None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc()
-            ) from exc
+            raise self._step_failed(exc) from exc
+
+    def _step_failed(self, exc: Exception) -> EnvWorkerError:
+        """The EnvWorkerError for an exception the wrapped vector env's step raised (being handled)."""
+        return EnvWorkerError(None, f"{type(self.env).__name__}.step raised {exc!r}", traceback.format_exc())
 
     def _check_batch_shape(self, value: Any, shape: tuple[int, ...]) -> None:
         """ObservationError unless value has the shape of a batch of observations: a row copy would

@@ -131,7 +131,19 @@ class StepBlock:
         self.terminations = np.empty(shape, dtype=bool)
         self.truncations = np.empty(shape, dtype=bool)
         self.done = np.empty(shape, dtype=bool)
+        # views of each row, made once: writing through a view (view[...] = value) skips a view per write
+        self._step_rows = list(zip(self.rewards, self.terminations, self.truncations, self.done))
+        self.action_rows: list[np.ndarray] = list(self.actions[0]) if len(self.actions) == 1 else []
+        """Views of the rows of the one action leaf (empty where actions have several leaves): the collector
+        writes a row's actions as ``action_rows[k][...] = actions``."""
+        self._obs_rows = self._row_views(self.obs)
         self.clear()
+
+    def _row_views(self, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+        """Per row, a view of that row of each array."""
+        if not arrays:
+            return [[] for _ in range(self.size)]
+        return [list(rows) for rows in zip(*arrays)]
 
     @property
     def obs_leaf_count(self) -> int:
@@ -144,6 +156,7 @@ class StepBlock:
         over."""
         if not self.hold_obs:
             self.obs = allocate(self.observation_space, (self.size, self.num_envs))
+            self._obs_rows = self._row_views(self.obs)
         self.clear()
 
     def clear(self) -> None:
@@ -194,17 +207,25 @@ class StepBlock:
             raise ValueError(f"env_ids must name each of the {self.num_envs} env ids once, got {env_ids!r}")
         if k == 0:
             self.first_restarts = np.array(restarting, dtype=bool)  # a copy: it may be a view of a row to reuse
-        at: Any = k if env_ids is None else (k, env_ids)  # row k, whole or at the envs in the given order
         if self.hold_obs:
             for held, value, shape, dtype in zip(self._held, obs_leaves, self._obs_shapes, self._obs_dtypes):
                 held.append(_own_row(value, shape, dtype, env_ids, handed_over))
-        else:
-            for leaf, value in zip(self.obs, obs_leaves):
-                leaf[at] = value
-        self.rewards[at] = rewards
-        self.terminations[at] = terminations
-        self.truncations[at] = truncations
-        done = np.logical_or(self.terminations[k], self.truncations[k], out=self.done[k])
+        reward_row, termination_row, truncation_row, done = self._step_rows[k]
+        if env_ids is None:  # row k whole, through its views
+            if not self.hold_obs:
+                for view, value in zip(self._obs_rows[k], obs_leaves):
+                    view[...] = value
+            reward_row[...] = rewards
+            termination_row[...] = terminations
+            truncation_row[...] = truncations
+        else:  # row k at the envs in the given order
+            if not self.hold_obs:
+                for leaf, value in zip(self.obs, obs_leaves):
+                    leaf[k, env_ids] = value
+            reward_row[env_ids] = rewards
+            termination_row[env_ids] = terminations
+            truncation_row[env_ids] = truncations
+        np.logical_or(termination_row, truncation_row, out=done)
         self.count = k + 1
         return done
 
@@ -271,11 +292,12 @@ class StepBlock:
             k: The row.
 
         Returns:
-            One array (num_envs, ...) per leaf (views, or the held arrays).
+            One array (num_envs, ...) per leaf (views, or the held arrays); the list is the block's own: read
+            it, do not change it.
         """
         if self.hold_obs:
             return [held[k] for held in self._held]
-        return [leaf[k] for leaf in self.obs]
+        return self._obs_rows[k]
 
     def obs_leaves(self, stop: int) -> list[np.ndarray] | list[HeldRows]:
         """The observations of rows [0, stop) in flat leaf form.

@@ -84,7 +84,7 @@ class BlockLoop(AllEnvLoop):
         """Stage and record steps until the ledger holds ``goal`` transitions (quota None) or every env's
         quota of episode ends."""
         c, block = self.ctx, self.block
-        ledger, all_ids, random, n = c.ledger, c.all_ids, call.random, c.num_envs
+        ledger, all_ids, random, n, actor = c.ledger, c.all_ids, call.random, c.num_envs, c.actor
         single_action = len(block.actions) == 1
         by_steps = quota is None
         held = len(ledger)
@@ -92,56 +92,65 @@ class BlockLoop(AllEnvLoop):
         owed = np.zeros(0, np.int64) if quota is None else quota - ledger.episode_ends
         done = self.progress(goal, quota)
         size = block.size
-        action_rows = block.actions[0]
+        action_rows = block.action_rows
+        # a policy that reads no observation values has them checked with the block, and its rows written over
+        check_rows = c.validate and actor.reads_obs
+        renew = not random and actor.reads_obs
         try:
             while held < goal if by_steps else bool((owed > 0).any()):
-                actions = c.actor.actions(all_ids, random)
+                actions = actor.actions(all_ids, random)
                 k = block.count
                 self.stager.step_into(actions, block)
                 if single_action:  # row k was just staged: its one action leaf written in place
-                    action_rows[k] = actions
+                    action_rows[k][...] = actions
                 else:
                     block.set_actions(k, flatten_batch(c.action_space, actions))
                 if not random:  # the policy acts next on these observations (checked now, if it reads them)
-                    self._row_for_policy(k)
+                    row = block.obs_leaf_row(k)  # views (renewed blocks for a policy that reads them) or held arrays
+                    if check_rows:
+                        self._check_row(k, row)
+                    if actor.state is not None:
+                        self._reset_restarted_state(k)
+                    actor.use_rows(row)
                 if not by_steps:
                     owed -= block.done[k]
                 if block.count == size:
-                    self._flush(random)
+                    self._flush(random, renew)
                     done = self.progress(goal, quota, call.bar, done)
                     held = len(ledger)
                     if quota is not None:
                         owed = quota - ledger.episode_ends
                     size = block.size
-                    action_rows = block.actions[0]
                 elif by_steps and held + (k + 1) * n >= goal and held + block.transitions() >= goal:
                     break  # (every row a transition would not be enough: no need to count them before)
         finally:
-            self._flush(random)
+            try:
+                self._flush(random, renew)
+            finally:
+                if not renew:  # the actor's rows (if any) are written over by the next call: it reads the rings'
+                    c.actor.forget_obs()
         self.progress(goal, quota, call.bar, done)
-        if random:
-            c.actor.forget_obs()
 
-    def _row_for_policy(self, k: int) -> None:
-        """Check row k's observations (where the policy reads them; else they are checked with the block) and
-        make them the policy's next input; restarted envs' policy state is reset now (their seeds are cleared
-        when the block is recorded)."""
-        c, block = self.ctx, self.block
-        row = block.obs_leaf_row(k)  # views (a policy's block is renewed, not written over) or held arrays
-        if c.validate and c.actor.reads_obs:
-            obs = row[0] if self._flat_obs else unflatten_batch(c.observation_space, row)
-            if c.obs_problem(obs) is not None:
-                c.check_obs(obs, c.all_ids, "an observation")
-            block.checked = k + 1
-        if c.actor.keeps_state:
-            restarted = block.restart_row(k).nonzero()[0]
-            if restarted.size:
-                c.actor.reset_state(restarted)
-        c.actor.use_rows(row)
+    def _check_row(self, k: int, row: list[np.ndarray]) -> None:
+        """ObservationError if row k's observations (its leaves) do not fit the space; the block's rows up to
+        k are checked then."""
+        c = self.ctx
+        obs = row[0] if self._flat_obs else unflatten_batch(c.observation_space, row)
+        if c.obs_problem(obs) is not None:
+            c.check_obs(obs, c.all_ids, "an observation")
+        self.block.checked = k + 1
 
-    def _flush(self, random: bool) -> None:
-        """Record the block's steps and empty it. Observations not checked yet are checked first: the steps
-        before the first bad one are recorded, then ObservationError."""
+    def _reset_restarted_state(self, k: int) -> None:
+        """Reset the policy state of the envs restarting in row k (their seeds are cleared when the block is
+        recorded)."""
+        restarted = self.block.restart_row(k).nonzero()[0]
+        if restarted.size:
+            self.ctx.actor.reset_state(restarted)
+
+    def _flush(self, random: bool, renew: bool) -> None:
+        """Record the block's steps and empty it (``renew``: with fresh observation arrays, as a policy that
+        reads observations may still hold views of the rows it acted on; ``random``: the actions were random). Observations not checked yet are
+        checked first: the steps before the first bad one are recorded, then ObservationError."""
         c, block = self.ctx, self.block
         k = block.count
         if k == 0:
@@ -163,10 +172,10 @@ class BlockLoop(AllEnvLoop):
             if k:
                 self._record_block(k, random)
         finally:
-            if random:
-                block.clear()
-            else:  # the policy may still hold views of the rows
+            if renew:
                 block.renew()
+            else:
+                block.clear()
         if bad_obs is not None and bad_rewards is not None:
             c.check_obs(bad_obs, c.all_ids, "an observation")
             rewards, restarting = bad_rewards
