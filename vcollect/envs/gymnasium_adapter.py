@@ -220,7 +220,7 @@ class GymnasiumVectorEnv(BaseVectorEnv):
             self._check_open()
         if self._went_async and np.count_nonzero(self._flight):
             self._check_idle(self._all_ids)
-        try:  # (_env_step's work, one call less a step)
+        try:  # _env_step's work, written out here: one call less a step
             obs, rewards, terminations, truncations, _infos = self.env.step(actions)
         except Exception as exc:
             raise self._step_failed(exc) from exc

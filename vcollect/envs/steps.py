@@ -92,7 +92,8 @@ class StepBlock:
     keeps the Collector near the raw loop's speed. An env that was done in a step restarts in the next
     one: that row holds the first observation of its next episode, not a transition. ``first_restarts``
     marks the envs restarting in row 0 (done before the block); :meth:`restarts` gives that mask for every
-    row. Backends add rows with :meth:`append_row`, the collector their actions with :meth:`set_actions`.
+    row. Backends add rows with :meth:`append_row`, the collector their actions with :meth:`set_actions` (one
+    action leaf: through ``action_rows``).
 
     ``hold_obs=True`` (a backend whose observation arrays are fresh every step and never written to again:
     EnvPool) keeps each row's observation arrays by reference instead of copying them into ``obs``
