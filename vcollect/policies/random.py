@@ -80,7 +80,7 @@ class RandomPolicy:
         Returns:
             The actions, batched, and None.
         """
-        k = obs.shape[0] if type(obs) is np.ndarray and obs.ndim else batch_size_of(obs)
+        k = len(obs) if type(obs) is np.ndarray and obs.ndim else batch_size_of(obs)
         return self._sample(k), None
 
     def sample(self, batch_size: int) -> Any:
