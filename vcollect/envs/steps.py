@@ -214,8 +214,12 @@ class StepBlock:
         reward_row, termination_row, truncation_row, done = self._step_rows[k]
         if env_ids is None:  # row k whole, through its views
             if not self.hold_obs:
-                for view, value in zip(self._obs_rows[k], obs_leaves):
-                    view[...] = value
+                views = self._obs_rows[k]
+                if len(views) == 1:  # (no loop for the commonest case)
+                    views[0][...] = obs_leaves[0]
+                else:
+                    for view, value in zip(views, obs_leaves):
+                        view[...] = value
             reward_row[...] = rewards
             termination_row[...] = terminations
             truncation_row[...] = truncations
