@@ -565,6 +565,24 @@ def test_ray_worker_collector_takes_the_python_route(backend: str, tmp_path: Pat
     assert_handed_over(batches, dataset.total_episodes)
 
 
+def collect_in_a_worker(policy_fn: Any, backend: str, n_step: int, **options: Any) -> None:
+    """n_step steps on 2 CartPole envs through a DistributedCollector worker's body (CollectorWorker, in process,
+    no store), with these WorkerSpec options; asserts that setup and the call succeed and count n_step."""
+    from vcollect.distributed.worker import CollectorWorker, WorkerSpec
+
+    spec = WorkerSpec(env="CartPole-v1", env_kwargs={}, backend=backend, backend_kwargs={}, num_envs=2,
+                      env_id_offset=0, policy_fn=policy_fn, seed=0, collector="sync", store_id=None, root=None,
+                      **options)
+    worker = CollectorWorker(0)
+    ok, value = worker.setup(spec)
+    try:
+        assert ok, getattr(value, "message", value)
+        ok, value = worker.collect(n_step, None, False)
+        assert ok and value.n_collected_steps == n_step, getattr(value, "message", value)
+    finally:
+        worker.close()
+
+
 def epsilon_greedy_torch_policy(observation_space: gym.Space, action_space: gym.Space) -> Any:
     """A worker's policy_fn: EpsilonGreedy around a TorchPolicy (argmax actions: they lie in the space)."""
     torch = pytest.importorskip("torch")
@@ -579,7 +597,6 @@ def test_trusted_policy_actions_are_not_checked_on_any_entry_point(monkeypatch: 
     Collector, an AsyncCollector and a DistributedCollector worker's collector alike; a policy that does not
     vouch for its actions is checked in each of them."""
     from vcollect.collecting.acting import PolicyActor
-    from vcollect.distributed.worker import CollectorWorker, WorkerSpec
 
     checks: list[int] = []
     checked = PolicyActor._checked
@@ -599,17 +616,7 @@ def test_trusted_policy_actions_are_not_checked_on_any_entry_point(monkeypatch: 
                 collector.collect(n_step=20, reset_before_collect=True)
             assert bool(checks) is expect_checks, (cls.__name__, policy_fn, checks)
         checks.clear()
-        spec = WorkerSpec(env="CartPole-v1", env_kwargs={}, backend="dummy", backend_kwargs={}, num_envs=2,
-                           env_id_offset=0, policy_fn=policy_fn, seed=0, collector="sync", store_id=None, root=None,
-                           exploration_noise=True)
-        worker = CollectorWorker(0)
-        ok, value = worker.setup(spec)
-        try:
-            assert ok, getattr(value, "message", value)
-            ok, value = worker.collect(20, None, False)
-            assert ok and value.n_collected_steps == 20, getattr(value, "message", value)
-        finally:
-            worker.close()
+        collect_in_a_worker(policy_fn, "dummy", 20, exploration_noise=True)
         assert bool(checks) is expect_checks, ("Ray worker", policy_fn, checks)
 
 
@@ -621,7 +628,6 @@ def test_observations_are_checked_before_each_call_only_for_a_policy_that_reads_
     block is left to check), and check whole blocks for one that reads none (RandomPolicy)."""
     from vcollect.cli import main as cli_main
     from vcollect.collecting.loops.blocks import BlockLoop
-    from vcollect.distributed.worker import CollectorWorker, WorkerSpec
 
     block_checks: list[int] = []
     first_bad_row = BlockLoop._first_bad_row
@@ -646,16 +652,7 @@ def test_observations_are_checked_before_each_call_only_for_a_policy_that_reads_
         assert cli_main(argv) == 0
         assert bool(block_checks) is not reads, ("CLI", name, block_checks)
         block_checks.clear()
-        spec = WorkerSpec(env="CartPole-v1", env_kwargs={}, backend="gymnasium", backend_kwargs={}, num_envs=2,
-                           env_id_offset=0, policy_fn=factory, seed=0, collector="sync", store_id=None, root=None)
-        worker = CollectorWorker(0)
-        ok, value = worker.setup(spec)
-        try:
-            assert ok, getattr(value, "message", value)
-            ok, value = worker.collect(200, None, False)
-            assert ok and value.n_collected_steps == 200, getattr(value, "message", value)
-        finally:
-            worker.close()
+        collect_in_a_worker(factory, "gymnasium", 200)
         assert bool(block_checks) is not reads, ("Ray worker", name, block_checks)
 
 

@@ -132,7 +132,7 @@ class StepBlock:
         self.terminations = np.empty(shape, dtype=bool)
         self.truncations = np.empty(shape, dtype=bool)
         self.done = np.empty(shape, dtype=bool)
-        # views of each row, made once: writing through a view (view[...] = value) skips a view per write
+        # views of each row, made once: writing through one (view[...] = value) makes no view per write
         self._step_rows = list(zip(self.rewards, self.terminations, self.truncations, self.done))
         self.action_rows: list[np.ndarray] = list(self.actions[0]) if len(self.actions) == 1 else []
         """Views of the rows of the one action leaf (empty where actions have several leaves): the collector
@@ -208,28 +208,21 @@ class StepBlock:
             raise ValueError(f"env_ids must name each of the {self.num_envs} env ids once, got {env_ids!r}")
         if k == 0:
             self.first_restarts = np.array(restarting, dtype=bool)  # a copy: it may be a view of a row to reuse
+        at: Any = ... if env_ids is None else env_ids  # in row k: every env, or the envs in the given order
         if self.hold_obs:
             for held, value, shape, dtype in zip(self._held, obs_leaves, self._obs_shapes, self._obs_dtypes):
                 held.append(_own_row(value, shape, dtype, env_ids, handed_over))
+        else:
+            views = self._obs_rows[k]
+            if len(views) == 1:  # (no loop for the commonest case)
+                views[0][at] = obs_leaves[0]
+            else:
+                for view, value in zip(views, obs_leaves):
+                    view[at] = value
         reward_row, termination_row, truncation_row, done = self._step_rows[k]
-        if env_ids is None:  # row k whole, through its views
-            if not self.hold_obs:
-                views = self._obs_rows[k]
-                if len(views) == 1:  # (no loop for the commonest case)
-                    views[0][...] = obs_leaves[0]
-                else:
-                    for view, value in zip(views, obs_leaves):
-                        view[...] = value
-            reward_row[...] = rewards
-            termination_row[...] = terminations
-            truncation_row[...] = truncations
-        else:  # row k at the envs in the given order
-            if not self.hold_obs:
-                for leaf, value in zip(self.obs, obs_leaves):
-                    leaf[k, env_ids] = value
-            reward_row[env_ids] = rewards
-            termination_row[env_ids] = terminations
-            truncation_row[env_ids] = truncations
+        reward_row[at] = rewards
+        termination_row[at] = terminations
+        truncation_row[at] = truncations
         np.logical_or(termination_row, truncation_row, out=done)
         self.count = k + 1
         return done

@@ -13,8 +13,8 @@ A policy that never reads the observations' values (only how many there are), in
 ``add_exploration_noise``, may say so with a false ``reads_observations`` (RandomPolicy does): a collector
 that stages steps in blocks then checks the observations once per block, as for ``random=True``, instead of
 before each call, and writes the block's next rows over the arrays it handed such a policy (a policy that
-reads observations gets rows no later step writes over). A bad observation is refused alike (ObservationError, the steps before it recorded); the
-envs may have taken the block's later steps by then, as with random actions.
+reads observations gets rows no later step writes over). A bad observation is refused alike (ObservationError,
+the steps before it recorded); the envs may have taken the block's later steps by then, as with random actions.
 
 A policy that reads the envs' info dicts opts in with ``SupportsInfos`` (a true ``wants_infos``); every
 other policy is called with observations and state only, and the collectors keep no infos for it.
