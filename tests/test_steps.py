@@ -22,7 +22,8 @@ def test_step_block_rows_keep_restarts_done_and_count():
         [np.full((3, 2), 0.5), [0, 1, 2]], [1.0, 2.0, 3.0], [False, True, False], [False, False, True], restarting
     )
     restarting[:] = False  # the caller's array: row 0's restarts were copied
-    assert done.tolist() == [False, True, True] and block.count == 1
+    assert block.done_rows().tolist() == [[False, True, True]] and block.count == 1
+    assert done.tolist() == [False, True, True]  # the row handed back: a view of the done row, now worked out
     block.append_row([np.zeros((3, 2)), [2, 2, 2]], [0.0] * 3, [False] * 3, [False] * 3, done)
     assert block.restarts().tolist() == [[True, False, False], [False, True, True]]
     assert block.transitions() == 6 - 3
@@ -41,7 +42,7 @@ def test_step_block_writes_out_of_order_rows_by_env_id_and_refuses_what_breaks_i
     order = np.array([2, 0, 1], np.int32)
     done = block.append_row([[[2.0], [0.0], [1.0]]], [2.0, 0.0, 1.0], [True, False, False], [False] * 3, no_restarts, order)
     assert block.obs[0][0, :, 0].tolist() == [0.0, 1.0, 2.0] and block.rewards[0].tolist() == [0.0, 1.0, 2.0]
-    assert done.tolist() == [False, False, True]
+    assert block.done_rows(1).tolist() == [[False, False, True]]
     with pytest.raises(ValueError, match="full"):
         block.append_row([np.zeros((3, 1))], [0.0] * 3, [False] * 3, [False] * 3, done)
     block.clear()
@@ -50,6 +51,31 @@ def test_step_block_writes_out_of_order_rows_by_env_id_and_refuses_what_breaks_i
     with pytest.raises(ValueError, match="got 2 observation leaves, the block holds 1"):
         block.append_row([np.zeros((3, 1))] * 2, [0.0] * 3, [False] * 3, [False] * 3, done)
     assert block.count == 0
+
+
+def test_done_rows_are_worked_out_when_read_or_cleared_so_a_backend_can_carry_the_last_one():
+    """The done mask append_row hands back is the block's row, filled in when the block's done rows are read
+    (done_rows, restarts, restart_row, transitions) or the block is cleared: what a backend carries to the
+    next block's row 0 as its restarts is the last step's ``terminations | truncations`` either way."""
+    space = gym.spaces.Box(-1.0, 1.0, (1,))
+    block = StepBlock(3, 3, space, gym.spaces.Discrete(2))
+    restarting = np.zeros(3, bool)
+    flags = [([True, False, False], [False, False, False]), ([False, False, False], [False, True, False]),
+             ([False, False, True], [False, False, True])]
+    for terminations, truncations in flags:
+        restarting = block.append_row([np.zeros((3, 1))], [0.0] * 3, terminations, truncations, restarting)
+    assert block.restart_row(2).tolist() == [False, True, False]
+    assert block.transitions() == 9 - 2
+    block.clear()  # not read past row 1 before: the clear works out the rest
+    assert restarting.tolist() == [False, False, True]
+    for terminations, truncations in flags[:2]:
+        restarting = block.append_row([np.zeros((3, 1))], [0.0] * 3, terminations, truncations, restarting)
+    assert block.restarts().tolist() == [[False, False, True], [True, False, False]]
+    assert block.done_rows().tolist() == [[True, False, False], [False, True, False]]
+    with pytest.raises(IndexError, match="rows up to 3 asked for, the block holds 2"):
+        block.done_rows(3)
+    block.renew()
+    assert restarting.tolist() == [False, True, False]
 
 
 def test_hold_obs_block_keeps_handed_over_arrays_and_copies_anything_else():
@@ -98,7 +124,7 @@ def test_rows_written_through_their_views_land_in_the_arrays_and_renew_leaves_ha
         block.action_rows[j][...] = [j, 3 - j]
     np.testing.assert_array_equal(block.obs[0], np.stack(batches))
     assert block.rewards.tolist() == [[0, 0], [1, -1], [2, -2]]
-    assert block.done.tolist() == [[False, False], [True, False], [False, True]]
+    assert block.done_rows().tolist() == [[False, False], [True, False], [False, True]]
     assert block.actions[0].tolist() == [[0, 3], [1, 2], [2, 1]]
     handed_out = block.obs_leaf_row(2)[0]
     assert np.shares_memory(handed_out, block.obs[0])

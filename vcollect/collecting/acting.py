@@ -95,8 +95,19 @@ class PolicyActor:
         )
         self._check_actions = self.validate and not trusted
 
-    def actions(self, env_ids: np.ndarray, random: bool) -> Any:
-        """Actions for env_ids' latest observations: the policy's (checked unless trusted), or random ones."""
+    def actions(self, env_ids: np.ndarray, random: bool, rows: list[np.ndarray] | None = None) -> Any:
+        """Actions for env_ids' latest observations: the policy's (checked unless trusted), or random ones.
+
+        Args:
+            env_ids: The envs to act for, ascending.
+            random: Random actions instead of the policy's.
+            rows: Every env's latest observations (``env_ids`` is every env id), flat leaf form, which the
+                caller never writes again: the policy acts on them (the cached ones are not read or changed).
+                None: the cached observations, or the rings' last rows.
+
+        Returns:
+            One action per env id, batched.
+        """
         if random:
             if self.random_source is not None:
                 return self.random_source(env_ids)
@@ -104,7 +115,9 @@ class PolicyActor:
         policy = self.policy
         assert policy is not None
         cache = self._obs
-        if cache is not None and self._one_leaf_obs and len(env_ids) == self.num_envs:
+        if rows is not None:
+            obs = rows[0] if self._one_leaf_obs else unflatten_batch(self.observation_space, rows)
+        elif cache is not None and self._one_leaf_obs and len(env_ids) == self.num_envs:
             self._obs_owned = False
             obs = cache[0]  # every env's newest observations: the commonest case, taken here
         else:

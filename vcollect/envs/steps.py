@@ -83,8 +83,9 @@ class AllEnvStep:
 
 class StepBlock:
     """Up to ``size`` steps of ``num_envs`` envs, row k holding step k: ``obs``/``actions`` (flat leaf form,
-    each (size, num_envs, ...)), ``rewards`` (float64), ``terminations``, ``truncations`` and ``done``
-    (``terminations | truncations``), all (size, num_envs).
+    each (size, num_envs, ...)), ``rewards`` (float64), ``terminations`` and ``truncations``, all
+    (size, num_envs); :meth:`done_rows` gives ``terminations | truncations`` of the rows, worked out when
+    first read (one operation for many rows, not one a step).
 
     A backend that steps every env at once and restarts finished envs on their next step (NEXT_STEP
     autoreset: gymnasium vector entry points, EnvPool) gives one row per env every step, some of them
@@ -131,9 +132,11 @@ class StepBlock:
         self.rewards = np.empty(shape, dtype=np.float64)
         self.terminations = np.empty(shape, dtype=bool)
         self.truncations = np.empty(shape, dtype=bool)
-        self.done = np.empty(shape, dtype=bool)
+        self._done = np.empty(shape, dtype=bool)  # rows [0, _done_filled) hold terminations | truncations
+        self._done_filled = 0
+        self.count = 0
         # views of each row, made once: writing through one (view[...] = value) makes no view per write
-        self._step_rows = list(zip(self.rewards, self.terminations, self.truncations, self.done))
+        self._step_rows = list(zip(self.rewards, self.terminations, self.truncations, self._done))
         self.action_rows: list[np.ndarray] = list(self.actions[0]) if len(self.actions) == 1 else []
         """Views of the rows of the one action leaf (empty where actions have several leaves): the collector
         writes a row's actions as ``action_rows[k][...] = actions``."""
@@ -161,7 +164,10 @@ class StepBlock:
         self.clear()
 
     def clear(self) -> None:
-        """Start empty, writing over the same arrays."""
+        """Start empty, writing over the same arrays (the done rows of the steps staged are worked out first:
+        a backend may hold the last one as its restarts, see :meth:`append_row`)."""
+        self._fill_done(self.count)
+        self._done_filled = 0
         self.first_restarts = np.zeros(self.num_envs, dtype=bool)
         self._held: list[list[np.ndarray]] = [[] for _ in self._obs_shapes]  # hold_obs: [leaf][row]
         self.count = 0
@@ -193,7 +199,9 @@ class StepBlock:
                 those of the block's dtype and shape as they are (any other value is copied).
 
         Returns:
-            The row's ``done`` mask, a view of the row.
+            The row's ``done`` mask (``terminations | truncations``), a view of the block's row, worked out
+            when the block's done rows are next read or the block is cleared: a backend passes it as
+            ``restarting`` to the next block's row 0 (after the flush that clears this one).
 
         Raises:
             ValueError: The block is full, the observation leaves do not match, or ``env_ids`` is not an
@@ -223,9 +231,33 @@ class StepBlock:
         reward_row[at] = rewards
         termination_row[at] = terminations
         truncation_row[at] = truncations
-        np.logical_or(termination_row, truncation_row, out=done)
         self.count = k + 1
         return done
+
+    def done_rows(self, stop: int | None = None) -> np.ndarray:
+        """Which envs' episodes ended in each of the rows [0, stop).
+
+        Args:
+            stop: The row to stop before (None: every staged row).
+
+        Returns:
+            (rows, num_envs) bool, ``terminations | truncations``: a view of the block's array.
+
+        Raises:
+            IndexError: A row past those staged.
+        """
+        stop = self.count if stop is None else stop
+        if stop > self.count:
+            raise IndexError(f"rows up to {stop} asked for, the block holds {self.count}")
+        self._fill_done(stop)
+        return self._done[:stop]
+
+    def _fill_done(self, stop: int) -> None:
+        """Work out the done rows up to ``stop`` (staged rows) not worked out yet, in one operation."""
+        first = self._done_filled
+        if stop > first:
+            np.logical_or(self.terminations[first:stop], self.truncations[first:stop], out=self._done[first:stop])
+            self._done_filled = stop
 
     def set_actions(self, k: int, action_leaves: Sequence[ArrayLike]) -> None:
         """Store the actions taken in a row.
@@ -258,7 +290,7 @@ class StepBlock:
         out = np.empty((stop, self.num_envs), dtype=bool)
         if stop:
             out[0] = self.first_restarts
-            out[1:] = self.done[: stop - 1]
+            out[1:] = self.done_rows(stop - 1)
         return out
 
     def restart_row(self, k: int) -> np.ndarray:
@@ -270,7 +302,7 @@ class StepBlock:
         Returns:
             (num_envs,) bool, a view.
         """
-        return self.first_restarts if k == 0 else self.done[k - 1]
+        return self.first_restarts if k == 0 else self.done_rows(k)[k - 1]
 
     def transitions(self) -> int:
         """Transitions staged: rows that are not restarts.
@@ -281,7 +313,7 @@ class StepBlock:
         k = self.count
         if k == 0:
             return 0
-        return k * self.num_envs - int(np.count_nonzero(self.first_restarts)) - int(np.count_nonzero(self.done[: k - 1]))
+        return k * self.num_envs - int(np.count_nonzero(self.first_restarts)) - int(np.count_nonzero(self.done_rows(k - 1)))
 
     def obs_leaf_row(self, k: int) -> list[np.ndarray]:
         """A row's observations in flat leaf form.

@@ -96,9 +96,10 @@ class BlockLoop(AllEnvLoop):
         # a policy that reads no observation values has them checked with the block, and its rows written over
         check_rows = c.validate and actor.reads_obs
         renew = not random and actor.reads_obs
+        acted_on = None  # the rows of the step staged last (the policy acts on them next), once checked
         try:
             while held < goal if by_steps else bool((owed > 0).any()):
-                actions = actor.actions(all_ids, random)
+                actions = actor.actions(all_ids, random, acted_on)
                 k = block.count
                 self.stager.step_into(actions, block)
                 if single_action:  # row k was just staged: its one action leaf written in place
@@ -111,9 +112,9 @@ class BlockLoop(AllEnvLoop):
                         self._check_row(k, row)
                     if actor.state is not None:
                         self._reset_restarted_state(k)
-                    actor.use_rows(row)
+                    acted_on = row
                 if not by_steps:
-                    owed -= block.done[k]
+                    owed -= block.done_rows(k + 1)[k]
                 if block.count == size:
                     self._flush(random, renew)
                     done = self.progress(goal, quota, call.bar, done)
@@ -127,8 +128,10 @@ class BlockLoop(AllEnvLoop):
             try:
                 self._flush(random, renew)
             finally:
-                if not renew:  # the actor's rows (if any) are written over by the next call: it reads the rings'
-                    c.actor.forget_obs()
+                if not renew:  # the block's rows are written over by the next call: the actor reads the rings'
+                    actor.forget_obs()
+                elif acted_on is not None:  # rows of renewed blocks are never written over: the next call's
+                    actor.use_rows(acted_on)
         self.progress(goal, quota, call.bar, done)
 
     def _check_row(self, k: int, row: list[np.ndarray]) -> None:
