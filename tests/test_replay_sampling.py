@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import vcollect
-from vcollect.buffers import VectorRingBuffer
+from vcollect.buffers import PrioritizedVectorRingBuffer, VectorRingBuffer
 from vcollect.buffers.ring import ring_columns
 from vcollect.buffers.sampling import gather_transitions
 from vcollect.errors import BufferNotReadyError
@@ -206,6 +206,31 @@ def test_spaceless_ring_gets_the_collectors_spaces() -> None:
         assert len(ring) > 0 and ring.sample(8)["observations"].shape == (8, 4)
     with pytest.raises(ValueError, match="already has its spaces"):
         ring.bind_spaces(OBS, ACT)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_every_use_of_a_spaceless_ring_but_its_binding_says_it_needs_spaces(prioritized: bool) -> None:
+    """Writes, reads and checkpoints of a ring (plain or prioritized) made without spaces raise
+    BufferNotReadyError naming what to do, whichever of its storage they touch first."""
+    ring = (PrioritizedVectorRingBuffer(total_size=40, num_envs=4, alpha=0.6, beta=0.4) if prioritized
+            else VectorRingBuffer(total_size=40, num_envs=4))
+    ids, obs, flags = np.arange(4), np.zeros((4, 2)), np.zeros(4, bool)
+    uses = [
+        lambda: len(ring), lambda: ring.sample(2), lambda: ring.sample(0), lambda: ring.sample_slices(2, 3),
+        lambda: ring.start_episodes(ids, obs), lambda: ring.add(ids, np.zeros(4, np.int64), np.ones(4), flags, flags, obs),
+        lambda: ring.add_all(np.zeros(4, np.int64), np.ones(4), flags, flags, obs), lambda: ring.episode(0),
+        lambda: ring.reset(), lambda: ring.extras,
+    ]
+    if prioritized:
+        assert isinstance(ring, PrioritizedVectorRingBuffer)
+        uses += [lambda: ring.priorities(np.arange(2)), lambda: ring.update_weight(np.arange(2), np.ones(2))]
+    for use in uses:
+        with pytest.raises(BufferNotReadyError, match="without spaces.*bind_spaces"):
+            use()
+    ring.bind_spaces(gs.Box(-1, 1, (2,)), gs.Discrete(2))
+    ring.start_episodes(ids, obs)
+    ring.add_all(np.zeros(4, np.int64), np.ones(4), flags, flags, obs)
+    assert len(ring) == 4 and ring.episode_lengths.tolist() == [1] * 4
 
 
 def test_async_collector_binds_a_spaceless_ring_too() -> None:

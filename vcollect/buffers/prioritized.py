@@ -10,7 +10,7 @@ write, no tree work in the collection path); the tree takes them in one vectoris
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +18,7 @@ import numpy as np
 from vcollect.buffers.checkpoint import CheckpointReader
 from vcollect.buffers.episodes import EpisodeEnds
 from vcollect.buffers.preload import EpisodeSource
-from vcollect.buffers.ring import VectorRingBuffer
+from vcollect.buffers.ring import StorageNeedsSpaces, VectorRingBuffer
 from vcollect.buffers.ring_slices import HeldEpisodes, draw_weighted, gather_slices
 from vcollect.buffers.sampling import (
     check_count,
@@ -100,6 +100,9 @@ class PrioritizedVectorRingBuffer(VectorRingBuffer):
             num_envs, capacity, observation_space, action_space,
             keep_overflow=keep_overflow, total_size=total_size, seed=seed,
         )
+
+    if not TYPE_CHECKING:  # the priorities' storage, set by _allocate with the spaces: reading it before raises
+        _tree = _fresh = _touched = _touched_rows = StorageNeedsSpaces()
 
     def _allocate(self) -> None:
         rows = self.num_envs * self.capacity
