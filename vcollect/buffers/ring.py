@@ -173,19 +173,38 @@ class VectorRingBuffer:
         return getattr(RingWriter(self), name)
 
     def episode_truncated_in_ring(self, env_id: int) -> bool:
-        """Deprecated: ``RingWriter(ring).episode_truncated_in_ring``."""
+        """Deprecated: ``RingWriter(ring).episode_truncated_in_ring``.
+
+        Args:
+            env_id: The env.
+
+        Returns:
+            Whether the ring lacks the start of the env's current episode.
+        """
         return bool(self._moved("episode_truncated_in_ring")(env_id))
 
     def keep_whole_episodes(self) -> None:
-        """Deprecated: ``RingWriter(ring).keep_whole_episodes``."""
+        """Deprecated: ``RingWriter(ring).keep_whole_episodes`` (episodes longer than their ring kept whole)."""
         self._moved("keep_whole_episodes")()
 
     def last_obs(self, env_ids: np.ndarray) -> Any:
-        """Deprecated: ``RingWriter(ring).last_obs``."""
+        """Deprecated: ``RingWriter(ring).last_obs``.
+
+        Args:
+            env_ids: The envs.
+
+        Returns:
+            A copy of each env's latest observation, batched.
+        """
         return self._moved("last_obs")(env_ids)
 
     def set_episode_extras(self, env_id: int, values: Mapping[str, np.ndarray]) -> None:
-        """Deprecated: ``RingWriter(ring).set_episode_extras``."""
+        """Deprecated: ``RingWriter(ring).set_episode_extras``.
+
+        Args:
+            env_id: The env whose latest episode the arrays belong to.
+            values: Per-step arrays by name, one row per step of the episode.
+        """
         self._moved("set_episode_extras")(env_id, values)
 
     def _allocate(self) -> None:
