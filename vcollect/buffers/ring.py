@@ -47,22 +47,19 @@ class StorageNeedsSpaces:
     """A ring's storage attribute, which ``bind_spaces`` sets on the instance: read before that (a ring made
     without spaces), it raises BufferNotReadyError.
 
-    A class attribute (for each such attribute of a ring class) rather than a ``__getattr__`` on the ring:
-    a class with ``__getattr__`` has every attribute read of its instances go through it, which the
-    interpreter cannot specialise (about 0.4% of a collect step on the dummy backend, 0.7% with a store).
+    A class attribute (one object may stand for several such attributes) rather than a ``__getattr__`` on
+    the ring: a class with ``__getattr__`` has every attribute read of its instances go through it, which
+    the interpreter cannot specialise (about 0.4% of a collect step on the dummy backend, 0.7% with a store).
     """
 
-    __slots__ = ("name",)
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
+    __slots__ = ()
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:
         if obj is None:
             return self
         raise BufferNotReadyError(
             "this VectorRingBuffer was made without spaces: give it to a Collector (which sets its "
-            f"envs' spaces) or call bind_spaces(observation_space, action_space) before using it (reading {self.name})"
+            "envs' spaces) or call bind_spaces(observation_space, action_space) before using it"
         )
 
 

@@ -115,11 +115,11 @@ class PolicyActor:
         policy = self.policy
         assert policy is not None
         cache = self._obs
-        if rows is not None:
+        if rows is None and cache is not None and len(env_ids) == self.num_envs:
+            self._obs_owned = False  # handed to the policy: written copy-on-write from now on
+            rows = cache
+        if rows is not None:  # every env's newest observations: the commonest case
             obs = rows[0] if self._one_leaf_obs else unflatten_batch(self.observation_space, rows)
-        elif cache is not None and self._one_leaf_obs and len(env_ids) == self.num_envs:
-            self._obs_owned = False
-            obs = cache[0]  # every env's newest observations: the commonest case, taken here
         else:
             obs = self._current_obs(env_ids)
         state = None if self.state is None else take_state_rows(self.state, env_ids, self.num_envs)
@@ -192,12 +192,11 @@ class PolicyActor:
             kept[env_id] = info
 
     def _current_obs(self, env_ids: np.ndarray) -> Any:
+        """The newest observations of some env ids (``actions`` takes every env's cached ones itself): the
+        cached rows, or the rings' last rows where nothing is cached."""
         cache = self._obs
         if cache is None:
             return self._ring.last_obs(env_ids)
-        if len(env_ids) == self.num_envs:
-            self._obs_owned = False
-            return cache[0] if self._one_leaf_obs else unflatten_batch(self.observation_space, cache)
         if self._one_leaf_obs:
             return cache[0][env_ids]
         return unflatten_batch(self.observation_space, [leaf[env_ids] for leaf in cache])

@@ -152,8 +152,9 @@ class BlockLoop(AllEnvLoop):
 
     def _flush(self, random: bool, renew: bool) -> None:
         """Record the block's steps and empty it (``renew``: with fresh observation arrays, as a policy that
-        reads observations may still hold views of the rows it acted on; ``random``: the actions were random). Observations not checked yet are
-        checked first: the steps before the first bad one are recorded, then ObservationError."""
+        reads observations may still hold views of the rows it acted on; ``random``: the actions were random).
+        Observations not checked yet are checked first: the steps before the first bad one are recorded, then
+        ObservationError."""
         c, block = self.ctx, self.block
         k = block.count
         if k == 0:
