@@ -37,6 +37,7 @@ import contextlib
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -405,7 +406,7 @@ def main() -> None:
         "--rows", default=",".join(ROW_SETS),
         help=f"comma-separated row sets: the ratios of these sets only (from: {', '.join(ROW_SETS)}; default: all)",
     )
-    parser.add_argument("--only", default="", help="comma-separated row names: only the ratios between them")
+    parser.add_argument("--only", default="", help="comma-separated row names (a comma followed by a space is part of a name): only the ratios between them")
     parser.add_argument("--markdown", action="store_true", help="print the tables as markdown (for RESULTS.md)")
     parser.add_argument("--list", action="store_true", help="list the ratios (set, row, baseline) and exit")
     parser.add_argument(
@@ -517,7 +518,7 @@ def measure(args: argparse.Namespace) -> None:
         **{p.torchrl_row: partial(torchrl_speed, p.env, p.peer, n, pair_steps[p.env][1]) for p in PAIRS},
     }
     sets = {name for name in args.rows.split(",") if name}
-    only = {name for name in args.only.split(",") if name}
+    only = {name for name in re.split(r",(?! )", args.only) if name}  # row names may hold ", " themselves
     ratios = [r for r in RATIOS if r.rows in sets and (not only or (r.row in only and r.base in only))]
     names = [name for name in [*setups, *peers] if any(name in (r.row, r.base) for r in ratios)]
     speeds: dict[str, list[float]] = {name: [] for name in names}
