@@ -42,7 +42,9 @@ def paced_cartpole() -> gym.Env:
 @pytest.fixture
 def worker_nodes(ray_local: Any, ray_cluster: Any) -> Iterator[list[Any]]:
     """Three nodes added to the session's Ray, one worker slot each; removed again after the test (those still
-    there, gracefully: Ray learns at once that they are gone)."""
+    there, gracefully: Ray learns at once that they are gone), and the fixture ends once Ray counts every one
+    of them dead (a node the test killed is found dead by Ray's health checks, seconds later: until then Ray
+    may place the next test's actors on it, and they die unstarted)."""
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cluster = ray_cluster
     nodes = [cluster.add_node(num_cpus=0, resources={NODE_RESOURCE: 1}, object_store_memory=80 * 2**20)
@@ -54,6 +56,11 @@ def worker_nodes(ray_local: Any, ray_cluster: Any) -> Iterator[list[Any]]:
         for node in nodes:
             if node in cluster.worker_nodes:
                 cluster.remove_node(node, allow_graceful=True)
+        added = {node.node_id for node in nodes}
+        deadline = time.monotonic() + 60
+        while any(n["Alive"] for n in ray_local.nodes() if n["NodeID"] in added):
+            assert time.monotonic() < deadline, "Ray still counts a removed node alive after 60 s"
+            time.sleep(0.05)  # polling Ray's node table: it has no call that waits for a node's death
 
 
 def shard_names(root: Path) -> list[str]:
