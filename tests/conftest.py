@@ -177,11 +177,6 @@ class LocalRay:
                 "no_monitor": True,
                 "include_log_monitor": False,
                 "object_store_memory": 100 * 2**20,
-                # A node killed without notice (tests/test_distributed_multinode.py) is known dead after
-                # ~2.5 s of failed health checks, not Ray's ~15 s: until then Ray may still place a new actor
-                # on it, which dies unstarted. A live raylet must miss 5 checks of 3 s each to be taken for dead.
-                "_system_config": {"health_check_period_ms": 500, "health_check_timeout_ms": 3000,
-                                   "health_check_failure_threshold": 5},
             })
         ray.init(address=self.cluster.address, log_to_driver=False, logging_level=logging.WARNING)
         return ray

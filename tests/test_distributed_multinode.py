@@ -43,8 +43,8 @@ def paced_cartpole() -> gym.Env:
 def worker_nodes(ray_local: Any, ray_cluster: Any) -> Iterator[list[Any]]:
     """Three nodes added to the session's Ray, one worker slot each; removed again after the test (those still
     there, gracefully: Ray learns at once that they are gone), and the fixture ends once Ray counts every one
-    of them dead (a node the test killed is found dead by Ray's health checks, seconds later: until then Ray
-    may place the next test's actors on it, and they die unstarted)."""
+    of them dead (a node the test killed is found dead by Ray's health checks, ~15 s later: until then Ray may
+    place the next test's actors on it, and they die unstarted)."""
     ray_local.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     cluster = ray_cluster
     nodes = [cluster.add_node(num_cpus=0, resources={NODE_RESOURCE: 1}, object_store_memory=80 * 2**20)
